@@ -1,0 +1,85 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Code is a stable, machine-readable error code of API.md's error table.
+type Code string
+
+// The error codes of API.md. Each maps to exactly one HTTP status (see Status).
+const (
+	CodeInvalidArgument    Code = "invalid_argument"
+	CodeNotFound           Code = "not_found"
+	CodePreconditionFailed Code = "precondition_failed"
+	CodeLockNotHeld        Code = "lock_not_held"
+	CodeSessionExpired     Code = "session_expired"
+	CodeTooLarge           Code = "too_large"
+	CodeOverloaded         Code = "overloaded"
+	CodeUnavailable        Code = "unavailable"
+	CodeInternal           Code = "internal"
+)
+
+// Status returns the HTTP status that carries c.
+func (c Code) Status() int {
+	switch c {
+	case CodeInvalidArgument:
+		return http.StatusBadRequest
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodePreconditionFailed, CodeLockNotHeld:
+		return http.StatusConflict
+	case CodeSessionExpired:
+		return http.StatusGone
+	case CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeOverloaded:
+		return http.StatusTooManyRequests
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// Error is an error with an API code. The state machine returns these for
+// requests it deterministically refuses; the HTTP layer encodes them as
+// {"error": {"code", "message", "leader_hint"?}}.
+type Error struct {
+	Code       Code   `json:"code"`
+	Message    string `json:"message"`
+	LeaderHint string `json:"leader_hint,omitempty"`
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Is makes errors.Is(err, &Error{Code: c}) match any *Error with code c.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if !errors.As(target, &t) {
+		return false
+	}
+	return t.Code == e.Code && (t.Message == "" || t.Message == e.Message)
+}
+
+// Errorf returns an *Error with code c and a formatted message.
+func Errorf(c Code, format string, args ...any) *Error {
+	return &Error{Code: c, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the API code of err: the code of the *Error it wraps, or
+// CodeInternal for any other non-nil error.
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// ErrorBody is the JSON envelope of every error reply.
+type ErrorBody struct {
+	Error Error `json:"error"`
+}

@@ -1,0 +1,217 @@
+package api
+
+// Header names of the HTTP contract.
+const (
+	// HeaderIndex carries the applied raft index of the answering node on every
+	// successful reply.
+	HeaderIndex = "X-Latch-Index"
+	// HeaderFencingToken is read by the fencing middleware on protected writes.
+	HeaderFencingToken = "Latch-Fencing-Token"
+)
+
+// Consistency levels of a read.
+const (
+	Linearizable = "linearizable"
+	Stale        = "stale"
+)
+
+// Watch event kinds.
+const (
+	EventCreated         = "CREATED"
+	EventChanged         = "CHANGED"
+	EventDeleted         = "DELETED"
+	EventChildrenChanged = "CHILDREN_CHANGED"
+)
+
+// Node is the reply to PUT and GET /v1/kv/{path}. A PUT fills Path, Version,
+// CreatedIndex, ModifiedIndex and Index; a GET fills every field.
+type Node struct {
+	Path          string `json:"path"`
+	Value         string `json:"value,omitempty"`
+	Version       uint64 `json:"version"`
+	CreatedIndex  uint64 `json:"created_index"`
+	ModifiedIndex uint64 `json:"modified_index"`
+	Ephemeral     bool   `json:"ephemeral,omitempty"`
+	OwnerSession  string `json:"owner_session,omitempty"`
+	ChildrenCount int    `json:"children_count"`
+	Index         uint64 `json:"index"`
+}
+
+// PutRequest is the body of PUT /v1/kv/{path}; the rest are query parameters.
+type PutRequest struct {
+	Value string `json:"value"`
+}
+
+// Children is the reply to GET /v1/kv/{path}?children=true.
+type Children struct {
+	Path     string   `json:"path"`
+	Children []string `json:"children"`
+	Index    uint64   `json:"index"`
+}
+
+// Deleted is the reply to DELETE /v1/kv/{path}.
+type Deleted struct {
+	Deleted bool   `json:"deleted"`
+	Index   uint64 `json:"index"`
+}
+
+// SessionCreateRequest is the body of POST /v1/session/create.
+type SessionCreateRequest struct {
+	TimeoutMs uint64 `json:"timeout_ms"`
+}
+
+// Session describes a session: the reply to create and to GET /v1/session/{id}.
+type Session struct {
+	SessionID      string `json:"session_id"`
+	TimeoutMs      uint64 `json:"timeout_ms"`
+	EphemeralCount int    `json:"ephemeral_count"`
+	Index          uint64 `json:"index"`
+}
+
+// SessionRequest is the body of heartbeat and close.
+type SessionRequest struct {
+	SessionID string `json:"session_id"`
+}
+
+// Heartbeat is the reply to POST /v1/session/heartbeat.
+type Heartbeat struct {
+	Alive bool   `json:"alive"`
+	Index uint64 `json:"index"`
+}
+
+// Closed is the reply to POST /v1/session/close.
+type Closed struct {
+	Closed bool   `json:"closed"`
+	Index  uint64 `json:"index"`
+}
+
+// WatchRequest is the body of POST /v1/watch.
+type WatchRequest struct {
+	Path       string `json:"path"`
+	Recursive  bool   `json:"recursive"`
+	SessionID  string `json:"session_id"`
+	KnownIndex uint64 `json:"known_index,omitempty"`
+	Persistent bool   `json:"persistent,omitempty"`
+}
+
+// Watch is the reply to POST /v1/watch.
+type Watch struct {
+	WatchID        string `json:"watch_id"`
+	CurrentVersion uint64 `json:"current_version"`
+	Index          uint64 `json:"index"`
+}
+
+// Event is one watch notification on a session's event stream.
+type Event struct {
+	WatchID string `json:"watch_id"`
+	Event   string `json:"event"`
+	Path    string `json:"path"`
+	Version uint64 `json:"version"`
+	Index   uint64 `json:"index"`
+}
+
+// LockRequest is the body of POST /v1/lock/acquire and /v1/lock/release.
+type LockRequest struct {
+	Name         string `json:"name"`
+	SessionID    string `json:"session_id"`
+	WaitMs       uint64 `json:"wait_ms,omitempty"`
+	FencingToken uint64 `json:"fencing_token,omitempty"`
+}
+
+// Lock is the reply to POST /v1/lock/acquire (Held true) and the body of its
+// 409 lock_not_held reply (Held false, Position set).
+type Lock struct {
+	Held         bool   `json:"held"`
+	FencingToken uint64 `json:"fencing_token,omitempty"`
+	Path         string `json:"path,omitempty"`
+	Position     int    `json:"position,omitempty"`
+	Index        uint64 `json:"index"`
+}
+
+// Released is the reply to POST /v1/lock/release.
+type Released struct {
+	Released bool   `json:"released"`
+	Index    uint64 `json:"index"`
+}
+
+// Holder is a lock's current holder.
+type Holder struct {
+	SessionID    string `json:"session_id"`
+	FencingToken uint64 `json:"fencing_token"`
+	Path         string `json:"path"`
+}
+
+// LockState is the reply to GET /v1/lock/{name}.
+type LockState struct {
+	Holder  *Holder `json:"holder"`
+	Waiters int     `json:"waiters"`
+	Index   uint64  `json:"index"`
+}
+
+// ElectionRequest is the body of POST /v1/election/join and /resign.
+type ElectionRequest struct {
+	Role      string `json:"role"`
+	SessionID string `json:"session_id"`
+	Value     string `json:"value,omitempty"`
+}
+
+// Candidacy is the reply to POST /v1/election/join.
+type Candidacy struct {
+	IsLeader     bool   `json:"is_leader"`
+	FencingToken uint64 `json:"fencing_token"`
+	Watching     string `json:"watching,omitempty"`
+	Index        uint64 `json:"index"`
+}
+
+// Resigned is the reply to POST /v1/election/resign.
+type Resigned struct {
+	Resigned bool   `json:"resigned"`
+	Index    uint64 `json:"index"`
+}
+
+// Leader is an election's current leader.
+type Leader struct {
+	SessionID    string `json:"session_id"`
+	Value        string `json:"value"`
+	FencingToken uint64 `json:"fencing_token"`
+}
+
+// ElectionState is the reply to GET /v1/election/{role}.
+type ElectionState struct {
+	Leader     *Leader `json:"leader"`
+	Candidates int     `json:"candidates"`
+	Index      uint64  `json:"index"`
+}
+
+// Member is one server of the cluster.
+type Member struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	PeerURL   string `json:"peer_url"`
+	ClientURL string `json:"client_url,omitempty"`
+	Learner   bool   `json:"learner,omitempty"`
+}
+
+// Status is the reply to GET /v1/status.
+type Status struct {
+	ID           string   `json:"id"`
+	Name         string   `json:"name"`
+	Role         string   `json:"role"`
+	Term         uint64   `json:"term"`
+	LeaderID     string   `json:"leader_id"`
+	LeaderClient string   `json:"leader_client_url,omitempty"`
+	CommitIndex  uint64   `json:"commit_index"`
+	AppliedIndex uint64   `json:"applied_index"`
+	Members      []Member `json:"members"`
+}
+
+// Members is the reply to GET /v1/cluster/members.
+type Members struct {
+	Members []Member `json:"members"`
+	Index   uint64   `json:"index"`
+}
+
+// LeaderTransferRequest is the body of POST /v1/cluster/leader.
+type LeaderTransferRequest struct {
+	To string `json:"to"`
+}
