@@ -1,5 +1,11 @@
 package api
 
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
 // Header names of the HTTP contract.
 const (
 	// HeaderIndex carries the applied raft index of the answering node on every
@@ -214,4 +220,22 @@ type Members struct {
 // LeaderTransferRequest is the body of POST /v1/cluster/leader.
 type LeaderTransferRequest struct {
 	To string `json:"to"`
+}
+
+// FormatID renders a session, member or watch id as API.md's opaque string
+// ("0x" and 16 hex digits).
+func FormatID(id uint64) string { return fmt.Sprintf("0x%016x", id) }
+
+// ParseID parses an id rendered by FormatID (the "0x" prefix is optional).
+// The error is an *Error with CodeInvalidArgument.
+func ParseID(s string) (uint64, error) {
+	t := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
+	if t == "" || len(t) > 16 {
+		return 0, Errorf(CodeInvalidArgument, "malformed id %q", s)
+	}
+	id, err := strconv.ParseUint(t, 16, 64)
+	if err != nil || id == 0 {
+		return 0, Errorf(CodeInvalidArgument, "malformed id %q", s)
+	}
+	return id, nil
 }
