@@ -1,0 +1,29 @@
+// Package fsm owns latch's replicated state machine: the hierarchical tree of
+// nodes, the session table with its owner index of ephemeral nodes, the
+// per-session exactly-once (deduplication) windows and the member list.
+//
+// Every replica applies the same committed commands (internal/command) in log
+// order through Apply, and must reach the same state. So Apply is
+// deterministic: it reads no clock, draws no random numbers, does no I/O and
+// never lets map iteration order reach a result, an event or a snapshot.
+// Anything time-like is decided by the proposer and carried in the command.
+// Hash fingerprints the whole replicated state, so tests can check that
+// replicas which applied the same index are identical.
+//
+// Requests the state machine refuses (a version mismatch, a missing node, an
+// expired session, an invalid path...) are results, not failures: Apply
+// returns them in Result.Err as *api.Error with the code of API.md and
+// changes nothing but the applied index. A broken invariant of the caller
+// (an index that does not increase) panics.
+//
+// Invariants:
+//   - the root "/" always exists; every other node's parent exists;
+//   - an ephemeral node (Owner != 0) has no children and its owner session
+//     exists; the owner index holds exactly the ephemeral nodes;
+//   - a node's children count equals the number of nodes whose parent it is.
+//
+// An FSM is not safe for concurrent use: the server serialises Apply and
+// guards reads with its own lock. Clone returns an O(1) copy-on-write copy
+// (tidwall/btree's Copy) that another goroutine may read or serialise with
+// WriteSnapshot while the original keeps applying.
+package fsm

@@ -1,0 +1,226 @@
+package fsm
+
+import (
+	"strings"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+)
+
+// put applies OpPut: it checks everything first and refuses without change,
+// or writes the node, creating missing ancestors (mkdir -p).
+func (f *FSM) put(index uint64, cmd *command.Command) (Result, []Event) {
+	if err := checkPut(cmd); err != nil {
+		return refuse(err)
+	}
+	parent, missing, err := f.existingAncestor(api.Parent(cmd.Path))
+	if err != nil {
+		return refuse(err)
+	}
+	path := cmd.Path
+	if cmd.Sequential {
+		var next uint64 // a parent made by this put starts at 0
+		if len(missing) == 0 {
+			next = parent.sequence
+		}
+		path = sequentialPath(cmd.Path, next)
+		if len(path) > api.MaxPathLen {
+			return refuse(api.Errorf(api.CodeInvalidArgument, "sequential path %q is over %d bytes", path, api.MaxPathLen))
+		}
+	}
+	var existing entry
+	exists := false
+	if len(missing) == 0 {
+		existing, exists = f.lookup(path)
+	}
+	if err := checkExisting(cmd, path, existing, exists); err != nil {
+		return refuse(err)
+	}
+	if exists {
+		return f.update(index, cmd, existing)
+	}
+	return f.create(index, cmd, path, parent, missing)
+}
+
+// checkPut validates what a put can check without reading the tree.
+func checkPut(cmd *command.Command) *api.Error {
+	if err := api.ValidatePath(cmd.Path); err != nil {
+		return asAPIError(err)
+	}
+	switch {
+	case cmd.Path == "/" && cmd.Ephemeral:
+		return api.Errorf(api.CodeInvalidArgument, "the root cannot be ephemeral")
+	case cmd.Path == "/" && cmd.Sequential:
+		return api.Errorf(api.CodeInvalidArgument, "the root cannot be created sequentially")
+	case cmd.Ephemeral && cmd.SessionID == 0:
+		return api.Errorf(api.CodeInvalidArgument, "an ephemeral node needs a session")
+	}
+	return nil
+}
+
+// checkExisting checks the precondition and the ephemeral rules against the
+// node at path, if it exists.
+func checkExisting(cmd *command.Command, path string, existing entry, exists bool) *api.Error {
+	switch cmd.Precondition {
+	case command.PrecondNone:
+		if exists {
+			return api.Errorf(api.CodePreconditionFailed, "node %q exists", path)
+		}
+	case command.PrecondVersion:
+		if existing.version != cmd.Version { // a missing node has version 0
+			return api.Errorf(api.CodePreconditionFailed, "node %q has version %d, not %d", path, existing.version, cmd.Version)
+		}
+	}
+	switch {
+	case !exists:
+		return nil
+	case cmd.Sequential:
+		return api.Errorf(api.CodePreconditionFailed, "sequential node %q already exists", path)
+	case cmd.Ephemeral && existing.owner != cmd.SessionID:
+		return api.Errorf(api.CodePreconditionFailed, "node %q exists and is not an ephemeral node of session %#x", path, cmd.SessionID)
+	}
+	return nil
+}
+
+// existingAncestor returns the deepest existing node on the way from p up to
+// the root, and the paths of the missing ones below it, top-down. The
+// existing one must not be ephemeral: ephemeral nodes cannot have children.
+func (f *FSM) existingAncestor(p string) (entry, []string, *api.Error) {
+	var missing []string
+	for {
+		e, ok := f.lookup(p)
+		if ok {
+			if e.owner != 0 {
+				return entry{}, nil, api.Errorf(api.CodeInvalidArgument, "node %q is ephemeral and cannot have children", p)
+			}
+			return e, missing, nil
+		}
+		missing = append([]string{p}, missing...)
+		p = api.Parent(p)
+	}
+}
+
+// update writes cmd's value to the existing node e. Ownership is kept.
+func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Event) {
+	e.value = cloneBytes(cmd.Value)
+	e.version++
+	e.modified = index
+	f.nodes.Set(e)
+	events := []Event{{Kind: EventChanged, Path: e.path, Version: e.version, Index: index}}
+	return Result{Node: e.meta()}, events
+}
+
+// create makes the node at path under parent, first making the missing
+// ancestors (top-down) between them.
+func (f *FSM) create(index uint64, cmd *command.Command, path string, parent entry, missing []string) (Result, []Event) {
+	events := make([]Event, 0, 2*(len(missing)+1))
+	parent.children++
+	if cmd.Sequential && len(missing) == 0 {
+		parent.sequence++
+	}
+	f.nodes.Set(parent)
+	for _, p := range missing {
+		events = append(events, createdEvents(index, p, parent)...)
+		parent = entry{path: p, version: 1, created: index, modified: index, children: 1}
+		if cmd.Sequential && p == missing[len(missing)-1] {
+			parent.sequence = 1
+		}
+		f.nodes.Set(parent)
+	}
+	e := entry{path: path, value: cloneBytes(cmd.Value), version: 1, created: index, modified: index}
+	if cmd.Ephemeral {
+		e.owner = cmd.SessionID
+		f.addEphemeral(cmd.SessionID, path)
+	}
+	f.nodes.Set(e)
+	events = append(events, createdEvents(index, path, parent)...)
+	return Result{Node: e.meta()}, events
+}
+
+func createdEvents(index uint64, path string, parent entry) []Event {
+	return []Event{
+		{Kind: EventCreated, Path: path, Version: 1, Index: index},
+		{Kind: EventChildrenChanged, Path: parent.path, Version: parent.version, Index: index},
+	}
+}
+
+// delete applies OpDelete.
+func (f *FSM) delete(index uint64, cmd *command.Command) (Result, []Event) {
+	if err := api.ValidatePath(cmd.Path); err != nil {
+		return refuse(asAPIError(err))
+	}
+	if cmd.Path == "/" {
+		return refuse(api.Errorf(api.CodeInvalidArgument, "the root cannot be deleted"))
+	}
+	e, ok := f.lookup(cmd.Path)
+	if !ok {
+		return refuse(api.Errorf(api.CodeNotFound, "node %q not found", cmd.Path))
+	}
+	switch {
+	case cmd.Precondition == command.PrecondNone:
+		return refuse(api.Errorf(api.CodePreconditionFailed, "node %q exists", cmd.Path))
+	case cmd.Precondition == command.PrecondVersion && e.version != cmd.Version:
+		return refuse(api.Errorf(api.CodePreconditionFailed, "node %q has version %d, not %d", cmd.Path, e.version, cmd.Version))
+	case e.children > 0 && !cmd.Recursive:
+		return refuse(api.Errorf(api.CodePreconditionFailed, "node %q has %d children", cmd.Path, e.children))
+	}
+	subtree := []entry{e}
+	if e.children > 0 {
+		subtree = f.subtree(e)
+	}
+	events := make([]Event, 0, len(subtree)+1)
+	for i := len(subtree) - 1; i >= 0; i-- { // descendants before ancestors
+		events = append(events, f.remove(index, subtree[i]))
+	}
+	events = append(events, f.unlinkChild(index, cmd.Path))
+	return Result{Node: e.meta()}, events
+}
+
+// subtree returns root and its descendants in pre-order.
+func (f *FSM) subtree(root entry) []entry {
+	nodes := []entry{root}
+	prefix := childPrefix(root.path)
+	f.nodes.Ascend(entry{path: prefix}, func(e entry) bool {
+		if !strings.HasPrefix(e.path, prefix) {
+			return false
+		}
+		nodes = append(nodes, e)
+		return true
+	})
+	return nodes
+}
+
+// remove deletes the single node e (its parent's children count is the
+// caller's business) and returns its event.
+func (f *FSM) remove(index uint64, e entry) Event {
+	f.nodes.Delete(e)
+	if e.owner != 0 {
+		f.removeEphemeral(e.owner, e.path)
+	}
+	return Event{Kind: EventDeleted, Path: e.path, Version: e.version, Index: index}
+}
+
+// unlinkChild decrements the children count of path's parent and returns
+// the parent's event.
+func (f *FSM) unlinkChild(index uint64, path string) Event {
+	parent, _ := f.lookup(api.Parent(path))
+	parent.children--
+	f.nodes.Set(parent)
+	return Event{Kind: EventChildrenChanged, Path: parent.path, Version: parent.version, Index: index}
+}
+
+func cloneBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+// asAPIError returns err as an *api.Error, wrapping any other error as
+// invalid_argument.
+func asAPIError(err error) *api.Error {
+	if e, ok := err.(*api.Error); ok {
+		return e
+	}
+	return api.Errorf(api.CodeInvalidArgument, "%v", err)
+}

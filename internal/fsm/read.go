@@ -1,0 +1,93 @@
+package fsm
+
+import (
+	"strings"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+)
+
+// Get returns the node at path: not_found if it does not exist,
+// invalid_argument if path is invalid (both *api.Error).
+func (f *FSM) Get(path string) (Node, error) {
+	e, err := f.get(path)
+	if err != nil {
+		return Node{}, err
+	}
+	return Node{NodeMeta: e.meta(), Value: e.value, Owner: e.owner, ChildrenCount: e.children}, nil
+}
+
+func (f *FSM) get(path string) (entry, error) {
+	if err := api.ValidatePath(path); err != nil {
+		return entry{}, err
+	}
+	e, ok := f.lookup(path)
+	if !ok {
+		return entry{}, api.Errorf(api.CodeNotFound, "node %q not found", path)
+	}
+	return e, nil
+}
+
+// Children returns the names of path's children, sorted bytewise; errors as
+// Get. It costs O(children × log nodes), not O(subtree).
+func (f *FSM) Children(path string) ([]string, error) {
+	e, err := f.get(path)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, e.children)
+	if e.children == 0 {
+		return names, nil
+	}
+	prefix := childPrefix(path)
+	iter := f.nodes.Iter()
+	defer iter.Release()
+	for ok := iter.Seek(entry{path: prefix}); ok; {
+		child := iter.Item().path
+		if child == path { // the root sorts at its own prefix "/"
+			ok = iter.Next()
+			continue
+		}
+		if !strings.HasPrefix(child, prefix) {
+			break
+		}
+		names = append(names, child[len(prefix):])
+		ok = iter.Seek(entry{path: afterSubtree(child)})
+	}
+	return names, nil
+}
+
+// Session returns the live session id: not_found (*api.Error) if it is
+// unknown, closed or expired.
+func (f *FSM) Session(id uint64) (Session, error) {
+	s, ok := f.sessions.Get(session{id: id})
+	if !ok {
+		return Session{}, api.Errorf(api.CodeNotFound, "session %#x not found", id)
+	}
+	return s.public(), nil
+}
+
+func (s session) public() Session {
+	return Session{ID: s.id, TimeoutMs: s.timeoutMs, Ephemerals: s.ephemerals}
+}
+
+// Sessions returns every live session, sorted by id.
+func (f *FSM) Sessions() []Session {
+	sessions := make([]Session, 0, f.sessions.Len())
+	f.sessions.Scan(func(s session) bool {
+		sessions = append(sessions, s.public())
+		return true
+	})
+	return sessions
+}
+
+// SessionCount returns the number of live sessions.
+func (f *FSM) SessionCount() int { return f.sessions.Len() }
+
+// NodeCount returns the number of nodes, the root included.
+func (f *FSM) NodeCount() int { return f.nodes.Len() }
+
+// Members returns the cluster members, sorted by ID.
+func (f *FSM) Members() []command.Member {
+	return append([]command.Member(nil), f.members...)
+}

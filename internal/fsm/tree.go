@@ -1,0 +1,91 @@
+package fsm
+
+import (
+	"strconv"
+
+	"github.com/latch-io/latch/api"
+)
+
+// entry is one node of the tree as stored in the B-tree, by value: copying
+// the tree (Clone) then never shares a mutable node.
+type entry struct {
+	path     string
+	value    []byte // never modified in place; a write stores a new slice
+	version  uint64
+	created  uint64
+	modified uint64
+	owner    uint64 // the session owning this ephemeral node; 0 = persistent
+	sequence uint64 // the next suffix of a sequential child
+	children int    // number of direct children
+}
+
+func (e *entry) meta() NodeMeta {
+	return NodeMeta{Path: e.path, Version: e.version, CreatedIndex: e.created, ModifiedIndex: e.modified}
+}
+
+// pathLess orders paths as a pre-order walk of the tree with siblings sorted
+// by name: it compares bytes, except that '/' sorts below every other byte.
+// A subtree is then one contiguous run (the node, then every path with its
+// prefix plus "/"), and a parent always comes before its children.
+func pathLess(a, b string) bool {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		x, y := a[i], b[i]
+		if x == y {
+			continue
+		}
+		if x == '/' {
+			return true
+		}
+		if y == '/' {
+			return false
+		}
+		return x < y
+	}
+	return len(a) < len(b)
+}
+
+func entryLess(a, b entry) bool { return pathLess(a.path, b.path) }
+
+// afterSubtree returns a key that sorts after every path of p's subtree and
+// at or before p's next sibling: valid paths contain no NUL byte, and '/'
+// sorts below it.
+func afterSubtree(p string) string { return p + "\x00" }
+
+// childPrefix returns the prefix shared by the paths of p's descendants.
+func childPrefix(p string) string {
+	if p == "/" {
+		return "/"
+	}
+	return p + "/"
+}
+
+// sequentialPath appends the zero-padded sequence number to p.
+func sequentialPath(p string, sequence uint64) string {
+	digits := strconv.FormatUint(sequence, 10)
+	buf := make([]byte, 0, len(p)+max(api.SequenceDigits, len(digits)))
+	buf = append(buf, p...)
+	for i := len(digits); i < api.SequenceDigits; i++ {
+		buf = append(buf, '0')
+	}
+	buf = append(buf, digits...)
+	return string(buf)
+}
+
+func (f *FSM) lookup(p string) (entry, bool) {
+	return f.nodes.Get(entry{path: p})
+}
+
+// ownerKey is an entry of the owner index: the ephemeral node path owned by
+// a session.
+type ownerKey struct {
+	owner uint64
+	path  string
+}
+
+func ownerLess(a, b ownerKey) bool {
+	if a.owner != b.owner {
+		return a.owner < b.owner
+	}
+	return a.path < b.path
+}
