@@ -1,0 +1,178 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Wire format. Every connection starts with a handshake from the dialer,
+// answered by one status byte from the acceptor:
+//
+//	handshake: magic "LTCH" | version u8 | kind u8 | 2 zero bytes | cluster u64 | from u64 | to u64
+//	status:    u8 (statusOK, or the reason the acceptor refused and closes)
+//
+// A message connection (kindMessages) then carries frames from dialer to
+// acceptor only, in the order they were sent:
+//
+//	frame:     length u32 | group u64 | raftpb.Message (gogoproto), length = 8 + len(message)
+//
+// A snapshot connection (kindSnapshot) carries exactly one snapshot:
+//
+//	frame (the MsgSnap) | body length u64 | chunks ... | terminator | (acceptor) status u8 | text length u16 | text
+//	chunk:      length u32 (> 0) | crc32c(data) u32 | data
+//	terminator: 0 u32 | crc32c(whole body) u32
+//
+// All integers are big-endian.
+
+const (
+	protocolVersion  = 1
+	handshakeSize    = 32
+	frameHeaderSize  = 12 // length u32 + group u64
+	chunkHeaderSize  = 8  // length u32 + crc u32
+	maxStatusText    = 1024
+	kindMessages     = 1
+	kindSnapshot     = 2
+	statusOK         = 0
+	statusCluster    = 1 // cluster id mismatch
+	statusWrongPeer  = 2 // the dialer wanted another node id
+	statusBadRequest = 3 // unknown version or kind
+	statusFailed     = 4 // snapshot: stored or processed with an error
+)
+
+var magic = [4]byte{'L', 'T', 'C', 'H'}
+
+// handshake is the first thing a dialer writes on a connection.
+type handshake struct {
+	version uint8
+	kind    uint8
+	cluster uint64
+	from    uint64
+	to      uint64
+}
+
+func (h handshake) encode() []byte {
+	b := make([]byte, handshakeSize)
+	copy(b, magic[:])
+	b[4] = h.version
+	b[5] = h.kind
+	binary.BigEndian.PutUint64(b[8:], h.cluster)
+	binary.BigEndian.PutUint64(b[16:], h.from)
+	binary.BigEndian.PutUint64(b[24:], h.to)
+	return b
+}
+
+func readHandshake(r io.Reader) (handshake, error) {
+	var b [handshakeSize]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return handshake{}, fmt.Errorf("read handshake: %w", err)
+	}
+	if [4]byte(b[:4]) != magic {
+		return handshake{}, fmt.Errorf("handshake magic %q: %w", b[:4], ErrCorrupt)
+	}
+	return handshake{
+		version: b[4],
+		kind:    b[5],
+		cluster: binary.BigEndian.Uint64(b[8:]),
+		from:    binary.BigEndian.Uint64(b[16:]),
+		to:      binary.BigEndian.Uint64(b[24:]),
+	}, nil
+}
+
+// statusError turns a refusal status from the acceptor into an error.
+func statusError(status byte) error {
+	switch status {
+	case statusOK:
+		return nil
+	case statusCluster:
+		return ErrClusterMismatch
+	case statusWrongPeer:
+		return ErrWrongPeer
+	default:
+		return fmt.Errorf("peer refused with status %d", status)
+	}
+}
+
+// appendFrame appends the frame of m in group to buf.
+func appendFrame(buf []byte, group uint64, m *raftpb.Message) ([]byte, error) {
+	size := m.Size()
+	start := len(buf)
+	buf = grow(buf, frameHeaderSize+size)
+	frame := buf[start:]
+	binary.BigEndian.PutUint32(frame, uint32(8+size))
+	binary.BigEndian.PutUint64(frame[4:], group)
+	if _, err := m.MarshalToSizedBuffer(frame[frameHeaderSize:]); err != nil {
+		return buf[:start], fmt.Errorf("marshal %s to %d: %w", m.Type, m.To, err)
+	}
+	return buf, nil
+}
+
+// grow extends buf by n bytes, reallocating if needed.
+func grow(buf []byte, n int) []byte {
+	if need := len(buf) + n; need > cap(buf) {
+		bigger := make([]byte, len(buf), max(need, 2*cap(buf)))
+		copy(bigger, buf)
+		buf = bigger
+	}
+	return buf[:len(buf)+n]
+}
+
+// frameReader reads frames from one connection, reusing its buffer.
+// Unmarshal copies every byte slice, so reuse is safe.
+type frameReader struct {
+	reader   io.Reader // buffered by the caller; read exactly frame by frame
+	buf      []byte
+	maxFrame int
+	offset   int64 // bytes consumed so far, for error messages
+}
+
+// next reads one frame. It returns the frame's size on the wire. An error
+// wrapping ErrCorrupt or ErrFrameTooLarge means the stream cannot continue.
+func (f *frameReader) next() (uint64, raftpb.Message, int, error) {
+	var header [frameHeaderSize]byte
+	if _, err := io.ReadFull(f.reader, header[:]); err != nil {
+		return 0, raftpb.Message{}, 0, f.wrapEOF(err)
+	}
+	length := int64(binary.BigEndian.Uint32(header[:]))
+	group := binary.BigEndian.Uint64(header[4:])
+	if length < 8 {
+		return 0, raftpb.Message{}, 0, fmt.Errorf("frame at offset %d: length %d: %w", f.offset, length, ErrCorrupt)
+	}
+	if length > int64(f.maxFrame) {
+		return 0, raftpb.Message{}, 0, fmt.Errorf("frame at offset %d: length %d over %d: %w", f.offset, length, f.maxFrame, ErrFrameTooLarge)
+	}
+	body := int(length - 8)
+	if cap(f.buf) < body {
+		f.buf = make([]byte, body)
+	}
+	f.buf = f.buf[:body]
+	if _, err := io.ReadFull(f.reader, f.buf); err != nil {
+		return 0, raftpb.Message{}, 0, fmt.Errorf("frame at offset %d: %w", f.offset, noEOF(err))
+	}
+	var m raftpb.Message
+	if err := m.Unmarshal(f.buf); err != nil {
+		return 0, raftpb.Message{}, 0, fmt.Errorf("frame at offset %d: unmarshal: %v: %w", f.offset, err, ErrCorrupt)
+	}
+	size := frameHeaderSize + body
+	f.offset += int64(size)
+	return group, m, size, nil
+}
+
+// wrapEOF keeps a clean io.EOF between frames and names the offset otherwise.
+func (f *frameReader) wrapEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.EOF
+	}
+	return fmt.Errorf("frame header at offset %d: %w", f.offset, err)
+}
+
+// noEOF turns an EOF inside a structure into io.ErrUnexpectedEOF.
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

@@ -1,0 +1,140 @@
+package transport
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"time"
+)
+
+// acceptLoop accepts peer connections until the listener is closed.
+func (t *TCP) acceptLoop() {
+	backoff := 5 * time.Millisecond
+	for {
+		conn, err := t.listener.Accept()
+		if err != nil {
+			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			t.logger.Error("accept failed", "err", err)
+			select {
+			case <-time.After(backoff):
+			case <-t.ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		if !t.track(conn) {
+			return
+		}
+		t.start(func() { t.serve(conn) })
+	}
+}
+
+// serve runs one accepted connection: the handshake, then either a stream
+// of messages or one snapshot.
+func (t *TCP) serve(conn net.Conn) {
+	defer t.untrack(conn)
+	hello, ok := t.serverHandshake(conn)
+	if !ok {
+		return
+	}
+	reader := bufio.NewReaderSize(conn, 64<<10)
+	switch hello.kind {
+	case kindMessages:
+		t.readMessages(conn, reader, hello.from)
+	case kindSnapshot:
+		t.receiveSnapshot(conn, reader, hello.from)
+	}
+}
+
+// serverHandshake reads the dialer's handshake, answers it, and reports
+// whether the connection may be used.
+func (t *TCP) serverHandshake(conn net.Conn) (handshake, bool) {
+	conn.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
+	hello, err := readHandshake(conn)
+	if err != nil {
+		t.reject(conn, "bad handshake", err)
+		return handshake{}, false
+	}
+	status := byte(statusOK)
+	switch {
+	case hello.version != protocolVersion || (hello.kind != kindMessages && hello.kind != kindSnapshot) || hello.from == 0:
+		status = statusBadRequest
+	case hello.cluster != t.cfg.ClusterID:
+		status = statusCluster
+	case hello.to != t.cfg.ID:
+		status = statusWrongPeer
+	}
+	if _, err := conn.Write([]byte{status}); err != nil {
+		t.logger.Debug("write handshake status", "remote", conn.RemoteAddr(), "err", err)
+		return handshake{}, false
+	}
+	if status != statusOK {
+		t.reject(conn, "handshake refused", statusError(status),
+			"peer", hello.from, "cluster", hello.cluster, "to", hello.to, "version", hello.version, "kind", hello.kind)
+		return handshake{}, false
+	}
+	conn.SetDeadline(time.Time{})
+	return hello, true
+}
+
+// reject logs why an inbound connection is being closed and counts it.
+func (t *TCP) reject(conn net.Conn, why string, err error, attrs ...any) {
+	t.counters.framesRejected.Add(1)
+	t.logger.Warn("closing peer connection: "+why, append([]any{"remote", conn.RemoteAddr(), "err", err}, attrs...)...)
+}
+
+// readMessages hands every frame on conn to the handler in order. It
+// returns, and the caller closes conn, when the stream ends or breaks.
+func (t *TCP) readMessages(conn net.Conn, reader *bufio.Reader, from uint64) {
+	t.replaceStream(from, conn)
+	defer t.forgetStream(from, conn)
+	frames := frameReader{reader: reader, maxFrame: t.cfg.MaxFrameSize}
+	for {
+		group, m, size, err := frames.next()
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrCorrupt), errors.Is(err, ErrFrameTooLarge):
+			t.reject(conn, "corrupt stream", err, "peer", from)
+			return
+		case errors.Is(err, io.EOF) || t.ctx.Err() != nil:
+			return
+		default:
+			t.logger.Debug("peer stream ended", "peer", from, "err", err)
+			return
+		}
+		if m.From != from || m.To != t.cfg.ID {
+			t.reject(conn, "message addressed inconsistently", ErrCorrupt, "peer", from, "from", m.From, "to", m.To)
+			return
+		}
+		t.counters.messagesReceived.Add(1)
+		t.counters.bytesReceived.Add(uint64(size))
+		if err := t.cfg.Handler.Process(t.ctx, group, m); err != nil {
+			t.logger.Debug("process failed", "peer", from, "group", group, "type", m.Type, "err", err)
+		}
+	}
+}
+
+// replaceStream records conn as from's message connection and closes the
+// one it replaces: a restarted peer's new connection supersedes its old one.
+func (t *TCP) replaceStream(from uint64, conn net.Conn) {
+	t.mu.Lock()
+	old := t.streams[from]
+	t.streams[from] = conn
+	t.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+func (t *TCP) forgetStream(from uint64, conn net.Conn) {
+	t.mu.Lock()
+	if t.streams[from] == conn {
+		delete(t.streams, from)
+	}
+	t.mu.Unlock()
+}
