@@ -1,18 +1,189 @@
 package fsm
 
 import (
+	"bufio"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"hash/crc32"
+	"hash/crc64"
 	"io"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+)
+
+// Snapshot format, version 1. A snapshot is the 8-byte magic "LATCHFSM",
+// a format version byte, then frames:
+//
+//	frame   = type byte, payload length (uvarint), payload, CRC-32C of
+//	          type, length and payload (4 bytes, little endian)
+//	header  = applied index, member count, session count, node count
+//	member  = id, name, peer url, client url, learner (0/1)
+//	session = id, timeout ms, highest request seq, record count, records
+//	record  = seq, error code, error message, node path, version,
+//	          created index, modified index, session id, timeout ms
+//	node    = bytes shared with the previous node's path, rest of the path,
+//	          value, version, created index, modified index, owner,
+//	          sequence, children count
+//	end     = empty
+//
+// Integers are uvarints and strings a uvarint length then the bytes. The
+// frames come in the order header, members (by id), sessions (by id), nodes
+// (in tree order: the root first, parents before children), end. The
+// encoding of a state is unique, so Hash can be a checksum of it.
+const (
+	snapshotMagic   = "LATCHFSM"
+	snapshotVersion = 1
+	// maxFramePayload bounds the memory ReadSnapshot allocates for one frame.
+	maxFramePayload = 16 << 20
+)
+
+const (
+	frameHeader byte = iota + 1
+	frameMember
+	frameSession
+	frameNode
+	frameEnd
 )
 
 // ErrCorruptSnapshot is wrapped by every ReadSnapshot error about its input.
 var ErrCorruptSnapshot = errors.New("fsm: corrupt snapshot")
 
-// WriteSnapshot serialises f to w. Not yet implemented.
-func (f *FSM) WriteSnapshot(w io.Writer) error { return errors.New("fsm: WriteSnapshot not implemented yet") }
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// ReadSnapshot reads a snapshot written by WriteSnapshot. Not yet implemented.
-func ReadSnapshot(r io.Reader) (*FSM, error) { return nil, errors.New("fsm: ReadSnapshot not implemented yet") }
+// WriteSnapshot serialises f to w in the snapshot format, streaming: it holds
+// one frame in memory at a time, whatever the size of the state. It only
+// reads f, so it may run on a Clone on another goroutine.
+func (f *FSM) WriteSnapshot(w io.Writer) error {
+	sw := snapshotWriter{w: bufio.NewWriterSize(w, 256<<10)}
+	sw.write(append([]byte(snapshotMagic), snapshotVersion))
+	sw.frame(frameHeader, func(b []byte) []byte {
+		b = binary.AppendUvarint(b, f.applied)
+		b = binary.AppendUvarint(b, uint64(len(f.members)))
+		b = binary.AppendUvarint(b, uint64(f.sessions.Len()))
+		return binary.AppendUvarint(b, uint64(f.nodes.Len()))
+	})
+	for _, m := range f.members {
+		sw.frame(frameMember, func(b []byte) []byte { return appendMember(b, m) })
+	}
+	f.sessions.Scan(func(s session) bool {
+		sw.frame(frameSession, func(b []byte) []byte { return appendSession(b, s) })
+		return sw.err == nil
+	})
+	previous := ""
+	f.nodes.Scan(func(e entry) bool {
+		sw.frame(frameNode, func(b []byte) []byte { return appendNode(b, previous, e) })
+		previous = e.path
+		return sw.err == nil
+	})
+	sw.frame(frameEnd, func(b []byte) []byte { return b })
+	if sw.err != nil {
+		return fmt.Errorf("fsm: write snapshot: %w", sw.err)
+	}
+	if err := sw.w.Flush(); err != nil {
+		return fmt.Errorf("fsm: write snapshot: %w", err)
+	}
+	return nil
+}
 
-// Hash returns a fingerprint of the whole replicated state. Not yet implemented.
-func (f *FSM) Hash() uint64 { return 0 }
+// Hash returns a fingerprint of all replicated state, the applied index
+// included: the CRC-64 of its snapshot encoding. Replicas are equal iff
+// (up to collisions) their hashes are. It costs a full serialisation.
+func (f *FSM) Hash() uint64 {
+	h := crc64.New(crc64.MakeTable(crc64.ECMA))
+	if err := f.WriteSnapshot(h); err != nil {
+		panic(fmt.Sprintf("fsm: hashing cannot fail: %v", err)) // hash writers never fail
+	}
+	return h.Sum64()
+}
+
+// snapshotWriter writes frames, remembering the first error.
+type snapshotWriter struct {
+	w       *bufio.Writer
+	payload []byte
+	header  []byte
+	err     error
+}
+
+func (sw *snapshotWriter) write(b []byte) {
+	if sw.err == nil {
+		_, sw.err = sw.w.Write(b)
+	}
+}
+
+// frame writes one frame whose payload encode appends to a reused buffer.
+func (sw *snapshotWriter) frame(typ byte, encode func([]byte) []byte) {
+	if sw.err != nil {
+		return
+	}
+	sw.payload = encode(sw.payload[:0])
+	sw.header = binary.AppendUvarint(append(sw.header[:0], typ), uint64(len(sw.payload)))
+	crc := crc32.Update(crc32.Checksum(sw.header, castagnoli), castagnoli, sw.payload)
+	sw.write(sw.header)
+	sw.write(sw.payload)
+	sw.write(binary.LittleEndian.AppendUint32(sw.header[:0], crc))
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendMember(b []byte, m command.Member) []byte {
+	b = binary.AppendUvarint(b, m.ID)
+	b = appendString(b, m.Name)
+	b = appendString(b, m.PeerURL)
+	b = appendString(b, m.ClientURL)
+	if m.Learner {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func appendSession(b []byte, s session) []byte {
+	b = binary.AppendUvarint(b, s.id)
+	b = binary.AppendUvarint(b, s.timeoutMs)
+	if s.dedup == nil {
+		return append(b, 0, 0)
+	}
+	b = binary.AppendUvarint(b, s.dedup.highest)
+	b = binary.AppendUvarint(b, uint64(len(s.dedup.records)))
+	for _, r := range s.dedup.records {
+		b = binary.AppendUvarint(b, r.seq)
+		b = appendResult(b, r.result)
+	}
+	return b
+}
+
+func appendResult(b []byte, r Result) []byte {
+	var code, message string
+	if e, ok := r.Err.(*api.Error); ok {
+		code, message = string(e.Code), e.Message
+	}
+	b = appendString(b, code)
+	b = appendString(b, message)
+	b = appendString(b, r.Node.Path)
+	b = binary.AppendUvarint(b, r.Node.Version)
+	b = binary.AppendUvarint(b, r.Node.CreatedIndex)
+	b = binary.AppendUvarint(b, r.Node.ModifiedIndex)
+	b = binary.AppendUvarint(b, r.SessionID)
+	return binary.AppendUvarint(b, r.TimeoutMs)
+}
+
+func appendNode(b []byte, previous string, e entry) []byte {
+	shared := 0
+	for shared < len(previous) && shared < len(e.path) && previous[shared] == e.path[shared] {
+		shared++
+	}
+	b = binary.AppendUvarint(b, uint64(shared))
+	b = appendString(b, e.path[shared:])
+	b = binary.AppendUvarint(b, uint64(len(e.value)))
+	b = append(b, e.value...)
+	b = binary.AppendUvarint(b, e.version)
+	b = binary.AppendUvarint(b, e.created)
+	b = binary.AppendUvarint(b, e.modified)
+	b = binary.AppendUvarint(b, e.owner)
+	b = binary.AppendUvarint(b, e.sequence)
+	return binary.AppendUvarint(b, uint64(e.children))
+}

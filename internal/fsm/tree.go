@@ -89,3 +89,13 @@ func ownerLess(a, b ownerKey) bool {
 	}
 	return a.path < b.path
 }
+
+// uvarintLen returns the length of v's minimal varint encoding.
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}

@@ -1,0 +1,419 @@
+package fsm
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+)
+
+// ReadSnapshot reads a snapshot written by WriteSnapshot and returns the
+// state it holds. It checks every frame's checksum and every invariant of
+// the state (order, parents, children counts, owners), so a corrupt input is
+// an error wrapping ErrCorruptSnapshot and naming the byte offset, never a
+// panic. Reading is buffered: it may consume bytes of r past the snapshot's
+// end.
+func ReadSnapshot(r io.Reader) (*FSM, error) {
+	sr := &snapshotReader{r: bufio.NewReaderSize(r, 256<<10)}
+	f, err := sr.read()
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// snapshotReader reads frames, tracking the offset of every byte.
+type snapshotReader struct {
+	r       *bufio.Reader
+	offset  int64 // bytes consumed so far
+	payload []byte
+}
+
+func corruptf(offset int64, format string, args ...any) error {
+	return fmt.Errorf("%w: offset %d: %s", ErrCorruptSnapshot, offset, fmt.Sprintf(format, args...))
+}
+
+// readFull reads exactly n bytes into buf (grown as needed).
+func (sr *snapshotReader) readFull(buf []byte, n int, what string) ([]byte, error) {
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	got, err := io.ReadFull(sr.r, buf)
+	sr.offset += int64(got)
+	switch {
+	case err == nil:
+		return buf, nil
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, corruptf(sr.offset, "truncated in %s", what)
+	default:
+		return nil, fmt.Errorf("fsm: read snapshot: offset %d: %w", sr.offset, err)
+	}
+}
+
+// frame reads the next frame, which must be of type want, and returns a
+// decoder over its payload (valid until the next call).
+func (sr *snapshotReader) frame(want byte) (*payloadDecoder, error) {
+	start := sr.offset
+	header := make([]byte, 0, binary.MaxVarintLen64+1)
+	for len(header) < cap(header) {
+		b, err := sr.readFull(nil, 1, "frame header")
+		if err != nil {
+			return nil, err
+		}
+		header = append(header, b[0])
+		if len(header) > 1 && b[0] < 0x80 {
+			break
+		}
+	}
+	length, n := binary.Uvarint(header[1:])
+	if n <= 0 || n != len(header)-1 || n != uvarintLen(length) {
+		return nil, corruptf(start+1, "bad frame length")
+	}
+	if length > maxFramePayload {
+		return nil, corruptf(start+1, "frame length %d over the limit of %d", length, maxFramePayload)
+	}
+	payload, err := sr.readFull(sr.payload, int(length), "frame payload")
+	if err != nil {
+		return nil, err
+	}
+	sr.payload = payload
+	sum, err := sr.readFull(nil, 4, "frame checksum")
+	if err != nil {
+		return nil, err
+	}
+	crc := crc32.Update(crc32.Checksum(header, castagnoli), castagnoli, payload)
+	if binary.LittleEndian.Uint32(sum) != crc {
+		return nil, corruptf(start, "checksum mismatch in the frame of %d bytes", sr.offset-start)
+	}
+	if header[0] != want {
+		return nil, corruptf(start, "frame of type %d where type %d belongs", header[0], want)
+	}
+	return &payloadDecoder{data: payload, base: start + int64(len(header))}, nil
+}
+
+func (sr *snapshotReader) read() (*FSM, error) {
+	magic, err := sr.readFull(nil, len(snapshotMagic)+1, "magic")
+	if err != nil {
+		return nil, err
+	}
+	if string(magic[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, corruptf(0, "not a latch state machine snapshot")
+	}
+	if magic[len(snapshotMagic)] != snapshotVersion {
+		return nil, corruptf(int64(len(snapshotMagic)), "unknown snapshot format version %d", magic[len(snapshotMagic)])
+	}
+	f := New()
+	var counts [3]uint64
+	d, err := sr.frame(frameHeader)
+	if err != nil {
+		return nil, err
+	}
+	f.applied = d.uvarint()
+	for i := range counts {
+		counts[i] = d.uvarint()
+	}
+	if err := d.finish(); err != nil {
+		return nil, err
+	}
+	if err := sr.readMembers(f, counts[0]); err != nil {
+		return nil, err
+	}
+	if err := sr.readSessions(f, counts[1]); err != nil {
+		return nil, err
+	}
+	if err := sr.readNodes(f, counts[2]); err != nil {
+		return nil, err
+	}
+	if d, err = sr.frame(frameEnd); err != nil {
+		return nil, err
+	}
+	return f, d.finish()
+}
+
+func (sr *snapshotReader) readMembers(f *FSM, count uint64) error {
+	for i := uint64(0); i < count; i++ {
+		d, err := sr.frame(frameMember)
+		if err != nil {
+			return err
+		}
+		m := command.Member{ID: d.uvarint(), Name: d.string(), PeerURL: d.string(), ClientURL: d.string()}
+		learnerAt := d.at()
+		switch d.byte() {
+		case 0:
+		case 1:
+			m.Learner = true
+		default:
+			d.fail(learnerAt, "learner flag is not 0 or 1")
+		}
+		if n := len(f.members); d.err == nil && n > 0 && f.members[n-1].ID >= m.ID {
+			d.fail(d.base, "member %d out of order", m.ID)
+		}
+		if err := d.finish(); err != nil {
+			return err
+		}
+		f.members = append(f.members, m)
+	}
+	return nil
+}
+
+func (sr *snapshotReader) readSessions(f *FSM, count uint64) error {
+	var previous uint64
+	for i := uint64(0); i < count; i++ {
+		d, err := sr.frame(frameSession)
+		if err != nil {
+			return err
+		}
+		s := session{id: d.uvarint(), timeoutMs: d.uvarint()}
+		if d.err == nil && s.id <= previous {
+			d.fail(d.base, "session %d out of order", s.id)
+		}
+		s.dedup = d.dedupTable(f.generation)
+		if err := d.finish(); err != nil {
+			return err
+		}
+		f.sessions.Load(s)
+		previous = s.id
+	}
+	return nil
+}
+
+// openNode is a node of the pre-order walk whose children are still being
+// read.
+type openNode struct {
+	path     string
+	children int // the count its frame declared
+	seen     int // children read so far
+	offset   int64
+}
+
+func (sr *snapshotReader) readNodes(f *FSM, count uint64) error {
+	if count == 0 {
+		return corruptf(sr.offset, "no root node")
+	}
+	f.nodes.Clear()
+	var stack []openNode
+	ephemerals := make(map[uint64]int)
+	previous := ""
+	for i := uint64(0); i < count; i++ {
+		start := sr.offset
+		d, err := sr.frame(frameNode)
+		if err != nil {
+			return err
+		}
+		e := d.node(previous)
+		if err := d.finish(); err != nil {
+			return err
+		}
+		if stack, err = checkNodePlace(stack, previous, e, start); err != nil {
+			return err
+		}
+		if e.owner != 0 {
+			if _, ok := f.sessions.Get(session{id: e.owner}); !ok {
+				return corruptf(start, "node %q is owned by unknown session %d", e.path, e.owner)
+			}
+			ephemerals[e.owner]++
+			f.owners.Set(ownerKey{owner: e.owner, path: e.path})
+		}
+		f.nodes.Load(e)
+		stack = append(stack, openNode{path: e.path, children: e.children, offset: start})
+		previous = e.path
+	}
+	if _, err := closeOpenNodes(stack, ""); err != nil {
+		return err
+	}
+	for id, n := range ephemerals { // order is irrelevant: each sets one session
+		s, _ := f.sessions.Get(session{id: id})
+		s.ephemerals = n
+		f.sessions.Set(s)
+	}
+	return nil
+}
+
+// checkNodePlace checks that e may follow previous in a pre-order walk whose
+// open ancestors are stack, and returns the stack with e's parent on top.
+func checkNodePlace(stack []openNode, previous string, e entry, offset int64) ([]openNode, error) {
+	if previous == "" {
+		if e.path != "/" || e.owner != 0 {
+			return nil, corruptf(offset, "first node %q is not the persistent root", e.path)
+		}
+		return stack, nil
+	}
+	if err := api.ValidatePath(e.path); err != nil {
+		return nil, corruptf(offset, "node path: %v", err)
+	}
+	if !pathLess(previous, e.path) {
+		return nil, corruptf(offset, "node %q does not sort after %q", e.path, previous)
+	}
+	if e.owner != 0 && e.children != 0 {
+		return nil, corruptf(offset, "ephemeral node %q has %d children", e.path, e.children)
+	}
+	stack, err := closeOpenNodes(stack, api.Parent(e.path))
+	if err != nil {
+		return nil, err
+	}
+	if len(stack) == 0 {
+		return nil, corruptf(offset, "node %q has no parent", e.path)
+	}
+	parent := &stack[len(stack)-1]
+	parent.seen++
+	return stack, nil
+}
+
+// closeOpenNodes pops the nodes above parent (all of them if parent is not
+// open), checking that each had all its declared children.
+func closeOpenNodes(stack []openNode, parent string) ([]openNode, error) {
+	for len(stack) > 0 && stack[len(stack)-1].path != parent {
+		top := stack[len(stack)-1]
+		if top.seen != top.children {
+			return nil, corruptf(top.offset, "node %q declares %d children but has %d", top.path, top.children, top.seen)
+		}
+		stack = stack[:len(stack)-1]
+	}
+	return stack, nil
+}
+
+// payloadDecoder decodes the fields of one frame payload, remembering the
+// first error.
+type payloadDecoder struct {
+	data []byte
+	pos  int
+	base int64 // offset of data[0] in the snapshot
+	err  error
+}
+
+func (d *payloadDecoder) at() int64 { return d.base + int64(d.pos) }
+
+func (d *payloadDecoder) fail(offset int64, format string, args ...any) {
+	if d.err == nil {
+		d.err = corruptf(offset, format, args...)
+	}
+}
+
+func (d *payloadDecoder) finish() error {
+	if d.err == nil && d.pos != len(d.data) {
+		d.fail(d.at(), "%d unexpected bytes at the end of a frame", len(d.data)-d.pos)
+	}
+	return d.err
+}
+
+func (d *payloadDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.data[d.pos:])
+	if n <= 0 || n != uvarintLen(v) {
+		d.fail(d.at(), "bad integer")
+		return 0
+	}
+	d.pos += n
+	return v
+}
+
+func (d *payloadDecoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if d.pos >= len(d.data) {
+		d.fail(d.at(), "frame truncated")
+		return 0
+	}
+	d.pos++
+	return d.data[d.pos-1]
+}
+
+// bytes returns a sub-slice of the payload (callers copy what they keep).
+func (d *payloadDecoder) bytes() []byte {
+	at := d.at()
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.data)-d.pos) {
+		d.fail(at, "length %d exceeds the frame", n)
+		return nil
+	}
+	b := d.data[d.pos : d.pos+int(n)]
+	d.pos += int(n)
+	return b
+}
+
+func (d *payloadDecoder) string() string { return string(d.bytes()) }
+
+func (d *payloadDecoder) dedupTable(generation uint64) *dedupTable {
+	at := d.at()
+	t := &dedupTable{generation: generation, highest: d.uvarint()}
+	count := d.uvarint()
+	if d.err == nil && count > DedupWindow {
+		d.fail(at, "%d remembered requests, over the window of %d", count, DedupWindow)
+	}
+	for i := uint64(0); i < count && d.err == nil; i++ {
+		recordAt := d.at()
+		seq := d.uvarint()
+		result := d.result()
+		switch {
+		case d.err != nil:
+		case seq < t.floor() || seq > t.highest:
+			d.fail(recordAt, "request seq %d outside the window ending at %d", seq, t.highest)
+		case len(t.records) > 0 && t.records[len(t.records)-1].seq >= seq:
+			d.fail(recordAt, "request seq %d out of order", seq)
+		}
+		t.records = append(t.records, dedupRecord{seq: seq, result: result})
+	}
+	if d.err != nil || (t.highest == 0 && count == 0) {
+		return nil
+	}
+	if count == 0 {
+		d.fail(at, "request window ending at %d has no requests", t.highest)
+	}
+	return t
+}
+
+func (d *payloadDecoder) result() Result {
+	at := d.at()
+	code, message := d.string(), d.string()
+	var r Result
+	if code != "" {
+		r.Err = &api.Error{Code: api.Code(code), Message: message}
+	} else if message != "" {
+		d.fail(at, "error message without a code")
+	}
+	r.Node = NodeMeta{Path: d.string(), Version: d.uvarint(), CreatedIndex: d.uvarint(), ModifiedIndex: d.uvarint()}
+	r.SessionID = d.uvarint()
+	r.TimeoutMs = d.uvarint()
+	return r
+}
+
+// node decodes a node frame whose path shares a prefix with previous.
+func (d *payloadDecoder) node(previous string) entry {
+	at := d.at()
+	shared := d.uvarint()
+	suffix := d.bytes()
+	if d.err == nil && shared > uint64(len(previous)) {
+		d.fail(at, "shared prefix %d longer than the previous path", shared)
+	}
+	if d.err != nil {
+		return entry{}
+	}
+	path := previous[:shared] + string(suffix)
+	if len(suffix) > 0 && shared < uint64(len(previous)) && previous[shared] == suffix[0] {
+		d.fail(at, "shared prefix %d is not the longest", shared)
+	}
+	e := entry{path: path, value: cloneBytes(d.bytes())}
+	e.version, e.created, e.modified = d.uvarint(), d.uvarint(), d.uvarint()
+	e.owner, e.sequence = d.uvarint(), d.uvarint()
+	children := d.uvarint()
+	if d.err == nil && children > uint64(maxChildren) {
+		d.fail(at, "children count %d is impossible", children)
+	}
+	e.children = int(children)
+	return e
+}
+
+// maxChildren bounds a children count read from a snapshot.
+const maxChildren = 1 << 40
