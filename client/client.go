@@ -1,0 +1,301 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/latch-io/latch/api"
+)
+
+// Client is a handle on a latch cluster. It is safe for concurrent use by
+// any number of goroutines; share one per process.
+type Client struct {
+	cfg       Config
+	http      *http.Client
+	endpoints *endpointPool
+	clock     clock // drives session keepalives; retries use real time
+	// ownTransport is the transport New built, closed by Close; nil when
+	// the caller supplied Config.Transport.
+	ownTransport *http.Transport
+	// maxIndex is the highest X-Latch-Index seen on any reply. It only grows.
+	maxIndex atomic.Uint64
+}
+
+// New returns a Client for the cluster at cfg.Endpoints. It does not contact
+// the cluster: the first request picks a reachable server.
+func New(cfg Config) (*Client, error) {
+	return newClient(cfg, realClock{}, rand.IntN)
+}
+
+// newClient is New with the clock and the choice of first endpoint injected.
+func newClient(cfg Config, clk clock, startAt func(n int) int) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("client: Config.Endpoints is empty")
+	}
+	pool, err := newEndpointPool(cfg.Endpoints, startAt(len(cfg.Endpoints)), cfg.DownTime, time.Now)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, endpoints: pool, clock: clk}
+	transport := cfg.Transport
+	if transport == nil {
+		c.ownTransport = NewTransport(cfg)
+		transport = c.ownTransport
+	}
+	c.http = &http.Client{Transport: transport, CheckRedirect: noRedirects}
+	return c, nil
+}
+
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Close releases the client's idle connections. Sessions made by this client
+// should be closed first.
+func (c *Client) Close() error {
+	if c.ownTransport != nil {
+		c.ownTransport.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Endpoints returns the server URLs the client knows, leader hints included.
+func (c *Client) Endpoints() []string { return c.endpoints.list() }
+
+// LastIndex returns the highest X-Latch-Index the client has seen.
+func (c *Client) LastIndex() uint64 { return c.maxIndex.Load() }
+
+// observeIndex raises maxIndex to index if it is higher.
+func (c *Client) observeIndex(index uint64) {
+	for {
+		seen := c.maxIndex.Load()
+		if index <= seen || c.maxIndex.CompareAndSwap(seen, index) {
+			return
+		}
+	}
+}
+
+// retryPolicy says which failures a call may be resent after.
+type retryPolicy int
+
+const (
+	// retrySafe: reads and session-scoped writes; resent after any
+	// transport error, 503 or 429.
+	retrySafe retryPolicy = iota
+	// retryIfNotSent: writes without a session; resent only when no server
+	// saw them (dial failure) or a server refused them with 429.
+	retryIfNotSent
+)
+
+// call is one logical request. do sends it, possibly several times.
+type call struct {
+	method string
+	path   string // URL path, e.g. "/v1/kv/a/b" (unescaped)
+	query  url.Values
+	body   []byte // JSON body, nil for none
+	policy retryPolicy
+	// idempotencyKey, when set, lets the transport resend the request on a
+	// pooled connection that turned out to be dead.
+	idempotencyKey string
+	// endpoint, when set, pins the call to one server: no failover.
+	endpoint string
+	out      any // decoded from a 2xx JSON body when non-nil
+}
+
+// do sends cl until it succeeds, fails for good, runs out of attempts or ctx
+// ends. It is the only place that retries.
+func (c *Client) do(ctx context.Context, cl *call) error {
+	var lastErr error
+	attempts := c.cfg.MaxAttempts
+	if cl.endpoint != "" {
+		attempts = 1 // a pinned call reports on that one server
+	}
+	for attempt := 0; attempt < attempts; attempt++ {
+		if attempt > 0 {
+			if err := c.sleep(ctx, c.backoff(attempt)); err != nil {
+				return fmt.Errorf("client: %s %s: %w (last error: %w)", cl.method, cl.path, err, lastErr)
+			}
+		}
+		endpoint := cl.endpoint
+		if endpoint == "" {
+			endpoint = c.endpoints.pick()
+		}
+		err := c.send(ctx, endpoint, cl)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("client: %s %s: %w", cl.method, cl.path, ctx.Err())
+		}
+		retry, final := c.classify(endpoint, cl, err)
+		if !retry {
+			return final
+		}
+		lastErr = err
+	}
+	return fmt.Errorf("%w (gave up after %d attempts; last error: %w)",
+		api.Errorf(api.CodeUnavailable, "%s %s: no server answered", cl.method, cl.path), attempts, lastErr)
+}
+
+// classify decides whether err from endpoint is worth another attempt and
+// updates the endpoint pool. When it is not, final is the error to return.
+func (c *Client) classify(endpoint string, cl *call, err error) (retry bool, final error) {
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) {
+		switch apiErr.Code {
+		case api.CodeOverloaded:
+			return true, nil
+		case api.CodeUnavailable:
+			if cl.endpoint == "" {
+				if apiErr.LeaderHint == "" || !c.endpoints.prefer(apiErr.LeaderHint) {
+					c.endpoints.markDown(endpoint)
+				}
+			}
+			return cl.policy == retrySafe, apiErr
+		}
+		return false, apiErr
+	}
+	if cl.endpoint == "" {
+		c.endpoints.markDown(endpoint)
+	}
+	if cl.policy == retrySafe || notSent(err) {
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: %w", api.Errorf(api.CodeUnavailable,
+		"%s %s: outcome unknown: the server may or may not have applied it", cl.method, cl.path), err)
+}
+
+// notSent reports whether err proves the request never reached a server.
+func notSent(err error) bool {
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
+}
+
+// backoff returns the delay before attempt (>= 1): BackoffBase doubled per
+// attempt up to BackoffMax, the upper half of it random.
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.cfg.BackoffBase << min(attempt-1, 30)
+	if d > c.cfg.BackoffMax || d <= 0 {
+		d = c.cfg.BackoffMax
+	}
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// send makes one attempt of cl against endpoint. A non-2xx reply becomes an
+// *api.Error; anything else that fails is a transport error.
+func (c *Client) send(ctx context.Context, endpoint string, cl *call) error {
+	attemptCtx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	req, err := c.newRequest(attemptCtx, endpoint, cl)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer drainAndClose(resp.Body)
+	if index, err := strconv.ParseUint(resp.Header.Get(api.HeaderIndex), 10, 64); err == nil {
+		c.observeIndex(index)
+	}
+	if resp.StatusCode/100 != 2 {
+		return decodeError(resp)
+	}
+	if cl.out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(cl.out); err != nil {
+		return fmt.Errorf("client: decode reply of %s %s from %s: %w", cl.method, cl.path, endpoint, err)
+	}
+	return nil
+}
+
+func (c *Client) newRequest(ctx context.Context, endpoint string, cl *call) (*http.Request, error) {
+	target := endpoint + (&url.URL{Path: cl.path}).EscapedPath()
+	if len(cl.query) > 0 {
+		target += "?" + cl.query.Encode()
+	}
+	var body io.Reader
+	if cl.body != nil {
+		body = bytes.NewReader(cl.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, target, body)
+	if err != nil {
+		return nil, api.Errorf(api.CodeInvalidArgument, "build request: %v", err)
+	}
+	if cl.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if cl.idempotencyKey != "" {
+		req.Header.Set("Idempotency-Key", cl.idempotencyKey)
+	}
+	return req, nil
+}
+
+// maxErrorBody bounds how much of an error reply is read.
+const maxErrorBody = 64 << 10
+
+// decodeError turns a non-2xx reply into an *api.Error, also when its body
+// is not the JSON error envelope (a proxy's or a 404 of an unknown route).
+func decodeError(resp *http.Response) error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	var envelope api.ErrorBody
+	if err := json.Unmarshal(raw, &envelope); err == nil && envelope.Error.Code != "" {
+		e := envelope.Error
+		return &e
+	}
+	return &api.Error{Code: codeForStatus(resp.StatusCode),
+		Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw))}
+}
+
+// codeForStatus maps an HTTP status without an error body to an api code.
+func codeForStatus(status int) api.Code {
+	for _, code := range []api.Code{api.CodeInvalidArgument, api.CodeNotFound, api.CodePreconditionFailed,
+		api.CodeSessionExpired, api.CodeTooLarge, api.CodeOverloaded, api.CodeUnavailable} {
+		if code.Status() == status {
+			return code
+		}
+	}
+	if status == http.StatusBadGateway || status == http.StatusGatewayTimeout {
+		return api.CodeUnavailable
+	}
+	return api.CodeInternal
+}
+
+func drainAndClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxErrorBody))
+	_ = body.Close()
+}
+
+// clock is the time source of session keepalives; tests inject a fake.
+type clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

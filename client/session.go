@@ -1,0 +1,239 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/latch-io/latch/api"
+)
+
+// Reasons a Session ends, reported by Session.Err. A session the server
+// expired reports an *api.Error with api.CodeSessionExpired instead.
+var (
+	// ErrSessionClosed: Close was called.
+	ErrSessionClosed = errors.New("client: session closed")
+	// ErrSessionOrphaned: Orphan was called; the server still has the
+	// session until it times out.
+	ErrSessionOrphaned = errors.New("client: session orphaned: keepalive stopped")
+	// ErrSessionLost: no heartbeat succeeded for a whole timeout, so the
+	// server has expired the session or is about to.
+	ErrSessionLost = errors.New("client: session lost: no heartbeat succeeded within its timeout")
+)
+
+// Session is a server-side session kept alive by this client. Its ephemeral
+// nodes (and so its locks and candidacies) last as long as it does. Methods
+// are safe for concurrent use.
+type Session struct {
+	client  *Client
+	id      string
+	timeout time.Duration
+	// seq is the last request_seq handed out; writes take seq+1.
+	seq atomic.Uint64
+
+	stopKeepalive chan struct{} // closed to stop the keepalive goroutine
+	stopped       chan struct{} // closed when the keepalive goroutine returned
+	done          chan struct{} // closed once, by end
+
+	mu  sync.Mutex // guards err
+	err error      // why the session ended; nil while it lives
+}
+
+// NewSession creates a session with the given timeout (the server clamps it
+// to its range; Timeout reports the value chosen) and starts keeping it
+// alive with a heartbeat every timeout/3.
+func (c *Client) NewSession(ctx context.Context, timeout time.Duration) (*Session, error) {
+	body, err := json.Marshal(api.SessionCreateRequest{TimeoutMs: uint64(timeout.Milliseconds())})
+	if err != nil {
+		return nil, err
+	}
+	var reply api.Session
+	// Creation is not idempotent (a retry after a lost reply makes a second
+	// session, which then simply times out), so it retries like a
+	// session-less write.
+	cl := &call{method: "POST", path: "/v1/session/create", body: body, policy: retryIfNotSent, out: &reply}
+	if err := c.do(ctx, cl); err != nil {
+		return nil, err
+	}
+	return c.startSession(reply, 0), nil
+}
+
+// ResumeSession takes over keeping alive an existing session, such as one
+// created by another process. Its request_seq numbers start from the
+// current wall-clock microsecond so that they keep increasing across
+// processes that take turns with the session.
+func (c *Client) ResumeSession(ctx context.Context, id string) (*Session, error) {
+	info, err := c.SessionInfo(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.startSession(*info, uint64(time.Now().UnixMicro())), nil
+}
+
+// SessionInfo reads a session's timeout and ephemeral node count.
+func (c *Client) SessionInfo(ctx context.Context, id string) (*api.Session, error) {
+	var reply api.Session
+	cl := &call{method: "GET", path: "/v1/session/" + url.PathEscape(id), out: &reply}
+	if err := c.do(ctx, cl); err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// Heartbeat sends one heartbeat for session id. A gone session yields an
+// *api.Error with api.CodeSessionExpired.
+func (c *Client) Heartbeat(ctx context.Context, id string) (*api.Heartbeat, error) {
+	body, err := json.Marshal(api.SessionRequest{SessionID: id})
+	if err != nil {
+		return nil, err
+	}
+	var reply api.Heartbeat
+	cl := &call{method: "POST", path: "/v1/session/heartbeat", body: body, policy: retrySafe, out: &reply}
+	if err := c.do(ctx, cl); err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+func (c *Client) startSession(reply api.Session, firstSeq uint64) *Session {
+	s := &Session{
+		client:        c,
+		id:            reply.SessionID,
+		timeout:       time.Duration(reply.TimeoutMs) * time.Millisecond,
+		stopKeepalive: make(chan struct{}),
+		stopped:       make(chan struct{}),
+		done:          make(chan struct{}),
+	}
+	s.seq.Store(firstSeq)
+	go s.keepAlive()
+	return s
+}
+
+// ID returns the session id.
+func (s *Session) ID() string { return s.id }
+
+// Timeout returns the timeout the server chose.
+func (s *Session) Timeout() time.Duration { return s.timeout }
+
+// Done is closed when the session ends: Close, Orphan, expiry reported by
+// the server, or a whole timeout without a successful heartbeat. Err then
+// says which.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err returns why the session ended, or nil while it lives.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// nextSeq returns a request_seq never used before by this Session.
+func (s *Session) nextSeq() uint64 { return s.seq.Add(1) }
+
+// Close ends the session on the server, which deletes its ephemeral nodes,
+// and stops the keepalive. Done is closed even if the server cannot be
+// reached; the error then says so.
+func (s *Session) Close(ctx context.Context) error {
+	s.stop(ErrSessionClosed)
+	body, err := json.Marshal(api.SessionRequest{SessionID: s.id})
+	if err != nil {
+		return err
+	}
+	cl := &call{method: "POST", path: "/v1/session/close", body: body, policy: retrySafe, out: &api.Closed{}}
+	err = s.client.do(ctx, cl)
+	if errors.Is(err, &api.Error{Code: api.CodeSessionExpired}) || errors.Is(err, &api.Error{Code: api.CodeNotFound}) {
+		return nil
+	}
+	return err
+}
+
+// Orphan stops the keepalive without closing the session: the server keeps
+// it (and its ephemeral nodes) until its timeout passes.
+func (s *Session) Orphan() { s.stop(ErrSessionOrphaned) }
+
+// stop ends the keepalive and the session (with reason) and waits for the
+// keepalive goroutine to return.
+func (s *Session) stop(reason error) {
+	s.end(reason)
+	<-s.stopped
+}
+
+// end records reason (the first one wins) and closes Done and the keepalive.
+func (s *Session) end(reason error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return
+	}
+	s.err = reason
+	close(s.stopKeepalive)
+	close(s.done)
+}
+
+// noteWriteError ends the session if a write reported it expired.
+func (s *Session) noteWriteError(err error) {
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.Code == api.CodeSessionExpired {
+		s.end(apiErr)
+	}
+}
+
+// keepAlive heartbeats every timeout/3 (measured from the start of the
+// previous heartbeat) until the session ends. It runs in its own goroutine.
+func (s *Session) keepAlive() {
+	defer close(s.stopped)
+	clk := s.client.clock
+	interval := s.timeout / 3
+	lastAlive := clk.Now()
+	next := interval
+	for {
+		select {
+		case <-s.stopKeepalive:
+			return
+		case <-clk.After(next):
+		}
+		sent := clk.Now()
+		err := s.heartbeatOnce(interval)
+		if err == nil {
+			lastAlive = sent
+		} else if reason := s.fatalHeartbeatError(err, clk.Now().Sub(lastAlive)); reason != nil {
+			s.end(reason)
+			return
+		}
+		next = max(interval-clk.Now().Sub(sent), 0)
+	}
+}
+
+// heartbeatOnce sends one heartbeat, giving up (and its retries) after
+// budget so the next one is not delayed.
+func (s *Session) heartbeatOnce(budget time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopKeepalive:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	_, err := s.client.Heartbeat(ctx, s.id)
+	return err
+}
+
+// fatalHeartbeatError returns why the session must be given up after a
+// failed heartbeat, or nil to keep trying.
+func (s *Session) fatalHeartbeatError(err error, sinceAlive time.Duration) error {
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && (apiErr.Code == api.CodeSessionExpired || apiErr.Code == api.CodeNotFound) {
+		return &api.Error{Code: api.CodeSessionExpired, Message: fmt.Sprintf("session %s: %s", s.id, apiErr.Message)}
+	}
+	if sinceAlive >= s.timeout {
+		return fmt.Errorf("%w (session %s, last error: %w)", ErrSessionLost, s.id, err)
+	}
+	return nil
+}
