@@ -94,7 +94,7 @@ func (d *decoder) optionalBytes(mask, bit uint64, what string) []byte {
 	if mask&bit == 0 {
 		return nil
 	}
-	n := d.uvarint(what + " length")
+	n := d.uvarint(what)
 	if d.err != nil {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (d *decoder) optionalString(mask, bit uint64, what string) string {
 }
 
 func (d *decoder) uvarintList(what string) []uint64 {
-	n := d.uvarint(what + " count")
+	n := d.uvarint(what)
 	if d.err != nil {
 		return nil
 	}
