@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -26,8 +27,9 @@ import (
 // delivered, so a partition also cuts messages in flight. A MsgSnap that is
 // lost ends in ReportSnapshot(SnapshotFailure).
 type Network struct {
-	seed int64
-	done chan struct{} // closed by Close
+	seed         int64
+	done         chan struct{} // closed by Close
+	lostInFlight atomic.Uint64 // messages sent but dropped at delivery time
 
 	mu        sync.Mutex // guards the fields below and every endpoint's removed and closed
 	endpoints map[uint64]*endpoint
@@ -208,6 +210,7 @@ func (n *Network) deliver(l link, q *linkQueue) {
 			return
 		}
 		if !n.stillDeliverable(d) {
+			n.lostInFlight.Add(1)
 			if d.message.Type == raftpb.MsgSnap {
 				d.from.reportSnapshotAsync(d.group, l.to, raft.SnapshotFailure)
 			}
