@@ -1,0 +1,60 @@
+// Package wal owns latch's write-ahead log: one log per server process,
+// shared by all its consensus groups, holding raft entries, hard states and
+// snapshot markers tagged with a group id.
+//
+// # Durability
+//
+// Save returns only after its records are fsynced. Concurrent Save calls
+// share one write and one fsync (group commit): the first caller becomes the
+// leader, writes every queued call as one flush, fsyncs, wakes the others,
+// and hands leadership to the next waiter. A write or fsync error fails the
+// WAL for good; it is never retried (fsyncgate: after a failed fsync the page
+// cache may have dropped the dirty pages, so a retry can "succeed" without
+// the data).
+//
+// # On disk
+//
+// The log is a directory of segment files named by a 16-hex-digit sequence
+// number, "0000000000000001.wal", each preallocated to Options.SegmentSize.
+// Every record is framed (see record.go) with its payload length, a CRC32C of
+// the payload and a CRC32C of the header. A segment is:
+//
+//	segment header record: magic, version, sequence, and a checkpoint of
+//	                       every group (snapshot marker, last index, hard state)
+//	flush*:                a flush record giving the length of the body that
+//	                       follows, then the records of one group commit
+//	zeros:                 the preallocated, unwritten rest
+//
+// A new segment is created only after the previous one is durable, and the
+// directory is fsynced before anything in the new segment is acknowledged.
+// Open always starts a new segment; the previous last segment is first
+// truncated at the end of its valid log and fsynced.
+//
+// # Recovery rules
+//
+// Only the last flush of the last segment can be a torn write, since every
+// earlier flush was fsynced before the next was written. Damage there (a
+// record failing a checksum, or running past the end of the file) is torn,
+// and the flush is dropped whole, if the damaged flush overlaps a 512-byte
+// sector that is entirely zero or runs past the end of the file, and no valid
+// record follows it; a crash leaves exactly that (unwritten sectors of the
+// preallocated file read as zeros), while a bit flip in written data does
+// not. Anything else, anywhere else, is corruption: Open refuses with a
+// *CorruptError naming the file and byte offset (errors.Is ErrCorrupt).
+// Segment sequence numbers must be contiguous, and a group's entries must
+// continue from the checkpoint of the first segment, so a missing segment is
+// detected.
+//
+// # Replay
+//
+// Records are applied in log order with raft's rules: an entry at index i
+// replaces the group's entries at i and above; a snapshot marker drops
+// entries at or below its index; the last non-empty hard state wins.
+//
+// # Release
+//
+// Release(group, index) says a durable snapshot covers the group's entries
+// up to index. A segment is deleted when, for every group, the highest entry
+// index it holds is released; segments go oldest first, each removal fsynced
+// before the next.
+package wal
