@@ -74,15 +74,21 @@ type Session struct {
 	Index          uint64 `json:"index"`
 }
 
-// SessionRequest is the body of heartbeat and close.
+// SessionRequest is the body of heartbeat and close. A heartbeat may instead
+// carry SessionIDs, many sessions kept alive by one call (a client process
+// holding many sessions shares one request per interval).
 type SessionRequest struct {
-	SessionID string `json:"session_id"`
+	SessionID  string   `json:"session_id,omitempty"`
+	SessionIDs []string `json:"session_ids,omitempty"`
 }
 
-// Heartbeat is the reply to POST /v1/session/heartbeat.
+// Heartbeat is the reply to POST /v1/session/heartbeat. With SessionIDs,
+// Alive is true only if every session is, and Expired lists those that are not
+// (a single dead session_id is a 410 instead).
 type Heartbeat struct {
-	Alive bool   `json:"alive"`
-	Index uint64 `json:"index"`
+	Alive   bool     `json:"alive"`
+	Expired []string `json:"expired,omitempty"`
+	Index   uint64   `json:"index"`
 }
 
 // Closed is the reply to POST /v1/session/close.

@@ -1,0 +1,113 @@
+// Command latchd runs a latch server. With no flags it is a single-node
+// development server with its data in ./latch-data and the client API on
+// 127.0.0.1:2379.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/latch-io/latch/internal/httpapi"
+	"github.com/latch-io/latch/internal/server"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "latchd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	cfg, logLevel, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
+	cfg.Logger = logger
+
+	// Bind the client port before recovering, so a port clash fails fast.
+	ln, err := net.Listen("tcp", cfg.ClientAddr)
+	if err != nil {
+		return fmt.Errorf("listen for clients: %w", err)
+	}
+	s, err := server.New(cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	httpServer := &http.Server{
+		Handler:           httpapi.New(s, logger),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpServer.Serve(ln) }()
+	logger.Info("latchd serving", "name", cfg.Name, "client", cfg.ClientAddr, "peer", cfg.PeerAddr, "data", cfg.DataDir)
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case sig := <-signals:
+		logger.Info("stopping", "signal", sig.String())
+	case <-s.Done():
+	case err := <-serveErr:
+		logger.Error("client listener failed", "err", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = httpServer.Shutdown(ctx)
+	closeErr := s.Close()
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("stopped on a fatal error: %w", err)
+	}
+	if closeErr != nil && !errors.Is(closeErr, net.ErrClosed) {
+		return closeErr
+	}
+	return nil
+}
+
+func parseFlags(args []string) (server.Config, slog.Level, error) {
+	fs := flag.NewFlagSet("latchd", flag.ContinueOnError)
+	var (
+		cfg      server.Config
+		initial  string
+		logLevel slog.Level
+	)
+	fs.StringVar(&cfg.Name, "name", server.DefaultName, "this member's name, unique in the cluster")
+	fs.StringVar(&cfg.DataDir, "data-dir", server.DefaultDataDir, "directory of the WAL and snapshots")
+	fs.StringVar(&cfg.ClientAddr, "listen-client", server.DefaultClientAddr, "host:port of the client HTTP API")
+	fs.StringVar(&cfg.PeerAddr, "listen-peer", server.DefaultPeerAddr, "host:port of the peer transport")
+	fs.StringVar(&initial, "initial-cluster", "", "name=host:port of every initial member's peer address, comma-separated (default: this member alone)")
+	fs.Uint64Var(&cfg.SnapshotEvery, "snapshot-count", 10000, "applied entries between snapshots")
+	fs.IntVar(&cfg.MaxValueSize, "max-value-size", server.DefaultMaxValueSize, "largest value in bytes (at most 1 MiB)")
+	fs.DurationVar(&cfg.TickInterval, "tick", 100*time.Millisecond, "raft tick interval")
+	fs.IntVar(&cfg.ElectionTicks, "election-ticks", 10, "election timeout in ticks")
+	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", 5*time.Second, "deadline of a write or a linearizable read")
+	fs.DurationVar(&cfg.MinSessionTTL, "min-session-timeout", 2*time.Second, "smallest session timeout granted")
+	fs.DurationVar(&cfg.MaxSessionTTL, "max-session-timeout", 60*time.Second, "largest session timeout granted")
+	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return cfg, 0, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, 0, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if initial != "" {
+		m, err := server.ParseInitialCluster(initial)
+		if err != nil {
+			return cfg, 0, err
+		}
+		cfg.InitialCluster = m
+	}
+	return cfg, logLevel, nil
+}

@@ -1,0 +1,128 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/server"
+)
+
+// Handler serves the client API of one server.
+type Handler struct {
+	server *server.Server
+	log    *slog.Logger
+	mux    *http.ServeMux
+	// maxBody bounds request bodies: a value of the configured maximum size,
+	// JSON-escaped at worst, plus room for the other fields.
+	maxBody int64
+}
+
+// New returns the HTTP handler of s's client API.
+func New(s *server.Server, log *slog.Logger) *Handler {
+	if log == nil {
+		log = slog.Default()
+	}
+	h := &Handler{server: s, log: log, mux: http.NewServeMux(),
+		maxBody: int64(6*s.Config().MaxValueSize + 4096)}
+	h.routes()
+	return h
+}
+
+func (h *Handler) routes() {
+	h.mux.HandleFunc("POST /v1/session/create", h.createSession)
+	h.mux.HandleFunc("POST /v1/session/heartbeat", h.heartbeat)
+	h.mux.HandleFunc("POST /v1/session/close", h.closeSession)
+	h.mux.HandleFunc("GET /v1/session/{id}", h.getSession)
+	h.mux.HandleFunc("GET /v1/status", h.status)
+	h.mux.HandleFunc("GET /v1/cluster/members", h.members)
+	h.mux.HandleFunc("GET /healthz", h.healthz)
+	h.mux.HandleFunc("GET /readyz", h.readyz)
+	h.mux.Handle("GET /metrics", h.server.MetricsHandler())
+	h.mux.HandleFunc("/", h.notFound)
+}
+
+// ServeHTTP routes node requests itself, because http.ServeMux would clean
+// (and redirect) the very paths that API.md says must be refused with 400.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if path, ok := strings.CutPrefix(r.URL.Path, kvPrefix); ok || r.URL.Path == "/v1/kv" {
+		h.serveNode(w, r, "/"+path)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	h.writeError(w, api.Errorf(api.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+}
+
+// writeJSON writes v with status 200 and the X-Latch-Index header.
+func (h *Handler) writeJSON(w http.ResponseWriter, index uint64, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(api.HeaderIndex, strconv.FormatUint(index, 10))
+	w.WriteHeader(http.StatusOK)
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		h.log.Debug("writing reply", "err", err)
+	}
+}
+
+// writeError writes err in API.md's error envelope; errors without an API
+// code are internal and logged.
+func (h *Handler) writeError(w http.ResponseWriter, err error) {
+	var e *api.Error
+	if !errors.As(err, &e) {
+		h.log.Error("internal error serving request", "err", err)
+		e = api.Errorf(api.CodeInternal, "internal error")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Code.Status())
+	_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: *e})
+}
+
+// decodeBody decodes a JSON body into v strictly: one object, no unknown
+// fields, at most maxBody bytes. An empty body leaves v as it is.
+func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return api.Errorf(api.CodeTooLarge, "request body over %d bytes", tooBig.Limit)
+	case err != nil && err.Error() == "EOF":
+		return nil
+	case err != nil:
+		return api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err)
+	}
+	if dec.More() {
+		return api.Errorf(api.CodeInvalidArgument, "bad JSON body: more than one value")
+	}
+	return nil
+}
+
+func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
+	st := h.server.Status()
+	h.writeJSON(w, st.AppliedIndex, st)
+}
+
+func (h *Handler) members(w http.ResponseWriter, r *http.Request) {
+	m := h.server.Members()
+	h.writeJSON(w, m.Index, m)
+}
+
+func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
+	h.writeJSON(w, h.server.AppliedIndex(), map[string]bool{"ok": true})
+}
+
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if !h.server.Ready() {
+		h.writeError(w, api.Errorf(api.CodeUnavailable, "no leader known or log not applied up to the commit index"))
+		return
+	}
+	h.writeJSON(w, h.server.AppliedIndex(), map[string]bool{"ready": true})
+}

@@ -1,0 +1,92 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/server"
+)
+
+const kvPrefix = "/v1/kv/"
+
+// serveNode dispatches /v1/kv/{path} by method.
+func (h *Handler) serveNode(w http.ResponseWriter, r *http.Request, path string) {
+	switch r.Method {
+	case http.MethodPut:
+		h.putNode(w, r, path)
+	case http.MethodGet:
+		h.getNode(w, r, path)
+	case http.MethodDelete:
+		h.deleteNode(w, r, path)
+	default:
+		w.Header().Set("Allow", "GET, PUT, DELETE")
+		h.writeError(w, api.Errorf(api.CodeInvalidArgument, "method %s not allowed on %s", r.Method, kvPrefix))
+	}
+}
+
+func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, path string) {
+	p := newParams(r.URL.Query(), "prev_version", "ephemeral", "sequential", "session_id", "request_seq")
+	req := server.PutRequest{Path: path}
+	req.Precondition, req.Version = p.precondition()
+	req.Ephemeral, req.Sequential = p.bool("ephemeral"), p.bool("sequential")
+	req.SessionID, req.RequestSeq = p.session()
+	if p.err != nil {
+		h.writeError(w, p.err)
+		return
+	}
+	var body api.PutRequest
+	if err := h.decodeBody(w, r, &body); err != nil {
+		h.writeError(w, err)
+		return
+	}
+	req.Value = []byte(body.Value)
+	node, err := h.server.Put(r.Context(), req)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	h.writeJSON(w, node.Index, node)
+}
+
+func (h *Handler) getNode(w http.ResponseWriter, r *http.Request, path string) {
+	p := newParams(r.URL.Query(), "consistency", "min_index", "children")
+	opts := p.readOptions()
+	children := p.bool("children")
+	if p.err != nil {
+		h.writeError(w, p.err)
+		return
+	}
+	if children {
+		list, err := h.server.Children(r.Context(), path, opts)
+		if err != nil {
+			h.writeError(w, err)
+			return
+		}
+		h.writeJSON(w, list.Index, list)
+		return
+	}
+	node, err := h.server.Get(r.Context(), path, opts)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	h.writeJSON(w, node.Index, node)
+}
+
+func (h *Handler) deleteNode(w http.ResponseWriter, r *http.Request, path string) {
+	p := newParams(r.URL.Query(), "prev_version", "recursive", "session_id", "request_seq")
+	req := server.DeleteRequest{Path: path}
+	req.Precondition, req.Version = p.precondition()
+	req.Recursive = p.bool("recursive")
+	req.SessionID, req.RequestSeq = p.session()
+	if p.err != nil {
+		h.writeError(w, p.err)
+		return
+	}
+	out, err := h.server.Delete(r.Context(), req)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	h.writeJSON(w, out.Index, out)
+}

@@ -1,0 +1,30 @@
+// Package raftnode runs one consensus group's raft node: it owns the
+// go.etcd.io/raft/v3 Node of the group and the goroutine that handles its
+// Ready batches.
+//
+// The Ready loop keeps the library's documented order, which is where
+// durability lives:
+//
+//  1. If this node leads, MsgApp and MsgHeartbeat go to the transport first,
+//     so followers write in parallel with the leader's own fsync (Raft thesis
+//     §10.2.1). This is safe because raft counts the leader's own copy toward
+//     the commit quorum only after Advance, that is after step 2.
+//  2. HardState, entries and any snapshot marker are appended to the WAL with
+//     ONE fsync (wal.Save). Nothing that promises durability leaves before it:
+//     votes, MsgAppResp and every other message are sent only after it.
+//  3. A received snapshot is installed (raft storage, then the state machine);
+//     new entries go to the in-memory raft log.
+//  4. Committed entries are applied in order through StateMachine.Apply, conf
+//     changes through ApplyConfChange. An entry is applied only after it is
+//     durable locally (it was persisted by this or an earlier Ready).
+//  5. Advance.
+//
+// Every SnapshotEvery applied entries the state machine is cloned in O(1) on
+// the Ready loop, the clone is written by snap.Store on a background
+// goroutine, and only then is the WAL marker written, the raft log compacted
+// and old WAL segments released. At most one snapshot is in flight.
+//
+// An error from the WAL or the snapshot store is fatal: the node stops and
+// reports it on Done/Err, and the process must exit (an fsync is never
+// retried: the page cache may already have dropped the data).
+package raftnode

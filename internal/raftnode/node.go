@@ -1,0 +1,249 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/internal/snap"
+	"github.com/latch-io/latch/internal/transport"
+	"github.com/latch-io/latch/internal/wal"
+)
+
+// StateMachine is what the node applies committed entries to. Every method is
+// called only from the node's Ready loop goroutine, in log order.
+type StateMachine interface {
+	// Apply applies committed normal entries (empty ones included: they only
+	// advance the applied index).
+	Apply(entries []raftpb.Entry)
+	// ApplyConfChange records a committed membership change at index; cs is the
+	// configuration after it.
+	ApplyConfChange(index uint64, cc raftpb.ConfChangeV2, cs raftpb.ConfState)
+	// Snapshot returns a writer of the state as of the last applied entry. It
+	// must take O(1) on the Ready loop; the returned func runs on another
+	// goroutine while Apply continues.
+	Snapshot() func(io.Writer) error
+	// Restore replaces the whole state with a snapshot's body.
+	Restore(meta snap.Meta, body io.Reader) error
+}
+
+// Observer receives the node's signals that are not log entries. Calls come
+// from the Ready loop and must not block.
+type Observer interface {
+	// ReadStates delivers answers to ReadIndex requests.
+	ReadStates(states []raft.ReadState)
+	// LeaderChanged reports a new leader (raft.None when there is none) and term.
+	LeaderChanged(leader, term uint64)
+}
+
+// Config configures one group's node.
+type Config struct {
+	ID    uint64 // this server's raft id; non-zero
+	Group uint64 // consensus-group id
+	// Peers bootstraps a brand-new group when Recovered holds no state.
+	Peers []raft.Peer
+	// Recovered is what wal.Open found for this group (nil: nothing).
+	Recovered *wal.GroupState
+
+	WAL       *wal.WAL
+	Snapshots *snap.Store
+	Transport transport.Transport
+	Machine   StateMachine
+	Observer  Observer
+	Logger    *slog.Logger
+
+	// Ticks drives raft's logical clock; nil means a ticker of TickInterval.
+	Ticks         <-chan time.Time
+	TickInterval  time.Duration // default 100ms
+	ElectionTicks int           // default 10
+	HeartbeatTick int           // default 1
+	// SnapshotEvery is how many applied entries trigger a snapshot (default 10,000).
+	SnapshotEvery uint64
+	// CompactionLag is how many entries before a snapshot stay in the raft log
+	// for slow followers (default 5,000).
+	CompactionLag uint64
+	// MaxInflightMsgs bounds pipelined appends per follower (default 256).
+	MaxInflightMsgs int
+	// Hooks observe the loop for metrics; nil fields are skipped.
+	Hooks Hooks
+}
+
+// Hooks are optional callbacks for metrics, called from the Ready loop.
+type Hooks struct {
+	Persisted    func(d time.Duration, entries int)
+	Applied      func(d time.Duration, entries int)
+	SnapshotSave func(d time.Duration, err error)
+}
+
+// Node is a running raft node of one group.
+type Node struct {
+	cfg     Config
+	raft    raft.Node
+	storage *raft.MemoryStorage
+	log     *slog.Logger
+
+	stopc chan struct{}
+	donec chan struct{}
+
+	errMu sync.Mutex
+	err   error // guarded by errMu: the fatal error that stopped the loop
+
+	// Owned by the Ready loop goroutine:
+	confState     raftpb.ConfState
+	appliedIndex  uint64
+	snapshotIndex uint64
+	snapshotting  bool
+	snapDone      chan snapshotResult
+	leader        uint64
+	term          uint64
+}
+
+// ErrStopped is returned by calls on a node that has stopped.
+var ErrStopped = errors.New("raftnode: stopped")
+
+// Start recovers the group from cfg.Recovered and the snapshot store (or
+// bootstraps it from cfg.Peers) and starts its Ready loop.
+func Start(cfg Config) (*Node, error) {
+	cfg.setDefaults()
+	n := &Node{
+		cfg:      cfg,
+		storage:  raft.NewMemoryStorage(),
+		log:      cfg.Logger.With("group", cfg.Group),
+		stopc:    make(chan struct{}),
+		donec:    make(chan struct{}),
+		snapDone: make(chan snapshotResult, 1),
+	}
+	restarted, err := n.recover()
+	if err != nil {
+		return nil, err
+	}
+	rc := n.raftConfig()
+	if restarted {
+		n.raft = raft.RestartNode(rc)
+	} else {
+		if len(cfg.Peers) == 0 {
+			return nil, fmt.Errorf("raftnode: group %d has no state and no peers to bootstrap", cfg.Group)
+		}
+		n.raft = raft.StartNode(rc, cfg.Peers)
+	}
+	go n.run()
+	return n, nil
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTick == 0 {
+		c.HeartbeatTick = 1
+	}
+	if c.SnapshotEvery == 0 {
+		c.SnapshotEvery = 10000
+	}
+	if c.CompactionLag == 0 {
+		c.CompactionLag = 5000
+	}
+	if c.MaxInflightMsgs == 0 {
+		c.MaxInflightMsgs = 256
+	}
+}
+
+func (n *Node) raftConfig() *raft.Config {
+	return &raft.Config{
+		ID:                        n.cfg.ID,
+		ElectionTick:              n.cfg.ElectionTicks,
+		HeartbeatTick:             n.cfg.HeartbeatTick,
+		Storage:                   n.storage,
+		Applied:                   n.appliedIndex,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  8 << 20,
+		MaxUncommittedEntriesSize: 64 << 20,
+		MaxInflightMsgs:           n.cfg.MaxInflightMsgs,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		StepDownOnRemoval:         true,
+		Logger:                    raftLogger{n.log},
+	}
+}
+
+// Propose proposes data as a normal entry. It returns once raft accepted the
+// proposal locally (not once committed); raft.ErrProposalDropped when there is
+// no leader to take it.
+func (n *Node) Propose(ctx context.Context, data []byte) error {
+	return n.raft.Propose(ctx, data)
+}
+
+// ProposeConfChange proposes a membership change.
+func (n *Node) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error {
+	return n.raft.ProposeConfChange(ctx, cc)
+}
+
+// ReadIndex asks for a read index tagged rctx; the answer arrives through
+// Observer.ReadStates.
+func (n *Node) ReadIndex(ctx context.Context, rctx []byte) error {
+	return n.raft.ReadIndex(ctx, rctx)
+}
+
+// Step hands a message from a peer to raft.
+func (n *Node) Step(ctx context.Context, m raftpb.Message) error {
+	return n.raft.Step(ctx, m)
+}
+
+// TransferLeadership asks the current leader to hand over to transferee.
+func (n *Node) TransferLeadership(ctx context.Context, transferee uint64) {
+	n.raft.TransferLeadership(ctx, n.raft.Status().Lead, transferee)
+}
+
+// ReportUnreachable and ReportSnapshot relay transport feedback to raft.
+func (n *Node) ReportUnreachable(id uint64) { n.raft.ReportUnreachable(id) }
+
+// ReportSnapshot tells raft how sending a snapshot to id ended.
+func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
+	n.raft.ReportSnapshot(id, status)
+}
+
+// Status returns raft's view of the group.
+func (n *Node) Status() raft.Status { return n.raft.Status() }
+
+// Done is closed when the Ready loop has stopped; Err says why.
+func (n *Node) Done() <-chan struct{} { return n.donec }
+
+// Err returns the fatal error that stopped the node, or nil.
+func (n *Node) Err() error {
+	n.errMu.Lock()
+	defer n.errMu.Unlock()
+	return n.err
+}
+
+// Stop stops the Ready loop and waits for it (and any snapshot in flight).
+func (n *Node) Stop() {
+	select {
+	case <-n.stopc:
+	default:
+		close(n.stopc)
+	}
+	<-n.donec
+}
+
+func (n *Node) fail(err error) {
+	n.errMu.Lock()
+	if n.err == nil {
+		n.err = err
+	}
+	n.errMu.Unlock()
+	n.log.Error("raft node stopping on fatal error", "err", err)
+}

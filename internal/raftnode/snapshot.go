@@ -1,0 +1,85 @@
+package raftnode
+
+import (
+	"fmt"
+	"time"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/latch-io/latch/internal/snap"
+	"github.com/latch-io/latch/internal/wal"
+)
+
+type snapshotResult struct {
+	meta     snap.Meta
+	err      error
+	duration time.Duration
+}
+
+// maybeSnapshot starts a background snapshot when enough entries were applied
+// since the last one and none is in flight.
+func (n *Node) maybeSnapshot() {
+	if n.snapshotting || n.appliedIndex < n.snapshotIndex+n.cfg.SnapshotEvery {
+		return
+	}
+	term, err := n.storage.Term(n.appliedIndex)
+	if err != nil {
+		n.log.Warn("cannot snapshot: term of applied index unknown", "index", n.appliedIndex, "err", err)
+		return
+	}
+	meta := snap.Meta{Group: n.cfg.Group, Index: n.appliedIndex, Term: term, ConfState: n.confState}
+	write := n.cfg.Machine.Snapshot()
+	n.snapshotting = true
+	go func() {
+		start := time.Now()
+		err := n.cfg.Snapshots.Save(meta, write)
+		n.snapDone <- snapshotResult{meta: meta, err: err, duration: time.Since(start)}
+	}()
+}
+
+// finishSnapshot records a durable snapshot in the WAL, compacts the raft log
+// behind it and lets the WAL drop the segments it covers.
+func (n *Node) finishSnapshot(res snapshotResult) error {
+	n.snapshotting = false
+	if h := n.cfg.Hooks.SnapshotSave; h != nil {
+		h(res.duration, res.err)
+	}
+	if res.err != nil {
+		return fmt.Errorf("raftnode: group %d: save snapshot %d: %w", n.cfg.Group, res.meta.Index, res.err)
+	}
+	index := res.meta.Index
+	if index <= n.snapshotIndex {
+		return nil // a snapshot from the leader overtook this one
+	}
+	marker := &wal.SnapshotMarker{Index: index, Term: res.meta.Term}
+	if err := n.cfg.WAL.Save(wal.Batch{Group: n.cfg.Group, Snapshot: marker}); err != nil {
+		return fmt.Errorf("raftnode: group %d: record snapshot %d in WAL: %w", n.cfg.Group, index, err)
+	}
+	cs := res.meta.ConfState
+	if _, err := n.storage.CreateSnapshot(index, &cs, nil); err != nil && err != raft.ErrSnapOutOfDate {
+		return fmt.Errorf("raftnode: group %d: create raft snapshot %d: %w", n.cfg.Group, index, err)
+	}
+	n.snapshotIndex = index
+	if index > n.cfg.CompactionLag {
+		first, _ := n.storage.FirstIndex()
+		if compact := index - n.cfg.CompactionLag; compact > first {
+			if err := n.storage.Compact(compact); err != nil && err != raft.ErrCompacted {
+				return fmt.Errorf("raftnode: group %d: compact raft log to %d: %w", n.cfg.Group, compact, err)
+			}
+		}
+	}
+	if err := n.cfg.WAL.Release(n.cfg.Group, index); err != nil {
+		return fmt.Errorf("raftnode: group %d: release WAL to %d: %w", n.cfg.Group, index, err)
+	}
+	n.log.Info("snapshot saved", "index", index, "took", res.duration)
+	return nil
+}
+
+// drainSnapshot waits for a snapshot in flight so that no goroutine outlives
+// the node.
+func (n *Node) drainSnapshot() {
+	if n.snapshotting {
+		<-n.snapDone
+		n.snapshotting = false
+	}
+}

@@ -1,0 +1,162 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/latch-io/latch/internal/transport"
+	"github.com/latch-io/latch/internal/vfs"
+)
+
+// Defaults of the single-node development server that `latchd` starts with no flags.
+const (
+	DefaultName         = "default"
+	DefaultDataDir      = "latch-data"
+	DefaultClientAddr   = "127.0.0.1:2379"
+	DefaultPeerAddr     = "127.0.0.1:2380"
+	DefaultMaxValueSize = 1 << 10
+	MaxMaxValueSize     = 1 << 20
+)
+
+// Config configures a server. Zero fields take the defaults above.
+type Config struct {
+	Name         string
+	DataDir      string
+	ClientAddr   string // the client API's host:port, announced to peers through the log
+	PeerAddr     string // host:port the peer transport listens on
+	PeerListener net.Listener
+	// InitialCluster maps member names to peer addresses (host:port); it must
+	// contain Name. It bootstraps a new cluster; on restart it only seeds peers.
+	InitialCluster map[string]string
+
+	TickInterval  time.Duration // raft tick (default 100ms)
+	ElectionTicks int           // election timeout in ticks (default 10)
+	SnapshotEvery uint64        // applied entries between snapshots (default 10,000)
+
+	MaxValueSize   int           // bytes (default 1 KiB, at most 1 MiB)
+	RequestTimeout time.Duration // deadline of a proposal or a read barrier (default 5s)
+	MaxPending     int           // proposals waiting at once before 429 (default 20,000)
+	MinSessionTTL  time.Duration // session timeout clamp (default 2s)
+	MaxSessionTTL  time.Duration // (default 60s)
+
+	// FS is the filesystem of the data dir (default the OS's).
+	FS vfs.FS
+	// NewTransport builds the peer transport (default TCP on PeerAddr).
+	// testcluster passes the in-memory fake.
+	NewTransport func(id uint64, h transport.Handler, s transport.Snapshots) (transport.Transport, error)
+
+	// UnsafeLocalReads serves linearizable reads from local state without a
+	// ReadIndex round. It exists only so the linearizability checker can be
+	// shown to catch the resulting stale reads; never set it in production.
+	UnsafeLocalReads bool
+
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.ClientAddr == "" {
+		c.ClientAddr = DefaultClientAddr
+	}
+	if c.PeerAddr == "" {
+		c.PeerAddr = DefaultPeerAddr
+	}
+	if len(c.InitialCluster) == 0 {
+		c.InitialCluster = map[string]string{c.Name: c.PeerAddr}
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.SnapshotEvery == 0 {
+		c.SnapshotEvery = 10000
+	}
+	if c.MaxValueSize == 0 {
+		c.MaxValueSize = DefaultMaxValueSize
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 5 * time.Second
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 20000
+	}
+	if c.MinSessionTTL == 0 {
+		c.MinSessionTTL = 2 * time.Second
+	}
+	if c.MaxSessionTTL == 0 {
+		c.MaxSessionTTL = 60 * time.Second
+	}
+	if c.FS == nil {
+		c.FS = vfs.OS()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *Config) validate() error {
+	if _, ok := c.InitialCluster[c.Name]; !ok {
+		return fmt.Errorf("server: initial cluster does not name this member %q", c.Name)
+	}
+	if c.MaxValueSize < 1 || c.MaxValueSize > MaxMaxValueSize {
+		return fmt.Errorf("server: max value size %d outside [1, %d]", c.MaxValueSize, MaxMaxValueSize)
+	}
+	if c.MinSessionTTL > c.MaxSessionTTL {
+		return errors.New("server: min session timeout above max")
+	}
+	return nil
+}
+
+// ParseInitialCluster parses "n1=127.0.0.1:7101,n2=127.0.0.1:7102".
+func ParseInitialCluster(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, part := range strings.Split(s, ",") {
+		name, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || name == "" || addr == "" {
+			return nil, fmt.Errorf("initial cluster entry %q is not name=host:port", part)
+		}
+		addr = strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "tcp://")
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("initial cluster entry %q: %w", part, err)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("initial cluster names %q twice", name)
+		}
+		out[name] = addr
+	}
+	return out, nil
+}
+
+// MemberID is the raft id of the member called name: a stable, non-zero hash,
+// so every server derives the same ids from the same --initial-cluster.
+func MemberID(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte("latch-member:" + name))
+	if id := h.Sum64(); id != 0 {
+		return id
+	}
+	return 1
+}
+
+// sortedNames returns the names of m in order.
+func sortedNames(m map[string]string) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

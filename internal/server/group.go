@@ -1,0 +1,223 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/raftnode"
+	"github.com/latch-io/latch/internal/snap"
+)
+
+// group is one consensus group on this server: its raft node, its state
+// machine and the waiters of proposals and reads made through this server.
+// It implements raftnode.StateMachine and raftnode.Observer; those methods
+// run on the node's Ready loop.
+type group struct {
+	id     uint64
+	server *Server
+	node   *raftnode.Node // set once, after the node started
+
+	mu  sync.RWMutex // guards fsm: written by the Ready loop, read by requests
+	fsm *fsm.FSM
+
+	applied   atomic.Uint64 // the fsm's applied index, published after the state is visible
+	appliedMu sync.Mutex
+	appliedCh chan struct{} // guarded by appliedMu: closed and replaced whenever applied grows
+
+	leader atomic.Uint64
+	term   atomic.Uint64
+
+	waiters  *waiterTable
+	reads    *readBatcher
+	sessions *sessionTracker
+}
+
+func newGroup(s *Server, id uint64) *group {
+	g := &group{
+		id:        id,
+		server:    s,
+		fsm:       fsm.New(),
+		appliedCh: make(chan struct{}),
+		waiters:   newWaiterTable(),
+		sessions:  newSessionTracker(),
+	}
+	g.reads = newReadBatcher(g)
+	return g
+}
+
+// Apply applies committed entries to the state machine and answers the
+// waiters of the proposals among them.
+func (g *group) Apply(entries []raftpb.Entry) {
+	if len(entries) == 0 {
+		return
+	}
+	outcomes := make([]outcome, 0, len(entries))
+	g.mu.Lock()
+	for _, e := range entries {
+		if len(e.Data) == 0 {
+			g.fsm.Advance(e.Index)
+			continue
+		}
+		cmd, err := command.Unmarshal(e.Data)
+		if err != nil {
+			// Every replica skips it the same way, so they stay equal.
+			g.server.log.Error("skipping undecodable committed entry", "group", g.id, "index", e.Index, "err", err)
+			g.fsm.Advance(e.Index)
+			continue
+		}
+		res, _ := g.fsm.Apply(e.Index, &cmd)
+		g.trackApplied(&cmd, res)
+		outcomes = append(outcomes, outcome{id: cmd.ID, index: e.Index, result: res})
+	}
+	g.mu.Unlock()
+	g.publishApplied(entries[len(entries)-1].Index)
+	for _, o := range outcomes {
+		g.waiters.resolve(o)
+	}
+	g.server.metrics.applied(entries[len(entries)-1].Index)
+}
+
+// ApplyConfChange records membership changes: peers get a transport route
+// and a member record in the state machine at the same index on every replica.
+func (g *group) ApplyConfChange(index uint64, cc raftpb.ConfChangeV2, cs raftpb.ConfState) {
+	g.mu.Lock()
+	for _, ch := range cc.Changes {
+		g.applyMemberChange(index, ch, cc.Context)
+	}
+	g.fsm.Advance(index)
+	g.mu.Unlock()
+	g.publishApplied(index)
+}
+
+// applyMemberChange must be called with g.mu held.
+func (g *group) applyMemberChange(index uint64, ch raftpb.ConfChangeSingle, context []byte) {
+	s := g.server
+	switch ch.Type {
+	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+		var m command.Member
+		if len(context) > 0 && json.Unmarshal(context, &m) == nil && m.ID == ch.NodeID {
+			m.Learner = ch.Type == raftpb.ConfChangeAddLearnerNode
+			g.fsm.Apply(index, &command.Command{Op: command.OpMemberSet, Member: m})
+			if m.ID != s.id && m.PeerURL != "" {
+				s.transport.AddPeer(m.ID, m.PeerURL)
+			}
+		}
+	case raftpb.ConfChangeRemoveNode:
+		g.fsm.Apply(index, &command.Command{Op: command.OpMemberRemove, Member: command.Member{ID: ch.NodeID}})
+		if ch.NodeID != s.id {
+			s.transport.RemovePeer(ch.NodeID)
+		}
+	}
+}
+
+// Snapshot clones the state in O(1); the clone is written on another goroutine.
+func (g *group) Snapshot() func(io.Writer) error {
+	g.mu.RLock()
+	clone := g.fsm.Clone()
+	g.mu.RUnlock()
+	return clone.WriteSnapshot
+}
+
+// Restore replaces the state machine with a snapshot's.
+func (g *group) Restore(meta snap.Meta, body io.Reader) error {
+	f, err := fsm.ReadSnapshot(body)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.fsm = f
+	members := f.Members()
+	g.sessions.reset(f.Sessions(), time.Now())
+	g.mu.Unlock()
+	for _, m := range members {
+		if m.ID != g.server.id && m.PeerURL != "" {
+			g.server.transport.AddPeer(m.ID, m.PeerURL)
+		}
+	}
+	g.publishApplied(meta.Index)
+	return nil
+}
+
+// LeaderChanged fails every waiting proposal: the old leader may have dropped
+// them, so their outcome is unknown.
+func (g *group) LeaderChanged(leader, term uint64) {
+	g.leader.Store(leader)
+	g.term.Store(term)
+	g.server.metrics.leaderChanged(leader, term)
+	if leader == g.server.id {
+		g.sessions.renewAll(time.Now())
+	}
+	g.waiters.failAll(api.Errorf(api.CodeUnavailable, "leader changed while the write was pending; its outcome is unknown"))
+}
+
+// ReadStates hands ReadIndex answers to the read batcher without blocking.
+func (g *group) ReadStates(states []raft.ReadState) {
+	for _, st := range states {
+		select {
+		case g.reads.states <- st:
+		default:
+			g.server.log.Warn("dropping read state: batcher is not keeping up", "index", st.Index)
+		}
+	}
+}
+
+// publishApplied makes index visible to waitApplied.
+func (g *group) publishApplied(index uint64) {
+	if index <= g.applied.Load() {
+		return
+	}
+	g.applied.Store(index)
+	g.appliedMu.Lock()
+	close(g.appliedCh)
+	g.appliedCh = make(chan struct{})
+	g.appliedMu.Unlock()
+}
+
+// appliedChanged returns a channel closed at the next growth of applied.
+func (g *group) appliedChanged() <-chan struct{} {
+	g.appliedMu.Lock()
+	defer g.appliedMu.Unlock()
+	return g.appliedCh
+}
+
+// view runs fn with the state machine locked for reading and returns the
+// applied index fn saw.
+func (g *group) view(fn func(f *fsm.FSM)) uint64 {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	fn(g.fsm)
+	return g.fsm.Applied()
+}
+
+// leaderHint is the leader's client address, if known.
+func (g *group) leaderHint() string {
+	lead := g.leader.Load()
+	if lead == raft.None {
+		return ""
+	}
+	var hint string
+	g.view(func(f *fsm.FSM) {
+		for _, m := range f.Members() {
+			if m.ID == lead {
+				hint = m.ClientURL
+			}
+		}
+	})
+	return hint
+}
+
+// unavailable returns a 503 error carrying the leader hint.
+func (g *group) unavailable(format string, args ...any) error {
+	e := api.Errorf(api.CodeUnavailable, format, args...)
+	e.LeaderHint = g.leaderHint()
+	return e
+}

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
+)
+
+// PutRequest is a validated-at-the-edge PUT of API.md.
+type PutRequest struct {
+	Path         string
+	Value        []byte
+	Precondition command.Precondition
+	Version      uint64 // with command.PrecondVersion
+	Ephemeral    bool
+	Sequential   bool
+	SessionID    uint64
+	RequestSeq   uint64
+}
+
+// DeleteRequest is a DELETE of API.md.
+type DeleteRequest struct {
+	Path         string
+	Precondition command.Precondition
+	Version      uint64
+	Recursive    bool
+	SessionID    uint64
+	RequestSeq   uint64
+}
+
+// ReadOptions says how fresh a read must be.
+type ReadOptions struct {
+	Consistency string // api.Linearizable (default) or api.Stale
+	MinIndex    uint64
+}
+
+// Put creates or updates a node once a quorum has it and this server applied it.
+func (s *Server) Put(ctx context.Context, r PutRequest) (api.Node, error) {
+	if err := api.ValidatePath(r.Path); err != nil {
+		return api.Node{}, err
+	}
+	if len(r.Value) > s.cfg.MaxValueSize {
+		return api.Node{}, api.Errorf(api.CodeTooLarge, "value is %d bytes, over the limit of %d", len(r.Value), s.cfg.MaxValueSize)
+	}
+	if r.Ephemeral && r.SessionID == 0 {
+		return api.Node{}, api.Errorf(api.CodeInvalidArgument, "an ephemeral node needs a session_id")
+	}
+	cmd := &command.Command{
+		Op: command.OpPut, Path: r.Path, Value: r.Value,
+		Precondition: r.Precondition, Version: r.Version,
+		Ephemeral: r.Ephemeral, Sequential: r.Sequential,
+		SessionID: r.SessionID, RequestSeq: r.RequestSeq,
+	}
+	res, index, err := s.groupFor(r.Path).propose(ctx, cmd)
+	if err != nil {
+		return api.Node{}, err
+	}
+	if res.Err != nil {
+		return api.Node{}, res.Err
+	}
+	n := res.Node
+	return api.Node{
+		Path: n.Path, Version: n.Version, CreatedIndex: n.CreatedIndex,
+		ModifiedIndex: n.ModifiedIndex, Index: index,
+	}, nil
+}
+
+// Delete removes a node (or, recursive, a subtree).
+func (s *Server) Delete(ctx context.Context, r DeleteRequest) (api.Deleted, error) {
+	if err := api.ValidatePath(r.Path); err != nil {
+		return api.Deleted{}, err
+	}
+	cmd := &command.Command{
+		Op: command.OpDelete, Path: r.Path,
+		Precondition: r.Precondition, Version: r.Version, Recursive: r.Recursive,
+		SessionID: r.SessionID, RequestSeq: r.RequestSeq,
+	}
+	res, index, err := s.groupFor(r.Path).propose(ctx, cmd)
+	if err != nil {
+		return api.Deleted{}, err
+	}
+	if res.Err != nil {
+		return api.Deleted{}, res.Err
+	}
+	return api.Deleted{Deleted: true, Index: index}, nil
+}
+
+// Get reads a node at the requested consistency.
+func (s *Server) Get(ctx context.Context, path string, opts ReadOptions) (api.Node, error) {
+	if err := api.ValidatePath(path); err != nil {
+		return api.Node{}, err
+	}
+	g := s.groupFor(path)
+	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+		return api.Node{}, err
+	}
+	var node fsm.Node
+	var err error
+	index := g.view(func(f *fsm.FSM) { node, err = f.Get(path) })
+	if err != nil {
+		return api.Node{}, err
+	}
+	out := api.Node{
+		Path: node.Path, Value: string(node.Value), Version: node.Version,
+		CreatedIndex: node.CreatedIndex, ModifiedIndex: node.ModifiedIndex,
+		Ephemeral: node.Owner != 0, ChildrenCount: node.ChildrenCount, Index: index,
+	}
+	if node.Owner != 0 {
+		out.OwnerSession = api.FormatID(node.Owner)
+	}
+	return out, nil
+}
+
+// Children lists a node's children, sorted by name.
+func (s *Server) Children(ctx context.Context, path string, opts ReadOptions) (api.Children, error) {
+	if err := api.ValidatePath(path); err != nil {
+		return api.Children{}, err
+	}
+	g := s.groupFor(path)
+	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+		return api.Children{}, err
+	}
+	var names []string
+	var err error
+	index := g.view(func(f *fsm.FSM) { names, err = f.Children(path) })
+	if err != nil {
+		return api.Children{}, err
+	}
+	if names == nil {
+		names = []string{}
+	}
+	return api.Children{Path: path, Children: names, Index: index}, nil
+}

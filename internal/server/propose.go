@@ -1,0 +1,117 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
+)
+
+// outcome is what a proposal's waiter receives.
+type outcome struct {
+	id     uint64
+	index  uint64
+	result fsm.Result
+	err    error
+}
+
+// waiterTable matches applied entries to the requests that proposed them.
+type waiterTable struct {
+	prefix  uint64 // random high bits, so ids from different servers and boots differ
+	counter atomic.Uint64
+
+	mu      sync.Mutex
+	waiting map[uint64]chan outcome // guarded by mu; each channel has room for one outcome
+}
+
+func newWaiterTable() *waiterTable {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &waiterTable{
+		prefix:  binary.LittleEndian.Uint64(b[:]) << 40,
+		waiting: make(map[uint64]chan outcome),
+	}
+}
+
+// add registers a new proposal id and returns it with its channel.
+func (t *waiterTable) add() (uint64, chan outcome) {
+	id := t.prefix | (t.counter.Add(1) & (1<<40 - 1))
+	ch := make(chan outcome, 1)
+	t.mu.Lock()
+	t.waiting[id] = ch
+	t.mu.Unlock()
+	return id, ch
+}
+
+func (t *waiterTable) remove(id uint64) {
+	t.mu.Lock()
+	delete(t.waiting, id)
+	t.mu.Unlock()
+}
+
+func (t *waiterTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.waiting)
+}
+
+// resolve delivers o to its waiter, if it is still waiting on this server.
+func (t *waiterTable) resolve(o outcome) {
+	t.mu.Lock()
+	ch, ok := t.waiting[o.id]
+	delete(t.waiting, o.id)
+	t.mu.Unlock()
+	if ok {
+		ch <- o
+	}
+}
+
+// failAll answers every waiter with err.
+func (t *waiterTable) failAll(err error) {
+	t.mu.Lock()
+	waiting := t.waiting
+	t.waiting = make(map[uint64]chan outcome)
+	t.mu.Unlock()
+	for id, ch := range waiting {
+		ch <- outcome{id: id, err: err}
+	}
+}
+
+// propose replicates cmd and waits until this server applied it. The result
+// may carry a deterministic refusal in Result.Err; the error is for failures
+// (overload, no quorum in time, leader change) whose outcome is unknown.
+func (g *group) propose(ctx context.Context, cmd *command.Command) (fsm.Result, uint64, error) {
+	s := g.server
+	if g.waiters.len() >= s.cfg.MaxPending {
+		s.metrics.proposalFailed()
+		return fsm.Result{}, 0, api.Errorf(api.CodeOverloaded, "%d proposals pending; retry with backoff", s.cfg.MaxPending)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	id, ch := g.waiters.add()
+	defer g.waiters.remove(id)
+	cmd.ID = id
+	s.metrics.proposalStarted()
+	defer s.metrics.proposalEnded()
+	if err := g.node.Propose(ctx, cmd.Marshal()); err != nil {
+		s.metrics.proposalFailed()
+		return fsm.Result{}, 0, g.unavailable("proposal not accepted: %v", err)
+	}
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			s.metrics.proposalFailed()
+		}
+		return o.result, o.index, o.err
+	case <-ctx.Done():
+		s.metrics.proposalFailed()
+		return fsm.Result{}, 0, g.unavailable("not committed within the request deadline; outcome unknown")
+	case <-g.node.Done():
+		return fsm.Result{}, 0, g.unavailable("server is stopping")
+	}
+}

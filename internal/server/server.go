@@ -1,0 +1,291 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/raftnode"
+	"github.com/latch-io/latch/internal/snap"
+	"github.com/latch-io/latch/internal/transport"
+	"github.com/latch-io/latch/internal/wal"
+)
+
+// mainGroup is the id of the one consensus group that runs today.
+const mainGroup = 1
+
+// Server is one running latch server.
+type Server struct {
+	cfg       Config
+	id        uint64
+	log       *slog.Logger
+	wal       *wal.WAL
+	snaps     *snap.Store
+	transport transport.Transport
+	metrics   *metrics
+
+	main atomic.Pointer[group] // set once its raft node runs
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{} // closed when the server stopped, by Close or a fatal error
+	errMu    sync.Mutex
+	err      error // guarded by errMu: why the server stopped on its own
+	bg       sync.WaitGroup
+}
+
+// New opens the data directory, recovers the state and starts serving peers.
+// The client API is served by package httpapi over the returned server.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:  cfg,
+		id:   MemberID(cfg.Name),
+		log:  cfg.Logger.With("member", cfg.Name),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	s.metrics = newMetrics(s)
+	if err := s.openStorage(); err != nil {
+		return nil, err
+	}
+	recovered, err := s.openWAL()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startTransport(); err != nil {
+		s.wal.Close()
+		return nil, err
+	}
+	if err := s.startGroup(recovered[mainGroup]); err != nil {
+		s.transport.Close()
+		s.wal.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) openStorage() error {
+	fs := s.cfg.FS
+	for _, dir := range []string{s.walDir(), s.snapDir()} {
+		if err := fs.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("server: create %s: %w", dir, err)
+		}
+	}
+	snaps, err := snap.New(fs, s.snapDir(), snap.Options{Logger: s.log})
+	if err != nil {
+		return fmt.Errorf("server: open snapshots: %w", err)
+	}
+	s.snaps = snaps
+	return nil
+}
+
+func (s *Server) openWAL() (map[uint64]*wal.GroupState, error) {
+	w, recovered, err := wal.Open(s.cfg.FS, s.walDir(), wal.Options{Logger: s.log})
+	if err != nil {
+		return nil, fmt.Errorf("server: open WAL: %w", err)
+	}
+	s.wal = w
+	return recovered, nil
+}
+
+func (s *Server) walDir() string  { return filepath.Join(s.cfg.DataDir, "wal") }
+func (s *Server) snapDir() string { return filepath.Join(s.cfg.DataDir, "snap") }
+
+func (s *Server) startTransport() error {
+	var (
+		tr  transport.Transport
+		err error
+	)
+	if s.cfg.NewTransport != nil {
+		tr, err = s.cfg.NewTransport(s.id, s, s)
+	} else {
+		tr, err = transport.NewTCP(transport.Config{
+			ID: s.id, ClusterID: clusterID(s.cfg.InitialCluster), ListenAddr: s.cfg.PeerAddr,
+			Listener: s.cfg.PeerListener, Handler: s, Snapshots: s, Logger: s.log,
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("server: start peer transport: %w", err)
+	}
+	s.transport = tr
+	for name, addr := range s.cfg.InitialCluster {
+		if id := MemberID(name); id != s.id {
+			tr.AddPeer(id, addr)
+		}
+	}
+	return nil
+}
+
+// clusterID identifies a cluster to the transport handshake, so a server
+// configured for one cluster never steps messages of another.
+func clusterID(initial map[string]string) uint64 {
+	h := fnv.New64a()
+	for _, name := range sortedNames(initial) {
+		fmt.Fprintf(h, "%s=%s,", name, initial[name])
+	}
+	return h.Sum64()
+}
+
+func (s *Server) startGroup(recovered *wal.GroupState) error {
+	g := newGroup(s, mainGroup)
+	node, err := raftnode.Start(raftnode.Config{
+		ID: s.id, Group: mainGroup, Peers: s.bootstrapPeers(), Recovered: recovered,
+		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g, Observer: g,
+		Logger: s.log, TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks,
+		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.metrics.nodeHooks(),
+	})
+	if err != nil {
+		return fmt.Errorf("server: start group %d: %w", mainGroup, err)
+	}
+	g.node = node
+	s.main.Store(g)
+	s.goBackground(func() { g.reads.loop(s.stop) })
+	s.goBackground(func() { s.announce(g) })
+	s.goBackground(func() { s.relayHeartbeats(g) })
+	s.goBackground(func() { s.expireSessions(g) })
+	go s.watchNode(node)
+	return nil
+}
+
+// bootstrapPeers are the initial members with their addresses in the conf
+// change context, so every replica records them in its state machine.
+func (s *Server) bootstrapPeers() []raft.Peer {
+	var peers []raft.Peer
+	for _, name := range sortedNames(s.cfg.InitialCluster) {
+		m := command.Member{ID: MemberID(name), Name: name, PeerURL: s.cfg.InitialCluster[name]}
+		ctx, _ := json.Marshal(m)
+		peers = append(peers, raft.Peer{ID: m.ID, Context: ctx})
+	}
+	return peers
+}
+
+func (s *Server) goBackground(fn func()) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		fn()
+	}()
+}
+
+// watchNode stops the server when its raft node stops on a fatal error.
+func (s *Server) watchNode(n *raftnode.Node) {
+	select {
+	case <-n.Done():
+		if err := n.Err(); err != nil {
+			s.errMu.Lock()
+			s.err = err
+			s.errMu.Unlock()
+			s.log.Error("fatal storage error; the process must stop", "err", err)
+			go s.Close()
+		}
+	case <-s.stop:
+	}
+}
+
+// announce records this server's client address in the replicated member
+// table, retrying until it is there, so any server can point clients at it.
+func (s *Server) announce(g *group) {
+	backoff := 50 * time.Millisecond
+	for {
+		if s.clientAddrRecorded(g) {
+			return
+		}
+		cmd := &command.Command{Op: command.OpMemberSet, Member: command.Member{
+			ID: s.id, Name: s.cfg.Name, PeerURL: s.cfg.PeerAddr, ClientURL: s.cfg.ClientAddr,
+			Learner: s.isLearner(g),
+		}}
+		if g.leader.Load() != raft.None {
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+			_, _, err := g.propose(ctx, cmd)
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+		select {
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 2*time.Second)
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+func (s *Server) clientAddrRecorded(g *group) bool {
+	found := false
+	g.view(func(f *fsm.FSM) {
+		for _, m := range f.Members() {
+			if m.ID == s.id && m.ClientURL == s.cfg.ClientAddr && m.PeerURL == s.cfg.PeerAddr {
+				found = true
+			}
+		}
+	})
+	return found
+}
+
+func (s *Server) isLearner(g *group) bool {
+	_, ok := g.node.Status().Config.Learners[s.id]
+	return ok
+}
+
+func (s *Server) lookupGroup(id uint64) *group {
+	if id != mainGroup {
+		return nil
+	}
+	return s.main.Load()
+}
+
+// groupFor returns the group that owns path.
+func (s *Server) groupFor(string) *group { return s.main.Load() }
+
+func (s *Server) electionTimeout() time.Duration {
+	return time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval
+}
+
+// ID is this server's raft member id.
+func (s *Server) ID() uint64 { return s.id }
+
+// Config returns the server's effective configuration.
+func (s *Server) Config() Config { return s.cfg }
+
+// Done is closed once the server has stopped; Err says why if it stopped on
+// its own (a storage failure: the process must exit non-zero).
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Err is the fatal error that stopped the server, or nil.
+func (s *Server) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+// Close stops the server: raft, transport, background work, then the WAL.
+func (s *Server) Close() error {
+	var err error
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		if g := s.main.Load(); g != nil {
+			g.node.Stop()
+			g.waiters.failAll(errStopping)
+		}
+		s.bg.Wait()
+		err = errors.Join(s.transport.Close(), s.wal.Close())
+		close(s.done)
+	})
+	return err
+}

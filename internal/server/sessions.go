@@ -1,0 +1,344 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"slices"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
+)
+
+// Sessions live in the replicated state; their liveness does not. Every
+// server keeps a sessionTracker, but only the leader's deadlines matter:
+//   - a heartbeat is answered by the server that receives it, without a log
+//     write; a follower or learner adds the id to its relay set, and every
+//     relay interval sends the set to the leader over the peer transport
+//     (group relayGroup), so a server cut off from the majority cannot keep
+//     a session alive;
+//   - the leader alone proposes expiry (one entry for every session due),
+//     from deadlines on the monotonic clock;
+//   - a newly elected leader first grants every session a full timeout.
+
+// relayGroup is the transport group id of heartbeat relays between servers.
+const relayGroup = 0
+
+// maxRelayIDs bounds the session ids in one relay message.
+const maxRelayIDs = 8192
+
+// sessionTracker holds the deadline of every live session.
+type sessionTracker struct {
+	mu        sync.Mutex
+	deadlines map[uint64]trackedSession // guarded by mu
+	relay     map[uint64]struct{}       // guarded by mu: heartbeats heard here, not yet sent to the leader
+}
+
+type trackedSession struct {
+	timeout  time.Duration
+	deadline time.Time // monotonic
+	expiring bool      // an expiry proposal for it is in flight
+}
+
+func newSessionTracker() *sessionTracker {
+	return &sessionTracker{deadlines: map[uint64]trackedSession{}, relay: map[uint64]struct{}{}}
+}
+
+func (t *sessionTracker) created(id, timeoutMs uint64, now time.Time) {
+	timeout := time.Duration(timeoutMs) * time.Millisecond
+	t.mu.Lock()
+	t.deadlines[id] = trackedSession{timeout: timeout, deadline: now.Add(timeout)}
+	t.mu.Unlock()
+}
+
+func (t *sessionTracker) ended(id uint64) {
+	t.mu.Lock()
+	delete(t.deadlines, id)
+	delete(t.relay, id)
+	t.mu.Unlock()
+}
+
+// touch extends the deadlines of ids; unknown ids are ignored.
+func (t *sessionTracker) touch(ids []uint64, now time.Time) {
+	t.mu.Lock()
+	for _, id := range ids {
+		if s, ok := t.deadlines[id]; ok {
+			s.deadline = now.Add(s.timeout)
+			t.deadlines[id] = s
+		}
+	}
+	t.mu.Unlock()
+}
+
+// renewAll grants every session a full timeout from now (a new leader).
+func (t *sessionTracker) renewAll(now time.Time) {
+	t.mu.Lock()
+	for id, s := range t.deadlines {
+		s.deadline = now.Add(s.timeout)
+		s.expiring = false
+		t.deadlines[id] = s
+	}
+	t.mu.Unlock()
+}
+
+// reset replaces the tracked sessions with those of a restored state.
+func (t *sessionTracker) reset(sessions []fsm.Session, now time.Time) {
+	t.mu.Lock()
+	t.deadlines = make(map[uint64]trackedSession, len(sessions))
+	t.mu.Unlock()
+	for _, s := range sessions {
+		t.created(s.ID, s.TimeoutMs, now)
+	}
+}
+
+// due returns the sessions past their deadline and marks them expiring.
+func (t *sessionTracker) due(now time.Time, limit int) []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ids []uint64
+	for id, s := range t.deadlines {
+		if !s.expiring && now.After(s.deadline) {
+			s.expiring = true
+			t.deadlines[id] = s
+			ids = append(ids, id)
+			if len(ids) == limit {
+				break
+			}
+		}
+	}
+	return ids
+}
+
+// unmark lets sessions whose expiry proposal failed be proposed again.
+func (t *sessionTracker) unmark(ids []uint64) {
+	t.mu.Lock()
+	for _, id := range ids {
+		if s, ok := t.deadlines[id]; ok {
+			s.expiring = false
+			t.deadlines[id] = s
+		}
+	}
+	t.mu.Unlock()
+}
+
+func (t *sessionTracker) addRelay(id uint64) {
+	t.mu.Lock()
+	t.relay[id] = struct{}{}
+	t.mu.Unlock()
+}
+
+func (t *sessionTracker) takeRelay() []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make([]uint64, 0, len(t.relay))
+	for id := range t.relay {
+		ids = append(ids, id)
+	}
+	clear(t.relay)
+	return ids
+}
+
+// trackApplied updates the tracker after a command was applied.
+func (g *group) trackApplied(cmd *command.Command, res fsm.Result) {
+	switch cmd.Op {
+	case command.OpSessionCreate:
+		if res.Err == nil {
+			g.sessions.created(res.SessionID, res.TimeoutMs, time.Now())
+		}
+	case command.OpSessionClose:
+		g.sessions.ended(cmd.SessionID)
+	case command.OpSessionExpire:
+		for _, id := range cmd.Sessions {
+			g.sessions.ended(id)
+		}
+	}
+}
+
+// CreateSession creates a session with the timeout clamped to the server's range.
+func (s *Server) CreateSession(ctx context.Context, timeoutMs uint64) (api.Session, error) {
+	timeout := time.Duration(timeoutMs) * time.Millisecond
+	timeout = min(max(timeout, s.cfg.MinSessionTTL), s.cfg.MaxSessionTTL)
+	cmd := &command.Command{Op: command.OpSessionCreate, TimeoutMs: uint64(timeout.Milliseconds())}
+	res, index, err := s.main.Load().propose(ctx, cmd)
+	if err != nil {
+		return api.Session{}, err
+	}
+	if res.Err != nil {
+		return api.Session{}, res.Err
+	}
+	return api.Session{SessionID: api.FormatID(res.SessionID), TimeoutMs: res.TimeoutMs, Index: index}, nil
+}
+
+// CloseSession ends a session and deletes its ephemeral nodes in one entry.
+func (s *Server) CloseSession(ctx context.Context, id uint64) (api.Closed, error) {
+	res, index, err := s.main.Load().propose(ctx, &command.Command{Op: command.OpSessionClose, SessionID: id})
+	if err != nil {
+		return api.Closed{}, err
+	}
+	if res.Err != nil {
+		return api.Closed{}, res.Err
+	}
+	return api.Closed{Closed: true, Index: index}, nil
+}
+
+// GetSession describes a live session.
+func (s *Server) GetSession(ctx context.Context, id uint64, opts ReadOptions) (api.Session, error) {
+	g := s.main.Load()
+	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+		return api.Session{}, err
+	}
+	var sess fsm.Session
+	var err error
+	index := g.view(func(f *fsm.FSM) { sess, err = f.Session(id) })
+	if err != nil {
+		return api.Session{}, err
+	}
+	return api.Session{SessionID: api.FormatID(sess.ID), TimeoutMs: sess.TimeoutMs,
+		EphemeralCount: sess.Ephemerals, Index: index}, nil
+}
+
+// Heartbeat keeps sessions alive. It is answered here, without a log write;
+// sessions unknown here are looked up again after a linearizable barrier
+// (they may have been created through a server this one has not caught up
+// with). It returns the ids that are not alive (expired or closed).
+func (s *Server) Heartbeat(ctx context.Context, ids []uint64) (uint64, []uint64, error) {
+	g := s.main.Load()
+	index, dead := g.liveSessions(ids)
+	if len(dead) > 0 {
+		if err := g.barrier(ctx, api.Linearizable, 0); err != nil {
+			return 0, nil, err
+		}
+		index, dead = g.liveSessions(ids)
+	}
+	alive := ids
+	if len(dead) > 0 {
+		alive = without(ids, dead)
+	}
+	if g.leader.Load() == s.id {
+		g.sessions.touch(alive, time.Now())
+	} else {
+		for _, id := range alive {
+			g.sessions.addRelay(id)
+		}
+	}
+	return index, dead, nil
+}
+
+// liveSessions returns the applied index and the ids not alive here.
+func (g *group) liveSessions(ids []uint64) (uint64, []uint64) {
+	var dead []uint64
+	index := g.view(func(f *fsm.FSM) {
+		for _, id := range ids {
+			if _, err := f.Session(id); err != nil {
+				dead = append(dead, id)
+			}
+		}
+	})
+	return index, dead
+}
+
+// without returns ids minus the (few) ids in drop.
+func without(ids, drop []uint64) []uint64 {
+	out := make([]uint64, 0, len(ids))
+	for _, id := range ids {
+		if !slices.Contains(drop, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// relayHeartbeats sends the heartbeats heard here to the leader, until stop.
+func (s *Server) relayHeartbeats(g *group) {
+	interval := max(s.cfg.MinSessionTTL/8, 50*time.Millisecond)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+		case <-s.stop:
+			return
+		}
+		ids := g.sessions.takeRelay()
+		lead := g.leader.Load()
+		if len(ids) == 0 || lead == raft.None {
+			continue
+		}
+		if lead == s.id {
+			g.sessions.touch(ids, time.Now())
+			continue
+		}
+		s.transport.Send(relayGroup, relayMessages(s.id, lead, ids))
+	}
+}
+
+func relayMessages(from, to uint64, ids []uint64) []raftpb.Message {
+	var msgs []raftpb.Message
+	for len(ids) > 0 {
+		n := min(len(ids), maxRelayIDs)
+		var buf []byte
+		for _, id := range ids[:n] {
+			buf = binary.AppendUvarint(buf, id)
+		}
+		msgs = append(msgs, raftpb.Message{Type: raftpb.MsgHeartbeat, From: from, To: to, Context: buf})
+		ids = ids[n:]
+	}
+	return msgs
+}
+
+// receiveRelay extends the deadlines of relayed heartbeats, if this server leads.
+func (s *Server) receiveRelay(m raftpb.Message) error {
+	g := s.main.Load()
+	if g == nil || g.leader.Load() != s.id {
+		return nil
+	}
+	var ids []uint64
+	for buf := m.Context; len(buf) > 0; {
+		id, n := binary.Uvarint(buf)
+		if n <= 0 {
+			return errBadRelay
+		}
+		ids = append(ids, id)
+		buf = buf[n:]
+	}
+	g.sessions.touch(ids, time.Now())
+	return nil
+}
+
+var errBadRelay = api.Errorf(api.CodeInvalidArgument, "malformed heartbeat relay")
+
+// expireSessions proposes the expiry of sessions past their deadline while
+// this server leads, until stop.
+func (s *Server) expireSessions(g *group) {
+	ticker := time.NewTicker(max(s.cfg.MinSessionTTL/20, 20*time.Millisecond))
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+		case <-s.stop:
+			return
+		}
+		if g.leader.Load() != s.id {
+			continue
+		}
+		for {
+			ids := g.sessions.due(time.Now(), 1024)
+			if len(ids) == 0 {
+				break
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+			_, _, err := g.propose(ctx, &command.Command{Op: command.OpSessionExpire, Sessions: ids})
+			cancel()
+			if err != nil {
+				g.sessions.unmark(ids)
+				break
+			}
+			s.log.Info("expired sessions", "count", len(ids))
+		}
+	}
+}

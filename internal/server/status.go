@@ -1,0 +1,83 @@
+package server
+
+import (
+	"go.etcd.io/raft/v3"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
+)
+
+var errStopping = api.Errorf(api.CodeUnavailable, "server is stopping")
+
+// Status reports this server's view of the cluster.
+func (s *Server) Status() api.Status {
+	g := s.main.Load()
+	st := g.node.Status()
+	var members []command.Member
+	g.view(func(f *fsm.FSM) { members = f.Members() })
+	out := api.Status{
+		ID: api.FormatID(s.id), Name: s.cfg.Name, Role: roleOf(st, s.id), Term: st.Term,
+		CommitIndex: st.Commit, AppliedIndex: g.applied.Load(), Members: toAPIMembers(members),
+	}
+	if st.Lead != raft.None {
+		out.LeaderID = api.FormatID(st.Lead)
+		out.LeaderClient = g.leaderHint()
+	}
+	return out
+}
+
+func roleOf(st raft.Status, self uint64) string {
+	switch st.RaftState {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateCandidate, raft.StatePreCandidate:
+		return "candidate"
+	}
+	if _, ok := st.Config.Learners[self]; ok {
+		return "learner"
+	}
+	return "follower"
+}
+
+// Members lists the members recorded in the replicated state.
+func (s *Server) Members() api.Members {
+	g := s.main.Load()
+	var members []command.Member
+	index := g.view(func(f *fsm.FSM) { members = f.Members() })
+	return api.Members{Members: toAPIMembers(members), Index: index}
+}
+
+func toAPIMembers(ms []command.Member) []api.Member {
+	out := make([]api.Member, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, api.Member{
+			ID: api.FormatID(m.ID), Name: m.Name, PeerURL: m.PeerURL, ClientURL: m.ClientURL, Learner: m.Learner,
+		})
+	}
+	return out
+}
+
+// Ready reports whether the server knows a leader and has applied everything
+// it knows to be committed (the /readyz check).
+func (s *Server) Ready() bool {
+	g := s.main.Load()
+	if g == nil {
+		return false
+	}
+	st := g.node.Status()
+	return st.Lead != raft.None && g.applied.Load() >= st.Commit
+}
+
+// AppliedIndex is the main group's applied index on this server.
+func (s *Server) AppliedIndex() uint64 { return s.main.Load().applied.Load() }
+
+// StateHash is the main group's state-machine hash and the index it covers.
+func (s *Server) StateHash() (hash, index uint64) {
+	g := s.main.Load()
+	index = g.view(func(f *fsm.FSM) { hash = f.Hash() })
+	return hash, index
+}
+
+// LeaderID is the raft id of the leader this server follows (0: none known).
+func (s *Server) LeaderID() uint64 { return s.main.Load().leader.Load() }
