@@ -146,8 +146,8 @@ func TestPut(t *testing.T) {
 			check: all(wantNode("/a/b", "", 1, 2, 2), wantNode("/a/b/c", "", 1, 2, 2), wantNode("/a", "x", 1, 1, 1)),
 		},
 		{
-			name: "prev_version none creates a missing node",
-			cmd:  command.Command{Op: command.OpPut, Path: "/a", Precondition: command.PrecondNone},
+			name:     "prev_version none creates a missing node",
+			cmd:      command.Command{Op: command.OpPut, Path: "/a", Precondition: command.PrecondNone},
 			wantNode: NodeMeta{"/a", 1, 1, 1}, wantEvents: []Event{ev(EventCreated, "/a", 1), ev(EventChildrenChanged, "/", 0)},
 		},
 		{
@@ -291,7 +291,7 @@ func TestDelete(t *testing.T) {
 		{name: "root recursively", setup: []command.Command{put("/a", "")}, cmd: delRecursive("/"), wantCode: api.CodeInvalidArgument},
 		{
 			name: "matching version", setup: []command.Command{put("/a", "")},
-			cmd: command.Command{Op: command.OpDelete, Path: "/a", Precondition: command.PrecondVersion, Version: 1},
+			cmd:        command.Command{Op: command.OpDelete, Path: "/a", Precondition: command.PrecondVersion, Version: 1},
 			wantEvents: []Event{ev(EventDeleted, "/a", 1), ev(EventChildrenChanged, "/", 0)},
 		},
 		{
