@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -145,20 +146,40 @@ func (f *frameReader) next() (uint64, raftpb.Message, int, error) {
 		return 0, raftpb.Message{}, 0, fmt.Errorf("frame at offset %d: length %d over %d: %w", f.offset, length, f.maxFrame, ErrFrameTooLarge)
 	}
 	body := int(length - 8)
-	if cap(f.buf) < body {
-		f.buf = make([]byte, body)
-	}
-	f.buf = f.buf[:body]
-	if _, err := io.ReadFull(f.reader, f.buf); err != nil {
+	if err := f.readBody(body); err != nil {
 		return 0, raftpb.Message{}, 0, fmt.Errorf("frame at offset %d: %w", f.offset, noEOF(err))
 	}
 	var m raftpb.Message
-	if err := m.Unmarshal(f.buf); err != nil {
+	err := m.Unmarshal(f.buf)
+	if cap(f.buf) > keptBuffer {
+		f.buf = nil // do not pin one huge frame's memory
+	}
+	if err != nil {
 		return 0, raftpb.Message{}, 0, fmt.Errorf("frame at offset %d: unmarshal: %v: %w", f.offset, err, ErrCorrupt)
 	}
 	size := frameHeaderSize + body
 	f.offset += int64(size)
 	return group, m, size, nil
+}
+
+// keptBuffer is the largest frame buffer a frameReader keeps between frames;
+// larger frames are also read in steps of this size, so that a frame header
+// claiming a huge length costs memory only as its bytes actually arrive.
+const keptBuffer = 1 << 20
+
+// readBody reads the next size bytes into f.buf.
+func (f *frameReader) readBody(size int) error {
+	f.buf = f.buf[:0]
+	for len(f.buf) < size {
+		step := min(size-len(f.buf), keptBuffer)
+		f.buf = slices.Grow(f.buf, step)
+		n, err := io.ReadFull(f.reader, f.buf[len(f.buf):len(f.buf)+step])
+		f.buf = f.buf[:len(f.buf)+n]
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // wrapEOF keeps a clean io.EOF between frames and names the offset otherwise.

@@ -91,8 +91,8 @@ func (t *TCP) reject(conn net.Conn, why string, err error, attrs ...any) {
 // readMessages hands every frame on conn to the handler in order. It
 // returns, and the caller closes conn, when the stream ends or breaks.
 func (t *TCP) readMessages(conn net.Conn, reader *bufio.Reader, from uint64) {
-	t.replaceStream(from, conn)
-	defer t.forgetStream(from, conn)
+	stream := t.replaceStream(from, conn)
+	defer t.forgetStream(from, stream)
 	frames := frameReader{reader: reader, maxFrame: t.cfg.MaxFrameSize}
 	for {
 		group, m, size, err := frames.next()
@@ -119,22 +119,35 @@ func (t *TCP) readMessages(conn net.Conn, reader *bufio.Reader, from uint64) {
 	}
 }
 
-// replaceStream records conn as from's message connection and closes the
-// one it replaces: a restarted peer's new connection supersedes its old one.
-func (t *TCP) replaceStream(from uint64, conn net.Conn) {
-	t.mu.Lock()
-	old := t.streams[from]
-	t.streams[from] = conn
-	t.mu.Unlock()
-	if old != nil {
-		old.Close()
-	}
+// inboundStream is a message connection being read.
+type inboundStream struct {
+	conn net.Conn
+	done chan struct{} // closed when its reader stopped calling Process
 }
 
-func (t *TCP) forgetStream(from uint64, conn net.Conn) {
+// replaceStream records conn as from's message connection. A peer dials
+// again only after its old connection failed, so the old one is closed, and
+// its reader waited for, before the new one is read: messages from one peer
+// are processed one at a time and in order.
+func (t *TCP) replaceStream(from uint64, conn net.Conn) *inboundStream {
+	stream := &inboundStream{conn: conn, done: make(chan struct{})}
 	t.mu.Lock()
-	if t.streams[from] == conn {
+	old := t.streams[from]
+	t.streams[from] = stream
+	t.mu.Unlock()
+	if old != nil {
+		old.conn.Close()
+		<-old.done
+	}
+	return stream
+}
+
+// forgetStream marks stream finished.
+func (t *TCP) forgetStream(from uint64, stream *inboundStream) {
+	t.mu.Lock()
+	if t.streams[from] == stream {
 		delete(t.streams, from)
 	}
 	t.mu.Unlock()
+	close(stream.done)
 }

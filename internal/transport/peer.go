@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -43,9 +44,10 @@ type peer struct {
 	t        *TCP
 	id       uint64
 	queue    chan outgoing
-	state    atomic.Int32  // stateDialing, stateConnected or stateDown
-	changed  chan struct{} // capacity 1: the address changed, redial now
-	stopped  chan struct{} // closed by stop
+	state    atomic.Int32    // stateDialing, stateConnected or stateDown
+	changed  chan struct{}   // capacity 1: the address changed, redial now
+	ctx      context.Context // cancelled by stop; dials and handshakes give up with it
+	cancel   context.CancelFunc
 	done     chan struct{} // closed when run returns
 	stopOnce sync.Once
 	sending  atomic.Bool // a snapshot to this peer is in flight
@@ -56,13 +58,15 @@ type peer struct {
 }
 
 func newPeer(t *TCP, id uint64, addr string) *peer {
+	ctx, cancel := context.WithCancel(t.ctx)
 	return &peer{
 		t:       t,
 		id:      id,
 		addr:    addr,
 		queue:   make(chan outgoing, t.cfg.QueueSize),
 		changed: make(chan struct{}, 1),
-		stopped: make(chan struct{}),
+		ctx:     ctx,
+		cancel:  cancel,
 		done:    make(chan struct{}),
 	}
 }
@@ -99,7 +103,7 @@ func (p *peer) setAddr(addr string) {
 // stop ends the writer goroutine, closes its connection and waits for it.
 func (p *peer) stop() {
 	p.stopOnce.Do(func() {
-		close(p.stopped)
+		p.cancel()
 		p.mu.Lock()
 		if p.conn != nil {
 			p.conn.Close()
@@ -109,28 +113,29 @@ func (p *peer) stop() {
 	<-p.done
 }
 
-// run is the peer's writer goroutine.
+// run is the peer's writer goroutine. After a failed dial it waits with
+// exponential backoff; after a connection that lasted at least MaxBackoff
+// ended, it redials at once.
 func (p *peer) run() {
 	defer close(p.done)
 	backoff := p.t.cfg.MinBackoff
 	failures := 0
 	for {
 		p.state.Store(stateDialing)
-		err := p.connectAndStream()
+		connected, err := p.connectAndStream()
 		p.state.Store(stateDown)
 		p.dropQueued()
-		if p.isStopped() {
+		if p.ctx.Err() != nil {
 			return
 		}
-		switch {
-		case errors.Is(err, errPeerClosed), errors.Is(err, errAddrChanged):
-			// The connection worked: redial at once; if the peer is gone the dial fails and we back off.
+		if connected >= p.t.cfg.MaxBackoff || errors.Is(err, errAddrChanged) {
 			p.t.logger.Info("peer connection ended", "peer", p.id, "err", err)
 			backoff, failures = p.t.cfg.MinBackoff, 0
 			continue
-		case failures == 0:
+		}
+		if failures == 0 {
 			p.t.logger.Warn("peer unreachable", "peer", p.id, "err", err)
-		default:
+		} else {
 			p.t.logger.Debug("peer still unreachable", "peer", p.id, "err", err, "failures", failures)
 		}
 		failures++
@@ -143,21 +148,21 @@ func (p *peer) run() {
 }
 
 // connectAndStream dials the peer and writes queued messages until the
-// connection fails or the peer is stopped. A connection that worked and
-// then ended returns an error wrapping errPeerClosed or errAddrChanged.
-func (p *peer) connectAndStream() error {
+// connection fails or the peer is stopped. It returns how long the
+// connection was up (0 if the dial or handshake failed) and why it ended.
+func (p *peer) connectAndStream() (time.Duration, error) {
 	p.mu.Lock()
 	addr := p.addr
 	p.mu.Unlock()
-	conn, err := p.t.dial(addr, p.id, kindMessages)
+	conn, err := p.t.dial(p.ctx, addr, p.id, kindMessages)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	p.mu.Lock()
-	if p.isStopped() {
+	if p.ctx.Err() != nil {
 		p.mu.Unlock()
 		conn.Close()
-		return nil
+		return 0, p.ctx.Err()
 	}
 	p.conn = conn
 	p.mu.Unlock()
@@ -167,11 +172,11 @@ func (p *peer) connectAndStream() error {
 		p.mu.Unlock()
 		conn.Close()
 	}()
-	if p.state.Load() != stateConnected {
-		p.t.logger.Info("peer connected", "peer", p.id, "addr", addr)
-	}
+	p.t.logger.Info("peer connected", "peer", p.id, "addr", addr)
 	p.state.Store(stateConnected)
-	return p.stream(conn)
+	started := time.Now()
+	err = p.stream(conn)
+	return time.Since(started), err
 }
 
 // stream writes batches of queued messages to conn. A reader goroutine
@@ -196,8 +201,8 @@ func (p *peer) stream(conn net.Conn) error {
 			return errPeerClosed
 		case <-p.changed:
 			return errAddrChanged
-		case <-p.stopped:
-			return nil
+		case <-p.ctx.Done():
+			return p.ctx.Err()
 		}
 		var err error
 		if scratch, err = p.writeBatch(conn, writer, first, scratch); err != nil {
@@ -289,19 +294,10 @@ func (p *peer) wait(d time.Duration) bool {
 	select {
 	case <-timer.C:
 	case <-p.changed:
-	case <-p.stopped:
+	case <-p.ctx.Done():
 		return false
 	}
 	return true
-}
-
-func (p *peer) isStopped() bool {
-	select {
-	case <-p.stopped:
-		return true
-	default:
-		return false
-	}
 }
 
 // jitter spreads d over [d/2, d) so that peers do not redial in lockstep.

@@ -45,7 +45,7 @@ func (p *peer) streamSnapshot(group uint64, m raftpb.Message) error {
 	p.mu.Lock()
 	addr := p.addr
 	p.mu.Unlock()
-	conn, err := p.t.dial(addr, p.id, kindSnapshot)
+	conn, err := p.t.dial(p.t.ctx, addr, p.id, kindSnapshot)
 	if err != nil {
 		return err
 	}

@@ -30,12 +30,14 @@ type TCP struct {
 
 	mu      sync.RWMutex // guards the fields below
 	peers   map[uint64]*peer
-	conns   map[net.Conn]struct{} // accepted connections and outbound snapshot connections, closed by Close
-	streams map[uint64]net.Conn   // the newest inbound message connection from each peer
+	conns   map[net.Conn]struct{}     // accepted connections and outbound snapshot connections, closed by Close
+	streams map[uint64]*inboundStream // the newest inbound message connection from each peer
 	closed  bool
 }
 
 var _ Transport = (*TCP)(nil)
+
+var errUnknownPeer = errors.New("no such peer")
 
 // NewTCP starts a transport listening for peers. Add peers with AddPeer.
 func NewTCP(cfg Config) (*TCP, error) {
@@ -60,7 +62,7 @@ func NewTCP(cfg Config) (*TCP, error) {
 		reports:  newReporter(cfg.Handler),
 		peers:    make(map[uint64]*peer),
 		conns:    make(map[net.Conn]struct{}),
-		streams:  make(map[uint64]net.Conn),
+		streams:  make(map[uint64]*inboundStream),
 	}
 	t.start(func() { t.reports.run(ctx) })
 	t.start(t.acceptLoop)
@@ -119,6 +121,9 @@ func (t *TCP) Send(group uint64, msgs []raftpb.Message) {
 		switch {
 		case closed:
 			return
+		case p == nil && m.Type == raftpb.MsgSnap:
+			to := m.To
+			t.start(func() { t.reportSnapshot(group, to, fmt.Errorf("peer %d unknown: %w", to, errUnknownPeer)) })
 		case p == nil:
 			t.drop(group, m.To, 1)
 		case m.Type == raftpb.MsgSnap:
@@ -223,12 +228,15 @@ func (t *TCP) untrack(conn net.Conn) {
 }
 
 // dial connects to addr and completes the handshake for a connection of kind to peer id.
-func (t *TCP) dial(addr string, id uint64, kind uint8) (net.Conn, error) {
+// Cancelling ctx abandons the dial or the handshake.
+func (t *TCP) dial(ctx context.Context, addr string, id uint64, kind uint8) (net.Conn, error) {
 	dialer := net.Dialer{Timeout: t.cfg.DialTimeout}
-	conn, err := dialer.DialContext(t.ctx, "tcp", addr)
+	conn, err := dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial peer %d at %s: %w", id, addr, err)
 	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
 	if err := t.clientHandshake(conn, id, kind); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("handshake with peer %d at %s: %w", id, addr, err)

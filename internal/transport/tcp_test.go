@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -208,4 +210,37 @@ func mustFrame(t *testing.T, m raftpb.Message) []byte {
 func isReset(err error) bool {
 	var opErr *net.OpError
 	return errors.As(err, &opErr)
+}
+
+// TestTCPMessageSizes checks that a message larger than the frame reader's
+// step arrives intact and that one over MaxFrameSize is dropped at the
+// sender and reported, without breaking the connection.
+func TestTCPMessageSizes(t *testing.T) {
+	tune := func(cfg *Config) { cfg.MaxFrameSize = 4 << 20 }
+	sender := startNode(t, 1, 7, "127.0.0.1:0", tune)
+	receiver := startNode(t, 2, 7, "127.0.0.1:0", tune)
+	connect(sender, receiver)
+	big := app(1, 2, 1, 1, 3<<20)
+	for i := range big.Entries[0].Data {
+		big.Entries[0].Data[i] = byte(i * 31)
+	}
+	sender.transport.Send(1, []raftpb.Message{big, app(1, 2, 2, 1, 5<<20), app(1, 2, 3, 1, 8)})
+	waitFor(t, 10*time.Second, "the messages around the oversized one", func() bool { return receiver.handler.count() == 2 })
+	got := receiver.handler.from(1)
+	if got[0].message.Index != 1 || !bytes.Equal(got[0].message.Entries[0].Data, big.Entries[0].Data) || got[1].message.Index != 3 {
+		t.Fatalf("got indexes %d and %d (first intact: %v), want 1 intact then 3",
+			got[0].message.Index, got[1].message.Index, bytes.Equal(got[0].message.Entries[0].Data, big.Entries[0].Data))
+	}
+	waitFor(t, 5*time.Second, "ReportUnreachable for the oversized message", func() bool { return sender.handler.unreachableCount(1, 2) > 0 })
+}
+
+// TestTCPSnapshotToUnknownPeer checks that a MsgSnap to a peer never added
+// still ends in SnapshotFailure.
+func TestTCPSnapshotToUnknownPeer(t *testing.T) {
+	sender := startNode(t, 1, 7, "127.0.0.1:0", nil)
+	sender.transport.Send(2, []raftpb.Message{snapshotMessage(1, 9, 3)})
+	waitFor(t, 5*time.Second, "the snapshot report", func() bool { return len(sender.handler.snapshotReports()) > 0 })
+	if got := sender.handler.snapshotReports(); got[0] != (snapshotReport{group: 2, id: 9, status: raft.SnapshotFailure}) {
+		t.Fatalf("reports %+v, want SnapshotFailure for group 2 peer 9", got)
+	}
 }
