@@ -206,7 +206,7 @@ func (s *Server) announce(g *group) {
 			return
 		}
 		cmd := &command.Command{Op: command.OpMemberSet, Member: command.Member{
-			ID: s.id, Name: s.cfg.Name, PeerURL: s.cfg.PeerAddr, ClientURL: s.cfg.ClientAddr,
+			ID: s.id, Name: s.cfg.Name, PeerURL: s.cfg.PeerAddr, ClientURL: s.clientURL(),
 			Learner: s.isLearner(g),
 		}}
 		if g.leader.Load() != raft.None {
@@ -230,7 +230,7 @@ func (s *Server) clientAddrRecorded(g *group) bool {
 	found := false
 	g.view(func(f *fsm.FSM) {
 		for _, m := range f.Members() {
-			if m.ID == s.id && m.ClientURL == s.cfg.ClientAddr && m.PeerURL == s.cfg.PeerAddr {
+			if m.ID == s.id && m.ClientURL == s.clientURL() && m.PeerURL == s.cfg.PeerAddr {
 				found = true
 			}
 		}
@@ -289,3 +289,6 @@ func (s *Server) Close() error {
 	})
 	return err
 }
+
+// clientURL is the base URL clients use to reach this server's API.
+func (s *Server) clientURL() string { return "http://" + s.cfg.ClientAddr }
