@@ -38,12 +38,19 @@ type recorder struct {
 	messages    []received
 	unreachable map[[2]uint64]int
 	snapshots   []snapshotReport
-	processErr  error // returned by Process when set
+	processErr  error         // returned by Process when set
+	block       chan struct{} // if not nil, Process waits until it is closed or ctx ends
 }
 
 func newRecorder() *recorder { return &recorder{unreachable: make(map[[2]uint64]int)} }
 
 func (r *recorder) Process(ctx context.Context, group uint64, m raftpb.Message) error {
+	if r.block != nil {
+		select {
+		case <-r.block:
+		case <-ctx.Done():
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.messages = append(r.messages, received{group: group, message: m})

@@ -109,9 +109,12 @@ func TestTCPSnapshotCorruptBody(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			body := &chunkReader{reader: corruptChunks(t, 3000, tt.corrupt), size: 3000, maxChunk: 1024, total: newCRC()}
-			_, err := readAll(body)
+			data, err := readAll(body)
 			if err == nil {
 				t.Fatal("corrupt body read without error")
+			}
+			if len(data) > 1000 {
+				t.Fatalf("%d bytes released: bytes of the corrupt second chunk reached the reader", len(data))
 			}
 			if err := body.finish(); err == nil {
 				t.Fatal("finish accepted a corrupt body")

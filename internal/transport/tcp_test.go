@@ -244,3 +244,52 @@ func TestTCPSnapshotToUnknownPeer(t *testing.T) {
 		t.Fatalf("reports %+v, want SnapshotFailure for group 2 peer 9", got)
 	}
 }
+
+// TestTCPSlowPeer checks that Send never waits for a peer that accepts
+// connections but does not answer the handshake, or whose handler stopped
+// reading: messages beyond the queue are dropped and reported.
+func TestTCPSlowPeer(t *testing.T) {
+	tests := []struct {
+		name  string
+		start func(t *testing.T) string // returns the slow peer's address
+	}{
+		{name: "handshake never answered", start: func(t *testing.T) string {
+			listener, err := net.Listen("tcp", "127.0.0.1:0") // the kernel completes the TCP handshake; nobody reads
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { listener.Close() })
+			return listener.Addr().String()
+		}},
+		{name: "handler blocked", start: func(t *testing.T) string {
+			receiver := startNode(t, 2, 7, "127.0.0.1:0", nil)
+			receiver.handler.block = make(chan struct{})
+			t.Cleanup(func() { close(receiver.handler.block) })
+			return receiver.addr()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sender := startNode(t, 1, 7, "127.0.0.1:0", func(cfg *Config) { cfg.QueueSize = 256 })
+			sender.transport.AddPeer(2, tt.start(t))
+			sent := make(chan time.Duration)
+			go func() {
+				start := time.Now()
+				for index := range uint64(20000) {
+					sender.transport.Send(1, []raftpb.Message{app(1, 2, index, 1, 1024)})
+				}
+				sent <- time.Since(start)
+			}()
+			select {
+			case elapsed := <-sent:
+				t.Logf("20000 sends took %v", elapsed)
+			case <-time.After(20 * time.Second):
+				t.Fatal("Send blocked on a slow peer")
+			}
+			waitFor(t, 5*time.Second, "ReportUnreachable(1, 2)", func() bool { return sender.handler.unreachableCount(1, 2) > 0 })
+			if stats := sender.transport.Stats(); stats.MessagesDropped == 0 {
+				t.Fatalf("stats %+v: nothing dropped", stats)
+			}
+		})
+	}
+}
