@@ -1,0 +1,291 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
+	"github.com/latch-io/latch/internal/cli/latency"
+)
+
+// benchConfig is what 'latchctl bench' runs.
+type benchConfig struct {
+	Op           string        `json:"op"`          // put, get or mixed
+	Consistency  string        `json:"consistency"` // of the reads
+	Clients      int           `json:"clients"`
+	Duration     time.Duration `json:"-"`
+	ValueSize    int           `json:"value_size"`
+	Keys         int           `json:"keys"`
+	ReadFraction float64       `json:"read_fraction,omitempty"` // of mixed
+	Prefix       string        `json:"prefix"`
+	Seed         uint64        `json:"seed"`
+}
+
+// benchResult is the report of a run.
+type benchResult struct {
+	benchConfig
+	DurationSeconds float64           `json:"duration_s"` // measured
+	Ops             uint64            `json:"ops"`        // successful operations
+	OpsPerSecond    float64           `json:"ops_per_s"`
+	Errors          uint64            `json:"errors"`
+	ErrorsByCode    map[string]uint64 `json:"errors_by_code,omitempty"`
+	Latency         latencySummary    `json:"latency"`
+	Reads           *opSummary        `json:"reads,omitempty"`  // mixed only
+	Writes          *opSummary        `json:"writes,omitempty"` // mixed only
+}
+
+type opSummary struct {
+	Ops          uint64         `json:"ops"`
+	OpsPerSecond float64        `json:"ops_per_s"`
+	Latency      latencySummary `json:"latency"`
+}
+
+// latencySummary is in milliseconds.
+type latencySummary struct {
+	P50  float64 `json:"p50_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+	Mean float64 `json:"mean_ms"`
+}
+
+func summarize(h *latency.Histogram) latencySummary {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return latencySummary{P50: ms(h.Quantile(0.5)), P99: ms(h.Quantile(0.99)), P999: ms(h.Quantile(0.999)),
+		Max: ms(h.Max()), Mean: ms(h.Mean())}
+}
+
+func (a *app) benchCommand() *cobra.Command {
+	cfg := benchConfig{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "generate load over the HTTP API and report ops/s and latency percentiles",
+		Long: "bench runs --clients goroutines, each sending requests back to back for --duration,\n" +
+			"and reports successful ops/s, errors by code, and p50/p99/p99.9 latency of the\n" +
+			"successful ones. Each client starts on a random endpoint. get and mixed first write\n" +
+			"the --keys keys under --prefix. Example (the 256-client write figure):\n" +
+			"  latchctl bench --endpoints http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003 \\\n" +
+			"    --op put --clients 256 --duration 20s --value-size 256",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := cfg.validate(); err != nil {
+				return err
+			}
+			if cfg.Seed == 0 {
+				cfg.Seed = uint64(time.Now().UnixNano())
+			}
+			result, err := runBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
+			if err != nil {
+				return err
+			}
+			return a.print(result, func(w io.Writer) { printBench(w, result) })
+		},
+	}
+	flags := cmd.Flags()
+	flags.StringVar(&cfg.Op, "op", "put", "operation: put, get or mixed")
+	flags.StringVar(&cfg.Consistency, "consistency", api.Linearizable, "reads: linearizable or stale")
+	flags.IntVar(&cfg.Clients, "clients", 1, "concurrent clients, each doing requests back to back")
+	flags.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run")
+	flags.IntVar(&cfg.ValueSize, "value-size", 256, "bytes per written value")
+	flags.IntVar(&cfg.Keys, "keys", 1000, "distinct keys, chosen uniformly at random")
+	flags.Float64Var(&cfg.ReadFraction, "read-fraction", 0.9, "share of reads in --op mixed")
+	flags.StringVar(&cfg.Prefix, "prefix", "/bench", "parent node of the keys")
+	flags.Uint64Var(&cfg.Seed, "seed", 0, "seed of key choice (0: from the clock; printed)")
+	return cmd
+}
+
+func (cfg *benchConfig) validate() error {
+	switch {
+	case cfg.Op != "put" && cfg.Op != "get" && cfg.Op != "mixed":
+		return usagef("--op %q: want put, get or mixed", cfg.Op)
+	case cfg.Consistency != api.Linearizable && cfg.Consistency != api.Stale:
+		return usagef("--consistency %q: want linearizable or stale", cfg.Consistency)
+	case cfg.Clients < 1 || cfg.Keys < 1 || cfg.ValueSize < 0 || cfg.Duration <= 0:
+		return usagef("--clients and --keys must be at least 1, --duration positive, --value-size not negative")
+	case cfg.ReadFraction < 0 || cfg.ReadFraction > 1:
+		return usagef("--read-fraction must be within [0, 1]")
+	}
+	if err := api.ValidatePath(cfg.Prefix); err != nil {
+		return usagef("--prefix: %v", err)
+	}
+	if cfg.Op != "mixed" {
+		cfg.ReadFraction = 0
+	}
+	return nil
+}
+
+// benchWorker is one client's loop state; only its goroutine touches it
+// until the run ends.
+type benchWorker struct {
+	client *client.Client
+	rng    *rand.Rand
+	reads  *latency.Histogram
+	writes *latency.Histogram
+	errors map[api.Code]uint64
+}
+
+// runBench prepares the keys, runs the workers for cfg.Duration (or until
+// ctx ends) and merges their figures.
+func runBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg benchConfig) (*benchResult, error) {
+	transport := client.NewTransport(client.Config{DialTimeout: dialTimeout})
+	defer transport.CloseIdleConnections()
+	keys := make([]string, cfg.Keys)
+	for i := range keys {
+		keys[i] = api.Join(cfg.Prefix, fmt.Sprintf("k%07d", i))
+	}
+	value := randomValue(cfg.ValueSize, cfg.Seed)
+	workers := make([]*benchWorker, cfg.Clients)
+	for i := range workers {
+		c, err := client.New(client.Config{Endpoints: endpoints, DialTimeout: dialTimeout, Transport: transport})
+		if err != nil {
+			return nil, usageError{err}
+		}
+		workers[i] = &benchWorker{client: c, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
+			reads: latency.New(), writes: latency.New(), errors: map[api.Code]uint64{}}
+	}
+	if cfg.Op != "put" {
+		if err := populate(ctx, workers, keys, value); err != nil {
+			return nil, fmt.Errorf("bench: writing the keys before reading them: %w", err)
+		}
+	}
+
+	var stop atomic.Bool
+	timer := time.AfterFunc(cfg.Duration, func() { stop.Store(true) })
+	defer timer.Stop()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		<-runCtx.Done()
+		stop.Store(true)
+	}()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(runCtx, &stop, cfg, keys, value)
+		}()
+	}
+	wg.Wait()
+	return collect(cfg, workers, time.Since(start)), nil
+}
+
+// run sends requests back to back until stop is set.
+func (w *benchWorker) run(ctx context.Context, stop *atomic.Bool, cfg benchConfig, keys []string, value string) {
+	var readOpts []client.ReadOption
+	if cfg.Consistency == api.Stale {
+		readOpts = append(readOpts, client.Stale())
+	}
+	for !stop.Load() {
+		key := keys[w.rng.IntN(len(keys))]
+		read := cfg.Op == "get" || (cfg.Op == "mixed" && w.rng.Float64() < cfg.ReadFraction)
+		started := time.Now()
+		var err error
+		if read {
+			_, err = w.client.Get(ctx, key, readOpts...)
+		} else {
+			_, err = w.client.Put(ctx, key, value)
+		}
+		elapsed := time.Since(started)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return // interrupted: the request did not fail on its own
+		case err != nil:
+			w.errors[api.CodeOf(err)]++
+		case read:
+			w.reads.Record(elapsed)
+		default:
+			w.writes.Record(elapsed)
+		}
+	}
+}
+
+// populate writes every key once, spreading the keys over the workers.
+func populate(ctx context.Context, workers []*benchWorker, keys []string, value string) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(workers))
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := i; k < len(keys) && errs[i] == nil; k += len(workers) {
+				_, errs[i] = w.client.Put(ctx, keys[k], value)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func collect(cfg benchConfig, workers []*benchWorker, elapsed time.Duration) *benchResult {
+	reads, writes, all := latency.New(), latency.New(), latency.New()
+	result := &benchResult{benchConfig: cfg, DurationSeconds: elapsed.Seconds(), ErrorsByCode: map[string]uint64{}}
+	for _, w := range workers {
+		reads.Merge(w.reads)
+		writes.Merge(w.writes)
+		for code, n := range w.errors {
+			result.ErrorsByCode[string(code)] += n
+			result.Errors += n
+		}
+		_ = w.client.Close()
+	}
+	all.Merge(reads)
+	all.Merge(writes)
+	seconds := max(elapsed.Seconds(), 1e-9)
+	result.Ops = all.Count()
+	result.OpsPerSecond = float64(all.Count()) / seconds
+	result.Latency = summarize(all)
+	if cfg.Op == "mixed" {
+		result.Reads = &opSummary{Ops: reads.Count(), OpsPerSecond: float64(reads.Count()) / seconds, Latency: summarize(reads)}
+		result.Writes = &opSummary{Ops: writes.Count(), OpsPerSecond: float64(writes.Count()) / seconds, Latency: summarize(writes)}
+	}
+	return result
+}
+
+// randomValue returns n printable characters.
+func randomValue(n int, seed uint64) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	rng := rand.New(rand.NewPCG(seed, 1<<62))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = alphabet[rng.IntN(len(alphabet))]
+	}
+	return string(b)
+}
+
+func printBench(w io.Writer, r *benchResult) {
+	fmt.Fprintf(w, "op %s, consistency %s, %d clients, value %d bytes, %d keys, seed %d\n",
+		r.Op, r.Consistency, r.Clients, r.ValueSize, r.Keys, r.Seed)
+	fmt.Fprintf(w, "%d ops in %.2fs: %.0f ops/s, %d errors\n", r.Ops, r.DurationSeconds, r.OpsPerSecond, r.Errors)
+	printLatency(w, "latency", r.Latency)
+	if r.Reads != nil {
+		fmt.Fprintf(w, "reads:  %d ops, %.0f ops/s\n", r.Reads.Ops, r.Reads.OpsPerSecond)
+		printLatency(w, "  latency", r.Reads.Latency)
+		fmt.Fprintf(w, "writes: %d ops, %.0f ops/s\n", r.Writes.Ops, r.Writes.OpsPerSecond)
+		printLatency(w, "  latency", r.Writes.Latency)
+	}
+	codes := make([]string, 0, len(r.ErrorsByCode))
+	for code := range r.ErrorsByCode {
+		codes = append(codes, code)
+	}
+	sort.Strings(codes)
+	for _, code := range codes {
+		fmt.Fprintf(w, "  error %s: %d\n", code, r.ErrorsByCode[code])
+	}
+}
+
+func printLatency(w io.Writer, label string, l latencySummary) {
+	fmt.Fprintf(w, "%s: p50 %.3fms  p99 %.3fms  p99.9 %.3fms  max %.3fms  mean %.3fms\n",
+		label, l.P50, l.P99, l.P999, l.Max, l.Mean)
+}

@@ -1,0 +1,185 @@
+// Package cli is latchctl: the command-line client of latch, built with
+// cobra over the public client package. cmd/latchctl is a thin main over Run.
+//
+// Every command talks to the endpoints of --endpoints (or the
+// LATCH_ENDPOINTS environment variable, comma-separated; default
+// http://127.0.0.1:2379, the single-node latchd). Output is for people by
+// default and JSON with -o json. Errors go to stderr, and the exit code says
+// what kind of failure it was:
+//
+//	0  success
+//	1  usage error, or any other failure
+//	2  not found (node, session), or the session expired
+//	3  precondition failed (prev_version mismatch, node exists, has children; lock not held)
+//	4  unavailable (no server reachable, no quorum, overloaded, timed out, session lost)
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
+)
+
+// Exit codes of latchctl.
+const (
+	ExitOK           = 0
+	ExitOther        = 1
+	ExitNotFound     = 2
+	ExitPrecondition = 3
+	ExitUnavailable  = 4
+)
+
+// DefaultEndpoint is the client address of a default single-node latchd.
+const DefaultEndpoint = "http://127.0.0.1:2379"
+
+// EnvEndpoints names the environment variable read when --endpoints is not given.
+const EnvEndpoints = "LATCH_ENDPOINTS"
+
+// IO is where a command reads and writes, and how it sees the environment.
+type IO struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+}
+
+// StdIO returns the process's standard streams and environment.
+func StdIO() IO { return IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv} }
+
+// Run executes latchctl with args (without the program name) and returns
+// the exit code. ctx ending (an interrupt) stops long-running commands.
+func Run(ctx context.Context, args []string, stdio IO) int {
+	app := &app{io: stdio}
+	root := app.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdio.Stdin)
+	root.SetOut(stdio.Stdout)
+	root.SetErr(stdio.Stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintf(stdio.Stderr, "latchctl: %v\n", err)
+	var usage usageError
+	if errors.As(err, &usage) || !app.ran {
+		fmt.Fprintln(stdio.Stderr, "run 'latchctl help' for usage")
+		return ExitOther
+	}
+	return exitCode(err)
+}
+
+// exitCode maps a command's error to latchctl's exit codes.
+func exitCode(err error) int {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, client.ErrSessionLost) {
+		return ExitUnavailable
+	}
+	switch api.CodeOf(err) {
+	case api.CodeNotFound, api.CodeSessionExpired:
+		return ExitNotFound
+	case api.CodePreconditionFailed, api.CodeLockNotHeld:
+		return ExitPrecondition
+	case api.CodeUnavailable, api.CodeOverloaded:
+		return ExitUnavailable
+	}
+	return ExitOther
+}
+
+// usageError is a bad command line.
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// app holds the global flags and the state shared by commands.
+type app struct {
+	io             IO
+	endpoints      []string
+	output         string
+	dialTimeout    time.Duration
+	commandTimeout time.Duration
+	// ran is set once a command's own code starts: errors before it are
+	// cobra's usage errors.
+	ran bool
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "latchctl",
+		Short:         "latchctl talks to a latch cluster: keys, sessions, status, load generation",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			a.ran = true
+			return a.checkGlobalFlags(cmd)
+		},
+	}
+	flags := root.PersistentFlags()
+	flags.StringSliceVar(&a.endpoints, "endpoints", nil,
+		"comma-separated client URLs of the cluster (env "+EnvEndpoints+", default "+DefaultEndpoint+")")
+	flags.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	flags.DurationVar(&a.dialTimeout, "dial-timeout", 2*time.Second, "timeout to connect to a server")
+	flags.DurationVar(&a.commandTimeout, "command-timeout", 10*time.Second, "timeout of a whole command (not bench or keepalive)")
+	root.AddCommand(a.getCommand(), a.putCommand(), a.rmCommand(), a.lsCommand(),
+		a.statusCommand(), a.membersCommand(), a.sessionCommand(), a.benchCommand())
+	return root
+}
+
+func (a *app) checkGlobalFlags(cmd *cobra.Command) error {
+	if a.output != "text" && a.output != "json" {
+		return usagef("-o %q: want text or json", a.output)
+	}
+	if !cmd.Flags().Changed("endpoints") {
+		if env := a.io.Getenv(EnvEndpoints); env != "" {
+			a.endpoints = strings.Split(env, ",")
+		} else {
+			a.endpoints = []string{DefaultEndpoint}
+		}
+	}
+	return nil
+}
+
+// newClient returns a client of the chosen endpoints.
+func (a *app) newClient() (*client.Client, error) {
+	c, err := client.New(client.Config{Endpoints: a.endpoints, DialTimeout: a.dialTimeout})
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return c, nil
+}
+
+// commandContext bounds one short command by --command-timeout.
+func (a *app) commandContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), a.commandTimeout)
+}
+
+// print writes v as JSON with -o json, or calls text otherwise.
+func (a *app) print(v any, text func(w io.Writer)) error {
+	if a.output == "json" {
+		encoder := json.NewEncoder(a.io.Stdout)
+		encoder.SetIndent("", "  ")
+		return encoder.Encode(v)
+	}
+	text(a.io.Stdout)
+	return nil
+}
+
+// withClient runs fn with a fresh client and a --command-timeout context.
+func (a *app) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
+	c, err := a.newClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := a.commandContext(cmd)
+	defer cancel()
+	return fn(ctx, c)
+}

@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
+)
+
+// endpointStatus is one row of 'latchctl status'.
+type endpointStatus struct {
+	Endpoint string      `json:"endpoint"`
+	Status   *api.Status `json:"status,omitempty"`
+	Error    string      `json:"error,omitempty"`
+}
+
+func (a *app) statusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "show every endpoint's role, term, leader and indexes",
+		Long:  "status asks each endpoint for GET /v1/status; it fails (exit 4) only if none answers.",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				rows, err := collectStatus(ctx, c, a.endpoints)
+				if printErr := a.print(rows, func(w io.Writer) { printStatus(w, rows) }); printErr != nil {
+					return printErr
+				}
+				return err
+			})
+		},
+	}
+}
+
+// collectStatus asks each endpoint in turn; the error is set when none answered.
+func collectStatus(ctx context.Context, c *client.Client, endpoints []string) ([]endpointStatus, error) {
+	var rows []endpointStatus
+	var lastErr error
+	answered := 0
+	for _, endpoint := range endpoints {
+		status, err := c.StatusOf(ctx, endpoint)
+		row := endpointStatus{Endpoint: endpoint, Status: status}
+		if err != nil {
+			row.Error, lastErr = err.Error(), err
+		} else {
+			answered++
+		}
+		rows = append(rows, row)
+	}
+	if answered == 0 {
+		return rows, fmt.Errorf("no endpoint answered: %w", lastErr)
+	}
+	return rows, nil
+}
+
+func printStatus(w io.Writer, rows []endpointStatus) {
+	table := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(table, "ENDPOINT\tNAME\tROLE\tTERM\tLEADER\tCOMMIT\tAPPLIED\tERROR")
+	for _, row := range rows {
+		s := row.Status
+		if s == nil {
+			fmt.Fprintf(table, "%s\t-\t-\t-\t-\t-\t-\t%s\n", row.Endpoint, row.Error)
+			continue
+		}
+		fmt.Fprintf(table, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t\n", row.Endpoint, s.Name, s.Role, s.Term, s.LeaderID, s.CommitIndex, s.AppliedIndex)
+	}
+	_ = table.Flush()
+}
+
+func (a *app) membersCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "members",
+		Short: "list the cluster's members",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				members, err := c.Members(ctx)
+				if err != nil {
+					return err
+				}
+				return a.print(members, func(w io.Writer) {
+					table := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(table, "ID\tNAME\tPEER URL\tCLIENT URL\tLEARNER")
+					for _, m := range members.Members {
+						fmt.Fprintf(table, "%s\t%s\t%s\t%s\t%v\n", m.ID, m.Name, m.PeerURL, m.ClientURL, m.Learner)
+					}
+					_ = table.Flush()
+				})
+			})
+		},
+	}
+}
