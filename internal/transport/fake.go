@@ -13,7 +13,8 @@ import (
 )
 
 // Network is an in-memory network for tests: nodes join it with a Handler
-// and get a Transport; the test injects faults between them. Messages on one
+// and get a Transport; the test injects faults between them. Messages are
+// marshalled and unmarshalled on the way, so no memory is shared. Messages on one
 // directed link (from, to) are delivered in order by one goroutine per link,
 // like a TCP stream; drop decisions come from a random source per link seeded
 // from the network's seed, so a link that sees the same messages makes the
@@ -308,6 +309,11 @@ func (e *endpoint) sendLocked(group uint64, m raftpb.Message) {
 		lost(false)
 		return
 	}
+	m, err := roundTrip(m)
+	if err != nil {
+		lost(true)
+		return
+	}
 	select {
 	case q.deliveries <- delivery{group: group, message: m, at: time.Now().Add(n.delays[l]), from: e, to: to}:
 	default:
@@ -373,6 +379,20 @@ func (e *endpoint) Close() error {
 func (e *endpoint) closeLocked() {
 	e.closed = true
 	e.cancel()
+}
+
+// roundTrip marshals and unmarshals m, as the wire would: the receiver
+// shares no memory with the sender, and an unencodable message is caught.
+func roundTrip(m raftpb.Message) (raftpb.Message, error) {
+	data, err := m.Marshal()
+	if err != nil {
+		return raftpb.Message{}, fmt.Errorf("marshal %s: %w", m.Type, err)
+	}
+	var copied raftpb.Message
+	if err := copied.Unmarshal(data); err != nil {
+		return raftpb.Message{}, fmt.Errorf("unmarshal %s: %w", m.Type, err)
+	}
+	return copied, nil
 }
 
 // countingReader counts the bytes read through it.

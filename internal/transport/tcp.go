@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,11 +142,13 @@ func (t *TCP) drop(group, id uint64, n int) {
 	t.reports.unreachable(group, id)
 }
 
-// AddPeer implements Transport.
+// AddPeer implements Transport. addr is host:port; a URL such as
+// tcp://host:port or http://host:port is reduced to its host:port.
 func (t *TCP) AddPeer(id uint64, addr string) {
 	if id == 0 || id == t.cfg.ID {
 		return
 	}
+	addr = dialAddress(addr)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -157,6 +161,17 @@ func (t *TCP) AddPeer(id uint64, addr string) {
 	p := newPeer(t, id, addr)
 	t.peers[id] = p
 	t.start(p.run)
+}
+
+// dialAddress reduces a peer URL to the host:port to dial.
+func dialAddress(addr string) string {
+	if !strings.Contains(addr, "://") {
+		return addr
+	}
+	if parsed, err := url.Parse(addr); err == nil && parsed.Host != "" {
+		return parsed.Host
+	}
+	return addr
 }
 
 // RemovePeer implements Transport.

@@ -293,3 +293,19 @@ func TestTCPSlowPeer(t *testing.T) {
 		})
 	}
 }
+
+func TestDialAddress(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{name: "host and port", in: "127.0.0.1:7101", want: "127.0.0.1:7101"},
+		{name: "tcp URL", in: "tcp://127.0.0.1:7101", want: "127.0.0.1:7101"},
+		{name: "http URL", in: "http://node1:7101/", want: "node1:7101"},
+		{name: "unparsable kept", in: "::bad://", want: "::bad://"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := dialAddress(tt.in); got != tt.want {
+				t.Fatalf("dialAddress(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
