@@ -1,0 +1,20 @@
+// Package linearize is latch's linearizability checker L (TESTING.md): a
+// Porcupine model of a versioned register per key, a thread-safe recorder of
+// client histories, and a checker that treats a timed-out search as failure.
+//
+// The model: each key holds {exists, value, version}; a get returns it, a put
+// writes a value and bumps the version (1 on create), a CAS writes only when
+// the key's version equals the expected one (0 meaning "must not exist").
+// Histories are partitioned by key.
+//
+// Invariants the recorder relies on and enforces:
+//   - every written value is unique in a history, so a read names the one
+//     write it observed;
+//   - an operation whose outcome is unknown (a timeout, a 503 on a write)
+//     keeps its input and gets Return = math.MaxInt64: it may or may not have
+//     taken effect, at any time after its call;
+//   - a failed read is dropped: it observed nothing.
+//
+// A check whose search did not finish within its timeout is reported as
+// Unknown, and Result.Linearizable is false for it: Unknown is a failure.
+package linearize
