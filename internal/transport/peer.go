@@ -123,6 +123,9 @@ func (p *peer) run() {
 	for {
 		p.state.Store(stateDialing)
 		connected, err := p.connectAndStream()
+		if connected == 0 && p.ctx.Err() == nil {
+			p.t.counters.connectionsFailed.Add(1)
+		}
 		p.state.Store(stateDown)
 		p.dropQueued()
 		if p.ctx.Err() != nil {
@@ -139,7 +142,6 @@ func (p *peer) run() {
 			p.t.logger.Debug("peer still unreachable", "peer", p.id, "err", err, "failures", failures)
 		}
 		failures++
-		p.t.counters.connectionsFailed.Add(1)
 		if !p.wait(jitter(backoff)) {
 			return
 		}
