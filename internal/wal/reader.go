@@ -1,8 +1,10 @@
 package wal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -132,7 +134,7 @@ func (r *segmentReader) read(fs vfs.FS, logger *slog.Logger) error {
 	}
 	header, err := decodeRecord(data, 0)
 	if err != nil {
-		if r.last && (errors.Is(err, errZeroHeader) || looksTorn(data, 0, recordHeaderSize)) {
+		if r.last && (errors.Is(err, errZeroHeader) || looksTorn(data, 0, recordHeaderSize, len(data))) {
 			logger.Warn("wal: removing newest segment with a torn header", "file", r.name, "error", err)
 			r.dropped = true
 			return removeSegment(fs, r.name)
@@ -207,7 +209,7 @@ func (r *segmentReader) readFlush(data []byte, offset int) (int, error) {
 		return 0, err
 	}
 	if err != nil {
-		if r.last && looksTorn(data, offset, offset+recordHeaderSize) {
+		if r.last && looksTorn(data, offset, offset+recordHeaderSize, len(data)) {
 			return 0, fmt.Errorf("flush header: %w", err)
 		}
 		return 0, r.corrupt(offset, "flush header: %w", err)
@@ -229,7 +231,7 @@ func (r *segmentReader) readFlush(data []byte, offset int) (int, error) {
 	}
 	records, failedAt, err := decodeFlushBody(data[:bodyEnd], bodyStart)
 	if err != nil {
-		if r.last && looksTorn(data, offset, bodyEnd) && !validRecordAt(data, bodyEnd) {
+		if r.last && looksTorn(data, failedAt, failedAt+claimedSize(data[:bodyEnd], failedAt), bodyEnd) && !validRecordAt(data, bodyEnd) {
 			return 0, fmt.Errorf("record at offset %d: %w", failedAt, err)
 		}
 		return 0, r.corrupt(failedAt, "%w", err)
@@ -298,21 +300,38 @@ func (r *segmentReader) apply(record positionedRecord) error {
 	return nil
 }
 
-// looksTorn reports whether damage in data[start:end) can be a write that
-// did not fully reach the disk before a crash: the range runs past the end
-// of the file, or overlaps a 512-byte sector that is entirely zero (the
-// preallocated content a lost sector write leaves). A bit flip in written
-// data has neither property.
-func looksTorn(data []byte, start, end int) bool {
-	if end > len(data) {
+// looksTorn reports whether a record failing at data[start:end), in a
+// flush ending at limit, can be a write that did not fully reach the disk
+// before a crash: the range runs past the end of the file, or a 512-byte
+// sector it overlaps is zero from start (or the sector's beginning) to the
+// sector's end or limit. An unwritten sector of a preallocated file reads as
+// zeros wherever the new flush should have put bytes, so a torn record
+// shows that; a bit flip in written data does not (a record's first byte is
+// never zero, and a flip cannot make one zero).
+func looksTorn(data []byte, start, end, limit int) bool {
+	if end > len(data) || limit > len(data) {
 		return true
 	}
 	for sector := start / vfs.SectorSize * vfs.SectorSize; sector < end; sector += vfs.SectorSize {
-		if allZero(data[sector:min(sector+vfs.SectorSize, len(data))]) {
+		from, to := max(sector, start), min(sector+vfs.SectorSize, limit)
+		if from < to && allZero(data[from:to]) {
 			return true
 		}
 	}
 	return false
+}
+
+// claimedSize is the size of the record at offset as far as its header can
+// be trusted: the whole record if the header verifies, else the header.
+func claimedSize(data []byte, offset int) int {
+	if offset+recordHeaderSize > len(data) {
+		return recordHeaderSize
+	}
+	header := data[offset : offset+recordHeaderSize]
+	if binary.LittleEndian.Uint32(header[12:16]) != crc32.Checksum(header[:12], castagnoli) {
+		return recordHeaderSize
+	}
+	return recordHeaderSize + int(min(binary.LittleEndian.Uint32(header[4:8]), maxPayload))
 }
 
 func validRecordAt(data []byte, offset int) bool {

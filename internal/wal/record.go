@@ -9,18 +9,22 @@ import (
 
 // Record framing. Every record is a 16-byte header followed by its payload:
 //
-//	[0:4]   CRC32C (Castagnoli) of the payload
+//	[0]     recordMagic (0xB7): a record never starts with a zero byte
+//	[1]     record type
+//	[2:4]   zero
 //	[4:8]   payload length, little endian
-//	[8]     record type
-//	[9:12]  zero
+//	[8:12]  CRC32C (Castagnoli) of the payload
 //	[12:16] CRC32C of header bytes [0:12]
 //
 // The header has its own checksum so that a damaged length is recognised
 // as damage rather than trusted (a flipped length bit must never make the
-// reader skip or truncate good records). Sixteen zero bytes are never a valid
-// header: they mark the unwritten, preallocated end of a segment.
+// reader skip or truncate good records). The magic byte has six bits set, so
+// no single bit flip turns a record's first byte into the zero an unwritten
+// sector leaves. Sixteen zero bytes mark the unwritten, preallocated end of
+// a segment.
 const (
 	recordHeaderSize = 16
+	recordMagic      = 0xB7
 	// maxPayload bounds a record's payload; larger lengths are corruption.
 	maxPayload = 1 << 30
 )
@@ -44,7 +48,7 @@ var (
 	errShortRecord     = errors.New("record runs past the end of the data")
 	errHeaderChecksum  = errors.New("record header checksum mismatch")
 	errPayloadChecksum = errors.New("record payload checksum mismatch")
-	errBadHeader       = errors.New("record header has an unknown type or nonzero reserved bytes")
+	errBadHeader       = errors.New("record header has a bad magic byte, an unknown type or nonzero reserved bytes")
 )
 
 // appendRecord appends a framed record to dst.
@@ -61,10 +65,9 @@ func appendRecord(dst []byte, kind recordType, payload []byte) []byte {
 func sealRecord(frame []byte, kind recordType) {
 	header := frame[:recordHeaderSize]
 	payload := frame[recordHeaderSize:]
-	binary.LittleEndian.PutUint32(header[0:4], crc32.Checksum(payload, castagnoli))
+	header[0], header[1], header[2], header[3] = recordMagic, byte(kind), 0, 0
 	binary.LittleEndian.PutUint32(header[4:8], uint32(len(payload)))
-	header[8] = byte(kind)
-	header[9], header[10], header[11] = 0, 0, 0
+	binary.LittleEndian.PutUint32(header[8:12], crc32.Checksum(payload, castagnoli))
 	binary.LittleEndian.PutUint32(header[12:16], crc32.Checksum(header[:12], castagnoli))
 }
 
@@ -95,8 +98,8 @@ func decodeRecord(data []byte, offset int) (decodedRecord, error) {
 	if binary.LittleEndian.Uint32(header[12:16]) != crc32.Checksum(header[:12], castagnoli) {
 		return decodedRecord{}, errHeaderChecksum
 	}
-	kind := recordType(header[8])
-	if kind == 0 || kind >= recordTypeLimit || header[9]|header[10]|header[11] != 0 {
+	kind := recordType(header[1])
+	if header[0] != recordMagic || kind == 0 || kind >= recordTypeLimit || header[2]|header[3] != 0 {
 		return decodedRecord{}, errBadHeader
 	}
 	length := binary.LittleEndian.Uint32(header[4:8])
@@ -107,7 +110,7 @@ func decodeRecord(data []byte, offset int) (decodedRecord, error) {
 		return decodedRecord{}, errShortRecord
 	}
 	payload := rest[recordHeaderSize : recordHeaderSize+int(length)]
-	if binary.LittleEndian.Uint32(header[0:4]) != crc32.Checksum(payload, castagnoli) {
+	if binary.LittleEndian.Uint32(header[8:12]) != crc32.Checksum(payload, castagnoli) {
 		return decodedRecord{}, errPayloadChecksum
 	}
 	return decodedRecord{kind: kind, payload: payload, size: recordHeaderSize + int(length)}, nil
