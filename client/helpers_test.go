@@ -107,3 +107,14 @@ func (f *fakeClock) Waiting() []time.Duration {
 	}
 	return durations
 }
+
+// newFakeClusterB starts one fake server for a benchmark and returns its URLs.
+func newFakeClusterB(b *testing.B) []string {
+	b.Helper()
+	cluster, err := clienttest.NewCluster(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cluster.Close)
+	return cluster.URLs()
+}

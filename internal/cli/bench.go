@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -67,6 +69,7 @@ func summarize(h *latency.Histogram) latencySummary {
 
 func (a *app) benchCommand() *cobra.Command {
 	cfg := benchConfig{}
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "generate load over the HTTP API and report ops/s and latency percentiles",
@@ -84,7 +87,12 @@ func (a *app) benchCommand() *cobra.Command {
 			if cfg.Seed == 0 {
 				cfg.Seed = uint64(time.Now().UnixNano())
 			}
+			stopProfile, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
+			}
 			result, err := runBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
+			stopProfile()
 			if err != nil {
 				return err
 			}
@@ -101,6 +109,7 @@ func (a *app) benchCommand() *cobra.Command {
 	flags.Float64Var(&cfg.ReadFraction, "read-fraction", 0.9, "share of reads in --op mixed")
 	flags.StringVar(&cfg.Prefix, "prefix", "/bench", "parent node of the keys")
 	flags.Uint64Var(&cfg.Seed, "seed", 0, "seed of key choice (0: from the clock; printed)")
+	flags.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator to this file")
 	return cmd
 }
 
@@ -288,4 +297,24 @@ func printBench(w io.Writer, r *benchResult) {
 func printLatency(w io.Writer, label string, l latencySummary) {
 	fmt.Fprintf(w, "%s: p50 %.3fms  p99 %.3fms  p99.9 %.3fms  max %.3fms  mean %.3fms\n",
 		label, l.P50, l.P99, l.P999, l.Max, l.Mean)
+}
+
+// startCPUProfile starts a pprof CPU profile into path (none when empty)
+// and returns its stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	file, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(file); err != nil {
+		_ = file.Close()
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = file.Close()
+	}, nil
 }
