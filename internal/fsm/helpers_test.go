@@ -1,9 +1,11 @@
 package fsm
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -165,3 +167,5 @@ func tree(f *FSM) string {
 	})
 	return b.String()
 }
+
+func bufioWriter(w io.Writer) *bufio.Writer { return bufio.NewWriter(w) }

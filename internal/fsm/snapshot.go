@@ -50,13 +50,20 @@ const (
 // ErrCorruptSnapshot is wrapped by every ReadSnapshot error about its input.
 var ErrCorruptSnapshot = errors.New("fsm: corrupt snapshot")
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var (
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	crc64Table = crc64.MakeTable(crc64.ECMA)
+)
 
 // WriteSnapshot serialises f to w in the snapshot format, streaming: it holds
 // one frame in memory at a time, whatever the size of the state. It only
 // reads f, so it may run on a Clone on another goroutine.
 func (f *FSM) WriteSnapshot(w io.Writer) error {
-	sw := snapshotWriter{w: bufio.NewWriterSize(w, 256<<10)}
+	return f.writeSnapshot(bufio.NewWriterSize(w, 256<<10))
+}
+
+func (f *FSM) writeSnapshot(w *bufio.Writer) error {
+	sw := snapshotWriter{w: w}
 	sw.write(append([]byte(snapshotMagic), snapshotVersion))
 	sw.frame(frameHeader, func(b []byte) []byte {
 		b = binary.AppendUvarint(b, f.applied)
@@ -91,8 +98,8 @@ func (f *FSM) WriteSnapshot(w io.Writer) error {
 // included: the CRC-64 of its snapshot encoding. Replicas are equal iff
 // (up to collisions) their hashes are. It costs a full serialisation.
 func (f *FSM) Hash() uint64 {
-	h := crc64.New(crc64.MakeTable(crc64.ECMA))
-	if err := f.WriteSnapshot(h); err != nil {
+	h := crc64.New(crc64Table)
+	if err := f.writeSnapshot(bufio.NewWriterSize(h, 4096)); err != nil {
 		panic(fmt.Sprintf("fsm: hashing cannot fail: %v", err)) // hash writers never fail
 	}
 	return h.Sum64()

@@ -1,0 +1,345 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"reflect"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/latch-io/latch/internal/command"
+)
+
+// snapshotStates are the states the round-trip, corruption and fuzz tests
+// start from.
+var snapshotStates = []struct {
+	name  string
+	setup []command.Command
+}{
+	{"empty", nil},
+	{"root value", []command.Command{put("/", "root")}},
+	{"tree", []command.Command{put("/a/b/c", "x"), put("/a/b0", "y"), put("/ab", ""), put("/a/b/c", "z"), put("/zz/"+string(bytes.Repeat([]byte("k"), 300)), "long")}},
+	{"sessions", []command.Command{
+		createSession(1000), createSession(2000), putEphemeral("/locks/R/a", "1", 1), putEphemeral("/e", "2", 2),
+		withSeq(putSequential("/locks/R/lock-"), 1, 1), withSeq(putVersion("/x", "", 7), 1, 2), withSeq(put("/y", "v"), 2, 9),
+		closeSession(2), createSession(3000),
+	}},
+	{"members and counters", []command.Command{
+		{Op: command.OpMemberSet, Member: command.Member{ID: 2, Name: "n2", PeerURL: "http://p2", ClientURL: "http://c2", Learner: true}},
+		{Op: command.OpMemberSet, Member: command.Member{ID: 1, Name: "n1", PeerURL: "http://p1"}},
+		putSequential("/q/s-"), putSequential("/q/s-"), del("/q/s-0000000001"), noop(),
+	}},
+}
+
+func buildState(t testing.TB, setup []command.Command) *harness {
+	h := newHarness(t)
+	for _, c := range setup {
+		h.apply(c) // refusals are part of some states (remembered results)
+	}
+	return h
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	for _, tt := range snapshotStates {
+		t.Run(tt.name, func(t *testing.T) {
+			h := buildState(t, tt.setup)
+			data := snapshotBytes(t, h.f)
+			restored := restore(t, data)
+			if restored.Hash() != h.f.Hash() || restored.Applied() != h.f.Applied() {
+				t.Fatalf("restored hash/applied %x/%d, want %x/%d", restored.Hash(), restored.Applied(), h.f.Hash(), h.f.Applied())
+			}
+			if !bytes.Equal(snapshotBytes(t, restored), data) {
+				t.Errorf("restored state serialises differently")
+			}
+			if tree(restored) != tree(h.f) || !reflect.DeepEqual(restored.Sessions(), h.f.Sessions()) || !reflect.DeepEqual(restored.Members(), h.f.Members()) {
+				t.Errorf("restored state differs:\n%s\nwant\n%s", tree(restored), tree(h.f))
+			}
+			if err := checkInvariants(restored); err != nil {
+				t.Errorf("invariants: %v", err)
+			}
+			// Both continue identically: counters, owners and windows survived.
+			next := []command.Command{putSequential("/q/s-"), closeSession(1), withSeq(putSequential("/locks/R/lock-"), 1, 1), put("/a/b/c", "w")}
+			for i, c := range next {
+				index := h.f.Applied() + uint64(i) + 1
+				r1, e1 := h.f.Apply(index, &c)
+				r2, e2 := restored.Apply(index, &c)
+				if !reflect.DeepEqual(r1, r2) || !reflect.DeepEqual(e1, e2) {
+					t.Errorf("after restore, %+v gives %+v %v, want %+v %v", c, r2, e2, r1, e1)
+				}
+			}
+		})
+	}
+}
+
+func TestSnapshotSequenceCounterSurvives(t *testing.T) {
+	h := buildState(t, []command.Command{putSequential("/q/s-"), putSequential("/q/s-"), del("/q/s-0000000001")})
+	restored := restore(t, snapshotBytes(t, h.f))
+	r, _ := restored.Apply(h.index+1, ptr(putSequential("/q/s-")))
+	if r.Node.Path != "/q/s-0000000002" {
+		t.Errorf("sequential create after restore made %q, want /q/s-0000000002", r.Node.Path)
+	}
+}
+
+// TestHashCoversState checks that each part of the replicated state changes
+// the hash.
+func TestHashCoversState(t *testing.T) {
+	base := []command.Command{createSession(1000), put("/a", "v"), withSeq(put("/b", ""), 1, 1)}
+	tests := []struct {
+		name   string
+		change func(f *FSM)
+	}{
+		{"applied index", func(f *FSM) { f.Advance(f.Applied() + 1) }},
+		{"value", func(f *FSM) { e, _ := f.lookup("/a"); e.value = []byte("w"); f.nodes.Set(e) }},
+		{"version", func(f *FSM) { e, _ := f.lookup("/a"); e.version++; f.nodes.Set(e) }},
+		{"sequence counter", func(f *FSM) { e, _ := f.lookup("/"); e.sequence++; f.nodes.Set(e) }},
+		{"session timeout", func(f *FSM) { s, _ := f.sessions.Get(session{id: 1}); s.timeoutMs++; f.sessions.Set(s) }},
+		{"remembered result", func(f *FSM) { f.remember(1, 2, Result{}) }},
+		{"member", func(f *FSM) { f.setMember(command.Member{ID: 1}) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := buildState(t, base)
+			before := h.f.Hash()
+			tt.change(h.f)
+			if h.f.Hash() == before {
+				t.Errorf("changing the %s left the hash unchanged", tt.name)
+			}
+		})
+	}
+}
+
+var offsetPattern = regexp.MustCompile(`offset (\d+)`)
+
+// corruptOffset checks that err is a corruption error naming an offset and
+// returns the offset.
+func corruptOffset(t *testing.T, err error) int {
+	t.Helper()
+	if !errors.Is(err, ErrCorruptSnapshot) {
+		t.Fatalf("error %v does not wrap ErrCorruptSnapshot", err)
+	}
+	m := offsetPattern.FindStringSubmatch(err.Error())
+	if m == nil {
+		t.Fatalf("error %q names no offset", err)
+	}
+	offset, _ := strconv.Atoi(m[1])
+	return offset
+}
+
+func TestSnapshotTruncatedAnywhere(t *testing.T) {
+	data := snapshotBytes(t, buildState(t, snapshotStates[3].setup).f)
+	for n := 0; n < len(data); n++ {
+		_, err := ReadSnapshot(bytes.NewReader(data[:n]))
+		if offset := corruptOffset(t, err); offset > n {
+			t.Errorf("truncated at %d: error names offset %d beyond the data", n, offset)
+		}
+	}
+}
+
+func TestSnapshotBitFlipAnywhere(t *testing.T) {
+	data := snapshotBytes(t, buildState(t, snapshotStates[3].setup).f)
+	for i := range data {
+		for _, bit := range []byte{0x01, 0x80} {
+			flipped := bytes.Clone(data)
+			flipped[i] ^= bit
+			_, err := ReadSnapshot(bytes.NewReader(flipped))
+			if err == nil {
+				t.Fatalf("flipping bit %#x of byte %d went unnoticed", bit, i)
+			}
+			corruptOffset(t, err)
+		}
+	}
+}
+
+func TestSnapshotBitFlipNamesItsFrame(t *testing.T) {
+	h := buildState(t, []command.Command{put("/a", "0123456789"), put("/b", "abcdefghij")})
+	data := snapshotBytes(t, h.f)
+	at := bytes.Index(data, []byte("abcdefghij"))
+	frameStart := bytes.LastIndexByte(data[:at], frameNode)
+	data[at+3] ^= 0x20
+	_, err := ReadSnapshot(bytes.NewReader(data))
+	if offset := corruptOffset(t, err); offset != frameStart {
+		t.Errorf("error %v names offset %d, want the frame start %d", err, offset, frameStart)
+	}
+}
+
+// frameSpec is a frame of a hand-made snapshot (checksums are valid).
+type frameSpec struct {
+	typ     byte
+	payload []byte
+}
+
+func handMade(version byte, frames ...frameSpec) []byte {
+	var buf bytes.Buffer
+	sw := snapshotWriter{w: bufioWriter(&buf)}
+	sw.write(append([]byte(snapshotMagic), version))
+	for _, fr := range frames {
+		sw.frame(fr.typ, func(b []byte) []byte { return append(b, fr.payload...) })
+	}
+	sw.w.Flush()
+	return buf.Bytes()
+}
+
+func uvarints(values ...uint64) []byte {
+	var b []byte
+	for _, v := range values {
+		b = binary.AppendUvarint(b, v)
+	}
+	return b
+}
+
+func header(applied, members, sessions, nodes uint64) frameSpec {
+	return frameSpec{frameHeader, uvarints(applied, members, sessions, nodes)}
+}
+
+func nodeFrame(previous, path string, owner, children uint64) frameSpec {
+	return frameSpec{frameNode, appendNode(nil, previous, entry{path: path, version: 1, owner: owner, children: int(children)})}
+}
+
+var endFrame = frameSpec{frameEnd, nil}
+
+func TestSnapshotRejectsInvalidState(t *testing.T) {
+	root := nodeFrame("", "/", 0, 1)
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"empty input", nil},
+		{"wrong magic", append([]byte("LATCHFSX"), snapshotVersion)},
+		{"unknown version", handMade(9, header(0, 0, 0, 1), nodeFrame("", "/", 0, 0), endFrame)},
+		{"no nodes", handMade(snapshotVersion, header(0, 0, 0, 0), endFrame)},
+		{"first node is not the root", handMade(snapshotVersion, header(0, 0, 0, 1), nodeFrame("", "/a", 0, 0), endFrame)},
+		{"frame of the wrong type", handMade(snapshotVersion, header(0, 0, 0, 1), endFrame)},
+		{"missing end frame", handMade(snapshotVersion, header(0, 0, 0, 1), nodeFrame("", "/", 0, 0))},
+		{"trailing bytes in a frame", handMade(snapshotVersion, frameSpec{frameHeader, uvarints(0, 0, 0, 1, 5)}, nodeFrame("", "/", 0, 0), endFrame)},
+		{"non-minimal integer", handMade(snapshotVersion, frameSpec{frameHeader, []byte{0x80, 0x00, 0, 0, 1}}, nodeFrame("", "/", 0, 0), endFrame)},
+		{"children count too high", handMade(snapshotVersion, header(0, 0, 0, 2), nodeFrame("", "/", 0, 2), nodeFrame("/", "/a", 0, 0), endFrame)},
+		{"children count too low", handMade(snapshotVersion, header(0, 0, 0, 3), root, nodeFrame("/", "/a", 0, 0), nodeFrame("/a", "/b", 0, 0), endFrame)},
+		{"nodes out of order", handMade(snapshotVersion, header(0, 0, 0, 3), nodeFrame("", "/", 0, 2), nodeFrame("/", "/b", 0, 0), nodeFrame("/b", "/a", 0, 0), endFrame)},
+		{"duplicate node", handMade(snapshotVersion, header(0, 0, 0, 3), nodeFrame("", "/", 0, 2), nodeFrame("/", "/a", 0, 0), nodeFrame("/a", "/a", 0, 0), endFrame)},
+		{"missing parent", handMade(snapshotVersion, header(0, 0, 0, 2), nodeFrame("", "/", 0, 0), nodeFrame("/", "/a/b", 0, 0), endFrame)},
+		{"invalid path", handMade(snapshotVersion, header(0, 0, 0, 2), root, nodeFrame("/", "/a\x01", 0, 0), endFrame)},
+		{"shared prefix longer than the previous path", handMade(snapshotVersion, header(0, 0, 0, 2), root, frameSpec{frameNode, append(uvarints(5, 1, 'a'), uvarints(0, 1, 0, 0, 0, 0, 0)...)}, endFrame)},
+		{"owner is not a session", handMade(snapshotVersion, header(0, 0, 0, 2), root, nodeFrame("/", "/a", 9, 0), endFrame)},
+		{"ephemeral node with a child", handMade(snapshotVersion, header(0, 0, 1, 3),
+			frameSpec{frameSession, uvarints(9, 100, 0, 0)}, root, nodeFrame("/", "/a", 9, 1), nodeFrame("/a", "/a/b", 0, 0), endFrame)},
+		{"sessions out of order", handMade(snapshotVersion, header(0, 0, 2, 1),
+			frameSpec{frameSession, uvarints(9, 100, 0, 0)}, frameSpec{frameSession, uvarints(9, 100, 0, 0)}, nodeFrame("", "/", 0, 0), endFrame)},
+		{"remembered request outside the window", handMade(snapshotVersion, header(0, 0, 1, 1),
+			frameSpec{frameSession, append(uvarints(9, 100, 500, 1, 200), appendResult(nil, Result{})...)}, nodeFrame("", "/", 0, 0), endFrame)},
+		{"window without requests", handMade(snapshotVersion, header(0, 0, 1, 1),
+			frameSpec{frameSession, uvarints(9, 100, 500, 0)}, nodeFrame("", "/", 0, 0), endFrame)},
+		{"members out of order", handMade(snapshotVersion, header(0, 2, 0, 1),
+			frameSpec{frameMember, appendMember(nil, command.Member{ID: 2})}, frameSpec{frameMember, appendMember(nil, command.Member{ID: 1})}, nodeFrame("", "/", 0, 0), endFrame)},
+		{"frame length over the limit", append(append([]byte(snapshotMagic), snapshotVersion, frameHeader), uvarints(maxFramePayload+1)...)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := ReadSnapshot(bytes.NewReader(tt.data))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tree(f))
+			}
+			corruptOffset(t, err)
+		})
+	}
+}
+
+func TestHandMadeSnapshotIsAccepted(t *testing.T) {
+	// The hand-made frames above are only meaningful if a correct hand-made
+	// snapshot is accepted.
+	data := handMade(snapshotVersion, header(4, 0, 1, 3), frameSpec{frameSession, uvarints(9, 100, 0, 0)},
+		nodeFrame("", "/", 0, 1), nodeFrame("/", "/a", 0, 1), nodeFrame("/a", "/a/b", 9, 0), endFrame)
+	f, err := ReadSnapshot(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("ReadSnapshot: %v", err)
+	}
+	if s, _ := f.Session(9); s.Ephemerals != 1 || f.Applied() != 4 {
+		t.Errorf("session %+v, applied %d", s, f.Applied())
+	}
+}
+
+type failingWriter struct{ after int }
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if w.after < len(p) {
+		return 0, errors.New("disk full")
+	}
+	w.after -= len(p)
+	return len(p), nil
+}
+
+func TestWriteSnapshotReportsWriteErrors(t *testing.T) {
+	h := buildState(t, snapshotStates[2].setup)
+	if err := h.f.WriteSnapshot(&failingWriter{after: 10}); err == nil {
+		t.Errorf("a failing writer gave no error")
+	}
+}
+
+// FuzzReadSnapshot checks that ReadSnapshot never panics, that what it
+// accepts satisfies the invariants, and that the format is canonical: the
+// accepted state serialises back to the input.
+func FuzzReadSnapshot(f *testing.F) {
+	for _, tt := range snapshotStates {
+		f.Add(snapshotBytes(f, buildState(f, tt.setup).f))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fsm, err := ReadSnapshot(bytes.NewReader(data))
+		if err != nil {
+			corruptOffset(t, err)
+			return
+		}
+		if err := checkInvariants(fsm); err != nil {
+			t.Fatalf("accepted a state breaking invariants: %v", err)
+		}
+		if again := snapshotBytes(t, fsm); !bytes.HasPrefix(data, again) {
+			t.Fatalf("accepted input does not serialise back to itself")
+		}
+	})
+}
+
+// FuzzReadSnapshotFrames fuzzes what lies behind valid checksums: the input
+// is a list of frames (type byte, uvarint length, payload) that the test
+// seals with the magic and checksums, so the fuzzer reaches the validation of
+// the state instead of stopping at the first checksum.
+func FuzzReadSnapshotFrames(f *testing.F) {
+	for _, tt := range snapshotStates {
+		f.Add(unsealFrames(snapshotBytes(f, buildState(f, tt.setup).f)))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var frames []frameSpec
+		for len(data) > 0 {
+			length, n := binary.Uvarint(data[1:])
+			if n <= 0 || length > uint64(len(data)-1-n) {
+				break
+			}
+			frames = append(frames, frameSpec{data[0], data[1+n : 1+n+int(length)]})
+			data = data[1+n+int(length):]
+		}
+		sealed := handMade(snapshotVersion, frames...)
+		fsm, err := ReadSnapshot(bytes.NewReader(sealed))
+		if err != nil {
+			corruptOffset(t, err)
+			return
+		}
+		if err := checkInvariants(fsm); err != nil {
+			t.Fatalf("accepted a state breaking invariants: %v", err)
+		}
+		if again := snapshotBytes(t, fsm); !bytes.HasPrefix(sealed, again) {
+			t.Fatalf("accepted input does not serialise back to itself")
+		}
+	})
+}
+
+// unsealFrames strips the magic and the checksums from a valid snapshot.
+func unsealFrames(data []byte) []byte {
+	var out []byte
+	data = data[len(snapshotMagic)+1:]
+	for len(data) > 0 {
+		length, n := binary.Uvarint(data[1:])
+		end := 1 + n + int(length)
+		out = append(out, data[:end]...)
+		data = data[end+4:]
+	}
+	return out
+}
