@@ -75,7 +75,8 @@ func (a *app) benchCommand() *cobra.Command {
 		Short: "generate load over the HTTP API and report ops/s and latency percentiles",
 		Long: "bench runs --clients goroutines, each sending requests back to back for --duration,\n" +
 			"and reports successful ops/s, errors by code, and p50/p99/p99.9 latency of the\n" +
-			"successful ones. Each client starts on a random endpoint. get and mixed first write\n" +
+			"successful ones (a latency includes the client library's retries, if any). Each client\n" +
+			"starts on a random endpoint and fails over like any client. get and mixed first write\n" +
 			"the --keys keys under --prefix. Example (the 256-client write figure):\n" +
 			"  latchctl bench --endpoints http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003 \\\n" +
 			"    --op put --clients 256 --duration 20s --value-size 256",
