@@ -33,10 +33,16 @@ const (
 	OpSessionExpire           // expire every session in Sessions in one entry
 	OpMemberSet               // insert or replace Member
 	OpMemberRemove            // remove the member with Member.ID
-	opCount                   // first invalid op
+	// OpEnqueue joins a lock or election queue: Path is "{dir}/{prefix}".
+	// If SessionID already owns an ephemeral node "{dir}/{prefix}NNNNNNNNNN",
+	// the result is that node and nothing changes; otherwise it is an
+	// ephemeral sequential put. So retried or concurrent joins of one
+	// session never make two nodes.
+	OpEnqueue
+	opCount // first invalid op
 )
 
-var opNames = [...]string{"noop", "put", "delete", "session_create", "session_close", "session_expire", "member_set", "member_remove"}
+var opNames = [...]string{"noop", "put", "delete", "session_create", "session_close", "session_expire", "member_set", "member_remove", "enqueue"}
 
 func (o Op) String() string {
 	if o < opCount {

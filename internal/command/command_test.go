@@ -24,6 +24,7 @@ var sampleCommands = []struct {
 	{"session expire", Command{Op: OpSessionExpire, Sessions: []uint64{3, 1 << 40, 17}}},
 	{"member set", Command{Op: OpMemberSet, Member: Member{ID: 0xdeadbeef, Name: "n1", PeerURL: "http://127.0.0.1:7101", ClientURL: "http://127.0.0.1:7001", Learner: true}}},
 	{"member remove", Command{Op: OpMemberRemove, Member: Member{ID: 3}}},
+	{"enqueue", Command{Op: OpEnqueue, ID: 5, Path: "/locks/R/lock-", Value: []byte("me"), Ephemeral: true, Sequential: true, SessionID: 9}},
 	{"everything", Command{Op: OpPut, ID: ^uint64(0), Path: "/p", Value: bytes.Repeat([]byte("v"), 300), Precondition: PrecondVersion, Version: 1,
 		Ephemeral: true, Sequential: true, Recursive: true, SessionID: 2, RequestSeq: 3, TimeoutMs: 4, Sessions: []uint64{5},
 		Member: Member{ID: 6, Name: "a", PeerURL: "b", ClientURL: "c", Learner: true}}},

@@ -95,7 +95,7 @@ func (f *FSM) Apply(index uint64, cmd *command.Command) (Result, []Event) {
 	switch cmd.Op {
 	case command.OpNoop:
 		return Result{}, nil
-	case command.OpPut, command.OpDelete:
+	case command.OpPut, command.OpDelete, command.OpEnqueue:
 		return f.applyWrite(index, cmd)
 	case command.OpSessionCreate:
 		return f.createSession(index, cmd.TimeoutMs), nil
@@ -147,7 +147,7 @@ func refuse(err *api.Error) (Result, []Event) {
 	return Result{Err: err}, nil
 }
 
-// applyWrite applies OpPut or OpDelete, on behalf of a session if
+// applyWrite applies OpPut, OpDelete or OpEnqueue, on behalf of a session if
 // cmd.SessionID is set, exactly once if cmd.RequestSeq is set too.
 func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 	exactlyOnce := cmd.SessionID != 0 && cmd.RequestSeq != 0
@@ -166,9 +166,12 @@ func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 	}
 	var result Result
 	var events []Event
-	if cmd.Op == command.OpPut {
+	switch cmd.Op {
+	case command.OpPut:
 		result, events = f.put(index, cmd)
-	} else {
+	case command.OpEnqueue:
+		result, events = f.enqueue(index, cmd)
+	default:
 		result, events = f.delete(index, cmd)
 	}
 	if exactlyOnce {

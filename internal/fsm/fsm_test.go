@@ -487,3 +487,50 @@ func TestEventKindString(t *testing.T) {
 		}
 	}
 }
+
+func enqueue(path string, session uint64) command.Command {
+	return command.Command{Op: command.OpEnqueue, Path: path, Value: []byte("me"), Ephemeral: true, Sequential: true, SessionID: session}
+}
+
+func TestEnqueue(t *testing.T) {
+	twoSessions := []command.Command{createSession(1000), createSession(1000)}
+	runApplyCases(t, []applyCase{
+		{
+			name: "first join creates an ephemeral sequential node", setup: twoSessions, cmd: enqueue("/locks/R/lock-", 1),
+			wantNode: NodeMeta{"/locks/R/lock-0000000000", 1, 3, 3},
+			check: func(t *testing.T, h *harness) {
+				if n, _ := h.f.Get("/locks/R/lock-0000000000"); n.Owner != 1 || string(n.Value) != "me" {
+					t.Errorf("node %+v", n)
+				}
+			},
+		},
+		{
+			name: "a second join of the session returns its place", setup: append(twoSessions, enqueue("/locks/R/lock-", 2), enqueue("/locks/R/lock-", 1)),
+			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000001", 1, 4, 4}, wantEvents: []Event{},
+			check: func(t *testing.T, h *harness) {
+				if names, _ := h.f.Children("/locks/R"); len(names) != 2 {
+					t.Errorf("queue %v, want two nodes", names)
+				}
+			},
+		},
+		{
+			name: "another session queues behind", setup: append(twoSessions, enqueue("/locks/R/lock-", 1)),
+			cmd: enqueue("/locks/R/lock-", 2), wantNode: NodeMeta{"/locks/R/lock-0000000001", 1, 4, 4},
+		},
+		{
+			name: "the session's node in another queue does not count", setup: append(twoSessions, enqueue("/locks/Q/lock-", 1), enqueue("/locks/R0/lock-", 1)),
+			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000000", 1, 5, 5},
+		},
+		{
+			name: "a plain ephemeral node with the prefix does not count", setup: append(twoSessions, putEphemeral("/locks/R/lock-x", "", 1)),
+			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000000", 1, 4, 4},
+		},
+		{
+			name: "after release the session joins again at the end", setup: append(twoSessions, enqueue("/locks/R/lock-", 1), del("/locks/R/lock-0000000000")),
+			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000001", 1, 5, 5},
+		},
+		{name: "without a session", cmd: enqueue("/locks/R/lock-", 0), wantCode: api.CodeInvalidArgument},
+		{name: "with an expired session", cmd: enqueue("/locks/R/lock-", 7), wantCode: api.CodeSessionExpired},
+		{name: "invalid path", setup: twoSessions, cmd: enqueue("/locks//lock-", 1), wantCode: api.CodeInvalidArgument},
+	})
+}

@@ -224,3 +224,55 @@ func asAPIError(err error) *api.Error {
 	}
 	return api.Errorf(api.CodeInvalidArgument, "%v", err)
 }
+
+// enqueue applies OpEnqueue: the session's existing node of the queue, or a
+// new ephemeral sequential node. cmd.SessionID is a live session (applyWrite
+// checked it) or 0.
+func (f *FSM) enqueue(index uint64, cmd *command.Command) (Result, []Event) {
+	if cmd.SessionID == 0 {
+		return refuse(api.Errorf(api.CodeInvalidArgument, "joining a queue needs a session"))
+	}
+	if err := api.ValidatePath(cmd.Path); err != nil {
+		return refuse(asAPIError(err))
+	}
+	if e, ok := f.queuedNode(cmd.SessionID, cmd.Path); ok {
+		return Result{Node: e.meta()}, nil
+	}
+	put := *cmd
+	put.Ephemeral, put.Sequential = true, true
+	return f.put(index, &put)
+}
+
+// queuedNode returns the ephemeral node prefix+NNNNNNNNNN owned by session,
+// if any, found through the owner index in O(log n).
+func (f *FSM) queuedNode(session uint64, prefix string) (entry, bool) {
+	var found string
+	f.owners.Ascend(ownerKey{owner: session, path: prefix}, func(k ownerKey) bool {
+		if k.owner != session || !strings.HasPrefix(k.path, prefix) {
+			return false
+		}
+		if isSequenceSuffix(k.path[len(prefix):]) {
+			found = k.path
+			return false
+		}
+		return true
+	})
+	if found == "" {
+		return entry{}, false
+	}
+	return f.lookup(found)
+}
+
+// isSequenceSuffix reports whether s is a sequence number as appended by a
+// sequential create.
+func isSequenceSuffix(s string) bool {
+	if len(s) < api.SequenceDigits {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -79,7 +79,7 @@ func (g *commandGenerator) next() command.Command {
 	g.index++
 	var c command.Command
 	switch n := g.rng.IntN(100); {
-	case n < 40:
+	case n < 35:
 		c = command.Command{Op: command.OpPut, Path: g.path(), Value: []byte(fmt.Sprint(g.index))}
 		if g.rng.IntN(4) == 0 {
 			c.Precondition = command.Precondition(1 + g.rng.IntN(2))
@@ -90,6 +90,8 @@ func (g *commandGenerator) next() command.Command {
 		if c.SessionID != 0 && g.rng.IntN(2) == 0 {
 			c.Ephemeral = true
 		}
+	case n < 45:
+		c = command.Command{Op: command.OpEnqueue, Path: "/locks/" + g.path()[1:2] + "/l-", Ephemeral: true, Sequential: true, SessionID: g.session()}
 	case n < 55:
 		c = command.Command{Op: command.OpDelete, Path: g.path(), Recursive: g.rng.IntN(2) == 0}
 		g.exactlyOnce(&c)
