@@ -1,0 +1,41 @@
+// Package watch owns latch's server-local watch registry: which session
+// watches which node or subtree, the fan-out of the state machine's events
+// (internal/fsm) to those watches at apply time, and each session's bounded
+// queue of undelivered events with the stream that drains it.
+//
+// Watches never touch the raft log. A server registers them for the clients
+// that talk to it (follower, learner or leader alike) and fires them from its
+// own apply path: the apply loop calls Publish with the events of each applied
+// entry while it holds the state machine's write lock, and the HTTP layer
+// calls Add under the read lock, so Add sees a history consistent with the
+// state it read.
+//
+// Semantics:
+//   - an exact watch on P fires for events whose path is P (CREATED, CHANGED,
+//     DELETED, and CHILDREN_CHANGED on P); a recursive watch on P fires for
+//     events at P or anywhere under P ("/ab" is not under "/a");
+//   - a watch fires only for events with an index above max(at, known_index),
+//     at being the applied index when it was added; with a known_index below
+//     at, it fires at once (with index at) if what it watches changed in
+//     (known_index, at], or if the recent history no longer reaches back that
+//     far (conservatively), so a client that reconnects misses nothing;
+//   - one-shot watches fire once and are gone (rapid changes coalesce into one
+//     event); persistent ones fire for every change;
+//   - a watch gets at most one event per (index, path): an entry that reports
+//     several changes of one node (a session expiry unlinking many children
+//     of one parent) notifies once.
+//
+// Invariants:
+//   - per session, queued events are in nondecreasing index order and none
+//     is queued twice: Publish runs in index order, and an event fired at once
+//     by Add carries index at, which no queued event exceeds;
+//   - Publish never blocks on a consumer and never slows apply: a session
+//     whose queue would exceed Options.QueueLen is disconnected: its stream
+//     closes with a "slow consumer" reason, all its watches are dropped and
+//     its queue is emptied; the client re-registers with known_index;
+//   - an event leaves a session's queue only once a stream's consumer has
+//     received it, so replacing a stream loses and duplicates nothing;
+//   - memory per watch is a small constant (about 200 bytes, see
+//     BenchmarkAdd), per session it is bounded by MaxPerSession watches and
+//     QueueLen events, and the history ring holds HistoryLen events.
+package watch

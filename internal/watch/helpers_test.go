@@ -1,0 +1,104 @@
+package watch
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/fsm"
+)
+
+// waitTimeout bounds every wait on a stream; generous for a loaded 2-core
+// machine under -race.
+const waitTimeout = 20 * time.Second
+
+func event(kind fsm.EventKind, path string, version, index uint64) fsm.Event {
+	return fsm.Event{Kind: kind, Path: path, Version: version, Index: index}
+}
+
+func changed(path string, index uint64) fsm.Event {
+	return event(fsm.EventChanged, path, index, index)
+}
+
+// pending returns session's queued events, oldest first, without delivering
+// them.
+func pending(r *Registry, session uint64) []api.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[session]
+	if s == nil {
+		return nil
+	}
+	var events []api.Event
+	for i := range s.queue.count {
+		events = append(events, toAPI(s.queue.ring[(s.queue.start+i)%len(s.queue.ring)]))
+	}
+	return events
+}
+
+func mustAdd(t *testing.T, r *Registry, session uint64, spec Spec, at uint64, current Current) uint64 {
+	t.Helper()
+	id, err := r.Add(session, spec, at, current)
+	if err != nil {
+		t.Fatalf("Add(%d, %+v, %d): %v", session, spec, at, err)
+	}
+	return id
+}
+
+// receive reads n events from stream, failing the test after waitTimeout.
+func receive(t *testing.T, stream *Stream, n int) []api.Event {
+	t.Helper()
+	deadline := time.NewTimer(waitTimeout)
+	defer deadline.Stop()
+	var events []api.Event
+	for len(events) < n {
+		select {
+		case e, ok := <-stream.Events():
+			if !ok {
+				t.Fatalf("stream ended (%q) after %d of %d events", stream.Reason(), len(events), n)
+			}
+			events = append(events, e)
+		case <-deadline.C:
+			t.Fatalf("got %d of %d events within %v", len(events), n, waitTimeout)
+		}
+	}
+	return events
+}
+
+// waitDone waits for stream to end and returns its reason.
+func waitDone(t *testing.T, stream *Stream) string {
+	t.Helper()
+	select {
+	case <-stream.Done():
+		return stream.Reason()
+	case <-time.After(waitTimeout):
+		t.Fatalf("stream did not end within %v", waitTimeout)
+		return ""
+	}
+}
+
+// waitQueued waits until session has n events queued (the pump took none,
+// or handed them to nobody yet).
+func waitQueued(t *testing.T, r *Registry, session uint64, n int) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for len(pending(r, session)) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("session %d has %d events queued, want %d", session, len(pending(r, session)), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func isCode(err error, code api.Code) bool {
+	return errors.Is(err, &api.Error{Code: code})
+}
+
+func indexes(events []api.Event) []uint64 {
+	out := make([]uint64, len(events))
+	for i, e := range events {
+		out[i] = e.Index
+	}
+	return out
+}

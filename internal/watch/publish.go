@@ -1,0 +1,102 @@
+package watch
+
+import (
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/fsm"
+)
+
+// Publish fans out the events of applied entries, in index order, to the
+// matching watches. The apply loop calls it while holding the state
+// machine's write lock. It never blocks on a consumer: a session whose queue
+// is full is disconnected instead. Per event it costs one map lookup for
+// exact watches and one per ancestor of the path (the path itself up to "/")
+// for recursive watches, skipped when there are none, and it allocates
+// nothing when no watch matches.
+func (r *Registry) Publish(events []fsm.Event) {
+	if len(events) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.publishing = true
+	entryStart := 0
+	for position := range events {
+		if events[position].Index != events[entryStart].Index {
+			entryStart, r.firstIndexed = position, false
+		}
+		r.history.push(events[position])
+		if r.watches > 0 {
+			r.fanOutLocked(events[entryStart:], position-entryStart)
+		}
+	}
+	r.publishing, r.firstIndexed = false, false
+	r.unlinkRemovedLocked()
+}
+
+// fanOutLocked fires the watches matching entry[position]; entry starts with
+// the first event of its entry.
+func (r *Registry) fanOutLocked(entry []fsm.Event, position int) {
+	event := &entry[position]
+	if list := r.exact[event.Path]; list != nil {
+		r.fireListLocked(list, entry, position)
+	}
+	if len(r.recursive) == 0 {
+		return
+	}
+	for path := event.Path; ; path = api.Parent(path) {
+		if list := r.recursive[path]; list != nil {
+			r.fireListLocked(list, entry, position)
+		}
+		if path == "/" {
+			return
+		}
+	}
+}
+
+func (r *Registry) fireListLocked(list *watchList, entry []fsm.Event, position int) {
+	event := &entry[position]
+	for _, w := range list.watches {
+		if w.removed || event.Index <= w.after {
+			continue
+		}
+		if w.lastIndex == event.Index && (!w.recursive || r.duplicateLocked(entry, position)) {
+			continue // this entry already fired w for this path
+		}
+		w.lastIndex = event.Index
+		if !w.persistent {
+			r.removeLocked(w)
+		}
+		r.enqueueLocked(w.session, w.id, *event)
+	}
+}
+
+// duplicateLocked reports whether an earlier event of entry has the path of
+// entry[position]. Called only when a recursive watch matches a second event
+// of one entry.
+func (r *Registry) duplicateLocked(entry []fsm.Event, position int) bool {
+	if !r.firstIndexed {
+		if r.firstPosition == nil || len(r.firstPosition) > 4096 {
+			r.firstPosition = make(map[string]int)
+		}
+		clear(r.firstPosition)
+		for i := range entry {
+			if entry[i].Index != entry[0].Index {
+				break
+			}
+			if _, seen := r.firstPosition[entry[i].Path]; !seen {
+				r.firstPosition[entry[i].Path] = i
+			}
+		}
+		r.firstIndexed = true
+	}
+	return r.firstPosition[entry[position].Path] < position
+}
+
+// unlinkRemovedLocked unlinks the watches removed during Publish.
+func (r *Registry) unlinkRemovedLocked() {
+	for i, w := range r.unlinkLater {
+		r.unlinkLocked(w)
+		r.unlinkLater[i] = nil
+	}
+	r.unlinkLater = r.unlinkLater[:0]
+}

@@ -1,0 +1,280 @@
+package watch
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/fsm"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxPerSession = 1000
+	DefaultQueueLen      = 1024
+	DefaultHistoryLen    = 16384
+)
+
+// Reasons a stream ends, as Stream.Reason reports them.
+const (
+	ReasonReplaced     = "replaced"
+	ReasonSessionEnded = "session ended"
+	ReasonClosed       = "closed"
+	ReasonRestored     = "state restored from a snapshot; re-register with known_index"
+)
+
+// slowConsumerReason is the reason of a stream closed because its session's
+// queue overflowed with undelivered events.
+func slowConsumerReason(undelivered int) string {
+	return fmt.Sprintf("slow consumer: %d events undelivered; re-register with known_index", undelivered)
+}
+
+// Options configures a Registry. Zero fields take their defaults.
+type Options struct {
+	MaxPerSession int // watches a session may hold (default 1,000); over it Add returns *api.Error overloaded
+	QueueLen      int // undelivered events buffered per session (default 1,024)
+	HistoryLen    int // recent events kept for known_index checks (default 16,384)
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxPerSession <= 0 {
+		o.MaxPerSession = DefaultMaxPerSession
+	}
+	if o.QueueLen <= 0 {
+		o.QueueLen = DefaultQueueLen
+	}
+	if o.HistoryLen <= 0 {
+		o.HistoryLen = DefaultHistoryLen
+	}
+	return o
+}
+
+// Spec is what a client asks to watch (API.md POST /v1/watch).
+type Spec struct {
+	Path       string
+	Recursive  bool
+	Persistent bool
+	KnownIndex uint64
+}
+
+// Current is what the caller of Add read from the state machine for
+// Spec.Path at the applied index it passes.
+type Current struct {
+	Exists        bool
+	Version       uint64
+	CreatedIndex  uint64
+	ModifiedIndex uint64
+}
+
+// Stats are the registry's figures for metrics.
+type Stats struct {
+	Watches              int    // registered watches
+	Sessions             int    // sessions with watches, a stream or queued events
+	Streams              int    // attached streams
+	Queued               int    // events queued and not yet delivered, over all sessions
+	EventsFired          uint64 // events queued for delivery since New
+	EventsDelivered      uint64 // events received by stream consumers since New
+	SessionsDisconnected uint64 // slow consumers (and snapshot restores) that lost their watches
+}
+
+// Registry is a server's set of watches. It is safe for concurrent use.
+type Registry struct {
+	opts Options
+
+	// mu guards every field below, the sessions, their watches and queues,
+	// and the streams' closed state. Publish holds it for one batch of
+	// events; nothing holds it while waiting on a consumer.
+	mu        sync.Mutex
+	nextID    uint64                // last watch id handed out; ids start at 1
+	sessions  map[uint64]*session   // by session id
+	exact     map[string]*watchList // exact watches by path
+	recursive map[string]*watchList // recursive watches by their root path
+	watches   int                   // registered watches over all sessions
+	history   history
+	stats     Stats // counters only; the gauges are computed by Stats
+
+	// publishing is true while Publish iterates the watch lists: a watch
+	// removed then is flagged and left in its list until Publish ends, in
+	// unlinkLater, so that iteration sees stable slices.
+	publishing  bool
+	unlinkLater []*watch
+	// firstPosition maps each path of the entry being published to the
+	// position of its first event in the entry; built lazily, only when a
+	// recursive watch matches two events of one entry (see duplicateLocked).
+	firstPosition map[string]int
+	firstIndexed  bool
+}
+
+// New returns an empty registry.
+func New(opts Options) *Registry {
+	opts = opts.withDefaults()
+	return &Registry{
+		opts:      opts,
+		sessions:  make(map[uint64]*session),
+		exact:     make(map[string]*watchList),
+		recursive: make(map[string]*watchList),
+		history:   newHistory(opts.HistoryLen),
+	}
+}
+
+// Add registers a watch for session at the applied index at; the caller holds
+// the state machine's read lock, so no event above at has been published, and
+// current is what it read for spec.Path. The watch fires for events with an
+// index above max(at, spec.KnownIndex). If spec.KnownIndex is set, below at,
+// and what the watch covers changed in (KnownIndex, at] (current shows it,
+// the history holds a matching event, or the history no longer reaches back
+// to KnownIndex+1), it fires at once with an event of index at: the kind,
+// path and version of the latest matching change when the history has it,
+// else CHANGED (DELETED if the node does not exist) on spec.Path with
+// current.Version. A one-shot watch that fires at once is not kept; its id is
+// returned all the same. The error is an *api.Error: invalid_argument for a
+// bad path, overloaded over Options.MaxPerSession.
+func (r *Registry) Add(session uint64, spec Spec, at uint64, current Current) (id uint64, err error) {
+	if err := api.ValidatePath(spec.Path); err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessionLocked(session)
+	if len(s.watches) >= r.opts.MaxPerSession {
+		return 0, api.Errorf(api.CodeOverloaded, "session %s holds %d watches, the limit", api.FormatID(session), len(s.watches))
+	}
+	r.nextID++
+	w := &watch{
+		id:         r.nextID,
+		session:    s,
+		path:       spec.Path,
+		after:      max(at, spec.KnownIndex),
+		recursive:  spec.Recursive,
+		persistent: spec.Persistent,
+	}
+	if event, fire := r.catchUpLocked(spec, at, current); fire {
+		w.lastIndex = at
+		queued := r.enqueueLocked(s, w.id, event)
+		if !queued || !spec.Persistent { // a disconnect dropped the session's watches: do not keep this one either
+			r.forgetIfIdleLocked(s)
+			return w.id, nil
+		}
+	}
+	r.registerLocked(w)
+	return w.id, nil
+}
+
+// Cancel removes a watch of session. The error is an *api.Error not_found if
+// the session holds no such watch (it fired, was cancelled or was dropped).
+func (r *Registry) Cancel(session, id uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[session]
+	if s == nil || s.watches[id] == nil {
+		return api.Errorf(api.CodeNotFound, "watch %s of session %s not found", api.FormatID(id), api.FormatID(session))
+	}
+	r.removeLocked(s.watches[id])
+	r.forgetIfIdleLocked(s)
+	return nil
+}
+
+// SessionEnded drops all of session's watches and queued events and closes
+// its stream with the reason "session ended". Called when the session closes
+// or expires.
+func (r *Registry) SessionEnded(session uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[session]
+	if s == nil {
+		return
+	}
+	r.dropWatchesLocked(s)
+	r.stats.Queued -= s.queue.clear()
+	if s.stream != nil {
+		s.stream.closeLocked(ReasonSessionEnded)
+	}
+	delete(r.sessions, session)
+}
+
+// Restored tells the registry that the state machine was replaced by a
+// snapshot at index (at start-up, or when a lagging server installs one): the
+// history before it is unknown, so a later Add with a known_index below it
+// fires conservatively. Every session with watches is disconnected (reason
+// ReasonRestored), since the changes the snapshot skipped were never
+// published. Call it under the state machine's write lock. Without a call,
+// the history is taken to start just before the first published event.
+func (r *Registry) Restored(index uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.history.reset(index)
+	for _, s := range r.sessions {
+		if len(s.watches) > 0 {
+			r.disconnectLocked(s, ReasonRestored)
+		}
+	}
+}
+
+// Stats returns the registry's current figures.
+func (r *Registry) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	stats := r.stats
+	stats.Watches = r.watches
+	stats.Sessions = len(r.sessions)
+	for _, s := range r.sessions {
+		if s.stream != nil {
+			stats.Streams++
+		}
+	}
+	return stats
+}
+
+// sessionLocked returns the record of session id, creating it.
+func (r *Registry) sessionLocked(id uint64) *session {
+	s := r.sessions[id]
+	if s == nil {
+		s = &session{id: id, watches: make(map[uint64]*watch)}
+		r.sessions[id] = s
+	}
+	return s
+}
+
+// forgetIfIdleLocked deletes s's record once it holds nothing: no watch, no
+// stream, no queued event and no disconnect reason to report.
+func (r *Registry) forgetIfIdleLocked(s *session) {
+	if len(s.watches) == 0 && s.stream == nil && s.queue.len() == 0 && s.lostReason == "" && r.sessions[s.id] == s {
+		delete(r.sessions, s.id)
+	}
+}
+
+// enqueueLocked queues event for s's stream, from watch id, or, if s's
+// queue is full, disconnects s and returns false.
+func (r *Registry) enqueueLocked(s *session, id uint64, event fsm.Event) bool {
+	if s.queue.len() >= r.opts.QueueLen {
+		r.disconnectLocked(s, slowConsumerReason(s.queue.len()+1))
+		return false
+	}
+	s.queue.push(queued{watchID: id, event: event})
+	r.stats.Queued++
+	r.stats.EventsFired++
+	if s.stream != nil {
+		s.stream.wakeUp()
+	}
+	return true
+}
+
+// disconnectLocked drops all of s's watches and queued events and ends its
+// stream with reason, or, with no stream attached, keeps reason for the next
+// one.
+func (r *Registry) disconnectLocked(s *session, reason string) {
+	r.stats.SessionsDisconnected++
+	r.dropWatchesLocked(s)
+	r.stats.Queued -= s.queue.clear()
+	if s.stream != nil {
+		s.stream.closeLocked(reason)
+	} else {
+		s.lostReason = reason
+	}
+}
+
+func (r *Registry) dropWatchesLocked(s *session) {
+	for _, w := range s.watches {
+		r.removeLocked(w)
+	}
+}

@@ -1,0 +1,94 @@
+package watch
+
+import (
+	"sync"
+
+	"github.com/latch-io/latch/internal/fsm"
+)
+
+// session is the registry's record of one client session: its watches, its
+// queue of undelivered events and its attached stream. Every field but
+// pumpMu is guarded by Registry.mu.
+type session struct {
+	id      uint64
+	watches map[uint64]*watch // registered watches by id
+	queue   eventQueue        // fired, not yet received by a consumer
+	stream  *Stream           // the attached stream, or nil
+	// lostReason is why the session was disconnected while no stream was
+	// attached; the next stream reports it and ends at once.
+	lostReason string
+
+	// pumpMu is held by a stream's pump for as long as it delivers, so the
+	// pump of a replacing stream starts only after the replaced one has
+	// popped what its consumer received: nothing is lost or sent twice.
+	pumpMu sync.Mutex
+}
+
+// queued is one fired event waiting for delivery.
+type queued struct {
+	watchID uint64
+	event   fsm.Event
+}
+
+// eventQueue is a growable ring of queued events. Its capacity grows by
+// doubling as needed (the registry bounds its length) and is released when
+// it drains, so an idle session costs nothing. Sequence numbers identify
+// entries across pops and clears: head is the sequence number of the oldest
+// entry and never goes back.
+type eventQueue struct {
+	ring  []queued
+	start int    // ring position of the oldest entry
+	count int    // entries queued
+	head  uint64 // sequence number of the oldest entry
+}
+
+func (q *eventQueue) len() int { return q.count }
+
+func (q *eventQueue) push(item queued) {
+	if q.count == len(q.ring) {
+		q.grow()
+	}
+	q.ring[(q.start+q.count)%len(q.ring)] = item
+	q.count++
+}
+
+func (q *eventQueue) grow() {
+	ring := make([]queued, max(8, 2*len(q.ring)))
+	for i := range q.count {
+		ring[i] = q.ring[(q.start+i)%len(q.ring)]
+	}
+	q.ring, q.start = ring, 0
+}
+
+// peek returns the oldest entry and its sequence number; ok is false if the
+// queue is empty.
+func (q *eventQueue) peek() (item queued, sequence uint64, ok bool) {
+	if q.count == 0 {
+		return queued{}, 0, false
+	}
+	return q.ring[q.start], q.head, true
+}
+
+// popIf removes the oldest entry if its sequence number is sequence; it
+// reports whether it did.
+func (q *eventQueue) popIf(sequence uint64) bool {
+	if q.count == 0 || q.head != sequence {
+		return false
+	}
+	q.ring[q.start] = queued{}
+	q.start = (q.start + 1) % len(q.ring)
+	q.count--
+	q.head++
+	if q.count == 0 {
+		q.ring, q.start = nil, 0
+	}
+	return true
+}
+
+// clear drops every entry and returns how many there were.
+func (q *eventQueue) clear() int {
+	n := q.count
+	q.head += uint64(n)
+	q.ring, q.start, q.count = nil, 0, 0
+	return n
+}

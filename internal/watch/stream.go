@@ -1,0 +1,164 @@
+package watch
+
+import "github.com/latch-io/latch/api"
+
+// Stream is a session's attached event stream: a pump goroutine moves the
+// session's queued events, oldest first, to Events. An event leaves the
+// queue only once the consumer has received it.
+type Stream struct {
+	registry *Registry
+	session  *session
+	events   chan api.Event // unbuffered; closed by the pump when it exits
+	done     chan struct{}  // closed when the stream ends
+	wake     chan struct{}  // capacity 1: an event was queued
+
+	// reason and closed are guarded by Registry.mu; reason is set before
+	// done is closed and never changes after.
+	reason string
+	closed bool
+}
+
+// Stream attaches session's event stream, ending any older one with the
+// reason "replaced". Events queued while no stream was attached come first,
+// in order. If the session was disconnected while no stream was attached,
+// the new stream ends at once with that reason.
+func (r *Registry) Stream(session uint64) *Stream {
+	r.mu.Lock()
+	s := r.sessionLocked(session)
+	if s.stream != nil {
+		s.stream.closeLocked(ReasonReplaced)
+	}
+	stream := &Stream{
+		registry: r,
+		session:  s,
+		events:   make(chan api.Event),
+		done:     make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+	}
+	s.stream = stream
+	if s.lostReason != "" {
+		stream.closeLocked(s.lostReason)
+		s.lostReason = ""
+		r.forgetIfIdleLocked(s)
+	}
+	r.mu.Unlock()
+	go stream.pump()
+	return stream
+}
+
+// Events returns the channel of the stream's events, in index order. It is
+// closed after Done, once the pump has stopped.
+func (s *Stream) Events() <-chan api.Event { return s.events }
+
+// Done returns a channel closed when the stream ends; Reason says why.
+func (s *Stream) Done() <-chan struct{} { return s.done }
+
+// Reason says why the stream ended: ReasonReplaced, ReasonSessionEnded,
+// ReasonClosed, ReasonRestored or "slow consumer: N events undelivered;
+// re-register with known_index". It is "" while the stream is open.
+func (s *Stream) Reason() string {
+	s.registry.mu.Lock()
+	defer s.registry.mu.Unlock()
+	return s.reason
+}
+
+// Close ends the stream (reason "closed") and detaches it from its session,
+// which keeps its watches and queued events for the next stream.
+func (s *Stream) Close() {
+	s.registry.mu.Lock()
+	defer s.registry.mu.Unlock()
+	s.closeLocked(ReasonClosed)
+	s.registry.forgetIfIdleLocked(s.session)
+}
+
+// closeLocked ends the stream with reason unless it has ended already.
+func (s *Stream) closeLocked(reason string) {
+	if s.closed {
+		return
+	}
+	s.closed, s.reason = true, reason
+	close(s.done)
+	if s.session.stream == s {
+		s.session.stream = nil
+	}
+}
+
+// wakeUp tells the pump that an event was queued. It never blocks.
+func (s *Stream) wakeUp() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pump delivers the session's queued events until the stream ends.
+func (s *Stream) pump() {
+	defer close(s.events)
+	s.session.pumpMu.Lock()
+	defer s.session.pumpMu.Unlock()
+	for {
+		item, sequence, state := s.next()
+		switch state {
+		case streamEnded:
+			return
+		case queueEmpty:
+			select {
+			case <-s.wake:
+			case <-s.done:
+				return
+			}
+			continue
+		}
+		select {
+		case s.events <- toAPI(item):
+			s.delivered(sequence)
+		case <-s.done:
+			return
+		}
+	}
+}
+
+type pumpState int
+
+const (
+	eventReady pumpState = iota
+	queueEmpty
+	streamEnded
+)
+
+// next peeks at the oldest queued event.
+func (s *Stream) next() (queued, uint64, pumpState) {
+	s.registry.mu.Lock()
+	defer s.registry.mu.Unlock()
+	if s.closed {
+		return queued{}, 0, streamEnded
+	}
+	item, sequence, ok := s.session.queue.peek()
+	if !ok {
+		return queued{}, 0, queueEmpty
+	}
+	return item, sequence, eventReady
+}
+
+// delivered pops the event of sequence number sequence, which the consumer
+// has received, unless a disconnect cleared the queue meanwhile.
+func (s *Stream) delivered(sequence uint64) {
+	r := s.registry
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.session.queue.popIf(sequence) {
+		r.stats.Queued--
+		r.stats.EventsDelivered++
+		r.forgetIfIdleLocked(s.session)
+	}
+}
+
+func toAPI(item queued) api.Event {
+	return api.Event{
+		WatchID: api.FormatID(item.watchID),
+		Event:   item.event.Kind.String(),
+		Path:    item.event.Path,
+		Version: item.event.Version,
+		Index:   item.event.Index,
+	}
+}
