@@ -101,6 +101,7 @@ func (p *peer) writeSnapshot(conn net.Conn, group uint64, m raftpb.Message, body
 	if sent != size {
 		return fmt.Errorf("body has %d bytes, declared %d", sent, size)
 	}
+	p.t.counters.bytesSent.Add(uint64(sent))
 	var terminator [chunkHeaderSize]byte
 	binary.BigEndian.PutUint32(terminator[4:], total.Sum32())
 	writer.Write(terminator[:])

@@ -309,3 +309,25 @@ func TestDialAddress(t *testing.T) {
 		})
 	}
 }
+
+// TestTCPPeerMovesAndLeaves checks that AddPeer with a new address moves
+// the stream to it, and that after RemovePeer messages are dropped and reported.
+func TestTCPPeerMovesAndLeaves(t *testing.T) {
+	sender := startNode(t, 1, 7, "127.0.0.1:0", nil)
+	before := startNode(t, 2, 7, "127.0.0.1:0", nil)
+	sender.transport.AddPeer(2, before.addr())
+	sendUntilDelivered(t, sender, before, 1)
+	sender.transport.AddPeer(2, before.addr()) // idempotent: the stream stays
+
+	after := startNode(t, 2, 7, "127.0.0.1:0", nil)
+	sender.transport.AddPeer(2, after.addr())
+	sendUntilDelivered(t, sender, after, 1000)
+
+	sender.transport.RemovePeer(2) // returns once the peer's queue is dropped
+	dropped := sender.transport.Stats().MessagesDropped
+	sender.transport.Send(1, []raftpb.Message{app(1, 2, 5000, 1, 8)})
+	if got := sender.transport.Stats().MessagesDropped; got != dropped+1 {
+		t.Fatalf("%d messages dropped by a Send to a removed peer, want 1", got-dropped)
+	}
+	waitFor(t, 5*time.Second, "ReportUnreachable for a removed peer", func() bool { return sender.handler.unreachableCount(1, 2) > 0 })
+}
