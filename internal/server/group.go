@@ -39,6 +39,8 @@ type group struct {
 	waiters  *waiterTable
 	reads    *readBatcher
 	sessions *sessionTracker
+	// deletions wakes lock waiters when the node ahead of them is deleted.
+	deletions *deletionWaiters
 }
 
 func newGroup(s *Server, id uint64) *group {
@@ -49,6 +51,7 @@ func newGroup(s *Server, id uint64) *group {
 		appliedCh: make(chan struct{}),
 		waiters:   newWaiterTable(),
 		sessions:  newSessionTracker(),
+		deletions: newDeletionWaiters(),
 	}
 	g.reads = newReadBatcher(g)
 	return g
@@ -74,8 +77,9 @@ func (g *group) Apply(entries []raftpb.Entry) {
 			g.fsm.Advance(e.Index)
 			continue
 		}
-		res, _ := g.fsm.Apply(e.Index, &cmd)
+		res, events := g.fsm.Apply(e.Index, &cmd)
 		g.trackApplied(&cmd, res)
+		g.deletions.deleted(events)
 		outcomes = append(outcomes, outcome{id: cmd.ID, index: e.Index, result: res})
 	}
 	g.mu.Unlock()

@@ -72,3 +72,87 @@ func TestPreconditions(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func createSession(t *testing.T, ctx context.Context, url string, timeoutMs uint64) string {
+	t.Helper()
+	var s api.Session
+	if err := Do(ctx, "POST", url, "/v1/session/create", nil, api.SessionCreateRequest{TimeoutMs: timeoutMs}, &s); err != nil {
+		t.Fatalf("create session: %v", err)
+	}
+	return s.SessionID
+}
+
+// TestLockQueue checks acquire/release through different nodes: the first
+// session holds, the second queues and gets it with a larger token once the
+// first releases; acquire is idempotent per session.
+func TestLockQueue(t *testing.T) {
+	c := New(t, 3, Options{})
+	ctx := ctxT(t, 30*time.Second)
+	a := createSession(t, ctx, c.URL(0), 10000)
+	b := createSession(t, ctx, c.URL(1), 10000)
+	acquire := func(url, session string, waitMs uint64) (api.Lock, error) {
+		var l api.Lock
+		err := Do(ctx, "POST", url, "/v1/lock/acquire", nil, api.LockRequest{Name: "R", SessionID: session, WaitMs: waitMs}, &l)
+		return l, err
+	}
+	la, err := acquire(c.URL(0), a, 0)
+	if err != nil || !la.Held || la.FencingToken == 0 {
+		t.Fatalf("first acquire: %+v, %v", la, err)
+	}
+	again, err := acquire(c.URL(2), a, 0)
+	if err != nil || again.FencingToken != la.FencingToken || again.Path != la.Path {
+		t.Fatalf("acquire again by the holder: %+v, %v; want the same place %+v", again, err, la)
+	}
+	if _, err := acquire(c.URL(1), b, 50); api.CodeOf(err) != api.CodeLockNotHeld {
+		t.Fatalf("second session acquire: err %v, want lock_not_held", err)
+	}
+	got := make(chan api.Lock, 1)
+	go func() {
+		l, err := acquire(c.URL(1), b, 10000)
+		if err != nil {
+			t.Errorf("waiting acquire: %v", err)
+		}
+		got <- l
+	}()
+	var released api.Released
+	if err := Do(ctx, "POST", c.URL(2), "/v1/lock/release", nil, api.LockRequest{Name: "R", SessionID: a, FencingToken: la.FencingToken}, &released); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	lb := <-got
+	if !lb.Held || lb.FencingToken <= la.FencingToken {
+		t.Fatalf("second holder %+v: want held with token > %d", lb, la.FencingToken)
+	}
+	var st api.LockState
+	if err := Do(ctx, "GET", c.URL(0), "/v1/lock/R", nil, nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Holder == nil || st.Holder.SessionID != b || st.Holder.FencingToken != lb.FencingToken || st.Waiters != 0 {
+		t.Fatalf("lock state %+v, want holder %s with token %d", st, b, lb.FencingToken)
+	}
+	c.EnsureSame(10 * time.Second)
+}
+
+// TestSessionExpiryReleasesLock: a session that stops heartbeating loses its
+// lock, on every replica, and the waiter behind it gets a larger token.
+func TestSessionExpiryReleasesLock(t *testing.T) {
+	c := New(t, 3, Options{MinSessionTTL: 200 * time.Millisecond})
+	ctx := ctxT(t, 30*time.Second)
+	a := createSession(t, ctx, c.URL(0), 300)
+	b := createSession(t, ctx, c.URL(1), 20000)
+	var la, lb api.Lock
+	if err := Do(ctx, "POST", c.URL(0), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: a}, &la); err != nil {
+		t.Fatal(err)
+	}
+	// b waits; a never heartbeats, so it expires within its 300ms timeout.
+	if err := Do(ctx, "POST", c.URL(1), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: b, WaitMs: 15000}, &lb); err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if !lb.Held || lb.FencingToken <= la.FencingToken {
+		t.Fatalf("after expiry the waiter got %+v, want held with token > %d", lb, la.FencingToken)
+	}
+	err := Do(ctx, "POST", c.URL(2), "/v1/session/heartbeat", nil, api.SessionRequest{SessionID: a}, nil)
+	if api.CodeOf(err) != api.CodeSessionExpired {
+		t.Fatalf("heartbeat of the expired session: %v, want session_expired", err)
+	}
+	c.EnsureSame(10 * time.Second)
+}

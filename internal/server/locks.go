@@ -1,0 +1,186 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+)
+
+const (
+	locksRoot      = "/locks"
+	lockPrefix     = "lock-"
+	electionsRoot  = "/elections"
+	candidatePrefx = "candidate-"
+)
+
+// AcquireLock queues the session on lock name (or keeps its place) and waits
+// up to wait to hold it. Held: the reply carries the fencing token, the raft
+// index of the session's queue node. Not held in time: 409 lock_not_held with
+// the position; the session keeps its place and may call again.
+func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, wait time.Duration) (api.Lock, error) {
+	dir, err := queueDir(locksRoot, name)
+	if err != nil {
+		return api.Lock{}, err
+	}
+	if session == 0 {
+		return api.Lock{}, api.Errorf(api.CodeInvalidArgument, "session_id is required")
+	}
+	g := s.main.Load()
+	mine, err := g.enqueue(ctx, dir, lockPrefix, session, nil)
+	if err != nil {
+		return api.Lock{}, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		members, index := g.queue(dir)
+		ahead, predecessor, found := position(members, mine.Path)
+		switch {
+		case !found:
+			return api.Lock{}, api.Errorf(api.CodeSessionExpired, "the session's place in lock %q is gone (session ended)", name)
+		case ahead == 0:
+			return api.Lock{Held: true, FencingToken: mine.CreatedIndex, Path: mine.Path, Index: index}, nil
+		}
+		if !g.waitDeleted(waitCtx, predecessor) {
+			if ctx.Err() != nil {
+				return api.Lock{}, g.unavailable("request ended while waiting for lock %q", name)
+			}
+			return api.Lock{Held: false, Position: ahead, Path: mine.Path, Index: index},
+				&api.Error{Code: api.CodeLockNotHeld, Message: "lock " + name + " not acquired within wait_ms"}
+		}
+	}
+}
+
+// ReleaseLock deletes the session's queue node of lock name. With a non-zero
+// token only the node created at that index is released.
+func (s *Server) ReleaseLock(ctx context.Context, name string, session, token uint64) (api.Released, error) {
+	dir, err := queueDir(locksRoot, name)
+	if err != nil {
+		return api.Released{}, err
+	}
+	g := s.main.Load()
+	if err := g.barrier(ctx, api.Linearizable, 0); err != nil {
+		return api.Released{}, err
+	}
+	members, _ := g.queue(dir)
+	for _, m := range members {
+		if m.owner == session && (token == 0 || m.token == token) {
+			index, err := g.deleteOwned(ctx, m, session)
+			if err != nil {
+				return api.Released{}, err
+			}
+			return api.Released{Released: true, Index: index}, nil
+		}
+	}
+	return api.Released{}, api.Errorf(api.CodeLockNotHeld, "session %s holds no place in lock %q with token %d", api.FormatID(session), name, token)
+}
+
+// deleteOwned deletes queue member m, only if it is still the same node.
+func (g *group) deleteOwned(ctx context.Context, m queueMember, session uint64) (uint64, error) {
+	cmd := &command.Command{
+		Op: command.OpDelete, Path: m.path, SessionID: session,
+		Precondition: command.PrecondVersion, Version: m.version,
+	}
+	res, index, err := g.propose(ctx, cmd)
+	if err != nil {
+		return 0, err
+	}
+	if res.Err != nil {
+		return 0, res.Err
+	}
+	return index, nil
+}
+
+// LockState reports a lock's holder and how many wait.
+func (s *Server) LockState(ctx context.Context, name string, opts ReadOptions) (api.LockState, error) {
+	dir, err := queueDir(locksRoot, name)
+	if err != nil {
+		return api.LockState{}, err
+	}
+	g := s.main.Load()
+	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+		return api.LockState{}, err
+	}
+	members, index := g.queue(dir)
+	out := api.LockState{Index: index}
+	if len(members) > 0 {
+		m := members[0]
+		out.Holder = &api.Holder{SessionID: api.FormatID(m.owner), FencingToken: m.token, Path: m.path}
+		out.Waiters = len(members) - 1
+	}
+	return out, nil
+}
+
+// JoinElection enters the session as a candidate for role (or returns its
+// existing candidacy). It does not wait: the client watches `watching`.
+func (s *Server) JoinElection(ctx context.Context, role string, session uint64, value []byte) (api.Candidacy, error) {
+	dir, err := queueDir(electionsRoot, role)
+	if err != nil {
+		return api.Candidacy{}, err
+	}
+	if session == 0 {
+		return api.Candidacy{}, api.Errorf(api.CodeInvalidArgument, "session_id is required")
+	}
+	if len(value) > s.cfg.MaxValueSize {
+		return api.Candidacy{}, api.Errorf(api.CodeTooLarge, "value is %d bytes, over the limit of %d", len(value), s.cfg.MaxValueSize)
+	}
+	g := s.main.Load()
+	mine, err := g.enqueue(ctx, dir, candidatePrefx, session, value)
+	if err != nil {
+		return api.Candidacy{}, err
+	}
+	members, index := g.queue(dir)
+	ahead, predecessor, found := position(members, mine.Path)
+	if !found {
+		return api.Candidacy{}, api.Errorf(api.CodeSessionExpired, "the session's candidacy for %q is gone (session ended)", role)
+	}
+	out := api.Candidacy{IsLeader: ahead == 0, FencingToken: mine.CreatedIndex, Index: index}
+	if predecessor != "" {
+		out.Watching = predecessor
+	}
+	return out, nil
+}
+
+// ResignElection withdraws the session's candidacy for role.
+func (s *Server) ResignElection(ctx context.Context, role string, session uint64) (api.Resigned, error) {
+	dir, err := queueDir(electionsRoot, role)
+	if err != nil {
+		return api.Resigned{}, err
+	}
+	g := s.main.Load()
+	if err := g.barrier(ctx, api.Linearizable, 0); err != nil {
+		return api.Resigned{}, err
+	}
+	members, _ := g.queue(dir)
+	for _, m := range members {
+		if m.owner == session {
+			index, err := g.deleteOwned(ctx, m, session)
+			if err != nil {
+				return api.Resigned{}, err
+			}
+			return api.Resigned{Resigned: true, Index: index}, nil
+		}
+	}
+	return api.Resigned{}, api.Errorf(api.CodeNotFound, "session %s is not a candidate for %q", api.FormatID(session), role)
+}
+
+// ElectionState reports the leader of role and how many candidates there are.
+func (s *Server) ElectionState(ctx context.Context, role string, opts ReadOptions) (api.ElectionState, error) {
+	dir, err := queueDir(electionsRoot, role)
+	if err != nil {
+		return api.ElectionState{}, err
+	}
+	g := s.main.Load()
+	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+		return api.ElectionState{}, err
+	}
+	members, index := g.queue(dir)
+	out := api.ElectionState{Index: index, Candidates: len(members)}
+	if len(members) > 0 {
+		m := members[0]
+		out.Leader = &api.Leader{SessionID: api.FormatID(m.owner), Value: string(m.value), FencingToken: m.token}
+	}
+	return out, nil
+}

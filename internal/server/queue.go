@@ -1,0 +1,162 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
+)
+
+// Locks and elections are queues of ephemeral sequential nodes under one
+// directory (API.md): /locks/{name}/lock-NNNNNNNNNN, /elections/{role}/candidate-NNNNNNNNNN.
+// The first node holds the lock or leads; every other waits on the node just
+// ahead of it only, so a release wakes exactly one waiter. The fencing token
+// is the raft index at which the node was created.
+
+// queueMember is one node of a lock or election queue.
+type queueMember struct {
+	name    string
+	path    string
+	owner   uint64
+	token   uint64 // created index
+	value   []byte
+	version uint64
+}
+
+// queueDir validates a lock name or election role (one path segment) and
+// returns its directory under root.
+func queueDir(root, name string) (string, error) {
+	if name == "" || strings.Contains(name, "/") {
+		return "", api.Errorf(api.CodeInvalidArgument, "name %q must be one non-empty path segment", name)
+	}
+	dir := root + "/" + name
+	if err := api.ValidatePath(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// enqueue adds the session to the queue in dir, or returns its existing place:
+// one command, so concurrent or retried calls of one session never make two.
+func (g *group) enqueue(ctx context.Context, dir, prefix string, session uint64, value []byte) (fsm.NodeMeta, error) {
+	cmd := &command.Command{
+		Op: command.OpEnqueue, Path: dir + "/" + prefix, Value: value,
+		Ephemeral: true, Sequential: true, SessionID: session,
+	}
+	res, _, err := g.propose(ctx, cmd)
+	if err != nil {
+		return fsm.NodeMeta{}, err
+	}
+	if res.Err != nil {
+		return fsm.NodeMeta{}, res.Err
+	}
+	return res.Node, nil
+}
+
+// queue lists the members of dir in order and the applied index read.
+func (g *group) queue(dir string) ([]queueMember, uint64) {
+	var members []queueMember
+	index := g.view(func(f *fsm.FSM) {
+		names, err := f.Children(dir)
+		if err != nil {
+			return
+		}
+		for _, name := range names {
+			n, err := f.Get(api.Join(dir, name))
+			if err != nil {
+				continue
+			}
+			members = append(members, queueMember{
+				name: name, path: n.Path, owner: n.Owner, token: n.CreatedIndex,
+				value: n.Value, version: n.Version,
+			})
+		}
+	})
+	return members, index
+}
+
+// position returns how many members are ahead of path and the one just
+// ahead; found is false if path is no longer in the queue.
+func position(members []queueMember, path string) (ahead int, predecessor string, found bool) {
+	for i, m := range members {
+		if m.path == path {
+			if i > 0 {
+				predecessor = members[i-1].path
+			}
+			return i, predecessor, true
+		}
+	}
+	return 0, "", false
+}
+
+// deletionWaiters wakes waiters when a node is deleted: the one waiter queued
+// behind it, not every waiter of the lock.
+type deletionWaiters struct {
+	mu      sync.Mutex
+	waiting map[string][]chan struct{} // guarded by mu
+}
+
+func newDeletionWaiters() *deletionWaiters {
+	return &deletionWaiters{waiting: map[string][]chan struct{}{}}
+}
+
+// watch returns a channel closed when path is deleted (or when the server stops waiting).
+func (d *deletionWaiters) watch(path string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	d.mu.Lock()
+	d.waiting[path] = append(d.waiting[path], ch)
+	d.mu.Unlock()
+	cancel := func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		list := d.waiting[path]
+		for i, c := range list {
+			if c == ch {
+				d.waiting[path] = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(d.waiting[path]) == 0 {
+			delete(d.waiting, path)
+		}
+	}
+	return ch, cancel
+}
+
+// deleted is called by the apply path for every deleted node.
+func (d *deletionWaiters) deleted(events []fsm.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.waiting) == 0 {
+		return
+	}
+	for _, e := range events {
+		if e.Kind != fsm.EventDeleted {
+			continue
+		}
+		for _, ch := range d.waiting[e.Path] {
+			close(ch)
+		}
+		delete(d.waiting, e.Path)
+	}
+}
+
+// waitDeleted waits until path no longer exists, or ctx ends (false).
+func (g *group) waitDeleted(ctx context.Context, path string) bool {
+	ch, cancel := g.deletions.watch(path)
+	defer cancel()
+	exists := false
+	g.view(func(f *fsm.FSM) { _, err := f.Get(path); exists = err == nil })
+	if !exists {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
