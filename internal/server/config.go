@@ -45,6 +45,9 @@ type Config struct {
 	MinSessionTTL  time.Duration // session timeout clamp (default 2s)
 	MaxSessionTTL  time.Duration // (default 60s)
 
+	MaxWatchesPerSession int // watches one session may hold (default 1,000)
+	WatchQueueLen        int // undelivered events per session before it is disconnected (default 1,024)
+
 	// FS is the filesystem of the data dir (default the OS's).
 	FS vfs.FS
 	// NewTransport builds the peer transport (default TCP on PeerAddr).

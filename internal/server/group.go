@@ -15,6 +15,7 @@ import (
 	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/raftnode"
 	"github.com/latch-io/latch/internal/snap"
+	"github.com/latch-io/latch/internal/watch"
 )
 
 // group is one consensus group on this server: its raft node, its state
@@ -41,6 +42,8 @@ type group struct {
 	sessions *sessionTracker
 	// deletions wakes lock waiters when the node ahead of them is deleted.
 	deletions *deletionWaiters
+	// watches fires clients' watches at apply time, on this server only.
+	watches *watch.Registry
 }
 
 func newGroup(s *Server, id uint64) *group {
@@ -52,6 +55,9 @@ func newGroup(s *Server, id uint64) *group {
 		waiters:   newWaiterTable(),
 		sessions:  newSessionTracker(),
 		deletions: newDeletionWaiters(),
+		watches: watch.New(watch.Options{
+			MaxPerSession: s.cfg.MaxWatchesPerSession, QueueLen: s.cfg.WatchQueueLen,
+		}),
 	}
 	g.reads = newReadBatcher(g)
 	return g
@@ -64,6 +70,7 @@ func (g *group) Apply(entries []raftpb.Entry) {
 		return
 	}
 	outcomes := make([]outcome, 0, len(entries))
+	var events []fsm.Event
 	g.mu.Lock()
 	for _, e := range entries {
 		if len(e.Data) == 0 {
@@ -77,12 +84,16 @@ func (g *group) Apply(entries []raftpb.Entry) {
 			g.fsm.Advance(e.Index)
 			continue
 		}
-		res, events := g.fsm.Apply(e.Index, &cmd)
+		res, evs := g.fsm.Apply(e.Index, &cmd)
 		g.trackApplied(&cmd, res)
-		g.deletions.deleted(events)
+		events = append(events, evs...)
 		outcomes = append(outcomes, outcome{id: cmd.ID, index: e.Index, result: res})
 	}
+	// Published under the write lock, so a watch registered under the read
+	// lock sees history and state at the same index.
+	g.watches.Publish(events)
 	g.mu.Unlock()
+	g.deletions.deleted(events)
 	g.publishApplied(entries[len(entries)-1].Index)
 	for _, o := range outcomes {
 		g.waiters.resolve(o)
@@ -141,6 +152,7 @@ func (g *group) Restore(meta snap.Meta, body io.Reader) error {
 	g.fsm = f
 	members := f.Members()
 	g.sessions.reset(f.Sessions(), time.Now())
+	g.watches.Restored(meta.Index)
 	g.mu.Unlock()
 	for _, m := range members {
 		if m.ID != g.server.id && m.PeerURL != "" {

@@ -152,9 +152,11 @@ func (g *group) trackApplied(cmd *command.Command, res fsm.Result) {
 		}
 	case command.OpSessionClose:
 		g.sessions.ended(cmd.SessionID)
+		g.watches.SessionEnded(cmd.SessionID)
 	case command.OpSessionExpire:
 		for _, id := range cmd.Sessions {
 			g.sessions.ended(id)
+			g.watches.SessionEnded(id)
 		}
 	}
 }

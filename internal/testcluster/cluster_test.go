@@ -1,9 +1,13 @@
 package testcluster
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,4 +159,71 @@ func TestSessionExpiryReleasesLock(t *testing.T) {
 		t.Fatalf("heartbeat of the expired session: %v, want session_expired", err)
 	}
 	c.EnsureSame(10 * time.Second)
+}
+
+// readEvents reads SSE events from node url's stream of session until n
+// arrived or the context ends.
+func readEvents(t *testing.T, ctx context.Context, url, session string, n int) []api.Event {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/v1/session/"+session+"/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("open event stream: %v", err)
+	}
+	defer resp.Body.Close()
+	var out []api.Event
+	sc := bufio.NewScanner(resp.Body)
+	for len(out) < n && sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev api.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("event %q: %v", line, err)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// TestWatchOnFollower registers watches on a follower and checks the events
+// it fires at apply time: one-shot fires once, recursive persistent fires for
+// every change under it, all in index order.
+func TestWatchOnFollower(t *testing.T) {
+	c := New(t, 3, Options{})
+	ctx := ctxT(t, 30*time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	follower := (leader + 1) % 3
+	url := c.URL(follower)
+	session := createSession(t, ctx, url, 10000)
+	var w1, w2 api.Watch
+	if err := Do(ctx, "POST", url, "/v1/watch", nil, api.WatchRequest{Path: "/w/x", SessionID: session}, &w1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Do(ctx, "POST", url, "/v1/watch", nil, api.WatchRequest{Path: "/w", Recursive: true, Persistent: true, SessionID: session}, &w2); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []api.Event, 1)
+	go func() { got <- readEvents(t, ctx, url, session, 6) }()
+	for _, p := range []string{"/w/x", "/w/x", "/w/y"} {
+		if _, err := Put(ctx, c.URL(leader), p, "v", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := <-got
+	var oneShot int
+	for i, ev := range events {
+		if i > 0 && ev.Index < events[i-1].Index {
+			t.Fatalf("events out of index order: %+v", events)
+		}
+		if ev.WatchID == w1.WatchID {
+			oneShot++
+		}
+	}
+	// /w/x created (one-shot fires, recursive fires CREATED + CHILDREN_CHANGED on /w),
+	// /w/x changed (recursive), /w/y created (recursive CREATED + CHILDREN_CHANGED).
+	if oneShot != 1 || len(events) != 6 {
+		t.Fatalf("got %d events (%d from the one-shot watch): %+v", len(events), oneShot, events)
+	}
 }

@@ -1,0 +1,117 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/watch"
+)
+
+// ssePing is how often an idle event stream carries a comment, so proxies
+// keep it open and a vanished client is noticed.
+const ssePing = 15 * time.Second
+
+func (h *Handler) addWatch(w http.ResponseWriter, r *http.Request) {
+	var req api.WatchRequest
+	if err := h.decodeBody(w, r, &req); err != nil {
+		h.writeError(w, err)
+		return
+	}
+	session, err := api.ParseID(req.SessionID)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	out, err := h.server.Watch(r.Context(), session, watch.Spec{
+		Path: req.Path, Recursive: req.Recursive, Persistent: req.Persistent, KnownIndex: req.KnownIndex,
+	})
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	h.writeJSON(w, out.Index, out)
+}
+
+func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
+	p := newParams(r.URL.Query(), "session_id")
+	session := p.id("session_id")
+	id, err := api.ParseID(r.PathValue("id"))
+	switch {
+	case p.err != nil:
+		err = p.err
+	case err == nil && session == 0:
+		err = api.Errorf(api.CodeInvalidArgument, "session_id is required")
+	}
+	if err == nil {
+		err = h.server.CancelWatch(session, id)
+	}
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	h.writeJSON(w, h.server.AppliedIndex(), map[string]bool{"cancelled": true})
+}
+
+// events streams a session's watch events as Server-Sent Events: one JSON
+// api.Event per "data:" line, and a last "event: end" whose data gives the
+// reason when the server ends the stream.
+func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	session, err := api.ParseID(r.PathValue("id"))
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		h.writeError(w, api.Errorf(api.CodeInternal, "streaming unsupported by this connection"))
+		return
+	}
+	stream, index, err := h.server.Events(r.Context(), session)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	defer stream.Close()
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set(api.HeaderIndex, strconv.FormatUint(index, 10))
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+	h.pumpEvents(w, flusher, r, stream)
+}
+
+// pumpEvents copies the stream to w until the stream or the request ends.
+func (h *Handler) pumpEvents(w http.ResponseWriter, flusher http.Flusher, r *http.Request, stream *watch.Stream) {
+	ping := time.NewTicker(ssePing)
+	defer ping.Stop()
+	for {
+		select {
+		case ev, ok := <-stream.Events():
+			if !ok {
+				end, _ := json.Marshal(map[string]string{"reason": stream.Reason()})
+				fmt.Fprintf(w, "event: end\ndata: %s\n\n", end)
+				flusher.Flush()
+				return
+			}
+			data, _ := json.Marshal(ev)
+			if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
+				return
+			}
+			if len(stream.Events()) == 0 {
+				flusher.Flush()
+			}
+		case <-ping.C:
+			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil {
+				return
+			}
+			flusher.Flush()
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
