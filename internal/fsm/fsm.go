@@ -47,7 +47,7 @@ func New() *FSM {
 		owners:     btree.NewBTreeGOptions(ownerLess, treeOptions),
 		generation: newGeneration(),
 	}
-	f.nodes.Set(entry{path: "/"})
+	f.nodes.Set(entry{path: "/", nodeData: &nodeData{}})
 	return f
 }
 

@@ -61,14 +61,18 @@ func checkPut(cmd *command.Command) *api.Error {
 // checkExisting checks the precondition and the ephemeral rules against the
 // node at path, if it exists.
 func checkExisting(cmd *command.Command, path string, existing entry, exists bool) *api.Error {
+	var version uint64 // a missing node has version 0
+	if exists {
+		version = existing.version
+	}
 	switch cmd.Precondition {
 	case command.PrecondNone:
 		if exists {
 			return api.Errorf(api.CodePreconditionFailed, "node %q exists", path)
 		}
 	case command.PrecondVersion:
-		if existing.version != cmd.Version { // a missing node has version 0
-			return api.Errorf(api.CodePreconditionFailed, "node %q has version %d, not %d", path, existing.version, cmd.Version)
+		if version != cmd.Version {
+			return api.Errorf(api.CodePreconditionFailed, "node %q has version %d, not %d", path, version, cmd.Version)
 		}
 	}
 	switch {
@@ -102,9 +106,10 @@ func (f *FSM) existingAncestor(p string) (entry, []string, *api.Error) {
 
 // update writes cmd's value to the existing node e. Ownership is kept.
 func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Event) {
-	e.value = cloneBytes(cmd.Value)
-	e.version++
-	e.modified = index
+	data := e.edit()
+	data.value = cloneBytes(cmd.Value)
+	data.version++
+	data.modified = index
 	f.nodes.Set(e)
 	events := []Event{{Kind: EventChanged, Path: e.path, Version: e.version, Index: index}}
 	return Result{Node: e.meta()}, events
@@ -114,24 +119,27 @@ func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Eve
 // ancestors (top-down) between them.
 func (f *FSM) create(index uint64, cmd *command.Command, path string, parent entry, missing []string) (Result, []Event) {
 	events := make([]Event, 0, 2*(len(missing)+1))
-	parent.children++
+	data := parent.edit()
+	data.children++
 	if cmd.Sequential && len(missing) == 0 {
-		parent.sequence++
+		data.sequence++
 	}
 	f.nodes.Set(parent)
-	for _, p := range missing {
+	for i, p := range missing {
 		events = append(events, createdEvents(index, p, parent)...)
-		parent = entry{path: p, version: 1, created: index, modified: index, children: 1}
-		if cmd.Sequential && p == missing[len(missing)-1] {
-			parent.sequence = 1
+		data := &nodeData{version: 1, created: index, modified: index, children: 1}
+		if cmd.Sequential && i == len(missing)-1 {
+			data.sequence = 1
 		}
+		parent = entry{path: p, nodeData: data}
 		f.nodes.Set(parent)
 	}
-	e := entry{path: path, value: cloneBytes(cmd.Value), version: 1, created: index, modified: index}
+	var owner uint64
 	if cmd.Ephemeral {
-		e.owner = cmd.SessionID
-		f.addEphemeral(cmd.SessionID, path)
+		owner = cmd.SessionID
+		f.addEphemeral(owner, path)
 	}
+	e := entry{path: path, nodeData: &nodeData{value: cloneBytes(cmd.Value), version: 1, created: index, modified: index, owner: owner}}
 	f.nodes.Set(e)
 	events = append(events, createdEvents(index, path, parent)...)
 	return Result{Node: e.meta()}, events
@@ -204,7 +212,7 @@ func (f *FSM) remove(index uint64, e entry) Event {
 // the parent's event.
 func (f *FSM) unlinkChild(index uint64, path string) Event {
 	parent, _ := f.lookup(api.Parent(path))
-	parent.children--
+	parent.edit().children--
 	f.nodes.Set(parent)
 	return Event{Kind: EventChildrenChanged, Path: parent.path, Version: parent.version, Index: index}
 }

@@ -18,14 +18,13 @@ func (f *FSM) Get(path string) (Node, error) {
 }
 
 func (f *FSM) get(path string) (entry, error) {
+	if e, ok := f.lookup(path); ok {
+		return e, nil // only valid paths are stored
+	}
 	if err := api.ValidatePath(path); err != nil {
 		return entry{}, err
 	}
-	e, ok := f.lookup(path)
-	if !ok {
-		return entry{}, api.Errorf(api.CodeNotFound, "node %q not found", path)
-	}
-	return e, nil
+	return entry{}, api.Errorf(api.CodeNotFound, "node %q not found", path)
 }
 
 // Children returns the names of path's children, sorted bytewise; errors as

@@ -404,7 +404,7 @@ func (d *payloadDecoder) node(previous string) entry {
 	if len(suffix) > 0 && shared < uint64(len(previous)) && previous[shared] == suffix[0] {
 		d.fail(at, "shared prefix %d is not the longest", shared)
 	}
-	e := entry{path: path, value: cloneBytes(d.bytes())}
+	e := entry{path: path, nodeData: &nodeData{value: cloneBytes(d.bytes())}}
 	e.version, e.created, e.modified = d.uvarint(), d.uvarint(), d.uvarint()
 	e.owner, e.sequence = d.uvarint(), d.uvarint()
 	children := d.uvarint()

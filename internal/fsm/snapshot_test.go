@@ -91,9 +91,9 @@ func TestHashCoversState(t *testing.T) {
 		change func(f *FSM)
 	}{
 		{"applied index", func(f *FSM) { f.Advance(f.Applied() + 1) }},
-		{"value", func(f *FSM) { e, _ := f.lookup("/a"); e.value = []byte("w"); f.nodes.Set(e) }},
-		{"version", func(f *FSM) { e, _ := f.lookup("/a"); e.version++; f.nodes.Set(e) }},
-		{"sequence counter", func(f *FSM) { e, _ := f.lookup("/"); e.sequence++; f.nodes.Set(e) }},
+		{"value", func(f *FSM) { e, _ := f.lookup("/a"); e.edit().value = []byte("w"); f.nodes.Set(e) }},
+		{"version", func(f *FSM) { e, _ := f.lookup("/a"); e.edit().version++; f.nodes.Set(e) }},
+		{"sequence counter", func(f *FSM) { e, _ := f.lookup("/"); e.edit().sequence++; f.nodes.Set(e) }},
 		{"session timeout", func(f *FSM) { s, _ := f.sessions.Get(session{id: 1}); s.timeoutMs++; f.sessions.Set(s) }},
 		{"remembered result", func(f *FSM) { f.remember(1, 2, Result{}) }},
 		{"member", func(f *FSM) { f.setMember(command.Member{ID: 1}) }},
@@ -194,7 +194,7 @@ func header(applied, members, sessions, nodes uint64) frameSpec {
 }
 
 func nodeFrame(previous, path string, owner, children uint64) frameSpec {
-	return frameSpec{frameNode, appendNode(nil, previous, entry{path: path, version: 1, owner: owner, children: int(children)})}
+	return frameSpec{frameNode, appendNode(nil, previous, entry{path: path, nodeData: &nodeData{version: 1, owner: owner, children: int(children)}})}
 }
 
 var endFrame = frameSpec{frameEnd, nil}

@@ -6,17 +6,32 @@ import (
 	"github.com/latch-io/latch/api"
 )
 
-// entry is one node of the tree as stored in the B-tree, by value: copying
-// the tree (Clone) then never shares a mutable node.
+// entry is one node of the tree as stored in the B-tree. It is small (the
+// B-tree passes items by value to every comparison) and points to the node's
+// data, which is immutable once in the tree: a Clone shares it, so a change
+// stores a modified copy (see edit).
 type entry struct {
-	path     string
-	value    []byte // never modified in place; a write stores a new slice
+	path string
+	*nodeData
+}
+
+// nodeData is the part of a node that its path does not give.
+type nodeData struct {
+	value    []byte
 	version  uint64
 	created  uint64
 	modified uint64
 	owner    uint64 // the session owning this ephemeral node; 0 = persistent
 	sequence uint64 // the next suffix of a sequential child
 	children int    // number of direct children
+}
+
+// edit gives e a private copy of its data and returns it for modification;
+// the caller then stores e with f.nodes.Set.
+func (e *entry) edit() *nodeData {
+	copied := *e.nodeData
+	e.nodeData = &copied
+	return &copied
 }
 
 func (e *entry) meta() NodeMeta {
