@@ -29,11 +29,16 @@ func TestCrashLoop(t *testing.T) {
 	}
 }
 
+// crashLoopCalls is the number of acknowledged Save calls per subtest:
+// 1500 by default (fast under -race), 300 with -short, 20000 with WAL_LONG=1.
 func crashLoopCalls(t *testing.T) int {
-	if testing.Short() {
-		return 1500
+	switch {
+	case longTests():
+		return 20000
+	case testing.Short():
+		return 300
 	}
-	return 4000
+	return 1500
 }
 
 func runCrashLoop(t *testing.T, random *rand.Rand, torn bool, calls int) {

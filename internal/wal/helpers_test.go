@@ -32,6 +32,9 @@ func testSeed(t testing.TB) int64 {
 	return seed
 }
 
+// longTests reports whether the exhaustive variants were asked for (WAL_LONG=1).
+func longTests() bool { return os.Getenv("WAL_LONG") == "1" }
+
 func quietOptions(segmentSize int64) Options {
 	return Options{SegmentSize: segmentSize, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
@@ -216,3 +219,5 @@ func cloneModels(models map[uint64]*model) map[uint64]*model {
 	}
 	return out
 }
+
+func hardStateForFuzz() raftpb.HardState { return raftpb.HardState{Term: 4, Vote: 2, Commit: 17} }

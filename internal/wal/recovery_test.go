@@ -254,9 +254,9 @@ func lastFlushStart(t *testing.T, data []byte) int {
 func TestBitFlipRefused(t *testing.T) {
 	fs := buildLog(t, 12)
 	paths := segmentFiles(t, fs)
-	step := 1
-	if testing.Short() {
-		step = 7
+	step := 3 // every offset with WAL_LONG=1
+	if longTests() {
+		step = 1
 	}
 	flips := 0
 	for _, name := range paths {
