@@ -163,7 +163,6 @@ func BenchmarkMemory1M(b *testing.B) {
 			f.Apply(f.Applied()+1, &command.Command{Op: command.OpSessionCreate, TimeoutMs: 10000})
 		}
 		afterSessions := liveHeap()
-		b.ReportMetric(float64(afterNodes-before)/1e6, "MB/1M-nodes")
 		b.ReportMetric(float64(afterNodes-before)/1e6, "B/node")
 		b.ReportMetric(float64(afterSessions-afterNodes)/1e5, "B/session")
 		runtime.KeepAlive(f)
