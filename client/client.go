@@ -30,6 +30,9 @@ type Client struct {
 	ownTransport *http.Transport
 	// maxIndex is the highest X-Latch-Index seen on any reply. It only grows.
 	maxIndex atomic.Uint64
+	// jitter returns a random delay in [0, bound) (0 for bound <= 0); tests
+	// replace it to observe the herd defences.
+	jitter func(bound time.Duration) time.Duration
 }
 
 // New returns a Client for the cluster at cfg.Endpoints. It does not contact
@@ -48,7 +51,7 @@ func newClient(cfg Config, clk clock, startAt func(n int) int) (*Client, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, endpoints: pool, clock: clk}
+	c := &Client{cfg: cfg, endpoints: pool, clock: clk, jitter: randomJitter}
 	transport := cfg.Transport
 	if transport == nil {
 		c.ownTransport = NewTransport(cfg)
@@ -110,7 +113,25 @@ type call struct {
 	// endpoint, when set, pins the call to one server: no failover.
 	endpoint string
 	out      any // decoded from a 2xx JSON body when non-nil
+	// errOut, when non-nil, is also decoded from an error reply's body, for
+	// replies that carry fields beside the error envelope (lock_not_held).
+	errOut any
+	// wait is how long the server may legitimately hold the request before
+	// answering (a lock acquire's wait_ms); it extends the attempt timeout.
+	wait time.Duration
+	// stream, when set, makes the call a long-lived stream: once a 2xx reply
+	// arrives, stream consumes its body and do returns what stream returns,
+	// without retrying. RequestTimeout then bounds only the wait for the
+	// reply's headers.
+	stream func(body io.Reader) error
 }
+
+// streamEnded wraps what a call's stream function returned, so that do
+// reports it instead of retrying: the stream had been established.
+type streamEnded struct{ err error }
+
+func (e *streamEnded) Error() string { return fmt.Sprintf("stream ended: %v", e.err) }
+func (e *streamEnded) Unwrap() error { return e.err }
 
 // do sends cl until it succeeds, fails for good, runs out of attempts or ctx
 // ends. It is the only place that retries.
@@ -133,6 +154,10 @@ func (c *Client) do(ctx context.Context, cl *call) error {
 		err := c.send(ctx, endpoint, cl)
 		if err == nil {
 			return nil
+		}
+		var ended *streamEnded
+		if errors.As(err, &ended) {
+			return ended.err
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("client: %s %s: %w", cl.method, cl.path, ctx.Err())
@@ -192,6 +217,14 @@ func (c *Client) backoff(attempt int) time.Duration {
 	return half + rand.N(half+1)
 }
 
+// randomJitter returns a uniformly random delay in [0, bound).
+func randomJitter(bound time.Duration) time.Duration {
+	if bound <= 0 {
+		return 0
+	}
+	return rand.N(bound)
+}
+
 func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -206,7 +239,10 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 // send makes one attempt of cl against endpoint. A non-2xx reply becomes an
 // *api.Error; anything else that fails is a transport error.
 func (c *Client) send(ctx context.Context, endpoint string, cl *call) error {
-	attemptCtx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	if cl.stream != nil {
+		return c.sendStream(ctx, endpoint, cl)
+	}
+	attemptCtx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout+cl.wait)
 	defer cancel()
 	req, err := c.newRequest(attemptCtx, endpoint, cl)
 	if err != nil {
@@ -217,11 +253,9 @@ func (c *Client) send(ctx context.Context, endpoint string, cl *call) error {
 		return err
 	}
 	defer drainAndClose(resp.Body)
-	if index, err := strconv.ParseUint(resp.Header.Get(api.HeaderIndex), 10, 64); err == nil {
-		c.observeIndex(index)
-	}
+	c.observeReplyIndex(resp)
 	if resp.StatusCode/100 != 2 {
-		return decodeError(resp)
+		return decodeError(resp, cl.errOut)
 	}
 	if cl.out == nil {
 		return nil
@@ -230,6 +264,43 @@ func (c *Client) send(ctx context.Context, endpoint string, cl *call) error {
 		return fmt.Errorf("client: decode reply of %s %s from %s: %w", cl.method, cl.path, endpoint, err)
 	}
 	return nil
+}
+
+// sendStream makes one attempt of a streaming call: RequestTimeout bounds
+// the wait for headers, then cl.stream reads the body until it ends or ctx
+// does. The body is closed without draining it.
+func (c *Client) sendStream(ctx context.Context, endpoint string, cl *call) error {
+	streamCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	headerTimer := time.AfterFunc(c.cfg.RequestTimeout, cancel)
+	req, err := c.newRequest(streamCtx, endpoint, cl)
+	if err != nil {
+		headerTimer.Stop()
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := c.http.Do(req)
+	if !headerTimer.Stop() && err == nil {
+		err = fmt.Errorf("client: no reply headers from %s within %v", endpoint, c.cfg.RequestTimeout)
+		_ = resp.Body.Close()
+	}
+	if err != nil {
+		return err
+	}
+	c.observeReplyIndex(resp)
+	if resp.StatusCode/100 != 2 {
+		defer drainAndClose(resp.Body)
+		return decodeError(resp, cl.errOut)
+	}
+	defer resp.Body.Close()
+	return &streamEnded{err: cl.stream(resp.Body)}
+}
+
+// observeReplyIndex raises the client's index to the reply's X-Latch-Index.
+func (c *Client) observeReplyIndex(resp *http.Response) {
+	if index, err := strconv.ParseUint(resp.Header.Get(api.HeaderIndex), 10, 64); err == nil {
+		c.observeIndex(index)
+	}
 }
 
 func (c *Client) newRequest(ctx context.Context, endpoint string, cl *call) (*http.Request, error) {
@@ -259,8 +330,12 @@ const maxErrorBody = 64 << 10
 
 // decodeError turns a non-2xx reply into an *api.Error, also when its body
 // is not the JSON error envelope (a proxy's or a 404 of an unknown route).
-func decodeError(resp *http.Response) error {
+// When extra is not nil the body is decoded into it too.
+func decodeError(resp *http.Response, extra any) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	if extra != nil {
+		_ = json.Unmarshal(raw, extra)
+	}
 	var envelope api.ErrorBody
 	if err := json.Unmarshal(raw, &envelope); err == nil && envelope.Error.Code != "" {
 		e := envelope.Error

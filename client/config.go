@@ -28,6 +28,17 @@ type Config struct {
 	// DownTime is how long a server that failed is avoided while another
 	// one is thought to be healthy. Default 1s.
 	DownTime time.Duration
+	// NotifyJitter bounds the random delay a Watcher waits before handing
+	// each notification to its reader, so that a change to a key the whole
+	// fleet watches does not make every client re-read and re-watch in the
+	// same millisecond (DESIGN-NOTES.txt bottleneck 4). Default 50ms; a
+	// negative value turns it off. A watch may override it (WatchJitter).
+	NotifyJitter time.Duration
+	// ReconnectJitter bounds the random delay before a session's event
+	// stream reconnects after it ended, so that a server crash or a
+	// partition heal does not reconnect every client at once (bottleneck 5).
+	// Later attempts back off like requests. Default 200ms.
+	ReconnectJitter time.Duration
 	// TLS, when set, is used for https endpoints.
 	TLS *tls.Config
 	// Transport, when set, replaces the client's own tuned transport; share
@@ -37,12 +48,14 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultDialTimeout    = 2 * time.Second
-	DefaultRequestTimeout = 5 * time.Second
-	DefaultMaxAttempts    = 8
-	DefaultBackoffBase    = 20 * time.Millisecond
-	DefaultBackoffMax     = time.Second
-	DefaultDownTime       = time.Second
+	DefaultDialTimeout     = 2 * time.Second
+	DefaultRequestTimeout  = 5 * time.Second
+	DefaultMaxAttempts     = 8
+	DefaultBackoffBase     = 20 * time.Millisecond
+	DefaultBackoffMax      = time.Second
+	DefaultDownTime        = time.Second
+	DefaultNotifyJitter    = 50 * time.Millisecond
+	DefaultReconnectJitter = 200 * time.Millisecond
 )
 
 // withDefaults returns cfg with every zero field set to its default.
@@ -52,10 +65,22 @@ func (cfg Config) withDefaults() Config {
 	setDuration(&cfg.BackoffBase, DefaultBackoffBase)
 	setDuration(&cfg.BackoffMax, DefaultBackoffMax)
 	setDuration(&cfg.DownTime, DefaultDownTime)
+	setJitter(&cfg.NotifyJitter, DefaultNotifyJitter)
+	setJitter(&cfg.ReconnectJitter, DefaultReconnectJitter)
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
 	}
 	return cfg
+}
+
+// setJitter sets a zero jitter to def and a negative one (off) to zero.
+func setJitter(d *time.Duration, def time.Duration) {
+	switch {
+	case *d == 0:
+		*d = def
+	case *d < 0:
+		*d = 0
+	}
 }
 
 func setDuration(d *time.Duration, def time.Duration) {

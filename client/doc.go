@@ -34,12 +34,31 @@
 // *api.Error with api.CodeUnavailable is returned to the caller. Use
 // WithSession when a write must survive failover exactly once.
 //
-// # Not yet here
+// # Watches
 //
-// TODO(watch): watches (POST /v1/watch and the session event stream) are not
-// implemented yet; they wait for the server side. They will be re-registered
-// with known_index after a reconnect and jittered before re-reading, as
-// DESIGN-NOTES.txt bottlenecks 4 and 5 ask.
+// Session.Watch registers a watch and returns a Watcher whose Events
+// channel delivers notifications in index order without duplicates. A
+// session has one event stream (GET /v1/session/{id}/events); its watchHub
+// goroutine opens it on one server and registers every watch of the
+// session on that same server, because watches are server-local. When the
+// stream ends (the server crashed, dropped the session's watches as a slow
+// consumer, or was replaced) the hub waits a random delay below
+// Config.ReconnectJitter (then a growing jittered backoff if connecting
+// keeps failing), opens the stream on some server and registers every
+// watch that has not fired again with known_index set to the highest index
+// the watcher has seen, so the server fires at once (Event.Resync) if
+// anything changed meanwhile: nothing is missed. Each notification is
+// handed to its reader after a random delay below Config.NotifyJitter (or
+// the watch's WatchJitter), so a change to a key the whole fleet watches
+// does not become a synchronized stampede of re-reads and re-watches
+// (DESIGN-NOTES.txt bottlenecks 4 and 5). Every event's index raises the
+// client's min_index, so a read made after a notification sees the change.
+//
+// # Locks and elections
+//
+// Session.AcquireLock, ReleaseLock, JoinElection, ResignElection and
+// Client.LockState, ElectionState are the raw calls of API.md; the
+// client/recipe package builds the blocking Lock and Election on them.
 //
 // The package imports only the standard library and api, never anything
 // under internal/.

@@ -42,6 +42,9 @@ type Session struct {
 
 	mu  sync.Mutex // guards err
 	err error      // why the session ended; nil while it lives
+
+	hubOnce sync.Once
+	hub     *watchHub // the session's watches and event stream; set by hubOnce
 }
 
 // NewSession creates a session with the given timeout (the server clamps it

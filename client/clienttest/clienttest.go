@@ -4,12 +4,21 @@
 // (a server down, failing the next requests with a chosen code and leader
 // hint, losing the reply of an applied write, hanging).
 //
-// It is not latch: there is no consensus, no session expiry by time (call
-// Expire), no watches, locks or elections. It implements the node API
-// (PUT/GET/DELETE /v1/kv with prev_version, ephemeral, sequential, mkdir -p,
-// children, recursive delete), sessions with request_seq deduplication,
-// GET /v1/status, /v1/cluster/members and /healthz, and every successful
-// reply carries X-Latch-Index.
+// It is not latch: there is no consensus and no session expiry by time (call
+// Expire). It implements the node API (PUT/GET/DELETE /v1/kv with
+// prev_version, ephemeral, sequential, mkdir -p, children, recursive delete),
+// sessions with request_seq deduplication and batched heartbeats, watches
+// (POST /v1/watch with known_index and persistent, and the session's
+// Server-Sent Events stream), locks (/v1/lock/acquire|release with wait_ms,
+// GET /v1/lock/{name}), elections (/v1/election/join|resign, GET
+// /v1/election/{role}), GET /v1/status, /v1/cluster/members and /healthz,
+// and every successful reply carries X-Latch-Index.
+//
+// Watches are server-local as in latch: a watch lives on the server that
+// registered it and fires on that server's stream of the session. When a
+// stream ends (the client leaves, EndStreams, Stop, a newer stream, the
+// session's end) that server drops the session's watches and queued events,
+// and the client must re-register with known_index.
 package clienttest
 
 import (
@@ -133,6 +142,12 @@ func (s *Server) Stop() {
 	if hs != nil {
 		_ = hs.Close()
 	}
+	st := s.cluster.state
+	st.mu.Lock()
+	if r := st.registries[s.name]; r != nil {
+		r.endAllLocked("server stopped")
+	}
+	st.mu.Unlock()
 }
 
 // Start listens again on the server's address after Stop.
@@ -199,6 +214,14 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("POST /v1/session/heartbeat", s.handleHeartbeat)
 	mux.HandleFunc("POST /v1/session/close", s.handleSessionClose)
 	mux.HandleFunc("GET /v1/session/{id}", s.handleSessionGet)
+	mux.HandleFunc("GET /v1/session/{id}/events", s.handleEvents)
+	mux.HandleFunc("POST /v1/watch", s.handleWatch)
+	mux.HandleFunc("POST /v1/lock/acquire", s.handleLockAcquire)
+	mux.HandleFunc("POST /v1/lock/release", s.handleLockRelease)
+	mux.HandleFunc("GET /v1/lock/{name}", s.handleLockState)
+	mux.HandleFunc("POST /v1/election/join", s.handleElectionJoin)
+	mux.HandleFunc("POST /v1/election/resign", s.handleElectionResign)
+	mux.HandleFunc("GET /v1/election/{role}", s.handleElectionState)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.intercept(w, r) {
 			return

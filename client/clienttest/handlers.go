@@ -158,10 +158,34 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
-	s.sessionCall(w, r, func(st *state, id string, sess *session) (any, error) {
+	var body api.SessionRequest
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		writeError(w, api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err))
+		return
+	}
+	st := s.cluster.state
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(body.SessionIDs) == 0 {
+		sess := st.sessions[body.SessionID]
+		if sess == nil {
+			writeError(w, api.Errorf(api.CodeSessionExpired, "session %s is gone", body.SessionID))
+			return
+		}
 		sess.heartbeats++
-		return &api.Heartbeat{Alive: true, Index: st.index}, nil
-	})
+		reply(w, st.index, &api.Heartbeat{Alive: true, Index: st.index}, nil)
+		return
+	}
+	out := &api.Heartbeat{Alive: true, Index: st.index}
+	for _, id := range body.SessionIDs {
+		if sess := st.sessions[id]; sess != nil {
+			sess.heartbeats++
+		} else {
+			out.Alive = false
+			out.Expired = append(out.Expired, id)
+		}
+	}
+	reply(w, st.index, out, nil)
 }
 
 func (s *Server) handleSessionClose(w http.ResponseWriter, r *http.Request) {

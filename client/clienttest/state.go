@@ -16,6 +16,19 @@ type state struct {
 	sequences   map[string]uint64 // per parent: last sequential counter
 	sessions    map[string]*session
 	lastSession uint64
+	// history is every event ever published, oldest first (a fake keeps
+	// it all), for registrations with known_index.
+	history []api.Event
+	// changed is closed and replaced whenever an event is published, to
+	// wake lock acquirers waiting on the queue.
+	changed chan struct{}
+	// registries are the servers' watch registries, keyed by server name:
+	// watches are server-local, as in latch.
+	registries map[string]*registry
+	// registrations logs every watch registration, oldest first.
+	registrations []Registration
+	lastWatch     uint64
+	acquires      int // lock acquire calls that reached a queue
 }
 
 type node struct {
@@ -46,6 +59,8 @@ func newState() *state {
 		nodes:     map[string]*node{"/": {children: map[string]bool{}}},
 		sequences: map[string]uint64{},
 		sessions:  map[string]*session{},
+		changed:    make(chan struct{}),
+		registries: map[string]*registry{},
 	}
 }
 
@@ -86,10 +101,15 @@ func (st *state) putLocked(a putArgs) (*api.Node, error) {
 			existing.owner = a.sessionID
 			st.sessions[a.sessionID].ephemerals[path] = true
 		}
+		existing.value, existing.version, existing.modified = a.value, 1, st.index
+		st.publishLocked(api.EventCreated, path, 1)
+		st.publishLocked(api.EventChildrenChanged, api.Parent(path), st.nodes[api.Parent(path)].version)
+	} else {
+		existing.value = a.value
+		existing.version++
+		existing.modified = st.index
+		st.publishLocked(api.EventChanged, path, existing.version)
 	}
-	existing.value = a.value
-	existing.version++
-	existing.modified = st.index
 	return &api.Node{Path: path, Version: existing.version, CreatedIndex: existing.created,
 		ModifiedIndex: existing.modified, Index: st.index}, nil
 }
@@ -102,6 +122,8 @@ func (st *state) mkdirLocked(path string) {
 	st.mkdirLocked(api.Parent(path))
 	st.nodes[path] = &node{version: 1, created: st.index, modified: st.index, children: map[string]bool{}}
 	st.nodes[api.Parent(path)].children[api.Base(path)] = true
+	st.publishLocked(api.EventCreated, path, 1)
+	st.publishLocked(api.EventChildrenChanged, api.Parent(path), st.nodes[api.Parent(path)].version)
 }
 
 // checkPrev applies prev_version ("", "any", "none" or N) to existing.
@@ -166,6 +188,8 @@ func (st *state) removeLocked(path string) {
 	}
 	delete(st.nodes, path)
 	delete(st.nodes[api.Parent(path)].children, api.Base(path))
+	st.publishLocked(api.EventDeleted, path, n.version)
+	st.publishLocked(api.EventChildrenChanged, api.Parent(path), st.nodes[api.Parent(path)].version)
 }
 
 func (st *state) getLocked(path string) (*api.Node, error) {
@@ -207,6 +231,9 @@ func (st *state) endSessionLocked(id string) bool {
 		st.removeLocked(p)
 	}
 	delete(st.sessions, id)
+	for _, r := range st.registries {
+		r.sessionEndedLocked(id)
+	}
 	return true
 }
 

@@ -1,0 +1,423 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/latch-io/latch/api"
+)
+
+// watchHub runs a session's event stream and the registrations of its
+// watches. One goroutine (run) owns the connection: it opens the stream on
+// one server, registers every watch there (watches are server-local, so the
+// stream and the registrations must share a server), and when the stream
+// ends picks a server again after a jittered delay and re-registers every
+// watch that has not fired, with its known index. A reader goroutine per
+// connection parses the stream and dispatches events by watch_id.
+type watchHub struct {
+	session *Session
+	kick    chan struct{} // capacity 1: a watcher waits to be registered
+
+	mu sync.Mutex // guards the fields below and the hub fields of every Watcher
+	// watchers are the live watchers, oldest first.
+	watchers []*Watcher
+	// gen numbers connections; events of an older one are ignored.
+	gen uint64
+	// byID maps the current connection's watch ids to their watchers.
+	byID map[string]*Watcher
+	// dead are ids of the current connection whose watchers ended or fired:
+	// their later events are dropped, not kept as orphans.
+	dead map[string]bool
+	// orphans are events whose watch id is not known yet: the reply to its
+	// registration is still on the way. Bounded by maxOrphans.
+	orphans []api.Event
+	// lastStreamIndex is the index of the newest event of this connection.
+	// The stream is in index order, so every event of a watch registered
+	// below it, up to it, has arrived.
+	lastStreamIndex uint64
+	// closedErr is set when the session ended; no watcher is added after.
+	closedErr error
+}
+
+// maxOrphans bounds the events kept for registrations still in flight.
+const maxOrphans = 1024
+
+// healthyStream is how long a stream must have lasted for its end to be
+// followed by a jittered reconnect rather than a growing backoff.
+const healthyStream = time.Second
+
+func newWatchHub(s *Session) *watchHub {
+	return &watchHub{session: s, kick: make(chan struct{}, 1), byID: map[string]*Watcher{}, dead: map[string]bool{}}
+}
+
+// add queues w for registration; it fails once the session has ended.
+func (h *watchHub) add(w *Watcher) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closedErr != nil {
+		return h.closedErr
+	}
+	h.watchers = append(h.watchers, w)
+	h.kickLocked()
+	return nil
+}
+
+func (h *watchHub) kickLocked() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// removeLocked forgets w, which has ended.
+func (h *watchHub) removeLocked(w *Watcher) {
+	for i, other := range h.watchers {
+		if other == w {
+			h.watchers = append(h.watchers[:i], h.watchers[i+1:]...)
+			break
+		}
+	}
+	h.forgetIDLocked(w)
+}
+
+// forgetIDLocked detaches w from its watch id on the current connection.
+func (h *watchHub) forgetIDLocked(w *Watcher) {
+	if w.watchID != "" {
+		delete(h.byID, w.watchID)
+		h.dead[w.watchID] = true
+		w.watchID = ""
+	}
+}
+
+// connection is one attempt at the session's event stream.
+type connection struct {
+	gen      uint64
+	endpoint string
+	started  time.Time
+	ctx      context.Context
+	cancel   context.CancelFunc
+	open     chan struct{} // closed when the reply headers arrived
+	done     chan struct{} // closed when the stream ended; err says why
+	err      error
+}
+
+// run keeps the session's stream and watches up until the session ends. It
+// runs in its own goroutine.
+func (h *watchHub) run() {
+	defer h.closeAll()
+	client := h.session.client
+	attempt := 0
+	for {
+		if !h.pauseBeforeConnect(attempt) {
+			return
+		}
+		endpoint := client.endpoints.pick()
+		conn, err := h.connect(endpoint)
+		if err == nil {
+			err = h.serve(conn)
+			conn.cancel()
+			<-conn.done
+			h.disconnect(conn)
+		}
+		if h.sessionEnded() {
+			return
+		}
+		if conn != nil && time.Since(conn.started) >= healthyStream {
+			attempt = 1
+			continue
+		}
+		if !errors.Is(err, errStreamEnd) {
+			client.endpoints.markDown(endpoint)
+		}
+		attempt++
+	}
+}
+
+// pauseBeforeConnect waits before connection attempt: nothing for the
+// first, a random delay below ReconnectJitter after a stream was lost, a
+// growing jittered backoff after failures. It reports false when the
+// session ended meanwhile.
+func (h *watchHub) pauseBeforeConnect(attempt int) bool {
+	client := h.session.client
+	var d time.Duration
+	switch {
+	case attempt == 1:
+		d = client.jitter(client.cfg.ReconnectJitter)
+	case attempt > 1:
+		d = client.backoff(attempt - 1)
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-h.session.Done():
+		return false
+	}
+}
+
+func (h *watchHub) sessionEnded() bool {
+	select {
+	case <-h.session.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// connect opens the event stream on endpoint as a new connection.
+func (h *watchHub) connect(endpoint string) (*connection, error) {
+	h.mu.Lock()
+	h.gen++
+	conn := &connection{gen: h.gen, endpoint: endpoint, started: time.Now(),
+		open: make(chan struct{}), done: make(chan struct{})}
+	h.mu.Unlock()
+	conn.ctx, conn.cancel = context.WithCancel(context.Background())
+	go func() {
+		defer close(conn.done)
+		cl := &call{method: "GET", path: eventsPath(h.session.id), endpoint: endpoint, policy: retrySafe,
+			stream: func(body io.Reader) error {
+				close(conn.open)
+				return h.read(conn.gen, body)
+			}}
+		conn.err = h.session.client.do(conn.ctx, cl)
+		h.session.noteWriteError(conn.err)
+	}()
+	select {
+	case <-conn.open:
+		return conn, nil
+	case <-conn.done:
+		conn.cancel()
+		return nil, conn.err
+	case <-h.session.Done():
+		conn.cancel()
+		<-conn.done
+		return nil, h.session.Err()
+	}
+}
+
+// serve registers the watches on conn as they come until the stream ends.
+func (h *watchHub) serve(conn *connection) error {
+	for {
+		if err := h.registerPending(conn); err != nil {
+			return err
+		}
+		select {
+		case <-h.kick:
+		case <-conn.done:
+			return conn.err
+		case <-h.session.Done():
+			return h.session.Err()
+		}
+	}
+}
+
+// registerPending registers, on conn, every live watcher that is not
+// registered there. An error means the connection is unusable.
+func (h *watchHub) registerPending(conn *connection) error {
+	for {
+		w, req := h.nextUnregistered()
+		if w == nil {
+			return nil
+		}
+		reply, err := h.session.client.registerWatch(conn.ctx, conn.endpoint, req)
+		if err != nil {
+			h.session.noteWriteError(err)
+			if isConnectionError(err) || h.sessionEnded() {
+				return err
+			}
+			w.end(fmt.Errorf("client: watch %s: %w", w.path, err))
+			continue
+		}
+		h.registered(conn, w, reply)
+	}
+}
+
+// isConnectionError reports whether err from a registration means the
+// server (rather than the request) is the problem.
+func isConnectionError(err error) bool {
+	var apiErr *api.Error
+	if !errors.As(err, &apiErr) {
+		return true
+	}
+	switch apiErr.Code {
+	case api.CodeUnavailable, api.CodeOverloaded, api.CodeInternal, api.CodeSessionExpired:
+		return true
+	}
+	return false
+}
+
+// nextUnregistered returns the oldest live watcher without a registration
+// on the current connection, and its request.
+func (h *watchHub) nextUnregistered() (*Watcher, api.WatchRequest) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range h.watchers {
+		if !w.ended && !w.fired && w.watchID == "" {
+			return w, w.registerRequestLocked(h.session.id)
+		}
+	}
+	return nil, api.WatchRequest{}
+}
+
+// registered records w's registration on conn and hands it the events
+// that arrived before the reply.
+func (h *watchHub) registered(conn *connection, w *Watcher, reply *api.Watch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if conn.gen != h.gen || w.ended {
+		h.dead[reply.WatchID] = true
+		return
+	}
+	first := w.regIndex == 0
+	w.watchID, w.regIndex = reply.WatchID, reply.Index
+	if first {
+		w.currentVersion = reply.CurrentVersion
+	}
+	if w.known == 0 {
+		w.known = reply.Index
+	}
+	h.byID[reply.WatchID] = w
+	kept := h.orphans[:0]
+	for _, ev := range h.orphans {
+		if ev.WatchID == reply.WatchID {
+			w.acceptLocked(ev)
+		} else {
+			kept = append(kept, ev)
+		}
+	}
+	h.orphans = kept
+	w.signalRegistered()
+}
+
+// disconnect forgets conn's watch ids. A watcher registered below the
+// newest index the stream delivered has seen every change up to it, so its
+// known index rises to it; the others keep theirs.
+func (h *watchHub) disconnect(conn *connection) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if conn.gen != h.gen {
+		return
+	}
+	for _, w := range h.watchers {
+		if w.watchID != "" && w.regIndex < h.lastStreamIndex {
+			w.known = max(w.known, h.lastStreamIndex)
+		}
+		w.watchID = ""
+	}
+	h.byID, h.dead, h.orphans, h.lastStreamIndex = map[string]*Watcher{}, map[string]bool{}, nil, 0
+}
+
+// closeAll ends every watcher with the session's error.
+func (h *watchHub) closeAll() {
+	reason := h.session.Err()
+	if reason == nil {
+		reason = ErrSessionClosed
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closedErr = reason
+	for len(h.watchers) > 0 {
+		h.watchers[0].endLocked(reason)
+	}
+}
+
+// dispatch hands ev, from connection gen, to its watcher.
+func (h *watchHub) dispatch(gen uint64, ev api.Event) {
+	h.session.client.observeIndex(ev.Index)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if gen != h.gen {
+		return
+	}
+	h.lastStreamIndex = max(h.lastStreamIndex, ev.Index)
+	w := h.byID[ev.WatchID]
+	if w == nil {
+		if !h.dead[ev.WatchID] {
+			if len(h.orphans) >= maxOrphans {
+				h.orphans = h.orphans[1:]
+			}
+			h.orphans = append(h.orphans, ev)
+		}
+		return
+	}
+	w.acceptLocked(ev)
+}
+
+// errStreamEnd: the server ended the stream on purpose (an SSE "end").
+var errStreamEnd = errors.New("client: the server ended the event stream")
+
+// maxEventLine bounds one line of the event stream.
+const maxEventLine = 1 << 20
+
+// read parses the Server-Sent Events of connection gen and dispatches them
+// until the stream ends. It returns why.
+func (h *watchHub) read(gen uint64, body io.Reader) error {
+	scanner := bufio.NewScanner(body)
+	scanner.Buffer(make([]byte, 0, 4096), maxEventLine)
+	var kind string
+	var data bytes.Buffer
+	for scanner.Scan() {
+		line := scanner.Bytes()
+		if len(line) > 0 {
+			field, value := splitField(line)
+			switch field {
+			case "event":
+				kind = string(value)
+			case "data":
+				if data.Len() > 0 {
+					data.WriteByte('\n')
+				}
+				data.Write(value)
+			}
+			continue
+		}
+		if err := h.handleEvent(gen, kind, data.Bytes()); err != nil {
+			return err
+		}
+		kind = ""
+		data.Reset()
+	}
+	if err := scanner.Err(); err != nil {
+		return fmt.Errorf("client: reading the event stream: %w", err)
+	}
+	return errors.New("client: the event stream closed without an end event")
+}
+
+// splitField splits an SSE line into its field name and value.
+func splitField(line []byte) (string, []byte) {
+	field, value, found := bytes.Cut(line, []byte(":"))
+	if !found {
+		return string(line), nil
+	}
+	return string(field), bytes.TrimPrefix(value, []byte(" "))
+}
+
+// handleEvent acts on one complete SSE event.
+func (h *watchHub) handleEvent(gen uint64, kind string, data []byte) error {
+	switch kind {
+	case "end":
+		var end struct {
+			Reason string `json:"reason"`
+		}
+		_ = json.Unmarshal(data, &end)
+		return fmt.Errorf("%w: %s", errStreamEnd, end.Reason)
+	case "", "message", "event":
+		if len(data) == 0 {
+			return nil // a keepalive comment or an empty event
+		}
+		var ev api.Event
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return fmt.Errorf("client: bad event on the stream: %w", err)
+		}
+		h.dispatch(gen, ev)
+	}
+	return nil
+}

@@ -1,0 +1,122 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"time"
+
+	"github.com/latch-io/latch/api"
+)
+
+// MaxLockWait is the longest wait_ms one AcquireLock asks the server for;
+// a caller that wants to wait longer calls again (its place is kept).
+const MaxLockWait = time.Minute
+
+// AcquireLock queues session s on lock name, or keeps the place it already
+// has, and lets the server wait up to wait for the lock to be its. Held, the
+// reply carries the fencing token. Not held in time, the error is an
+// *api.Error with api.CodeLockNotHeld and the reply (Held false) says the
+// place in the queue: s keeps that place until ReleaseLock or its end.
+// The call is idempotent per session, so it is retried through failover.
+func (s *Session) AcquireLock(ctx context.Context, name string, wait time.Duration) (*api.Lock, error) {
+	wait = min(max(wait, 0), MaxLockWait)
+	body, err := json.Marshal(api.LockRequest{Name: name, SessionID: s.id, WaitMs: uint64(wait.Milliseconds())})
+	if err != nil {
+		return nil, err
+	}
+	var reply api.Lock
+	cl := &call{method: "POST", path: "/v1/lock/acquire", body: body, policy: retrySafe,
+		out: &reply, errOut: &reply, wait: wait}
+	err = s.client.do(ctx, cl)
+	s.noteWriteError(err)
+	if err != nil {
+		if api.CodeOf(err) == api.CodeLockNotHeld {
+			reply.Held = false
+			return &reply, err
+		}
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// ReleaseLock gives up session s's place in lock name: the one created at
+// token, or whichever it has when token is 0. A session without a place
+// gets an *api.Error with api.CodeLockNotHeld.
+func (s *Session) ReleaseLock(ctx context.Context, name string, token uint64) (*api.Released, error) {
+	body, err := json.Marshal(api.LockRequest{Name: name, SessionID: s.id, FencingToken: token})
+	if err != nil {
+		return nil, err
+	}
+	var reply api.Released
+	cl := &call{method: "POST", path: "/v1/lock/release", body: body, policy: retrySafe, out: &reply}
+	err = s.client.do(ctx, cl)
+	s.noteWriteError(err)
+	if err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// LockState reads lock name's holder and the number of waiters.
+func (c *Client) LockState(ctx context.Context, name string) (*api.LockState, error) {
+	var reply api.LockState
+	cl := &call{method: "GET", path: "/v1/lock/" + url.PathEscape(name), out: &reply}
+	if err := c.do(ctx, cl); err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// JoinElection enters session s as a candidate for role with value, or
+// returns the candidacy it already has (value is then not changed). It does
+// not wait: a candidate that does not lead watches Watching, the path of the
+// candidate just ahead of it.
+func (s *Session) JoinElection(ctx context.Context, role, value string) (*api.Candidacy, error) {
+	body, err := json.Marshal(api.ElectionRequest{Role: role, SessionID: s.id, Value: value})
+	if err != nil {
+		return nil, err
+	}
+	var reply api.Candidacy
+	cl := &call{method: "POST", path: "/v1/election/join", body: body, policy: retrySafe, out: &reply}
+	err = s.client.do(ctx, cl)
+	s.noteWriteError(err)
+	if err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// ResignElection withdraws session s's candidacy for role. A session that
+// is not a candidate gets an *api.Error with api.CodeNotFound.
+func (s *Session) ResignElection(ctx context.Context, role string) (*api.Resigned, error) {
+	body, err := json.Marshal(api.ElectionRequest{Role: role, SessionID: s.id})
+	if err != nil {
+		return nil, err
+	}
+	var reply api.Resigned
+	cl := &call{method: "POST", path: "/v1/election/resign", body: body, policy: retrySafe, out: &reply}
+	err = s.client.do(ctx, cl)
+	s.noteWriteError(err)
+	if err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// ElectionState reads role's leader (nil when there is none) and the number
+// of candidates.
+func (c *Client) ElectionState(ctx context.Context, role string) (*api.ElectionState, error) {
+	var reply api.ElectionState
+	cl := &call{method: "GET", path: "/v1/election/" + url.PathEscape(role), out: &reply}
+	if err := c.do(ctx, cl); err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// IsSessionGone reports whether err says a session no longer exists.
+func IsSessionGone(err error) bool {
+	return errors.Is(err, &api.Error{Code: api.CodeSessionExpired})
+}
