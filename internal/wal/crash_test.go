@@ -30,11 +30,11 @@ func TestCrashLoop(t *testing.T) {
 }
 
 // crashLoopCalls is the number of acknowledged Save calls per subtest:
-// 1500 by default (fast under -race), 300 with -short, 20000 with WAL_LONG=1.
+// 1500 by default (fast under -race), 300 with -short, 6000 with WAL_LONG=1.
 func crashLoopCalls(t *testing.T) int {
 	switch {
 	case longTests():
-		return 20000
+		return 6000
 	case testing.Short():
 		return 300
 	}
