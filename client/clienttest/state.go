@@ -56,9 +56,9 @@ type storedReply struct {
 
 func newState() *state {
 	return &state{
-		nodes:     map[string]*node{"/": {children: map[string]bool{}}},
-		sequences: map[string]uint64{},
-		sessions:  map[string]*session{},
+		nodes:      map[string]*node{"/": {children: map[string]bool{}}},
+		sequences:  map[string]uint64{},
+		sessions:   map[string]*session{},
 		changed:    make(chan struct{}),
 		registries: map[string]*registry{},
 	}

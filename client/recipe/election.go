@@ -1,0 +1,261 @@
+package recipe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
+)
+
+// LeaderInfo describes a role's leader. The zero LeaderInfo (FencingToken
+// 0) means the role has no candidate.
+type LeaderInfo struct {
+	SessionID    string `json:"session_id"`
+	Value        string `json:"value"`
+	FencingToken uint64 `json:"fencing_token"`
+	// Index is the index of the read that saw it.
+	Index uint64 `json:"index"`
+}
+
+// Election is a Session's candidacy for role.
+type Election struct {
+	session *client.Session
+	role    string
+
+	mu sync.Mutex // guards holding
+	// holding is the current or last leadership; nil before the first.
+	holding *holding
+}
+
+// NewElection returns the election of role (one path segment) for session
+// s. It does not contact the cluster.
+func NewElection(s *client.Session, role string) *Election {
+	return &Election{session: s, role: role}
+}
+
+// Role returns the election's role.
+func (e *Election) Role() string { return e.role }
+
+// dir is the directory of the role's candidate nodes.
+func (e *Election) dir() string { return "/elections/" + e.role }
+
+// Campaign joins the election with value (or keeps the candidacy the
+// session has, and its value) and blocks until this session leads, then
+// returns its fencing token. A candidate that does not lead watches only the
+// candidate just ahead of it and asks again when that one goes, so a
+// leader's death wakes one candidate. When ctx ends first, Campaign
+// withdraws the candidacy before returning ctx's error.
+func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
+	for {
+		candidacy, err := e.session.JoinElection(ctx, e.role, value)
+		if err != nil {
+			return 0, e.campaignFailed(ctx, err)
+		}
+		if candidacy.IsLeader {
+			return e.lead(candidacy), nil
+		}
+		if err := e.waitForPredecessor(ctx, candidacy); err != nil {
+			return 0, e.campaignFailed(ctx, err)
+		}
+	}
+}
+
+// waitForPredecessor returns when the candidate just ahead has gone (or
+// changed), or with an error when ctx or the session ends.
+func (e *Election) waitForPredecessor(ctx context.Context, candidacy *api.Candidacy) error {
+	watchCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := e.session.Watch(watchCtx, candidacy.Watching, client.KnownIndex(candidacy.Index), client.WatchJitter(0))
+	if err != nil {
+		return err
+	}
+	select {
+	case <-w.Events():
+		return w.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// campaignFailed withdraws the candidacy when ctx ended and returns err
+// with context.
+func (e *Election) campaignFailed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		resignCtx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		_ = e.Resign(resignCtx)
+		err = ctx.Err()
+	}
+	return fmt.Errorf("recipe: campaign for %s: %w", e.role, err)
+}
+
+// lead records the leadership and returns its token.
+func (e *Election) lead(candidacy *api.Candidacy) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	h := e.holding
+	if h == nil || h.token != candidacy.FencingToken || h.Err() != nil {
+		e.holding = newHolding(e.session, candidacy.FencingToken, "", candidacy.Index)
+	}
+	return candidacy.FencingToken
+}
+
+// Resign withdraws the candidacy (and the leadership, if held). A session
+// that is not a candidate is not an error.
+func (e *Election) Resign(ctx context.Context) error {
+	_, err := e.session.ResignElection(ctx, e.role)
+	if err != nil && !gone(err) {
+		return fmt.Errorf("recipe: resign %s: %w", e.role, err)
+	}
+	e.mu.Lock()
+	h := e.holding
+	e.mu.Unlock()
+	if h != nil {
+		h.end(ErrReleased)
+	}
+	return nil
+}
+
+// Token returns the fencing token of the current leadership, 0 when this
+// session does not lead (as far as it knows).
+func (e *Election) Token() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.holding == nil || e.holding.Err() != nil {
+		return 0
+	}
+	return e.holding.token
+}
+
+// Lost returns a channel closed when the current leadership ends: the
+// session ended or Resign. Not leading, it returns a closed channel.
+func (e *Election) Lost() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.holding == nil {
+		return closedChannel
+	}
+	return e.holding.lost
+}
+
+// Leader reads the role's current leader; ErrNoLeader when it has no
+// candidate.
+func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
+	state, err := e.session.Client().ElectionState(ctx, e.role)
+	if err != nil {
+		return LeaderInfo{}, fmt.Errorf("recipe: leader of %s: %w", e.role, err)
+	}
+	if state.Leader == nil {
+		return LeaderInfo{Index: state.Index}, ErrNoLeader
+	}
+	return leaderInfo(state), nil
+}
+
+func leaderInfo(state *api.ElectionState) LeaderInfo {
+	if state.Leader == nil {
+		return LeaderInfo{Index: state.Index}
+	}
+	return LeaderInfo{SessionID: state.Leader.SessionID, Value: state.Leader.Value,
+		FencingToken: state.Leader.FencingToken, Index: state.Index}
+}
+
+// observeRetry is the pause before Observe reads again after a failure.
+const observeRetry = 100 * time.Millisecond
+
+// Observe returns a channel of the role's leaders, first the current one,
+// then each change, in order: fencing tokens only grow, and a zero
+// LeaderInfo marks a moment without candidates. It watches the role's
+// candidates (one persistent watch over the session's stream) and re-reads
+// the leader after each notification, which the client delays by its
+// notify jitter so that a fleet of observers does not re-read at once;
+// leaders whose whole tenure falls between two reads are coalesced, the
+// way a watch coalesces rapid changes. The channel is closed when ctx or
+// the session ends.
+func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
+	out := make(chan LeaderInfo)
+	go e.observe(ctx, out)
+	return out
+}
+
+func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
+	defer close(out)
+	last, emitted := LeaderInfo{}, false
+	emit := func(info LeaderInfo) bool {
+		changed := !emitted || info.FencingToken > last.FencingToken || (info.FencingToken == 0 && last.FencingToken != 0)
+		if !changed {
+			return true
+		}
+		select {
+		case out <- info:
+			last, emitted = info, true
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for ctx.Err() == nil {
+		state, err := e.session.Client().ElectionState(ctx, e.role)
+		if err != nil {
+			if !e.pause(ctx, observeRetry) {
+				return
+			}
+			continue
+		}
+		if !emit(leaderInfo(state)) {
+			return
+		}
+		w, err := e.session.Watch(ctx, e.dir(), client.WatchRecursive(), client.Persistent(), client.KnownIndex(state.Index))
+		if err != nil {
+			if client.IsSessionGone(err) || errors.Is(err, client.ErrSessionClosed) || !e.pause(ctx, observeRetry) {
+				return
+			}
+			continue
+		}
+		if !e.follow(ctx, w, emit) {
+			return
+		}
+	}
+}
+
+// follow re-reads the leader after each notification of w until w ends
+// (false: stop observing) or a read fails (true: start over).
+func (e *Election) follow(ctx context.Context, w *client.Watcher, emit func(LeaderInfo) bool) bool {
+	defer w.Close()
+	for range w.Events() {
+		state, err := e.session.Client().ElectionState(ctx, e.role)
+		if err != nil {
+			return ctx.Err() == nil
+		}
+		if !emit(leaderInfo(state)) {
+			return false
+		}
+	}
+	return ctx.Err() == nil && e.sessionAlive()
+}
+
+func (e *Election) sessionAlive() bool {
+	select {
+	case <-e.session.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// pause waits d; false when ctx or the session ended first.
+func (e *Election) pause(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-e.session.Done():
+		return false
+	}
+}

@@ -1,0 +1,122 @@
+package recipe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
+)
+
+// Errors of the recipes.
+var (
+	// ErrNotHeld: Release or Resign without a lock held or a candidacy.
+	ErrNotHeld = errors.New("recipe: not held")
+	// ErrLost: the lock or leadership ended without Release or Resign: the
+	// session ended or the node was deleted.
+	ErrLost = errors.New("recipe: lost")
+	// ErrReleased is the reason of a holding ended by Release or Resign.
+	ErrReleased = errors.New("recipe: released")
+	// ErrNoLeader: the role has no candidate.
+	ErrNoLeader = errors.New("recipe: no leader")
+)
+
+// holding is one tenure of a lock or a leadership: from the acquire that
+// returned token until Release, the session's end or the node's deletion.
+type holding struct {
+	session *client.Session
+	token   uint64
+	path    string
+	index   uint64 // index of the reply that granted it
+	ctx     context.Context
+	cancel  context.CancelFunc
+	lost    chan struct{} // closed when the holding ends; err says why
+
+	mu       sync.Mutex // guards err and watching
+	err      error
+	watching bool
+}
+
+func newHolding(s *client.Session, token uint64, path string, index uint64) *holding {
+	h := &holding{session: s, token: token, path: path, index: index, lost: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	go h.watchSession()
+	return h
+}
+
+// watchSession ends the holding when the session ends.
+func (h *holding) watchSession() {
+	select {
+	case <-h.session.Done():
+		h.end(fmt.Errorf("%w: session %s ended: %w", ErrLost, h.session.ID(), h.session.Err()))
+	case <-h.ctx.Done():
+	}
+}
+
+// watchNode starts, once, a watch that ends the holding when its node is
+// deleted; it is started lazily by Lost so that a holder that never asks
+// pays no registration.
+func (h *holding) watchNode() {
+	h.mu.Lock()
+	start := !h.watching && h.path != ""
+	h.watching = true
+	h.mu.Unlock()
+	if !start {
+		return
+	}
+	go func() {
+		known := h.index
+		for {
+			w, err := h.session.Watch(h.ctx, h.path, client.KnownIndex(known), client.WatchJitter(0))
+			if err != nil {
+				return // the session or the holding ended; watchSession reports the first
+			}
+			ev, ok := <-w.Events()
+			if !ok {
+				return
+			}
+			if ev.Event.Event == api.EventDeleted {
+				h.end(fmt.Errorf("%w: %s was deleted at index %d", ErrLost, h.path, ev.Index))
+				return
+			}
+			known = ev.Index // not a deletion: watch again from there
+		}
+	}()
+}
+
+// end closes lost with reason (the first one wins).
+func (h *holding) end(reason error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil {
+		return
+	}
+	h.err = reason
+	close(h.lost)
+	h.cancel()
+}
+
+// Err returns why the holding ended, or nil.
+func (h *holding) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// closedChannel is the Lost of a recipe that holds nothing.
+var closedChannel = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// gone reports whether err says the session's place no longer exists.
+func gone(err error) bool {
+	switch api.CodeOf(err) {
+	case api.CodeLockNotHeld, api.CodeNotFound, api.CodeSessionExpired:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,169 @@
+package recipe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
+)
+
+// Lock is a distributed lock named name, held by a Session.
+type Lock struct {
+	session *client.Session
+	name    string
+
+	mu sync.Mutex // guards holding
+	// holding is the current or last tenure; nil before the first.
+	holding *holding
+}
+
+// NewLock returns the lock name (one path segment) for session s. It does
+// not contact the cluster.
+func NewLock(s *client.Session, name string) *Lock {
+	return &Lock{session: s, name: name}
+}
+
+// Name returns the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// releaseTimeout bounds giving up a place after the caller's context ended.
+const releaseTimeout = 5 * time.Second
+
+// Acquire blocks until the lock is held, and returns its fencing token, or
+// until ctx ends. It asks the server to wait (wait_ms up to ctx's deadline,
+// or client.MaxLockWait, the place kept between calls); only the
+// predecessor's deletion wakes it. When ctx ends first, Acquire gives up its
+// place in the queue before returning ctx's error. Holding already, it
+// returns the same token.
+func (l *Lock) Acquire(ctx context.Context) (uint64, error) {
+	for {
+		reply, err := l.session.AcquireLock(ctx, l.name, waitBudget(ctx))
+		if err == nil {
+			return l.held(reply), nil
+		}
+		if api.CodeOf(err) == api.CodeLockNotHeld && ctx.Err() == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			l.giveUpPlace()
+			return 0, fmt.Errorf("recipe: acquire lock %s: %w", l.name, ctx.Err())
+		}
+		return 0, fmt.Errorf("recipe: acquire lock %s: %w", l.name, err)
+	}
+}
+
+// TryAcquire makes one attempt that lets the server wait up to wait. Not
+// held, it returns an *api.Error with api.CodeLockNotHeld and keeps the
+// place in the queue (Release gives it up).
+func (l *Lock) TryAcquire(ctx context.Context, wait time.Duration) (uint64, error) {
+	reply, err := l.session.AcquireLock(ctx, l.name, wait)
+	if err != nil {
+		return 0, fmt.Errorf("recipe: acquire lock %s: %w", l.name, err)
+	}
+	return l.held(reply), nil
+}
+
+// held records a granted acquire and returns its token.
+func (l *Lock) held(reply *api.Lock) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holding == nil || l.holding.token != reply.FencingToken || l.holding.Err() != nil {
+		l.holding = newHolding(l.session, reply.FencingToken, reply.Path, reply.Index)
+	}
+	return reply.FencingToken
+}
+
+// waitBudget returns the wait_ms for one acquire call: most of what is left
+// of ctx's deadline (so the reply comes back before it), capped by
+// client.MaxLockWait.
+func waitBudget(ctx context.Context) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return client.MaxLockWait
+	}
+	left := time.Until(deadline)
+	return min(max(left-min(left/4, 250*time.Millisecond), 0), client.MaxLockWait)
+}
+
+// giveUpPlace releases whatever place the session has in the queue after an
+// acquire that gave up; a place that does not exist is fine.
+func (l *Lock) giveUpPlace() {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	_, _ = l.session.ReleaseLock(ctx, l.name, 0)
+	l.endHolding(ErrReleased)
+}
+
+// Release gives the lock (or the place in its queue) up. It reports
+// ErrNotHeld when the lock was not acquired, and an error wrapping ErrLost
+// when the server no longer had it (the session ended or the node was
+// deleted): whatever was done under it since may have overlapped another
+// holder, and only fencing tokens tell.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	h := l.holding
+	l.mu.Unlock()
+	if h == nil || errors.Is(h.Err(), ErrReleased) {
+		return ErrNotHeld
+	}
+	_, err := l.session.ReleaseLock(ctx, l.name, h.token)
+	switch {
+	case err == nil:
+		l.endHolding(ErrReleased)
+		return nil
+	case gone(err):
+		l.endHolding(fmt.Errorf("%w: %w", ErrLost, err))
+		return fmt.Errorf("recipe: release lock %s (token %d): %w: %w", l.name, h.token, ErrLost, err)
+	}
+	return fmt.Errorf("recipe: release lock %s (token %d): %w", l.name, h.token, err)
+}
+
+// endHolding ends the current tenure, which stays as the last one for Err.
+func (l *Lock) endHolding(reason error) {
+	l.mu.Lock()
+	h := l.holding
+	l.mu.Unlock()
+	if h != nil {
+		h.end(reason)
+	}
+}
+
+// Token returns the fencing token of the current tenure, 0 when not held.
+// Send it with every write to what the lock protects.
+func (l *Lock) Token() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holding == nil || l.holding.Err() != nil {
+		return 0
+	}
+	return l.holding.token
+}
+
+// Lost returns a channel closed when the current tenure ends: the session
+// ended, the lock's node was deleted, or Release. Err then says which. Not
+// holding, it returns a closed channel.
+func (l *Lock) Lost() <-chan struct{} {
+	l.mu.Lock()
+	h := l.holding
+	l.mu.Unlock()
+	if h == nil {
+		return closedChannel
+	}
+	h.watchNode()
+	return h.lost
+}
+
+// Err returns why the last tenure ended (an error wrapping ErrLost, or
+// ErrReleased), or nil while it lasts or when there was none.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.holding == nil {
+		return nil
+	}
+	return l.holding.Err()
+}
