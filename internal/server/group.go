@@ -134,11 +134,13 @@ func (g *group) applyMemberChange(index uint64, ch raftpb.ConfChangeSingle, cont
 	}
 }
 
-// Snapshot clones the state in O(1); the clone is written on another goroutine.
+// Snapshot clones the state in O(1); the clone is written on another
+// goroutine. Cloning marks the original's tree nodes shared, so it takes the
+// write lock like Apply.
 func (g *group) Snapshot() func(io.Writer) error {
-	g.mu.RLock()
+	g.mu.Lock()
 	clone := g.fsm.Clone()
-	g.mu.RUnlock()
+	g.mu.Unlock()
 	return clone.WriteSnapshot
 }
 
