@@ -32,7 +32,7 @@ type Event struct {
 	// watches changed after the known index: the changes in between were
 	// coalesced into this one, so the reader must re-read. Kind and Path then
 	// describe one of those changes only.
-	Resync bool
+	Resync bool `json:"resync,omitempty"`
 }
 
 // WatchOption adjusts a Watch.

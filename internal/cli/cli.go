@@ -12,6 +12,21 @@
 //	2  not found (node, session), or the session expired
 //	3  precondition failed (prev_version mismatch, node exists, has children; lock not held)
 //	4  unavailable (no server reachable, no quorum, overloaded, timed out, session lost)
+//	5  lock or leadership lost while the command of 'lock' or 'elect' ran
+//	N  'lock' and 'elect' exit with their command's exit code (128+S if killed by signal S)
+//
+// Coordination commands:
+//
+//	watch PATH [-r] [--persistent] [--known-index N]
+//	    prints 'INDEX EVENT PATH version N' a line (-o json: JSON lines) until interrupted;
+//	    one-shot (exits after one event) without --persistent.
+//	lock NAME [--session-timeout D] [--grace D] -- CMD [ARG...]
+//	    waits for the lock, runs CMD with LATCH_FENCING_TOKEN set, stops CMD (SIGTERM, then
+//	    SIGKILL after --grace) if the lock is lost, releases it when CMD exits.
+//	elect ROLE [--value V] [--session-timeout D] [--grace D] -- CMD [ARG...]
+//	    the same for leadership of ROLE: CMD runs while this process leads.
+//	lock-status NAME, election-status ROLE
+//	    the holder (session, fencing token, node) and waiters; the leader and candidates.
 package cli
 
 import (
@@ -80,6 +95,10 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 
 // exitCode maps a command's error to latchctl's exit codes.
 func exitCode(err error) int {
+	var child *exitError
+	if errors.As(err, &child) {
+		return child.code
+	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, client.ErrSessionLost) {
 		return ExitUnavailable
 	}
@@ -114,7 +133,7 @@ type app struct {
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "latchctl",
-		Short:         "latchctl talks to a latch cluster: keys, sessions, status, load generation",
+		Short:         "latchctl talks to a latch cluster: keys, watches, locks, elections, sessions, status, load generation",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
@@ -129,7 +148,8 @@ func (a *app) rootCommand() *cobra.Command {
 	flags.DurationVar(&a.dialTimeout, "dial-timeout", 2*time.Second, "timeout to connect to a server")
 	flags.DurationVar(&a.commandTimeout, "command-timeout", 10*time.Second, "timeout of a whole command (not bench or keepalive)")
 	root.AddCommand(a.getCommand(), a.putCommand(), a.rmCommand(), a.lsCommand(),
-		a.statusCommand(), a.membersCommand(), a.sessionCommand(), a.benchCommand())
+		a.statusCommand(), a.membersCommand(), a.sessionCommand(), a.benchCommand(),
+		a.watchCommand(), a.lockCommand(), a.electCommand(), a.lockStatusCommand(), a.electionStatusCommand())
 	return root
 }
 
