@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"sync"
 	"time"
 
@@ -35,6 +36,14 @@ type watchHub struct {
 	// dead are ids of the current connection whose watchers ended or fired:
 	// their later events are dropped, not kept as orphans.
 	dead map[string]bool
+	// endpoint is the server of the current connection.
+	endpoint string
+	// staleEndpoint and staleIDs are the server of the previous connection
+	// and the watch ids it may still hold: a server keeps a session's
+	// watches when a stream merely closes, so they are cancelled, and their
+	// events ignored, if the hub reconnects there.
+	staleEndpoint string
+	staleIDs      []string
 	// orphans are events whose watch id is not known yet: the reply to its
 	// registration is still on the way. Bounded by maxOrphans.
 	orphans []api.Event
@@ -87,12 +96,29 @@ func (h *watchHub) removeLocked(w *Watcher) {
 	h.forgetIDLocked(w)
 }
 
-// forgetIDLocked detaches w from its watch id on the current connection.
+// forgetIDLocked detaches w from its watch id on the current connection;
+// a persistent watch that ended early is cancelled on the server.
 func (h *watchHub) forgetIDLocked(w *Watcher) {
-	if w.watchID != "" {
-		delete(h.byID, w.watchID)
-		h.dead[w.watchID] = true
-		w.watchID = ""
+	if w.watchID == "" {
+		return
+	}
+	delete(h.byID, w.watchID)
+	h.dead[w.watchID] = true
+	if w.ended && w.opts.persistent {
+		go h.cancelRemote(h.endpoint, []string{w.watchID})
+	}
+	w.watchID = ""
+}
+
+// cancelRemote cancels watch ids on endpoint (DELETE /v1/watch/{id}), best
+// effort: a watch left behind only costs the server until the session ends.
+func (h *watchHub) cancelRemote(endpoint string, ids []string) {
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), h.session.client.cfg.RequestTimeout)
+		cl := &call{method: "DELETE", path: "/v1/watch/" + url.PathEscape(id), endpoint: endpoint,
+			query: url.Values{"session_id": {h.session.id}}, policy: retrySafe}
+		_ = h.session.client.do(ctx, cl)
+		cancel()
 	}
 }
 
@@ -178,6 +204,14 @@ func (h *watchHub) connect(endpoint string) (*connection, error) {
 	h.gen++
 	conn := &connection{gen: h.gen, endpoint: endpoint, started: time.Now(),
 		open: make(chan struct{}), done: make(chan struct{})}
+	h.endpoint = endpoint
+	if endpoint == h.staleEndpoint && len(h.staleIDs) > 0 {
+		for _, id := range h.staleIDs {
+			h.dead[id] = true
+		}
+		go h.cancelRemote(endpoint, h.staleIDs)
+	}
+	h.staleEndpoint, h.staleIDs = "", nil
 	h.mu.Unlock()
 	conn.ctx, conn.cancel = context.WithCancel(context.Background())
 	go func() {
@@ -306,9 +340,13 @@ func (h *watchHub) disconnect(conn *connection) {
 	if conn.gen != h.gen {
 		return
 	}
+	h.staleEndpoint, h.staleIDs = conn.endpoint, nil
 	for _, w := range h.watchers {
 		if w.watchID != "" && w.regIndex < h.lastStreamIndex {
 			w.known = max(w.known, h.lastStreamIndex)
+		}
+		if w.watchID != "" && w.opts.persistent {
+			h.staleIDs = append(h.staleIDs, w.watchID)
 		}
 		w.watchID = ""
 	}

@@ -268,3 +268,18 @@ func TestNotifyJitter(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchCloseCancelsOnServer closes a persistent watcher: the server
+// no longer holds its watch.
+func TestWatchCloseCancelsOnServer(t *testing.T) {
+	env := newWatchEnv(t, 1)
+	w, err := env.session.Watch(context.Background(), "/k", Persistent())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := env.cluster.WatchCount(0); n != 1 {
+		t.Fatalf("server holds %d watches, want 1", n)
+	}
+	w.Close()
+	waitFor(t, "the server to drop the closed watch", func() bool { return env.cluster.WatchCount(0) == 0 })
+}

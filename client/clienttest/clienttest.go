@@ -216,6 +216,7 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("GET /v1/session/{id}", s.handleSessionGet)
 	mux.HandleFunc("GET /v1/session/{id}/events", s.handleEvents)
 	mux.HandleFunc("POST /v1/watch", s.handleWatch)
+	mux.HandleFunc("DELETE /v1/watch/{id}", s.handleCancelWatch)
 	mux.HandleFunc("POST /v1/lock/acquire", s.handleLockAcquire)
 	mux.HandleFunc("POST /v1/lock/release", s.handleLockRelease)
 	mux.HandleFunc("GET /v1/lock/{name}", s.handleLockState)

@@ -305,3 +305,18 @@ func (c *Cluster) WatchCount(i int) int {
 	}
 	return n
 }
+
+// handleCancelWatch serves DELETE /v1/watch/{id}?session_id= (latch's
+// cancel of a watch on the server that holds it).
+func (s *Server) handleCancelWatch(w http.ResponseWriter, r *http.Request) {
+	id, session := r.PathValue("id"), r.URL.Query().Get("session_id")
+	st := s.cluster.state
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if ws := st.registryLocked(s.name).sessions[session]; ws != nil && ws.watches[id] != nil {
+		delete(ws.watches, id)
+		reply(w, st.index, map[string]bool{"cancelled": true}, nil)
+		return
+	}
+	writeError(w, api.Errorf(api.CodeNotFound, "no watch %s of session %s", id, session))
+}
