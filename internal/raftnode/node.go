@@ -67,7 +67,7 @@ type Config struct {
 	// SnapshotEvery is how many applied entries trigger a snapshot (default 10,000).
 	SnapshotEvery uint64
 	// CompactionLag is how many entries before a snapshot stay in the raft log
-	// for slow followers (default 5,000).
+	// for slow followers (default 5,000, or half of SnapshotEvery if smaller).
 	CompactionLag uint64
 	// MaxInflightMsgs bounds pipelined appends per follower (default 256).
 	MaxInflightMsgs int
@@ -154,7 +154,7 @@ func (c *Config) setDefaults() {
 		c.SnapshotEvery = 10000
 	}
 	if c.CompactionLag == 0 {
-		c.CompactionLag = 5000
+		c.CompactionLag = max(1, min(5000, c.SnapshotEvery/2))
 	}
 	if c.MaxInflightMsgs == 0 {
 		c.MaxInflightMsgs = 256

@@ -165,16 +165,19 @@ func (g *group) Restore(meta snap.Meta, body io.Reader) error {
 	return nil
 }
 
-// LeaderChanged fails every waiting proposal: the old leader may have dropped
-// them, so their outcome is unknown.
+// LeaderChanged fails every waiting proposal when a known leader is lost or
+// replaced: it may have dropped them, so their outcome is unknown. Learning
+// a leader after none fails nothing: proposals wait in raft until then.
 func (g *group) LeaderChanged(leader, term uint64) {
-	g.leader.Store(leader)
+	previous := g.leader.Swap(leader)
 	g.term.Store(term)
 	g.server.metrics.leaderChanged(leader, term)
 	if leader == g.server.id {
 		g.sessions.renewAll(time.Now())
 	}
-	g.waiters.failAll(api.Errorf(api.CodeUnavailable, "leader changed while the write was pending; its outcome is unknown"))
+	if previous != raft.None {
+		g.waiters.failAll(api.Errorf(api.CodeUnavailable, "leader changed while the write was pending; its outcome is unknown"))
+	}
 }
 
 // ReadStates hands ReadIndex answers to the read batcher without blocking.
