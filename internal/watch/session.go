@@ -1,14 +1,10 @@
 package watch
 
-import (
-	"sync"
-
-	"github.com/latch-io/latch/internal/fsm"
-)
+import "github.com/latch-io/latch/internal/fsm"
 
 // session is the registry's record of one client session: its watches, its
-// queue of undelivered events and its attached stream. Every field but
-// pumpMu is guarded by Registry.mu.
+// queue of undelivered events and its attached stream. Every field is
+// guarded by Registry.mu.
 type session struct {
 	id      uint64
 	watches map[uint64]*watch // registered watches by id
@@ -17,11 +13,9 @@ type session struct {
 	// lostReason is why the session was disconnected while no stream was
 	// attached; the next stream reports it and ends at once.
 	lostReason string
-
-	// pumpMu is held by a stream's pump for as long as it delivers, so the
-	// pump of a replacing stream starts only after the replaced one has
-	// popped what its consumer received: nothing is lost or sent twice.
-	pumpMu sync.Mutex
+	// latest is the last stream attached, open or not: the next one's pump
+	// starts once latest's has stopped (see Stream.previous).
+	latest *Stream
 }
 
 // queued is one fired event waiting for delivery.

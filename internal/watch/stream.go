@@ -11,6 +11,12 @@ type Stream struct {
 	events   chan api.Event // unbuffered; closed by the pump when it exits
 	done     chan struct{}  // closed when the stream ends
 	wake     chan struct{}  // capacity 1: an event was queued
+	stopped  chan struct{}  // closed when the pump has stopped
+	// previous is the stream attached before this one to the same session
+	// record. The pump waits for previous's pump to stop before it starts,
+	// so an event the replaced stream's consumer received is popped before
+	// the new pump peeks: nothing is lost or sent twice. Owned by the pump.
+	previous *Stream
 
 	// reason and closed are guarded by Registry.mu; reason is set before
 	// done is closed and never changes after.
@@ -34,8 +40,10 @@ func (r *Registry) Stream(session uint64) *Stream {
 		events:   make(chan api.Event),
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
+		stopped:  make(chan struct{}),
+		previous: s.latest,
 	}
-	s.stream = stream
+	s.stream, s.latest = stream, stream
 	if s.lostReason != "" {
 		stream.closeLocked(s.lostReason)
 		s.lostReason = ""
@@ -93,9 +101,12 @@ func (s *Stream) wakeUp() {
 
 // pump delivers the session's queued events until the stream ends.
 func (s *Stream) pump() {
+	defer close(s.stopped)
 	defer close(s.events)
-	s.session.pumpMu.Lock()
-	defer s.session.pumpMu.Unlock()
+	if s.previous != nil {
+		<-s.previous.stopped // it stops promptly: it was closed before s was attached
+		s.previous = nil
+	}
 	for {
 		item, sequence, state := s.next()
 		switch state {
