@@ -30,6 +30,8 @@ func pending(r *Registry, session uint64) []api.Event {
 	if s == nil {
 		return nil
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var events []api.Event
 	for i := range s.queue.count {
 		events = append(events, toAPI(s.queue.ring[(s.queue.start+i)%len(s.queue.ring)]))
@@ -37,7 +39,7 @@ func pending(r *Registry, session uint64) []api.Event {
 	return events
 }
 
-func mustAdd(t *testing.T, r *Registry, session uint64, spec Spec, at uint64, current Current) uint64 {
+func mustAdd(t testing.TB, r *Registry, session uint64, spec Spec, at uint64, current Current) uint64 {
 	t.Helper()
 	id, err := r.Add(session, spec, at, current)
 	if err != nil {

@@ -3,6 +3,7 @@ package watch
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/fsm"
@@ -91,7 +92,12 @@ type Registry struct {
 	recursive map[string]*watchList // recursive watches by their root path
 	watches   int                   // registered watches over all sessions
 	history   history
-	stats     Stats // counters only; the gauges are computed by Stats
+	stats     Stats // EventsFired and SessionsDisconnected; the rest is computed by Stats
+
+	// queuedEvents and deliveredEvents are counted by pumps too, which do
+	// not take mu.
+	queuedEvents    atomic.Int64
+	deliveredEvents atomic.Uint64
 
 	// publishing is true while Publish iterates the watch lists: a watch
 	// removed then is flagged and left in its list until Publish ends, in
@@ -185,10 +191,12 @@ func (r *Registry) SessionEnded(session uint64) {
 		return
 	}
 	r.dropWatchesLocked(s)
-	r.stats.Queued -= s.queue.clear()
+	s.mu.Lock()
+	r.queuedEvents.Add(-int64(s.queue.clear()))
 	if s.stream != nil {
-		s.stream.closeLocked(ReasonSessionEnded)
+		s.stream.closeSessionLocked(ReasonSessionEnded)
 	}
+	s.mu.Unlock()
 	delete(r.sessions, session)
 }
 
@@ -217,10 +225,14 @@ func (r *Registry) Stats() Stats {
 	stats := r.stats
 	stats.Watches = r.watches
 	stats.Sessions = len(r.sessions)
+	stats.Queued = int(r.queuedEvents.Load())
+	stats.EventsDelivered = r.deliveredEvents.Load()
 	for _, s := range r.sessions {
+		s.mu.Lock()
 		if s.stream != nil {
 			stats.Streams++
 		}
+		s.mu.Unlock()
 	}
 	return stats
 }
@@ -238,7 +250,13 @@ func (r *Registry) sessionLocked(id uint64) *session {
 // forgetIfIdleLocked deletes s's record once it holds nothing: no watch, no
 // stream, no queued event and no disconnect reason to report.
 func (r *Registry) forgetIfIdleLocked(s *session) {
-	if len(s.watches) == 0 && s.stream == nil && s.queue.len() == 0 && s.lostReason == "" && r.sessions[s.id] == s {
+	if len(s.watches) > 0 || r.sessions[s.id] != s {
+		return
+	}
+	s.mu.Lock()
+	idle := s.stream == nil && s.queue.len() == 0 && s.lostReason == ""
+	s.mu.Unlock()
+	if idle {
 		delete(r.sessions, s.id)
 	}
 }
@@ -246,16 +264,19 @@ func (r *Registry) forgetIfIdleLocked(s *session) {
 // enqueueLocked queues event for s's stream, from watch id, or, if s's
 // queue is full, disconnects s and returns false.
 func (r *Registry) enqueueLocked(s *session, id uint64, event fsm.Event) bool {
-	if s.queue.len() >= r.opts.QueueLen {
-		r.disconnectLocked(s, slowConsumerReason(s.queue.len()+1))
+	s.mu.Lock()
+	if length := s.queue.len(); length >= r.opts.QueueLen {
+		s.mu.Unlock()
+		r.disconnectLocked(s, slowConsumerReason(length+1))
 		return false
 	}
 	s.queue.push(queued{watchID: id, event: event})
-	r.stats.Queued++
-	r.stats.EventsFired++
 	if s.stream != nil {
 		s.stream.wakeUp()
 	}
+	s.mu.Unlock()
+	r.queuedEvents.Add(1)
+	r.stats.EventsFired++
 	return true
 }
 
@@ -265,9 +286,11 @@ func (r *Registry) enqueueLocked(s *session, id uint64, event fsm.Event) bool {
 func (r *Registry) disconnectLocked(s *session, reason string) {
 	r.stats.SessionsDisconnected++
 	r.dropWatchesLocked(s)
-	r.stats.Queued -= s.queue.clear()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.queuedEvents.Add(-int64(s.queue.clear()))
 	if s.stream != nil {
-		s.stream.closeLocked(reason)
+		s.stream.closeSessionLocked(reason)
 	} else {
 		s.lostReason = reason
 	}

@@ -1,15 +1,23 @@
 package watch
 
-import "github.com/latch-io/latch/internal/fsm"
+import (
+	"sync"
+
+	"github.com/latch-io/latch/internal/fsm"
+)
 
 // session is the registry's record of one client session: its watches, its
-// queue of undelivered events and its attached stream. Every field is
-// guarded by Registry.mu.
+// queue of undelivered events and its attached stream.
 type session struct {
 	id      uint64
-	watches map[uint64]*watch // registered watches by id
-	queue   eventQueue        // fired, not yet received by a consumer
-	stream  *Stream           // the attached stream, or nil
+	watches map[uint64]*watch // registered watches by id; guarded by Registry.mu
+
+	// mu guards the fields below and the closed state of the session's
+	// streams. It is taken after Registry.mu, or alone by a stream's pump,
+	// so pumps never contend on the registry's lock.
+	mu     sync.Mutex
+	queue  eventQueue // fired, not yet received by a consumer
+	stream *Stream    // the attached stream, or nil
 	// lostReason is why the session was disconnected while no stream was
 	// attached; the next stream reports it and ends at once.
 	lostReason string
@@ -25,8 +33,9 @@ type queued struct {
 }
 
 // eventQueue is a growable ring of queued events. Its capacity grows by
-// doubling as needed (the registry bounds its length) and is released when
-// it drains, so an idle session costs nothing. Sequence numbers identify
+// doubling as needed (the registry bounds its length); a drained ring larger
+// than keptRing is released, so a burst costs nothing once delivered, and a
+// small one is kept, so a steady trickle allocates nothing. Sequence numbers identify
 // entries across pops and clears: head is the sequence number of the oldest
 // entry and never goes back.
 type eventQueue struct {
@@ -47,7 +56,7 @@ func (q *eventQueue) push(item queued) {
 }
 
 func (q *eventQueue) grow() {
-	ring := make([]queued, max(8, 2*len(q.ring)))
+	ring := make([]queued, max(keptRing, 2*len(q.ring)))
 	for i := range q.count {
 		ring[i] = q.ring[(q.start+i)%len(q.ring)]
 	}
@@ -74,7 +83,7 @@ func (q *eventQueue) popIf(sequence uint64) bool {
 	q.count--
 	q.head++
 	if q.count == 0 {
-		q.ring, q.start = nil, 0
+		q.release()
 	}
 	return true
 }
@@ -83,6 +92,19 @@ func (q *eventQueue) popIf(sequence uint64) bool {
 func (q *eventQueue) clear() int {
 	n := q.count
 	q.head += uint64(n)
-	q.ring, q.start, q.count = nil, 0, 0
+	clear(q.ring)
+	q.count = 0
+	q.release()
 	return n
+}
+
+// keptRing is the largest ring an empty queue keeps.
+const keptRing = 4
+
+// release resets an empty queue, dropping its ring if it is large.
+func (q *eventQueue) release() {
+	q.start = 0
+	if len(q.ring) > keptRing {
+		q.ring = nil
+	}
 }

@@ -18,7 +18,7 @@ type Stream struct {
 	// the new pump peeks: nothing is lost or sent twice. Owned by the pump.
 	previous *Stream
 
-	// reason and closed are guarded by Registry.mu; reason is set before
+	// reason and closed are guarded by session.mu; reason is set before
 	// done is closed and never changes after.
 	reason string
 	closed bool
@@ -31,8 +31,9 @@ type Stream struct {
 func (r *Registry) Stream(session uint64) *Stream {
 	r.mu.Lock()
 	s := r.sessionLocked(session)
+	s.mu.Lock()
 	if s.stream != nil {
-		s.stream.closeLocked(ReasonReplaced)
+		s.stream.closeSessionLocked(ReasonReplaced)
 	}
 	stream := &Stream{
 		registry: r,
@@ -45,17 +46,20 @@ func (r *Registry) Stream(session uint64) *Stream {
 	}
 	s.stream, s.latest = stream, stream
 	if s.lostReason != "" {
-		stream.closeLocked(s.lostReason)
+		stream.closeSessionLocked(s.lostReason)
 		s.lostReason = ""
-		r.forgetIfIdleLocked(s)
 	}
+	s.mu.Unlock()
+	r.forgetIfIdleLocked(s)
 	r.mu.Unlock()
 	go stream.pump()
 	return stream
 }
 
 // Events returns the channel of the stream's events, in index order. It is
-// closed after Done, once the pump has stopped.
+// closed after Done, once the pump has stopped; the pump may hand over one
+// last event as the stream ends, which a consumer that drains Events until it
+// is closed receives, and which otherwise counts as delivered.
 func (s *Stream) Events() <-chan api.Event { return s.events }
 
 // Done returns a channel closed when the stream ends; Reason says why.
@@ -65,8 +69,8 @@ func (s *Stream) Done() <-chan struct{} { return s.done }
 // ReasonClosed, ReasonRestored or "slow consumer: N events undelivered;
 // re-register with known_index". It is "" while the stream is open.
 func (s *Stream) Reason() string {
-	s.registry.mu.Lock()
-	defer s.registry.mu.Unlock()
+	s.session.mu.Lock()
+	defer s.session.mu.Unlock()
 	return s.reason
 }
 
@@ -75,12 +79,15 @@ func (s *Stream) Reason() string {
 func (s *Stream) Close() {
 	s.registry.mu.Lock()
 	defer s.registry.mu.Unlock()
-	s.closeLocked(ReasonClosed)
+	s.session.mu.Lock()
+	s.closeSessionLocked(ReasonClosed)
+	s.session.mu.Unlock()
 	s.registry.forgetIfIdleLocked(s.session)
 }
 
-// closeLocked ends the stream with reason unless it has ended already.
-func (s *Stream) closeLocked(reason string) {
+// closeSessionLocked ends the stream with reason unless it has ended
+// already. s.session.mu must be held.
+func (s *Stream) closeSessionLocked(reason string) {
 	if s.closed {
 		return
 	}
@@ -139,8 +146,8 @@ const (
 
 // next peeks at the oldest queued event.
 func (s *Stream) next() (queued, uint64, pumpState) {
-	s.registry.mu.Lock()
-	defer s.registry.mu.Unlock()
+	s.session.mu.Lock()
+	defer s.session.mu.Unlock()
 	if s.closed {
 		return queued{}, 0, streamEnded
 	}
@@ -154,13 +161,12 @@ func (s *Stream) next() (queued, uint64, pumpState) {
 // delivered pops the event of sequence number sequence, which the consumer
 // has received, unless a disconnect cleared the queue meanwhile.
 func (s *Stream) delivered(sequence uint64) {
-	r := s.registry
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if s.session.queue.popIf(sequence) {
-		r.stats.Queued--
-		r.stats.EventsDelivered++
-		r.forgetIfIdleLocked(s.session)
+	s.session.mu.Lock()
+	popped := s.session.queue.popIf(sequence)
+	s.session.mu.Unlock()
+	if popped {
+		s.registry.queuedEvents.Add(-1)
+		s.registry.deliveredEvents.Add(1)
 	}
 }
 

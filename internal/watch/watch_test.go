@@ -502,3 +502,33 @@ func TestRestoredDisconnectsWatchers(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+func TestPublishWithoutMatchAllocatesNothing(t *testing.T) {
+	r := New(Options{})
+	mustAdd(t, r, 1, Spec{Path: "/other", Persistent: true}, 1, Current{})
+	mustAdd(t, r, 1, Spec{Path: "/svc/x", Recursive: true, Persistent: true}, 1, Current{})
+	events := []fsm.Event{changed("/svc/config/db", 0), event(fsm.EventChildrenChanged, "/svc/config", 1, 0)}
+	index := uint64(1)
+	allocs := testing.AllocsPerRun(1000, func() {
+		index++
+		events[0].Index, events[1].Index = index, index
+		r.Publish(events)
+	})
+	if allocs != 0 {
+		t.Fatalf("Publish without a matching watch allocates %.1f times", allocs)
+	}
+}
+
+func TestFireAtOnceIntoFullQueueDisconnects(t *testing.T) {
+	r := New(Options{QueueLen: 2})
+	mustAdd(t, r, 1, Spec{Path: "/k", Persistent: true}, 1, Current{})
+	r.Publish([]fsm.Event{changed("/k", 2), changed("/k", 3)})
+	mustAdd(t, r, 1, Spec{Path: "/j", KnownIndex: 1, Persistent: true}, 3, Current{Exists: true, ModifiedIndex: 3})
+	if s := r.Stats(); s.Watches != 0 || s.SessionsDisconnected != 1 || s.Queued != 0 {
+		t.Fatalf("stats %+v: want the session disconnected and the new watch not kept", s)
+	}
+	stream := r.Stream(1)
+	if reason := waitDone(t, stream); reason != slowConsumerReason(3) {
+		t.Fatalf("reason %q", reason)
+	}
+}
