@@ -110,6 +110,7 @@ func (s *Stream) wakeUp() {
 func (s *Stream) pump() {
 	defer close(s.stopped)
 	defer close(s.events)
+	defer s.forgetSessionIfIdle()
 	if s.previous != nil {
 		<-s.previous.stopped // it stops promptly: it was closed before s was attached
 		s.previous = nil
@@ -134,6 +135,15 @@ func (s *Stream) pump() {
 			return
 		}
 	}
+}
+
+// forgetSessionIfIdle drops the session's record if the stream's end left it
+// holding nothing (the pump may have popped its last event after the stream
+// was closed).
+func (s *Stream) forgetSessionIfIdle() {
+	s.registry.mu.Lock()
+	defer s.registry.mu.Unlock()
+	s.registry.forgetIfIdleLocked(s.session)
 }
 
 type pumpState int
