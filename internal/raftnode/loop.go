@@ -113,7 +113,7 @@ func (n *Node) persist(rd raft.Ready) error {
 	batch := wal.Batch{Group: n.cfg.Group, HardState: rd.HardState, Entries: rd.Entries}
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		md := rd.Snapshot.Metadata
-		batch.Snapshot = &wal.SnapshotMarker{Index: md.Index, Term: md.Term}
+		batch.Snapshot = &wal.SnapshotMarker{Index: md.Index, Term: md.Term, Installed: true}
 	}
 	if raft.IsEmptyHardState(batch.HardState) && len(batch.Entries) == 0 && batch.Snapshot == nil {
 		return nil

@@ -18,9 +18,10 @@ import (
 // minority partition, restart from WAL and snapshot, catch-up by snapshot.
 // Each ends with EnsureSame: replicas at equal index have equal state hashes.
 
-// raftCompactionLag is raftnode's default CompactionLag: after a snapshot at
-// index S the raft log keeps entries from S-raftCompactionLag on.
-const raftCompactionLag = 5000
+// raftCompactionLag is raftnode's default CompactionLag for a snapshot every
+// 50 entries (min(5000, SnapshotEvery/2)): after a snapshot at index S the
+// raft log keeps entries from S-raftCompactionLag on.
+const raftCompactionLag = 25
 
 // writers put unique keys through random nodes from several goroutines and
 // remember every acknowledged write (checker D).

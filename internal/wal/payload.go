@@ -151,15 +151,26 @@ func decodeHardState(payload []byte) (uint64, raftpb.HardState, error) {
 	return group, state, decoder.finish()
 }
 
+// markerInstalled is the flag bit of SnapshotMarker.Installed.
+const markerInstalled = 1
+
 func encodeSnapshotMarker(group uint64, marker SnapshotMarker) []byte {
-	return appendUvarints(nil, group, marker.Index, marker.Term)
+	var flags uint64
+	if marker.Installed {
+		flags |= markerInstalled
+	}
+	return appendUvarints(nil, group, marker.Index, marker.Term, flags)
 }
 
 func decodeSnapshotMarker(payload []byte) (uint64, SnapshotMarker, error) {
 	decoder := uvarintDecoder{data: payload}
-	var group uint64
+	var group, flags uint64
 	var marker SnapshotMarker
-	decoder.read(&group, &marker.Index, &marker.Term)
+	decoder.read(&group, &marker.Index, &marker.Term, &flags)
+	if decoder.err == nil && flags&^markerInstalled != 0 {
+		decoder.err = fmt.Errorf("%w: unknown snapshot marker flags %#x", errBadPayload, flags)
+	}
+	marker.Installed = flags&markerInstalled != 0
 	return group, marker, decoder.finish()
 }
 

@@ -55,10 +55,11 @@ func TestReplaySemantics(t *testing.T) {
 	}{
 		{name: "append", calls: [][]Batch{{entries(1, 1, 3, 1)}, {entries(1, 4, 5, 1)}}, indexes: []uint64{1, 2, 3, 4, 5}, terms: []uint64{1, 1, 1, 1, 1}},
 		{name: "conflict-truncates", calls: [][]Batch{{entries(1, 1, 5, 1)}, {entries(1, 3, 3, 2)}}, indexes: []uint64{1, 2, 3}, terms: []uint64{1, 1, 2}},
-		{name: "marker-drops-prefix", calls: [][]Batch{{entries(1, 1, 5, 1)}, {marker(3, 1)}}, want: SnapshotMarker{3, 1}, indexes: []uint64{4, 5}, terms: []uint64{1, 1}},
-		{name: "marker-beyond-log", calls: [][]Batch{{entries(1, 1, 2, 1)}, {marker(9, 3)}, {entries(1, 10, 10, 3)}}, want: SnapshotMarker{9, 3}, indexes: []uint64{10}, terms: []uint64{3}},
-		{name: "older-marker-ignored", calls: [][]Batch{{entries(1, 1, 5, 1)}, {marker(4, 1)}, {marker(2, 1)}}, want: SnapshotMarker{4, 1}, indexes: []uint64{5}, terms: []uint64{1}},
-		{name: "marker-and-entries-in-one-batch", calls: [][]Batch{{{Group: 1, Snapshot: &SnapshotMarker{5, 2}, Entries: entries(1, 6, 7, 2).Entries}}}, want: SnapshotMarker{5, 2}, indexes: []uint64{6, 7}, terms: []uint64{2, 2}},
+		{name: "marker-drops-prefix", calls: [][]Batch{{entries(1, 1, 5, 1)}, {marker(3, 1)}}, want: SnapshotMarker{Index: 3, Term: 1}, indexes: []uint64{4, 5}, terms: []uint64{1, 1}},
+		{name: "marker-beyond-log", calls: [][]Batch{{entries(1, 1, 2, 1)}, {marker(9, 3)}, {entries(1, 10, 10, 3)}}, want: SnapshotMarker{Index: 9, Term: 3}, indexes: []uint64{10}, terms: []uint64{3}},
+		{name: "older-marker-ignored", calls: [][]Batch{{entries(1, 1, 5, 1)}, {marker(4, 1)}, {marker(2, 1)}}, want: SnapshotMarker{Index: 4, Term: 1}, indexes: []uint64{5}, terms: []uint64{1}},
+		{name: "installed-marker-drops-whole-log", calls: [][]Batch{{entries(1, 1, 5, 1)}, {{Group: 1, Snapshot: &SnapshotMarker{Index: 3, Term: 2, Installed: true}}}, {entries(1, 4, 4, 2)}}, want: SnapshotMarker{Index: 3, Term: 2}, indexes: []uint64{4}, terms: []uint64{2}},
+		{name: "marker-and-entries-in-one-batch", calls: [][]Batch{{{Group: 1, Snapshot: &SnapshotMarker{Index: 5, Term: 2}, Entries: entries(1, 6, 7, 2).Entries}}}, want: SnapshotMarker{Index: 5, Term: 2}, indexes: []uint64{6, 7}, terms: []uint64{2, 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

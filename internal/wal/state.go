@@ -73,9 +73,11 @@ func (g *groupLog) applySnapshot(marker SnapshotMarker) {
 	if marker.Index <= g.snapshot.Index {
 		return
 	}
-	g.snapshot = marker
+	// Installed matters only as the marker is applied; the log keeps where
+	// its snapshot is, as segment checkpoints record it.
+	g.snapshot = SnapshotMarker{Index: marker.Index, Term: marker.Term}
 	switch {
-	case marker.Index >= g.lastIndex():
+	case marker.Installed || marker.Index >= g.lastIndex():
 		g.first, g.count = marker.Index+1, 0
 		g.entries = nil
 	case marker.Index >= g.first:

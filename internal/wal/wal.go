@@ -38,7 +38,14 @@ type Options struct {
 
 // SnapshotMarker records that a durable snapshot of a group at Index, Term
 // exists: entries at or below Index are covered by it.
-type SnapshotMarker struct{ Index, Term uint64 }
+type SnapshotMarker struct {
+	Index, Term uint64
+	// Installed marks a snapshot received from the leader and installed in
+	// place of the log: raft then discards every entry, those above Index
+	// too (they may conflict with the leader's log), and so does replay.
+	// A snapshot this server took itself leaves the entries above it.
+	Installed bool
+}
 
 // Batch is one consensus group's part of a raft Ready. Its records are
 // written in the order snapshot marker, entries, hard state.
