@@ -1,0 +1,304 @@
+package proccluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Options describe a cluster to start. Zero fields take the defaults noted.
+type Options struct {
+	Nodes             int           // members; default 3
+	Tick              time.Duration // --tick; default 50ms
+	ElectionTicks     int           // --election-ticks; default latchd's
+	MinSessionTimeout time.Duration // --min-session-timeout; default latchd's
+	SnapshotCount     uint64        // --snapshot-count; default latchd's
+	LogLevel          string        // --log-level; default "warn"
+	ExtraFlags        []string      // appended to every member's flags
+}
+
+// Member is one latchd process of a cluster. Its exported fields do not
+// change after Start.
+type Member struct {
+	Name      string // --name, n1..nN
+	ClientURL string // http://host:port of the client API
+	PeerAddr  string // host:port of the peer transport
+	DataDir   string // --data-dir; kept across Kill and Restart
+	LogPath   string // stdout and stderr of every run, appended
+
+	args []string
+
+	mu     sync.Mutex    // guards the fields below
+	pid    int           // process id while running, else 0
+	proc   *os.Process   // nil while not running
+	exited chan struct{} // closed when proc was reaped
+	err    error         // how the last run ended
+	paused bool          // SIGSTOPped and not yet resumed
+}
+
+// Cluster is a set of latchd processes started by one test.
+type Cluster struct {
+	Members []*Member
+
+	t   testing.TB
+	bin string
+}
+
+// Start builds latchd if needed and starts opts.Nodes members on free
+// loopback ports. It does not wait for a leader; see WaitLeader.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	opts = withDefaults(opts)
+	c := &Cluster{t: t, bin: Build(t)}
+	dir := t.TempDir()
+	ports := freePorts(t, 2*opts.Nodes)
+	var initial []string
+	for i := range opts.Nodes {
+		initial = append(initial, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[opts.Nodes+i]))
+	}
+	for i := range opts.Nodes {
+		name := fmt.Sprintf("n%d", i+1)
+		m := &Member{
+			Name:      name,
+			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[i]),
+			PeerAddr:  fmt.Sprintf("127.0.0.1:%d", ports[opts.Nodes+i]),
+			DataDir:   filepath.Join(dir, name),
+			LogPath:   filepath.Join(dir, name+".log"),
+		}
+		m.args = memberFlags(opts, m, strings.Join(initial, ","))
+		c.Members = append(c.Members, m)
+	}
+	t.Cleanup(c.cleanup)
+	for i := range c.Members {
+		if err := c.start(i); err != nil {
+			t.Fatalf("proccluster: %v", err)
+		}
+	}
+	return c
+}
+
+func withDefaults(opts Options) Options {
+	if opts.Nodes <= 0 {
+		opts.Nodes = 3
+	}
+	if opts.Tick <= 0 {
+		opts.Tick = 50 * time.Millisecond
+	}
+	if opts.LogLevel == "" {
+		opts.LogLevel = "warn"
+	}
+	return opts
+}
+
+func memberFlags(opts Options, m *Member, initial string) []string {
+	args := []string{
+		"--name", m.Name,
+		"--data-dir", m.DataDir,
+		"--listen-client", strings.TrimPrefix(m.ClientURL, "http://"),
+		"--listen-peer", m.PeerAddr,
+		"--initial-cluster", initial,
+		"--tick", opts.Tick.String(),
+		"--log-level", opts.LogLevel,
+	}
+	if opts.ElectionTicks > 0 {
+		args = append(args, "--election-ticks", strconv.Itoa(opts.ElectionTicks))
+	}
+	if opts.MinSessionTimeout > 0 {
+		args = append(args, "--min-session-timeout", opts.MinSessionTimeout.String())
+	}
+	if opts.SnapshotCount > 0 {
+		args = append(args, "--snapshot-count", strconv.FormatUint(opts.SnapshotCount, 10))
+	}
+	return append(args, opts.ExtraFlags...)
+}
+
+// freePorts reserves n distinct loopback ports and releases them for use.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var listeners []net.Listener
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("proccluster: reserve a port: %v", err)
+		}
+		listeners = append(listeners, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range listeners {
+		ln.Close()
+	}
+	return ports
+}
+
+// ErrRunning means a member was started while its process still runs.
+var ErrRunning = errors.New("proccluster: member is running")
+
+// start runs member i's process with its flags, appending to its log.
+func (c *Cluster) start(i int) error {
+	m := c.Members[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc != nil {
+		return fmt.Errorf("start %s: %w", m.Name, ErrRunning)
+	}
+	logFile, err := os.OpenFile(m.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open log of %s: %w", m.Name, err)
+	}
+	defer logFile.Close() // the child has its own descriptor
+	fmt.Fprintf(logFile, "=== proccluster: start %s %s\n", c.bin, strings.Join(m.args, " "))
+	cmd := exec.Command(c.bin, m.args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", m.Name, err)
+	}
+	m.proc, m.pid, m.paused, m.err = cmd.Process, cmd.Process.Pid, false, nil
+	exited := make(chan struct{})
+	m.exited = exited
+	go m.reap(cmd, exited)
+	return nil
+}
+
+// reap waits for the process and records how it ended.
+func (m *Member) reap(cmd *exec.Cmd, exited chan struct{}) {
+	err := cmd.Wait()
+	m.mu.Lock()
+	if m.proc == cmd.Process {
+		m.proc, m.pid, m.paused = nil, 0, false
+	}
+	m.err = err
+	m.mu.Unlock()
+	close(exited)
+}
+
+// PID returns the member's process id while it runs, else 0.
+func (m *Member) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pid
+}
+
+// Running reports whether member i's process is alive (paused or not).
+func (c *Cluster) Running(i int) bool {
+	m := c.Members[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.proc != nil
+}
+
+// Paused reports whether member i is stopped by Pause.
+func (c *Cluster) Paused(i int) bool {
+	m := c.Members[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.paused
+}
+
+// ExitError returns how member i's last run ended: nil while running or
+// after a clean exit, the *exec.ExitError otherwise (a SIGKILL included).
+func (c *Cluster) ExitError(i int) error {
+	m := c.Members[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// Kill sends SIGKILL to member i's process and waits until it is reaped.
+// A paused member is killed too. Killing a stopped member does nothing.
+func (c *Cluster) Kill(i int) {
+	m := c.Members[i]
+	m.mu.Lock()
+	proc, exited := m.proc, m.exited
+	m.mu.Unlock()
+	if proc == nil {
+		return
+	}
+	_ = proc.Signal(syscall.SIGKILL)
+	<-exited
+}
+
+// Pause sends SIGSTOP to member i's process: it keeps its sockets and
+// memory but runs no code, as a process stuck in a long GC pause or
+// swapped out. It returns false if the member is not running.
+func (c *Cluster) Pause(i int) bool {
+	return c.signal(i, syscall.SIGSTOP, true)
+}
+
+// Resume sends SIGCONT to a member paused by Pause.
+func (c *Cluster) Resume(i int) bool {
+	return c.signal(i, syscall.SIGCONT, false)
+}
+
+func (c *Cluster) signal(i int, sig syscall.Signal, paused bool) bool {
+	m := c.Members[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc == nil || m.proc.Signal(sig) != nil {
+		return false
+	}
+	m.paused = paused
+	return true
+}
+
+// Restart starts member i again with the same flags and data directory,
+// killing it first if it still runs.
+func (c *Cluster) Restart(i int) error {
+	c.Kill(i)
+	return c.start(i)
+}
+
+// URLs returns every member's client URL, in member order.
+func (c *Cluster) URLs() []string {
+	var out []string
+	for _, m := range c.Members {
+		out = append(out, m.ClientURL)
+	}
+	return out
+}
+
+// Live returns the indexes of members that run and are not paused.
+func (c *Cluster) Live() []int {
+	var out []int
+	for i := range c.Members {
+		if c.Running(i) && !c.Paused(i) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// cleanup kills every process this cluster started, then prints the log
+// tails if the test failed.
+func (c *Cluster) cleanup() {
+	for i := range c.Members {
+		c.Kill(i)
+	}
+	if c.t.Failed() {
+		c.LogTails(8000)
+	}
+}
+
+// LogTails logs the last max bytes of every member's log.
+func (c *Cluster) LogTails(max int) {
+	for _, m := range c.Members {
+		data, err := os.ReadFile(m.LogPath)
+		if err != nil {
+			c.t.Logf("proccluster: log of %s: %v", m.Name, err)
+			continue
+		}
+		if len(data) > max {
+			data = data[len(data)-max:]
+		}
+		c.t.Logf("proccluster: log of %s (%s, tail):\n%s", m.Name, m.LogPath, data)
+	}
+}

@@ -1,0 +1,17 @@
+// Package process tests latchd as real processes, through
+// internal/proccluster: what only real processes show (kill -9, SIGSTOP,
+// restarts from the data directory).
+package process
+
+import (
+	"os"
+	"testing"
+
+	"github.com/latch-io/latch/internal/proccluster"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	proccluster.RemoveBuild()
+	os.Exit(code)
+}
