@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	httppprof "net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -28,7 +29,7 @@ func main() {
 }
 
 func run(args []string) error {
-	cfg, logLevel, err := parseFlags(args)
+	cfg, logLevel, pprof, err := parseFlags(args)
 	if err != nil {
 		return err
 	}
@@ -45,8 +46,12 @@ func run(args []string) error {
 		ln.Close()
 		return err
 	}
+	var handler http.Handler = httpapi.New(s, logger)
+	if pprof {
+		handler = withProfiling(handler)
+	}
 	httpServer := &http.Server{
-		Handler:           httpapi.New(s, logger),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 	}
@@ -76,12 +81,24 @@ func run(args []string) error {
 	return nil
 }
 
-func parseFlags(args []string) (server.Config, slog.Level, error) {
+// withProfiling serves net/http/pprof under /debug/pprof/ beside the API.
+func withProfiling(api http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", httppprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
+	mux.Handle("/", api)
+	return mux
+}
+
+func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 	fs := flag.NewFlagSet("latchd", flag.ContinueOnError)
 	var (
 		cfg      server.Config
 		initial  string
 		logLevel slog.Level
+		pprof    bool
 	)
 	fs.StringVar(&cfg.Name, "name", server.DefaultName, "this member's name, unique in the cluster")
 	fs.StringVar(&cfg.DataDir, "data-dir", server.DefaultDataDir, "directory of the WAL and snapshots")
@@ -96,18 +113,19 @@ func parseFlags(args []string) (server.Config, slog.Level, error) {
 	fs.DurationVar(&cfg.MinSessionTTL, "min-session-timeout", 2*time.Second, "smallest session timeout granted")
 	fs.DurationVar(&cfg.MaxSessionTTL, "max-session-timeout", 60*time.Second, "largest session timeout granted")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	fs.BoolVar(&pprof, "enable-pprof", false, "serve Go profiles under /debug/pprof/ on the client address")
 	if err := fs.Parse(args); err != nil {
-		return cfg, 0, err
+		return cfg, 0, false, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, 0, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return cfg, 0, false, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if initial != "" {
 		m, err := server.ParseInitialCluster(initial)
 		if err != nil {
-			return cfg, 0, err
+			return cfg, 0, false, err
 		}
 		cfg.InitialCluster = m
 	}
-	return cfg, logLevel, nil
+	return cfg, logLevel, pprof, nil
 }
