@@ -19,8 +19,12 @@ var (
 	buildDir  string // the directory holding buildPath
 )
 
+// BinaryEnv names an environment variable that, when set, gives the path
+// of a latchd binary to use instead of building one.
+const BinaryEnv = "LATCHD_BIN"
+
 // Build compiles latchd once per test binary into a temporary directory and
-// returns the binary's path. It skips the test when no go tool is found and
+// returns the binary's path (or returns $LATCHD_BIN when set). It skips the test when no go tool is found and
 // fails it when the build fails. Call RemoveBuild from TestMain to delete
 // the directory when the test binary ends.
 func Build(t testing.TB) string {
@@ -38,6 +42,12 @@ func Build(t testing.TB) string {
 var errNoGoTool = fmt.Errorf("no go tool to build latchd")
 
 func build() (string, error) {
+	if bin := os.Getenv(BinaryEnv); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", fmt.Errorf("%s: %w", BinaryEnv, err)
+		}
+		return bin, nil
+	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		return "", errNoGoTool

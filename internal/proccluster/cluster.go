@@ -24,6 +24,10 @@ type Options struct {
 	SnapshotCount     uint64        // --snapshot-count; default latchd's
 	LogLevel          string        // --log-level; default "warn"
 	ExtraFlags        []string      // appended to every member's flags
+	// Netns puts every member in its own network namespace, so that
+	// Partition and Block work; Start fails if NetnsAvailable does not
+	// return nil, so check it first.
+	Netns bool
 }
 
 // Member is one latchd process of a cluster. Its exported fields do not
@@ -49,8 +53,9 @@ type Member struct {
 type Cluster struct {
 	Members []*Member
 
-	t   testing.TB
-	bin string
+	t       testing.TB
+	bin     string
+	network *network // nil on loopback
 }
 
 // Start builds latchd if needed and starts opts.Nodes members on free
@@ -60,21 +65,24 @@ func Start(t testing.TB, opts Options) *Cluster {
 	opts = withDefaults(opts)
 	c := &Cluster{t: t, bin: Build(t)}
 	dir := t.TempDir()
-	ports := freePorts(t, 2*opts.Nodes)
+	clientAddrs, peerAddrs := c.addresses(opts)
 	var initial []string
 	for i := range opts.Nodes {
-		initial = append(initial, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[opts.Nodes+i]))
+		initial = append(initial, fmt.Sprintf("n%d=%s", i+1, peerAddrs[i]))
 	}
 	for i := range opts.Nodes {
 		name := fmt.Sprintf("n%d", i+1)
 		m := &Member{
 			Name:      name,
-			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[i]),
-			PeerAddr:  fmt.Sprintf("127.0.0.1:%d", ports[opts.Nodes+i]),
+			ClientURL: "http://" + clientAddrs[i],
+			PeerAddr:  peerAddrs[i],
 			DataDir:   filepath.Join(dir, name),
 			LogPath:   filepath.Join(dir, name+".log"),
 		}
 		m.args = memberFlags(opts, m, strings.Join(initial, ","))
+		if c.network != nil {
+			m.args = append([]string{"netns", "exec", c.network.namespace(i), c.bin}, m.args...)
+		}
 		c.Members = append(c.Members, m)
 	}
 	t.Cleanup(c.cleanup)
@@ -84,6 +92,30 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 	}
 	return c
+}
+
+// addresses picks the members' client and peer addresses: free loopback
+// ports, or fixed ports on each namespace's own address.
+func (c *Cluster) addresses(opts Options) (clients, peers []string) {
+	if !opts.Netns {
+		ports := freePorts(c.t, 2*opts.Nodes)
+		for i := range opts.Nodes {
+			clients = append(clients, fmt.Sprintf("127.0.0.1:%d", ports[i]))
+			peers = append(peers, fmt.Sprintf("127.0.0.1:%d", ports[opts.Nodes+i]))
+		}
+		return clients, peers
+	}
+	network, err := newNetwork(opts.Nodes)
+	if err != nil {
+		c.t.Fatalf("proccluster: %v", err)
+	}
+	c.network = network
+	c.t.Cleanup(network.remove) // registered first, so it runs after the processes are killed
+	for i := range opts.Nodes {
+		clients = append(clients, network.address(i)+":2379")
+		peers = append(peers, network.address(i)+":2380")
+	}
+	return clients, peers
 }
 
 func withDefaults(opts Options) Options {
@@ -157,7 +189,11 @@ func (c *Cluster) start(i int) error {
 	}
 	defer logFile.Close() // the child has its own descriptor
 	fmt.Fprintf(logFile, "=== proccluster: start %s %s\n", c.bin, strings.Join(m.args, " "))
-	cmd := exec.Command(c.bin, m.args...)
+	program := c.bin
+	if c.network != nil {
+		program = "ip" // ip netns exec execs latchd, which keeps the PID
+	}
+	cmd := exec.Command(program, m.args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", m.Name, err)
@@ -166,6 +202,7 @@ func (c *Cluster) start(i int) error {
 	exited := make(chan struct{})
 	m.exited = exited
 	go m.reap(cmd, exited)
+	track(cmd.Process, exited)
 	return nil
 }
 

@@ -1,13 +1,19 @@
 package proccluster
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/testcluster"
 )
 
 func TestMain(m *testing.M) {
@@ -32,9 +38,8 @@ func TestLifecycle(t *testing.T) {
 	if next == leader {
 		t.Fatalf("paused member %d still leads", leader)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	written, err := testcluster.Put(ctx, c.Members[next].ClientURL, "/lifecycle", "v1", "")
+	var written api.Node
+	err := call(http.MethodPut, c.Members[next].ClientURL+"/v1/kv/lifecycle", api.PutRequest{Value: "v1"}, &written)
 	if err != nil {
 		t.Fatalf("put through new leader: %v", err)
 	}
@@ -52,16 +57,79 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitLeader(30 * time.Second)
-	if !testcluster.WaitFor(20*time.Second, func() bool {
-		n, err := staleGet(c.Members[leader].ClientURL, "/lifecycle", written.Index)
-		return err == nil && n.Value == "v1"
-	}) {
+	url := fmt.Sprintf("%s/v1/kv/lifecycle?consistency=stale&min_index=%d", c.Members[leader].ClientURL, written.Index)
+	var read api.Node
+	if err := call(http.MethodGet, url, nil, &read); err != nil || read.Value != "v1" {
 		t.Fatalf("restarted member %s lacks /lifecycle", c.Members[leader].Name)
 	}
 }
 
-func staleGet(base, path string, minIndex uint64) (api.Node, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+// call sends one JSON request and decodes a 200 reply.
+func call(method, url string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return testcluster.Get(ctx, base, path, api.Stale)
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, data)
+	}
+	return json.Unmarshal(data, out)
+}
+
+// TestNetnsPartition: with members in namespaces, an isolated leader is
+// replaced by the majority, and heals back into one cluster; the
+// namespaces are gone afterwards.
+func TestNetnsPartition(t *testing.T) {
+	if err := NetnsAvailable(); err != nil {
+		t.Skip(err)
+	}
+	var prefix string
+	t.Run("cluster", func(t *testing.T) {
+		c := Start(t, Options{Nodes: 3, Netns: true})
+		prefix = c.network.prefix
+		leader := c.WaitLeader(30 * time.Second)
+		if err := c.Partition([]int{leader}); err != nil {
+			t.Fatal(err)
+		}
+		var others []int
+		for i := range c.Members {
+			if i != leader {
+				others = append(others, i)
+			}
+		}
+		next, err := c.FindLeader(30*time.Second, others...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next == leader {
+			t.Fatalf("isolated leader %d still leads the majority", leader)
+		}
+		if err := c.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		c.WaitLeader(30 * time.Second)
+	})
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prefix == "" || strings.Contains(string(out), prefix+"-") {
+		t.Fatalf("namespaces %s* left behind:\n%s", prefix, out)
+	}
 }
