@@ -112,6 +112,7 @@ func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 	fs.DurationVar(&cfg.RequestTimeout, "request-timeout", 5*time.Second, "deadline of a write or a linearizable read")
 	fs.DurationVar(&cfg.MinSessionTTL, "min-session-timeout", 2*time.Second, "smallest session timeout granted")
 	fs.DurationVar(&cfg.MaxSessionTTL, "max-session-timeout", 60*time.Second, "largest session timeout granted")
+	fs.BoolVar(&cfg.UnsafeLocalReads, "unsafe-local-reads", false, "TEST ONLY (planted bug for internal/chaos): serve linearizable reads from local state; hidden, never use")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.BoolVar(&pprof, "enable-pprof", false, "serve Go profiles under /debug/pprof/ on the client address")
 	if err := fs.Parse(args); err != nil {
