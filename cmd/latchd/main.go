@@ -72,7 +72,10 @@ func run(args []string) error {
 	defer cancel()
 	_ = httpServer.Shutdown(ctx)
 	closeErr := s.Close()
-	if err := s.Err(); err != nil {
+	if err := s.Err(); errors.Is(err, server.ErrRemoved) {
+		logger.Info("removed from the cluster; exiting")
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("stopped on a fatal error: %w", err)
 	}
 	if closeErr != nil && !errors.Is(closeErr, net.ErrClosed) {
@@ -95,16 +98,19 @@ func withProfiling(api http.Handler) http.Handler {
 func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 	fs := flag.NewFlagSet("latchd", flag.ContinueOnError)
 	var (
-		cfg      server.Config
-		initial  string
-		logLevel slog.Level
-		pprof    bool
+		cfg          server.Config
+		initial      string
+		logLevel     slog.Level
+		pprof        bool
+		clusterState string
 	)
 	fs.StringVar(&cfg.Name, "name", server.DefaultName, "this member's name, unique in the cluster")
 	fs.StringVar(&cfg.DataDir, "data-dir", server.DefaultDataDir, "directory of the WAL and snapshots")
 	fs.StringVar(&cfg.ClientAddr, "listen-client", server.DefaultClientAddr, "host:port of the client HTTP API")
 	fs.StringVar(&cfg.PeerAddr, "listen-peer", server.DefaultPeerAddr, "host:port of the peer transport")
 	fs.StringVar(&initial, "initial-cluster", "", "name=host:port of every initial member's peer address, comma-separated (default: this member alone)")
+	fs.StringVar(&clusterState, "initial-cluster-state", "new", "new: bootstrap the cluster; existing: join a running one that already added this member")
+	fs.StringVar(&cfg.ClusterToken, "cluster-token", "latch", "name of the cluster; peers with another token are refused")
 	fs.Uint64Var(&cfg.SnapshotEvery, "snapshot-count", 10000, "applied entries between snapshots")
 	fs.IntVar(&cfg.MaxValueSize, "max-value-size", server.DefaultMaxValueSize, "largest value in bytes (at most 1 MiB)")
 	fs.DurationVar(&cfg.TickInterval, "tick", 100*time.Millisecond, "raft tick interval")
@@ -120,6 +126,13 @@ func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, 0, false, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch clusterState {
+	case "new":
+	case "existing":
+		cfg.Join = true
+	default:
+		return cfg, 0, false, fmt.Errorf("--initial-cluster-state %q is not new or existing", clusterState)
 	}
 	if initial != "" {
 		m, err := server.ParseInitialCluster(initial)

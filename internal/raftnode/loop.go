@@ -194,6 +194,7 @@ func (n *Node) applyConfChange(e raftpb.Entry) error {
 	}
 	cs := n.raft.ApplyConfChange(cc)
 	n.confState = *cs
+	n.snapshotDue = true
 	n.cfg.Machine.ApplyConfChange(e.Index, cc, *cs)
 	return nil
 }

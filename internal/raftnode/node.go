@@ -49,6 +49,10 @@ type Config struct {
 	Group uint64 // consensus-group id
 	// Peers bootstraps a brand-new group when Recovered holds no state.
 	Peers []raft.Peer
+	// Join starts a node without state as a member-to-be of a running group:
+	// no bootstrap; it waits for the leader, which added it by a conf
+	// change, to send it a snapshot and the log.
+	Join bool
 	// Recovered is what wal.Open found for this group (nil: nothing).
 	Recovered *wal.GroupState
 
@@ -100,6 +104,10 @@ type Node struct {
 	appliedIndex  uint64
 	snapshotIndex uint64
 	snapshotting  bool
+	// snapshotDue forces the next snapshot whatever the interval: after a
+	// conf change, so the snapshot a new member is sent names it (raft
+	// ignores a snapshot whose configuration leaves the receiver out).
+	snapshotDue bool
 	snapDone      chan snapshotResult
 	leader        uint64
 	term          uint64
@@ -125,7 +133,7 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	rc := n.raftConfig()
-	if restarted {
+	if restarted || cfg.Join {
 		n.raft = raft.RestartNode(rc)
 	} else {
 		if len(cfg.Peers) == 0 {

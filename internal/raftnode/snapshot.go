@@ -19,9 +19,11 @@ type snapshotResult struct {
 // maybeSnapshot starts a background snapshot when enough entries were applied
 // since the last one and none is in flight.
 func (n *Node) maybeSnapshot() {
-	if n.snapshotting || n.appliedIndex < n.snapshotIndex+n.cfg.SnapshotEvery {
+	due := n.snapshotDue && n.appliedIndex > n.snapshotIndex
+	if n.snapshotting || !due && n.appliedIndex < n.snapshotIndex+n.cfg.SnapshotEvery {
 		return
 	}
+	n.snapshotDue = false
 	term, err := n.storage.Term(n.appliedIndex)
 	if err != nil {
 		n.log.Warn("cannot snapshot: term of applied index unknown", "index", n.appliedIndex, "err", err)

@@ -34,6 +34,13 @@ type Config struct {
 	// InitialCluster maps member names to peer addresses (host:port); it must
 	// contain Name. It bootstraps a new cluster; on restart it only seeds peers.
 	InitialCluster map[string]string
+	// Join makes a server without state join a running cluster (whose members
+	// InitialCluster lists) instead of bootstrapping one; the cluster must
+	// have added it first (POST /v1/cluster/members).
+	Join bool
+	// ClusterToken names the cluster; peers with another token are refused
+	// (default "latch").
+	ClusterToken string
 
 	TickInterval  time.Duration // raft tick (default 100ms)
 	ElectionTicks int           // election timeout in ticks (default 10)
@@ -77,6 +84,9 @@ func (c *Config) setDefaults() {
 	}
 	if len(c.InitialCluster) == 0 {
 		c.InitialCluster = map[string]string{c.Name: c.PeerAddr}
+	}
+	if c.ClusterToken == "" {
+		c.ClusterToken = "latch"
 	}
 	if c.TickInterval == 0 {
 		c.TickInterval = 100 * time.Millisecond

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -102,29 +101,47 @@ func (g *group) Apply(entries []raftpb.Entry) {
 }
 
 // ApplyConfChange records membership changes: peers get a transport route
-// and a member record in the state machine at the same index on every replica.
+// and a member record in the state machine at the same index on every
+// replica; the proposer's waiter, if on this server, gets the index.
 func (g *group) ApplyConfChange(index uint64, cc raftpb.ConfChangeV2, cs raftpb.ConfState) {
+	context, _ := decodeConfContext(cc.Context)
 	g.mu.Lock()
-	for _, ch := range cc.Changes {
-		g.applyMemberChange(index, ch, cc.Context)
+	// latch proposes one change per entry (the state machine takes one
+	// command per index); raft's bootstrap entries are single changes too.
+	if len(cc.Changes) > 0 {
+		g.applyMemberChange(index, cc.Changes[0], context)
+	}
+	if len(cc.Changes) > 1 {
+		g.server.log.Error("conf change with several changes: only the first is recorded", "index", index)
 	}
 	g.fsm.Advance(index)
 	g.mu.Unlock()
 	g.publishApplied(index)
+	if context.Proposal != 0 {
+		g.waiters.resolve(outcome{id: context.Proposal, index: index})
+	}
+	for _, ch := range cc.Changes {
+		if ch.Type == raftpb.ConfChangeRemoveNode && ch.NodeID == g.server.id {
+			go g.server.removed()
+		}
+	}
 }
 
 // applyMemberChange must be called with g.mu held.
-func (g *group) applyMemberChange(index uint64, ch raftpb.ConfChangeSingle, context []byte) {
+func (g *group) applyMemberChange(index uint64, ch raftpb.ConfChangeSingle, context confContext) {
 	s := g.server
 	switch ch.Type {
 	case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-		var m command.Member
-		if len(context) > 0 && json.Unmarshal(context, &m) == nil && m.ID == ch.NodeID {
-			m.Learner = ch.Type == raftpb.ConfChangeAddLearnerNode
-			g.fsm.Apply(index, &command.Command{Op: command.OpMemberSet, Member: m})
-			if m.ID != s.id && m.PeerURL != "" {
-				s.transport.AddPeer(m.ID, m.PeerURL)
-			}
+		m := context.Member
+		if m.ID != ch.NodeID {
+			// A promotion carries no address: keep the recorded one.
+			m = g.member(ch.NodeID)
+			m.ID = ch.NodeID
+		}
+		m.Learner = ch.Type == raftpb.ConfChangeAddLearnerNode
+		g.fsm.Apply(index, &command.Command{Op: command.OpMemberSet, Member: m})
+		if m.ID != s.id && m.PeerURL != "" {
+			s.transport.AddPeer(m.ID, m.PeerURL)
 		}
 	case raftpb.ConfChangeRemoveNode:
 		g.fsm.Apply(index, &command.Command{Op: command.OpMemberRemove, Member: command.Member{ID: ch.NodeID}})
@@ -132,6 +149,16 @@ func (g *group) applyMemberChange(index uint64, ch raftpb.ConfChangeSingle, cont
 			s.transport.RemovePeer(ch.NodeID)
 		}
 	}
+}
+
+// member returns the recorded member id (zero if unknown); g.mu must be held.
+func (g *group) member(id uint64) command.Member {
+	for _, m := range g.fsm.Members() {
+		if m.ID == id {
+			return m
+		}
+	}
+	return command.Member{}
 }
 
 // Snapshot clones the state in O(1); the clone is written on another

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -115,7 +114,7 @@ func (s *Server) startTransport() error {
 		tr, err = s.cfg.NewTransport(s.id, s, s)
 	} else {
 		tr, err = transport.NewTCP(transport.Config{
-			ID: s.id, ClusterID: clusterID(s.cfg.InitialCluster), ListenAddr: s.cfg.PeerAddr,
+			ID: s.id, ClusterID: clusterID(s.cfg.ClusterToken), ListenAddr: s.cfg.PeerAddr,
 			Listener: s.cfg.PeerListener, Handler: s, Snapshots: s, Logger: s.log,
 		})
 	}
@@ -133,18 +132,16 @@ func (s *Server) startTransport() error {
 
 // clusterID identifies a cluster to the transport handshake, so a server
 // configured for one cluster never steps messages of another.
-func clusterID(initial map[string]string) uint64 {
+func clusterID(token string) uint64 {
 	h := fnv.New64a()
-	for _, name := range sortedNames(initial) {
-		fmt.Fprintf(h, "%s=%s,", name, initial[name])
-	}
+	h.Write([]byte("latch-cluster:" + token))
 	return h.Sum64()
 }
 
 func (s *Server) startGroup(recovered *wal.GroupState) error {
 	g := newGroup(s, mainGroup)
 	node, err := raftnode.Start(raftnode.Config{
-		ID: s.id, Group: mainGroup, Peers: s.bootstrapPeers(), Recovered: recovered,
+		ID: s.id, Group: mainGroup, Peers: s.bootstrapPeers(), Join: s.cfg.Join, Recovered: recovered,
 		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g, Observer: g,
 		Logger: s.log, TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks,
 		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.metrics.nodeHooks(),
@@ -168,8 +165,7 @@ func (s *Server) bootstrapPeers() []raft.Peer {
 	var peers []raft.Peer
 	for _, name := range sortedNames(s.cfg.InitialCluster) {
 		m := command.Member{ID: MemberID(name), Name: name, PeerURL: s.cfg.InitialCluster[name]}
-		ctx, _ := json.Marshal(m)
-		peers = append(peers, raft.Peer{ID: m.ID, Context: ctx})
+		peers = append(peers, raft.Peer{ID: m.ID, Context: encodeConfContext(confContext{Member: m})})
 	}
 	return peers
 }

@@ -51,6 +51,7 @@ type Node struct {
 	FS     *vfs.MemFS
 	Server *server.Server // nil while crashed
 	URL    string         // http://host:port of its client API
+	Join   bool           // started into a running cluster (AddNode)
 	addr   string
 	http   *http.Server
 }
@@ -62,7 +63,7 @@ func New(t testing.TB, n int, opts Options) *Cluster {
 	c := &Cluster{t: t, opts: opts, Net: transport.NewNetwork(opts.Seed), initial: map[string]string{}}
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("n%d", i)
-		c.initial[name] = fmt.Sprintf("fake-peer-%d", i)
+		c.initial[name] = c.PeerURL(name)
 		c.Nodes = append(c.Nodes, &Node{Name: name, ID: server.MemberID(name), FS: vfs.NewCrashable()})
 	}
 	for i := range c.Nodes {
@@ -97,7 +98,7 @@ func (c *Cluster) start(i int) {
 	n.URL = "http://" + n.addr
 	s, err := server.New(server.Config{
 		Name: n.Name, DataDir: "/data", ClientAddr: n.addr, PeerAddr: c.initial[n.Name],
-		InitialCluster: c.initial, TickInterval: c.opts.TickInterval, ElectionTicks: c.opts.ElectionTicks,
+		InitialCluster: c.initial, Join: n.Join, TickInterval: c.opts.TickInterval, ElectionTicks: c.opts.ElectionTicks,
 		SnapshotEvery: c.opts.SnapshotEvery, RequestTimeout: c.opts.RequestTimeout,
 		MinSessionTTL: c.opts.MinSessionTTL, MaxSessionTTL: c.opts.MaxSessionTTL,
 		UnsafeLocalReads: c.opts.UnsafeLocalReads, FS: n.FS,
@@ -130,6 +131,20 @@ func logger(name string) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("node", name)
 }
+
+// AddNode starts a new, empty server that joins the running cluster (which
+// must already have added it as a member, e.g. by POST /v1/cluster/members
+// with PeerURL(name)) and returns its index.
+func (c *Cluster) AddNode(name string) int {
+	c.t.Helper()
+	c.initial[name] = c.PeerURL(name)
+	c.Nodes = append(c.Nodes, &Node{Name: name, ID: server.MemberID(name), FS: vfs.NewCrashable(), Join: true})
+	c.start(len(c.Nodes) - 1)
+	return len(c.Nodes) - 1
+}
+
+// PeerURL is the fake peer address of a member called name.
+func (c *Cluster) PeerURL(name string) string { return "fake-peer-" + name }
 
 // Crash stops node i as a power loss would: whatever it had not fsynced is
 // gone. From the moment of the crash its disk refuses every operation, so

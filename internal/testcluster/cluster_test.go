@@ -227,3 +227,89 @@ func TestWatchOnFollower(t *testing.T) {
 		t.Fatalf("got %d events (%d from the one-shot watch): %+v", len(events), oneShot, events)
 	}
 }
+
+// TestMembershipChanges adds a learner under writes (it catches up by
+// snapshot), reads linearizably through it, promotes it, transfers
+// leadership to it, removes the old leader, and checks the survivors agree.
+func TestMembershipChanges(t *testing.T) {
+	c := New(t, 3, Options{SnapshotEvery: 20})
+	ctx := ctxT(t, 60*time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	var last api.Node
+	for i := range 60 {
+		n, err := Put(ctx, c.URL(leader), fmt.Sprintf("/m/k%d", i%7), fmt.Sprint(i), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = n
+	}
+	var added api.Member
+	err := Do(ctx, "POST", c.URL(leader), "/v1/cluster/members", nil,
+		map[string]any{"name": "n4", "peer_url": c.PeerURL("n4"), "learner": true}, &added)
+	if err != nil || !added.Learner {
+		t.Fatalf("add learner: %+v, %v", added, err)
+	}
+	n4 := c.AddNode("n4")
+	c.WaitApplied(last.Index, 20*time.Second)
+	if st := c.Status(n4); st.Role != "learner" {
+		t.Fatalf("n4 role %q, want learner", st.Role)
+	}
+	if snaps := c.SnapshotIndexes(n4); len(snaps) == 0 {
+		t.Fatalf("n4 caught up without a snapshot (log compacted at every 20 entries)")
+	}
+	got, err := Get(ctx, c.URL(n4), "/m/k3", api.Linearizable)
+	if err != nil || got.Value != "59" && got.Value != "52" && got.Value != "45" {
+		// k3 was last written by i=59? 59%7=3: yes.
+		t.Fatalf("linearizable read through the learner: %+v, %v", got, err)
+	}
+	// A voter cannot be removed while a quorum would not remain... promote first.
+	var promoted api.Member
+	if err := Do(ctx, "POST", c.URL(leader), "/v1/cluster/members/n4/promote", nil, nil, &promoted); err != nil || promoted.Learner {
+		t.Fatalf("promote n4: %+v, %v", promoted, err)
+	}
+	if err := Do(ctx, "POST", c.URL(leader), "/v1/cluster/leader", nil, api.LeaderTransferRequest{To: "n4"}, nil); err != nil {
+		t.Fatalf("transfer leadership to n4: %v", err)
+	}
+	if l := c.WaitLeader(10 * time.Second); l != n4 {
+		t.Fatalf("leader is %s after transfer, want n4", c.Nodes[l].Name)
+	}
+	old := c.Nodes[leader].Name
+	if err := Do(ctx, "DELETE", c.URL(n4), "/v1/cluster/members/"+old, nil, nil, nil); err != nil {
+		t.Fatalf("remove %s: %v", old, err)
+	}
+	if !waitFor(10*time.Second, func() bool { return c.Nodes[leader].Server.Err() != nil }) {
+		t.Fatalf("removed member %s did not stop", old)
+	}
+	c.Stop(leader)
+	after, err := Put(ctx, c.URL(n4), "/m/after", "x", "")
+	if err != nil {
+		t.Fatalf("write after the membership changes: %v", err)
+	}
+	c.WaitApplied(after.Index, 10*time.Second)
+	var members api.Members
+	if err := Do(ctx, "GET", c.URL(n4), "/v1/cluster/members", nil, nil, &members); err != nil || len(members.Members) != 3 {
+		t.Fatalf("members %+v, %v; want 3", members, err)
+	}
+	c.EnsureSame(10 * time.Second)
+}
+
+// TestRemovalRefusedWithoutQuorum: with one of three voters down, removing
+// another voter would leave one healthy voter of two: refused.
+func TestRemovalRefusedWithoutQuorum(t *testing.T) {
+	c := New(t, 3, Options{})
+	ctx := ctxT(t, 30*time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	down, other := (leader+1)%3, (leader+2)%3
+	downID := c.Nodes[down].ID
+	c.Stop(down)
+	if !waitFor(10*time.Second, func() bool { return !c.Nodes[leader].Server.PeerHealthy(downID) }) {
+		t.Fatalf("leader still counts stopped %s as healthy", c.Nodes[down].Name)
+	}
+	err := Do(ctx, "DELETE", c.URL(leader), "/v1/cluster/members/"+c.Nodes[other].Name, nil, nil, nil)
+	if api.CodeOf(err) != api.CodePreconditionFailed {
+		t.Fatalf("removing %s with %s down: %v, want precondition_failed", c.Nodes[other].Name, c.Nodes[down].Name, err)
+	}
+	if _, err := Put(ctx, c.URL(leader), "/still", "writable", ""); err != nil {
+		t.Fatalf("cluster not writable after the refused removal: %v", err)
+	}
+}

@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/latch-io/latch/api"
+)
+
+// addMemberRequest is the body of POST /v1/cluster/members. A member always
+// joins as a learner; learner:false asks the leader to promote it once it has
+// caught up.
+type addMemberRequest struct {
+	Name      string `json:"name"`
+	PeerURL   string `json:"peer_url"`
+	ClientURL string `json:"client_url"`
+	Learner   bool   `json:"learner"`
+}
+
+func (h *Handler) addMember(w http.ResponseWriter, r *http.Request) {
+	var req addMemberRequest
+	if err := h.decodeBody(w, r, &req); err != nil {
+		h.writeError(w, err)
+		return
+	}
+	m, err := h.server.AddMember(r.Context(), api.Member{Name: req.Name, PeerURL: req.PeerURL, ClientURL: req.ClientURL}, !req.Learner)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	h.writeJSON(w, h.server.AppliedIndex(), m)
+}
+
+func (h *Handler) removeMember(w http.ResponseWriter, r *http.Request) {
+	id, err := h.server.MemberIDByName(r.PathValue("id"))
+	if err == nil {
+		err = h.server.RemoveMember(r.Context(), id)
+	}
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	h.writeJSON(w, h.server.AppliedIndex(), map[string]bool{"removed": true})
+}
+
+func (h *Handler) promoteMember(w http.ResponseWriter, r *http.Request) {
+	id, err := h.server.MemberIDByName(r.PathValue("id"))
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	m, err := h.server.PromoteMember(r.Context(), id)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	h.writeJSON(w, h.server.AppliedIndex(), m)
+}
+
+func (h *Handler) transferLeader(w http.ResponseWriter, r *http.Request) {
+	var req api.LeaderTransferRequest
+	if err := h.decodeBody(w, r, &req); err != nil {
+		h.writeError(w, err)
+		return
+	}
+	id, err := h.server.MemberIDByName(req.To)
+	if err == nil {
+		err = h.server.TransferLeadership(r.Context(), id)
+	}
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	st := h.server.Status()
+	h.writeJSON(w, st.AppliedIndex, st)
+}

@@ -1,0 +1,298 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
+)
+
+// Membership changes go through raft one at a time, decided on the leader
+// (it alone knows each member's progress):
+//   - a new member always joins as a learner; it becomes a voter only by a
+//     promotion, refused until it has caught up with the log;
+//   - a removal that would leave the remaining voters without a healthy
+//     quorum is refused; removing the leader hands leadership over first.
+
+// confContext rides in a conf change's Context: the member's addresses and
+// the id of the proposal waiting for it.
+type confContext struct {
+	Member   command.Member `json:"member"`
+	Proposal uint64         `json:"proposal,omitempty"`
+}
+
+func encodeConfContext(c confContext) []byte {
+	b, _ := json.Marshal(c)
+	return b
+}
+
+func decodeConfContext(b []byte) (confContext, error) {
+	var c confContext
+	if len(b) == 0 {
+		return c, nil
+	}
+	err := json.Unmarshal(b, &c)
+	return c, err
+}
+
+// promotionSlack is how far behind the leader's commit index a learner's
+// log may be when it is promoted.
+const promotionSlack = 100
+
+// errNotLeader is the 503 of membership calls made to a follower.
+func (g *group) errNotLeader() error {
+	return g.unavailable("membership changes are decided by the leader; retry there")
+}
+
+// leaderStatus returns raft's status if this server leads.
+func (g *group) leaderStatus() (raft.Status, error) {
+	st := g.node.Status()
+	if st.RaftState != raft.StateLeader {
+		return st, g.errNotLeader()
+	}
+	return st, nil
+}
+
+// proposeConfChange proposes cc and waits until this server applied it.
+func (g *group) proposeConfChange(ctx context.Context, change raftpb.ConfChangeSingle, member command.Member) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.server.cfg.RequestTimeout)
+	defer cancel()
+	id, ch := g.waiters.add()
+	defer g.waiters.remove(id)
+	cc := raftpb.ConfChangeV2{
+		Changes: []raftpb.ConfChangeSingle{change},
+		Context: encodeConfContext(confContext{Member: member, Proposal: id}),
+	}
+	if err := g.node.ProposeConfChange(ctx, cc); err != nil {
+		return 0, g.unavailable("membership change not accepted: %v", err)
+	}
+	select {
+	case o := <-ch:
+		return o.index, o.err
+	case <-ctx.Done():
+		return 0, g.unavailable("membership change not applied within the deadline (another change may be pending); outcome unknown")
+	}
+}
+
+// AddMember adds a member as a learner. With promote, the leader promotes it
+// to voter in the background once it has caught up.
+func (s *Server) AddMember(ctx context.Context, m api.Member, promote bool) (api.Member, error) {
+	g := s.main.Load()
+	if _, err := g.leaderStatus(); err != nil {
+		return api.Member{}, err
+	}
+	if m.Name == "" || m.PeerURL == "" {
+		return api.Member{}, api.Errorf(api.CodeInvalidArgument, "a member needs a name and a peer_url")
+	}
+	id := MemberID(m.Name)
+	if existing := s.memberByID(id); existing.ID != 0 {
+		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "member %q (%s) already exists", m.Name, api.FormatID(id))
+	}
+	member := command.Member{ID: id, Name: m.Name, PeerURL: m.PeerURL, ClientURL: m.ClientURL, Learner: true}
+	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id}
+	if _, err := g.proposeConfChange(ctx, change, member); err != nil {
+		return api.Member{}, err
+	}
+	if promote {
+		s.goBackground(func() { s.promoteWhenCaughtUp(g, id) })
+	}
+	return toAPIMembers([]command.Member{member})[0], nil
+}
+
+// PromoteMember makes a caught-up learner a voter.
+func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, error) {
+	g := s.main.Load()
+	st, err := g.leaderStatus()
+	if err != nil {
+		return api.Member{}, err
+	}
+	if _, ok := st.Config.Learners[id]; !ok {
+		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "%s is not a learner", api.FormatID(id))
+	}
+	if pr := st.Progress[id]; pr.Match+promotionSlack < st.Commit || !pr.RecentActive {
+		return api.Member{}, api.Errorf(api.CodePreconditionFailed,
+			"learner %s has not caught up (log at %d, commit index %d, active %v)", api.FormatID(id), pr.Match, st.Commit, pr.RecentActive)
+	}
+	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode, NodeID: id}
+	if _, err := g.proposeConfChange(ctx, change, command.Member{}); err != nil {
+		return api.Member{}, err
+	}
+	m := s.memberByID(id)
+	m.Learner = false
+	return toAPIMembers([]command.Member{m})[0], nil
+}
+
+// promoteWhenCaughtUp promotes learner id once it has caught up, giving up
+// after a few minutes or when this server stops leading.
+func (s *Server) promoteWhenCaughtUp(g *group, id uint64) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		_, err := s.PromoteMember(context.Background(), id)
+		if err == nil || api.CodeOf(err) == api.CodeUnavailable && g.leader.Load() != s.id {
+			return
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-s.stop:
+			return
+		}
+	}
+	s.log.Warn("learner did not catch up in time; not promoted", "member", api.FormatID(id))
+}
+
+// RemoveMember removes a member, refusing if the voters left could not form
+// a healthy quorum. Removing the leader hands leadership to the most
+// caught-up voter first.
+func (s *Server) RemoveMember(ctx context.Context, id uint64) error {
+	g := s.main.Load()
+	st, err := g.leaderStatus()
+	if err != nil {
+		return err
+	}
+	if s.memberByID(id).ID == 0 && !inConfig(st, id) {
+		return api.Errorf(api.CodeNotFound, "no member %s", api.FormatID(id))
+	}
+	if err := checkQuorumAfterRemoval(st, id); err != nil {
+		return err
+	}
+	if id == s.id {
+		if err := s.handOver(ctx, g, st); err != nil {
+			return err
+		}
+	}
+	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeRemoveNode, NodeID: id}
+	_, err = g.proposeConfChange(ctx, change, command.Member{ID: id})
+	return err
+}
+
+func inConfig(st raft.Status, id uint64) bool {
+	_, voter := st.Config.Voters.IDs()[id]
+	_, learner := st.Config.Learners[id]
+	return voter || learner
+}
+
+// checkQuorumAfterRemoval refuses a removal after which the active voters
+// would be too few for a quorum of the new configuration.
+func checkQuorumAfterRemoval(st raft.Status, id uint64) error {
+	voters := st.Config.Voters.IDs()
+	if _, ok := voters[id]; !ok {
+		return nil // a learner: votes on nothing
+	}
+	remaining, active := 0, 0
+	for v := range voters {
+		if v == id {
+			continue
+		}
+		remaining++
+		if pr := st.Progress[v]; v == st.ID || pr.RecentActive && pr.State == tracker.StateReplicate {
+			active++
+		}
+	}
+	if remaining == 0 {
+		return api.Errorf(api.CodePreconditionFailed, "refusing to remove the last voter")
+	}
+	if need := remaining/2 + 1; active < need {
+		return api.Errorf(api.CodePreconditionFailed,
+			"removing %s would leave %d healthy voters of %d, below a quorum of %d", api.FormatID(id), active, remaining, need)
+	}
+	return nil
+}
+
+// handOver transfers leadership to the most caught-up other active voter and
+// waits until this server no longer leads.
+func (s *Server) handOver(ctx context.Context, g *group, st raft.Status) error {
+	var candidates []uint64
+	for v := range st.Config.Voters.IDs() {
+		if pr := st.Progress[v]; v != s.id && pr.RecentActive {
+			candidates = append(candidates, v)
+		}
+	}
+	if len(candidates) == 0 {
+		return api.Errorf(api.CodePreconditionFailed, "no other active voter to hand leadership to")
+	}
+	sort.Slice(candidates, func(i, j int) bool { return st.Progress[candidates[i]].Match > st.Progress[candidates[j]].Match })
+	return s.transferTo(ctx, g, candidates[0])
+}
+
+// TransferLeadership moves leadership to the voter to and waits for it.
+func (s *Server) TransferLeadership(ctx context.Context, to uint64) error {
+	g := s.main.Load()
+	st := g.node.Status()
+	if _, ok := st.Config.Voters.IDs()[to]; !ok {
+		return api.Errorf(api.CodeInvalidArgument, "%s is not a voter", api.FormatID(to))
+	}
+	if st.Lead == to {
+		return nil
+	}
+	return s.transferTo(ctx, g, to)
+}
+
+func (s *Server) transferTo(ctx context.Context, g *group, to uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	for g.leader.Load() != to {
+		g.node.TransferLeadership(ctx, to)
+		select {
+		case <-time.After(s.electionTimeout() / 4):
+		case <-ctx.Done():
+			return g.unavailable("leadership did not move to %s in time", api.FormatID(to))
+		}
+	}
+	return nil
+}
+
+// memberByID returns the recorded member (zero if unknown).
+func (s *Server) memberByID(id uint64) command.Member {
+	var out command.Member
+	s.main.Load().view(func(f *fsm.FSM) {
+		for _, m := range f.Members() {
+			if m.ID == id {
+				out = m
+			}
+		}
+	})
+	return out
+}
+
+// MemberIDByName resolves a member name or a formatted id.
+func (s *Server) MemberIDByName(nameOrID string) (uint64, error) {
+	if id, err := api.ParseID(nameOrID); err == nil && s.memberByID(id).ID != 0 {
+		return id, nil
+	}
+	id := MemberID(nameOrID)
+	if s.memberByID(id).ID == 0 {
+		return 0, api.Errorf(api.CodeNotFound, "no member named %q", nameOrID)
+	}
+	return id, nil
+}
+
+// ErrRemoved is the reason a server stops after the cluster removed it.
+var ErrRemoved = errors.New("server: removed from the cluster")
+
+// removed stops a server that applied its own removal.
+func (s *Server) removed() {
+	s.errMu.Lock()
+	if s.err == nil {
+		s.err = ErrRemoved
+	}
+	s.errMu.Unlock()
+	s.log.Warn("this member was removed from the cluster; stopping")
+	_ = s.Close()
+}
+
+// PeerHealthy reports whether this server, leading, sees member id as
+// recently active and replicating (what a removal's quorum check counts).
+func (s *Server) PeerHealthy(id uint64) bool {
+	st := s.main.Load().node.Status()
+	pr, ok := st.Progress[id]
+	return ok && (id == st.ID || pr.RecentActive && pr.State == tracker.StateReplicate)
+}
