@@ -99,7 +99,7 @@ func (c *Cluster) start(i int) {
 	s, err := server.New(server.Config{
 		Name: n.Name, DataDir: "/data", ClientAddr: n.addr, PeerAddr: c.initial[n.Name],
 		InitialCluster: c.initial, Join: n.Join, TickInterval: c.opts.TickInterval, ElectionTicks: c.opts.ElectionTicks,
-		SnapshotEvery: c.opts.SnapshotEvery, RequestTimeout: c.opts.RequestTimeout,
+		SnapshotEvery: c.opts.SnapshotEvery, RequestTimeout: c.opts.RequestTimeout, WALSegmentSize: 1 << 20,
 		MinSessionTTL: c.opts.MinSessionTTL, MaxSessionTTL: c.opts.MaxSessionTTL,
 		UnsafeLocalReads: c.opts.UnsafeLocalReads, FS: n.FS,
 		NewTransport: func(id uint64, h transport.Handler, s transport.Snapshots) (transport.Transport, error) {

@@ -34,6 +34,18 @@ type memNode struct {
 	isDir  bool
 	data   []byte
 	synced []byte
+	// dirtyFrom and dirtyTo bound the bytes of data that may differ from
+	// synced; Sync copies only those (a preallocated WAL segment is 64 MiB).
+	dirtyFrom, dirtyTo int
+}
+
+// markDirty records that data[from:to] may differ from synced.
+func (n *memNode) markDirty(from, to int) {
+	if n.dirtyFrom >= n.dirtyTo {
+		n.dirtyFrom, n.dirtyTo = from, to
+		return
+	}
+	n.dirtyFrom, n.dirtyTo = min(n.dirtyFrom, from), max(n.dirtyTo, to)
 }
 
 // NewMem returns an empty crashable in-memory FS.

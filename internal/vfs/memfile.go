@@ -113,6 +113,7 @@ func (f *memFile) writeAt(p []byte, offset int64, op string) (int, error) {
 
 func writeAtLocked(node *memNode, p []byte, offset int64) {
 	end := int(offset) + len(p)
+	node.markDirty(min(int(offset), len(node.data)), end)
 	if end > len(node.data) {
 		if end <= cap(node.data) {
 			node.data = node.data[:end]
@@ -167,7 +168,17 @@ func (f *memFile) Sync() error {
 	if err := f.usableLocked(false); err != nil {
 		return pathError("sync", f.name, err)
 	}
-	f.node.synced = append(f.node.synced[:0], f.node.data...)
+	n := f.node
+	if cap(n.synced) < len(n.data) {
+		grown := make([]byte, len(n.data))
+		copy(grown, n.synced)
+		n.synced = grown
+	}
+	n.synced = n.synced[:len(n.data)]
+	if from, to := n.dirtyFrom, min(n.dirtyTo, len(n.data)); from < to {
+		copy(n.synced[from:to], n.data[from:to])
+	}
+	n.dirtyFrom, n.dirtyTo = 0, 0
 	return nil
 }
 
