@@ -1,0 +1,488 @@
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/server"
+)
+
+// Scenarios of issue 4 for sessions and exactly-once writes: expiry deletes
+// ephemeral nodes on every replica (checker S), heartbeats through a
+// follower survive a leader crash, a client that only reaches a minority
+// loses its session on the majority, retried writes apply once (checker Q),
+// timeouts are clamped.
+
+// heartbeater sends a heartbeat for session to one node every interval
+// until stopped, and counts what came back.
+type heartbeater struct {
+	stop     chan struct{}
+	done     chan struct{}
+	beats    atomic.Int64 // answered alive
+	expired  atomic.Int64 // answered session_expired
+	failures atomic.Int64 // other errors (a node down, no leader)
+}
+
+func startHeartbeats(base, session string, interval time.Duration) *heartbeater {
+	h := &heartbeater{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		ticker := time.NewTicker(interval)
+		defer ticker.Stop()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), interval)
+			_, err := Heartbeat(ctx, base, session)
+			cancel()
+			switch {
+			case err == nil:
+				h.beats.Add(1)
+			case api.CodeOf(err) == api.CodeSessionExpired:
+				h.expired.Add(1)
+			default:
+				h.failures.Add(1)
+			}
+			select {
+			case <-h.stop:
+				return
+			case <-ticker.C:
+			}
+		}
+	}()
+	return h
+}
+
+// halt stops the heartbeats and returns when the last one was answered.
+func (h *heartbeater) halt() time.Time {
+	close(h.stop)
+	<-h.done
+	return time.Now()
+}
+
+// waitBeats waits until n more heartbeats were answered alive.
+func (h *heartbeater) waitBeats(t *testing.T, n int64, timeout time.Duration) {
+	t.Helper()
+	target := h.beats.Load() + n
+	if !waitFor(timeout, func() bool { return h.beats.Load() >= target }) {
+		t.Fatalf("only %d of %d heartbeats answered alive within %v (%d expired, %d failed)",
+			h.beats.Load(), target, timeout, h.expired.Load(), h.failures.Load())
+	}
+}
+
+// marker writes a fresh key through node i and returns its index: every
+// entry committed before the call is at or below it.
+func marker(t *testing.T, ctx context.Context, c *Cluster, i int) uint64 {
+	t.Helper()
+	n, err := Put(ctx, c.URL(i), fmt.Sprintf("/markers/m%d", time.Now().UnixNano()), "", "")
+	if err != nil {
+		t.Fatalf("marker write through %s: %v", c.Nodes[i].Name, err)
+	}
+	return n.Index
+}
+
+// waitSessionGone waits until node i, read linearizably, no longer knows session.
+func waitSessionGone(t *testing.T, ctx context.Context, c *Cluster, i int, session string, timeout time.Duration) {
+	t.Helper()
+	var last error
+	ok := waitFor(timeout, func() bool {
+		_, last = SessionInfo(ctx, c.URL(i), session, api.Linearizable, 0)
+		return api.CodeOf(last) == api.CodeNotFound
+	})
+	if !ok {
+		t.Fatalf("session %s still known to %s after %v (last answer: %v): %s",
+			session, c.Nodes[i].Name, timeout, last, c.describe())
+	}
+}
+
+// checkGone fails unless each of nodes, once it applied index, has neither
+// the session nor any of paths (stale reads: what each replica holds).
+func checkGone(t *testing.T, ctx context.Context, c *Cluster, nodes []int, index uint64, session string, paths ...string) {
+	t.Helper()
+	for _, i := range nodes {
+		if _, err := SessionInfo(ctx, c.URL(i), session, api.Stale, index); api.CodeOf(err) != api.CodeNotFound {
+			t.Errorf("%s at index %d: session %s: %v, want not_found", c.Nodes[i].Name, index, session, err)
+		}
+		for _, p := range paths {
+			if n, err := GetAt(ctx, c.URL(i), p, api.Stale, index); api.CodeOf(err) != api.CodeNotFound {
+				t.Errorf("%s at index %d: ephemeral %s: %+v, %v; want not_found", c.Nodes[i].Name, index, p, n, err)
+			}
+		}
+	}
+}
+
+// checkPresent fails unless each of nodes, once it applied index, holds
+// every one of paths as an ephemeral node of session.
+func checkPresent(t *testing.T, ctx context.Context, c *Cluster, nodes []int, index uint64, session string, paths ...string) {
+	t.Helper()
+	for _, i := range nodes {
+		for _, p := range paths {
+			n, err := GetAt(ctx, c.URL(i), p, api.Stale, index)
+			if err != nil || !n.Ephemeral || n.OwnerSession != session {
+				t.Errorf("%s at index %d: %s = %+v, %v; want an ephemeral node of %s", c.Nodes[i].Name, index, p, n, err, session)
+			}
+		}
+	}
+}
+
+// TestSessionExpiryDeletesEphemeralsEverywhere: a session kept alive
+// through a follower for several timeouts lives; once its heartbeats stop it
+// expires no sooner than its timeout, and its ephemeral nodes (plain and
+// sequential) are gone on every replica.
+func TestSessionExpiryDeletesEphemeralsEverywhere(t *testing.T) {
+	c := New(t, 3, Steady(Options{MinSessionTTL: 200 * time.Millisecond}))
+	ctx := ctxT(t, 60*time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	follower := c.Others(leader)[0]
+	const timeout = time.Second
+	s, err := CreateSession(ctx, c.URL(follower), timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := SessionWrite{SessionID: s.SessionID, Ephemeral: true}
+	if _, err := SessionPut(ctx, c.URL(follower), "/eph/plain", "x", owned); err != nil {
+		t.Fatal(err)
+	}
+	owned.Sequential = true
+	seq, err := SessionPut(ctx, c.URL(follower), "/eph/queue/item-", "x", owned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{"/eph/plain", seq.Path}
+
+	beats := startHeartbeats(c.URL(follower), s.SessionID, timeout/4)
+	beats.waitBeats(t, 12, 20*time.Second) // three timeouts' worth
+	info, err := SessionInfo(ctx, c.URL(leader), s.SessionID, api.Linearizable, 0)
+	if err != nil || info.EphemeralCount != 2 {
+		t.Fatalf("heartbeating session after %d beats: %+v, %v; want alive with 2 ephemeral nodes", beats.beats.Load(), info, err)
+	}
+	lastBeat := beats.halt()
+	if beats.expired.Load() > 0 {
+		t.Fatalf("%d heartbeats answered session_expired while the session was kept alive", beats.expired.Load())
+	}
+
+	waitSessionGone(t, ctx, c, leader, s.SessionID, 20*time.Second)
+	if elapsed := time.Since(lastBeat); elapsed < timeout {
+		t.Fatalf("session expired %v after its last heartbeat, before its timeout %v", elapsed, timeout)
+	}
+	index := marker(t, ctx, c, leader)
+	checkGone(t, ctx, c, c.Running(), index, s.SessionID, paths...)
+	for _, i := range c.Running() {
+		if _, err := Heartbeat(ctx, c.URL(i), s.SessionID); api.CodeOf(err) != api.CodeSessionExpired {
+			t.Errorf("heartbeat to %s after expiry: %v, want session_expired", c.Nodes[i].Name, err)
+		}
+	}
+	c.EnsureSame(10 * time.Second)
+}
+
+// TestSessionSurvivesLeaderCrash: heartbeats sent only to a follower keep a
+// session, and its ephemeral node, alive across a crash of the leader (the
+// new leader renews every session, relays reach it); the crashed node has
+// the node after it restarts. Once the heartbeats stop the session expires,
+// so it was the heartbeats that kept it.
+func TestSessionSurvivesLeaderCrash(t *testing.T) {
+	c := New(t, 3, Steady(Options{MinSessionTTL: 200 * time.Millisecond}))
+	ctx := ctxT(t, 60*time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	follower := c.Others(leader)[0]
+	const timeout = time.Second
+	s, err := CreateSession(ctx, c.URL(follower), timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := SessionPut(ctx, c.URL(follower), "/keep/me", "x", SessionWrite{SessionID: s.SessionID, Ephemeral: true}); err != nil {
+		t.Fatal(err)
+	}
+	beats := startHeartbeats(c.URL(follower), s.SessionID, timeout/4)
+	defer func() {
+		select {
+		case <-beats.stop:
+		default:
+			beats.halt()
+		}
+	}()
+	beats.waitBeats(t, 2, 10*time.Second)
+
+	c.Crash(leader)
+	newLeader := c.WaitLeader(10 * time.Second)
+	beats.waitBeats(t, 12, 30*time.Second) // three timeouts under the new leader
+	if n := beats.expired.Load(); n > 0 {
+		t.Fatalf("%d heartbeats answered session_expired across the leader crash", n)
+	}
+	info, err := SessionInfo(ctx, c.URL(newLeader), s.SessionID, api.Linearizable, 0)
+	if err != nil || info.EphemeralCount != 1 {
+		t.Fatalf("session after the crash: %+v, %v; want alive with its ephemeral node", info, err)
+	}
+	index := marker(t, ctx, c, newLeader)
+	checkPresent(t, ctx, c, c.Running(), index, s.SessionID, "/keep/me")
+	c.Restart(leader)
+	checkPresent(t, ctx, c, []int{leader}, index, s.SessionID, "/keep/me")
+
+	beats.halt()
+	waitSessionGone(t, ctx, c, c.WaitLeader(10*time.Second), s.SessionID, 20*time.Second)
+	index = marker(t, ctx, c, c.WaitLeader(10*time.Second))
+	checkGone(t, ctx, c, c.Running(), index, s.SessionID, "/keep/me")
+	c.EnsureSame(10 * time.Second)
+}
+
+// TestPartitionedHeartbeatsExpire: a client that heartbeats only to a node
+// cut off from the majority (a follower, or the leader itself) loses its
+// session on the majority side, with its ephemeral node; after the
+// partition heals, the cut-off node learns it too.
+func TestPartitionedHeartbeatsExpire(t *testing.T) {
+	tests := []struct {
+		name     string
+		minority func(c *Cluster, leader int) int
+	}{
+		{"isolated follower", func(c *Cluster, leader int) int { return c.Others(leader)[0] }},
+		{"isolated leader", func(c *Cluster, leader int) int { return leader }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New(t, 3, Steady(Options{MinSessionTTL: 200 * time.Millisecond}))
+			ctx := ctxT(t, 60*time.Second)
+			minority := tt.minority(c, c.WaitLeader(5*time.Second))
+			majority := c.Others(minority)
+			const timeout = 800 * time.Millisecond
+			s, err := CreateSession(ctx, c.URL(minority), timeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := SessionPut(ctx, c.URL(minority), "/part/me", "x", SessionWrite{SessionID: s.SessionID, Ephemeral: true}); err != nil {
+				t.Fatal(err)
+			}
+			c.WaitApplied(c.Nodes[minority].Server.AppliedIndex(), 10*time.Second)
+			beats := startHeartbeats(c.URL(minority), s.SessionID, timeout/4)
+			defer beats.halt()
+			beats.waitBeats(t, 2, 10*time.Second)
+
+			c.Net.Partition(c.IDs(minority), c.IDs(majority...))
+			majorityLeader := c.LeaderIn(10*time.Second, majority...)
+			waitSessionGone(t, ctx, c, majorityLeader, s.SessionID, 20*time.Second)
+			index := marker(t, ctx, c, majorityLeader)
+			checkGone(t, ctx, c, majority, index, s.SessionID, "/part/me")
+
+			c.Net.Heal()
+			ok := waitFor(20*time.Second, func() bool { return beats.expired.Load() > 0 })
+			if !ok {
+				t.Fatalf("after healing, heartbeats to %s still answered alive", c.Nodes[minority].Name)
+			}
+			checkGone(t, ctx, c, []int{minority}, index, s.SessionID, "/part/me")
+			c.EnsureSame(10 * time.Second)
+		})
+	}
+}
+
+// TestBatchedHeartbeat: one call carries many ids; the dead ones come back
+// in expired, the live ones stay alive.
+func TestBatchedHeartbeat(t *testing.T) {
+	c := New(t, 3, Steady(Options{MinSessionTTL: 200 * time.Millisecond}))
+	ctx := ctxT(t, 30*time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	follower := c.Others(leader)[0]
+	var ids []string
+	for range 5 {
+		s, err := CreateSession(ctx, c.URL(leader), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.SessionID)
+	}
+	var closed api.Closed
+	if err := Do(ctx, http.MethodPost, c.URL(leader), "/v1/session/close", nil, api.SessionRequest{SessionID: ids[2]}, &closed); err != nil {
+		t.Fatal(err)
+	}
+	// A follower answers from what it applied: let it learn of the close.
+	c.WaitApplied(closed.Index, 10*time.Second)
+	hb, err := Heartbeat(ctx, c.URL(follower), ids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hb.Alive || len(hb.Expired) != 1 || hb.Expired[0] != ids[2] || hb.Index < closed.Index {
+		t.Fatalf("batched heartbeat = %+v, want alive:false, expired [%s], index >= %d", hb, ids[2], closed.Index)
+	}
+	hb, err = Heartbeat(ctx, c.URL(follower), ids[0], ids[1], ids[3])
+	if err != nil || !hb.Alive || len(hb.Expired) != 0 {
+		t.Fatalf("batched heartbeat of live sessions = %+v, %v", hb, err)
+	}
+}
+
+// TestExactlyOnceRetries: a write retried with the same session_id and
+// request_seq, through any node, returns the first result and is applied
+// once; a new request_seq is a new write.
+func TestExactlyOnceRetries(t *testing.T) {
+	c := New(t, 3, Steady(Options{}))
+	ctx := ctxT(t, 30*time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	s, err := CreateSession(ctx, c.URL(leader), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(seq uint64) SessionWrite { return SessionWrite{SessionID: s.SessionID, RequestSeq: seq} }
+
+	t.Run("sequential create", func(t *testing.T) {
+		w := write(1)
+		w.Sequential = true
+		var first api.Node
+		for i := range c.Nodes {
+			n, err := SessionPut(ctx, c.URL(i), "/once/q/item-", "v", w)
+			if err != nil {
+				t.Fatalf("attempt through %s: %v", c.Nodes[i].Name, err)
+			}
+			if i == 0 {
+				first = n
+			} else if n.Path != first.Path || n.CreatedIndex != first.CreatedIndex {
+				t.Fatalf("retry through %s created %+v, first attempt %+v", c.Nodes[i].Name, n, first)
+			}
+		}
+		next := write(2)
+		next.Sequential = true
+		n, err := SessionPut(ctx, c.URL(leader), "/once/q/item-", "v", next)
+		if err != nil || n.Path <= first.Path {
+			t.Fatalf("a new request_seq: %+v, %v; want a new node after %s", n, err, first.Path)
+		}
+		children, err := ChildrenAt(ctx, c.URL(leader), "/once/q", api.Linearizable, 0)
+		if err != nil || len(children.Children) != 2 {
+			t.Fatalf("children of /once/q = %+v, %v; want 2", children, err)
+		}
+	})
+	t.Run("put", func(t *testing.T) {
+		for attempt := range 3 {
+			n, err := SessionPut(ctx, c.URL(attempt%3), "/once/p", "v", write(3))
+			if err != nil || n.Version != 1 {
+				t.Fatalf("attempt %d: %+v, %v; want version 1 every time", attempt, n, err)
+			}
+		}
+		if n, err := Get(ctx, c.URL(leader), "/once/p", api.Linearizable); err != nil || n.Version != 1 {
+			t.Fatalf("after retries: %+v, %v; want version 1", n, err)
+		}
+	})
+	t.Run("delete", func(t *testing.T) {
+		for attempt := range 3 {
+			if _, err := SessionDelete(ctx, c.URL(attempt%3), "/once/p", write(4)); err != nil {
+				t.Fatalf("attempt %d: %v; want the first result (deleted)", attempt, err)
+			}
+		}
+		if _, err := SessionDelete(ctx, c.URL(leader), "/once/p", write(5)); api.CodeOf(err) != api.CodeNotFound {
+			t.Fatalf("a new request_seq deleting again: %v, want not_found", err)
+		}
+	})
+	c.EnsureSame(10 * time.Second)
+}
+
+// TestExactlyOnceAcrossLeaderChange: a sequential create is sent to the
+// leader, which crashes right after (its outcome unknown to the client), or
+// once the write reached a follower (committed); the retry through another
+// node with the same session_id and request_seq leaves exactly one node,
+// and, if the first attempt committed, returns its path.
+func TestExactlyOnceAcrossLeaderChange(t *testing.T) {
+	tests := []struct {
+		name string
+		// crashWhen returns once the leader should crash.
+		crashWhen func(c *Cluster, follower int) bool
+	}{
+		{"crash right after sending", func(c *Cluster, follower int) bool { return true }},
+		{"crash once a follower applied it", func(c *Cluster, follower int) bool {
+			return waitFor(10*time.Second, func() bool {
+				children, err := c.Nodes[follower].Server.Children(context.Background(), "/xo", staleRead)
+				return err == nil && len(children.Children) > 0
+			})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New(t, 3, Steady(Options{}))
+			ctx := ctxT(t, 60*time.Second)
+			leader := c.WaitLeader(5 * time.Second)
+			follower := c.Others(leader)[0]
+			s, err := CreateSession(ctx, c.URL(leader), 20*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := SessionWrite{SessionID: s.SessionID, RequestSeq: 7, Sequential: true}
+			type answer struct {
+				node api.Node
+				err  error
+			}
+			first := make(chan answer, 1)
+			go func() {
+				n, err := SessionPut(ctx, c.URL(leader), "/xo/item-", "v", w)
+				first <- answer{n, err}
+			}()
+			if !tt.crashWhen(c, follower) {
+				t.Fatalf("the write never reached %s", c.Nodes[follower].Name)
+			}
+			c.Crash(leader)
+			original := <-first
+			committed := ""
+			if original.err == nil {
+				committed = original.node.Path
+			}
+			if children, err := c.Nodes[follower].Server.Children(ctx, "/xo", staleRead); err == nil && len(children.Children) == 1 {
+				committed = "/xo/" + children.Children[0]
+			}
+
+			var retried api.Node
+			ok := waitFor(30*time.Second, func() bool {
+				retried, err = SessionPut(ctx, c.URL(follower), "/xo/item-", "v", w)
+				return err == nil
+			})
+			if !ok {
+				t.Fatalf("retry through %s never succeeded: %v", c.Nodes[follower].Name, err)
+			}
+			if committed != "" && retried.Path != committed {
+				t.Fatalf("retry returned %s, but the first attempt committed %s", retried.Path, committed)
+			}
+			children, err := ChildrenAt(ctx, c.URL(follower), "/xo", api.Linearizable, 0)
+			if err != nil || len(children.Children) != 1 || "/xo/"+children.Children[0] != retried.Path {
+				t.Fatalf("children of /xo = %+v, %v; want exactly %s (first attempt: %+v, %v)",
+					children, err, retried.Path, original.node, original.err)
+			}
+			c.Restart(leader)
+			c.EnsureSame(15 * time.Second)
+		})
+	}
+}
+
+// TestSessionTimeoutClamped: the server clamps a requested timeout to
+// [MinSessionTTL, MaxSessionTTL] and returns, and keeps, the chosen value.
+func TestSessionTimeoutClamped(t *testing.T) {
+	c := New(t, 3, Steady(Options{MinSessionTTL: time.Second, MaxSessionTTL: 5 * time.Second}))
+	ctx := ctxT(t, 30*time.Second)
+	tests := []struct {
+		name      string
+		requested time.Duration
+		want      uint64
+	}{
+		{"zero takes the minimum", 0, 1000},
+		{"below the minimum", 10 * time.Millisecond, 1000},
+		{"the minimum", time.Second, 1000},
+		{"inside the range", 3 * time.Second, 3000},
+		{"the maximum", 5 * time.Second, 5000},
+		{"above the maximum", time.Hour, 5000},
+	}
+	for k, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			node := k % len(c.Nodes)
+			s, err := CreateSession(ctx, c.URL(node), tt.requested)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.TimeoutMs != tt.want {
+				t.Fatalf("requested %v: timeout_ms %d, want %d", tt.requested, s.TimeoutMs, tt.want)
+			}
+			for i := range c.Nodes {
+				info, err := SessionInfo(ctx, c.URL(i), s.SessionID, api.Stale, s.Index)
+				if err != nil || info.TimeoutMs != tt.want {
+					t.Fatalf("%s: session %+v, %v; want timeout_ms %d", c.Nodes[i].Name, info, err, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// staleRead reads a replica's own state.
+var staleRead = server.ReadOptions{Consistency: api.Stale}
