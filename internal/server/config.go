@@ -66,6 +66,9 @@ type Config struct {
 	// ReadIndex round. It exists only so the linearizability checker can be
 	// shown to catch the resulting stale reads; never set it in production.
 	UnsafeLocalReads bool
+	// UnsafeNoSync acknowledges writes without fsyncing the WAL, the planted
+	// bug the durability checks must catch. Tests only.
+	UnsafeNoSync bool
 
 	Logger *slog.Logger
 }

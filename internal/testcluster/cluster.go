@@ -32,6 +32,7 @@ type Options struct {
 	MinSessionTTL    time.Duration
 	MaxSessionTTL    time.Duration
 	UnsafeLocalReads bool // the planted stale-read bug, for checker tests
+	UnsafeNoSync     bool // the planted acknowledge-before-fsync bug
 	Seed             int64
 }
 
@@ -101,7 +102,7 @@ func (c *Cluster) start(i int) {
 		InitialCluster: c.initial, Join: n.Join, TickInterval: c.opts.TickInterval, ElectionTicks: c.opts.ElectionTicks,
 		SnapshotEvery: c.opts.SnapshotEvery, RequestTimeout: c.opts.RequestTimeout, WALSegmentSize: 1 << 20,
 		MinSessionTTL: c.opts.MinSessionTTL, MaxSessionTTL: c.opts.MaxSessionTTL,
-		UnsafeLocalReads: c.opts.UnsafeLocalReads, FS: n.FS,
+		UnsafeLocalReads: c.opts.UnsafeLocalReads, UnsafeNoSync: c.opts.UnsafeNoSync, FS: n.FS,
 		NewTransport: func(id uint64, h transport.Handler, s transport.Snapshots) (transport.Transport, error) {
 			return c.Net.Join(id, h, s), nil
 		},

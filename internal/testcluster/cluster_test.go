@@ -313,3 +313,45 @@ func TestRemovalRefusedWithoutQuorum(t *testing.T) {
 		t.Fatalf("cluster not writable after the refused removal: %v", err)
 	}
 }
+
+// TestPlantedNoSyncLosesWrites is the durability checker's planted bug:
+// with the WAL acknowledging before fsync, a power loss of every node loses
+// acknowledged writes, and the check that every acknowledged write survives
+// must see it. Without the bug the same scenario loses nothing.
+func TestPlantedNoSyncLosesWrites(t *testing.T) {
+	for _, planted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("planted=%v", planted), func(t *testing.T) {
+			c := New(t, 3, Options{UnsafeNoSync: planted})
+			ctx := ctxT(t, 60*time.Second)
+			leader := c.WaitLeader(5 * time.Second)
+			var acked []string
+			for i := range 20 {
+				path := fmt.Sprintf("/durable/k%d", i)
+				if _, err := Put(ctx, c.URL(leader), path, "v", ""); err != nil {
+					t.Fatalf("put %s: %v", path, err)
+				}
+				acked = append(acked, path)
+			}
+			for i := range c.Nodes {
+				c.Crash(i)
+			}
+			for i := range c.Nodes {
+				c.Restart(i)
+			}
+			leader = c.WaitLeader(20 * time.Second)
+			lost := 0
+			for _, path := range acked {
+				if _, err := Get(ctx, c.URL(leader), path, api.Linearizable); err != nil {
+					lost++
+				}
+			}
+			switch {
+			case !planted && lost > 0:
+				t.Fatalf("%d of %d acknowledged writes lost after a power loss", lost, len(acked))
+			case planted && lost == 0:
+				t.Fatalf("with the WAL acknowledging before fsync, the check found no lost write")
+			}
+			t.Logf("acknowledged writes lost: %d of %d", lost, len(acked))
+		})
+	}
+}

@@ -34,6 +34,10 @@ type Options struct {
 	// Logger receives repairs (torn tails) and released segments. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// UnsafeNoSync makes Save return without fsyncing the segment: the
+	// planted bug "acknowledge before fsync" (etcd #10508) that the
+	// durability checks must catch. Tests only; never in production.
+	UnsafeNoSync bool
 }
 
 // SnapshotMarker records that a durable snapshot of a group at Index, Term
@@ -363,6 +367,9 @@ func (w *WAL) recordWrittenLocked(requests []*saveRequest) {
 
 // syncSegmentLocked fsyncs the current segment and, if it is new, the directory.
 func (w *WAL) syncSegmentLocked() error {
+	if w.opts.UnsafeNoSync {
+		return nil
+	}
 	if err := w.file.Sync(); err != nil {
 		return fmt.Errorf("fsync %s: %w", w.file.Name(), err)
 	}
