@@ -71,27 +71,3 @@ func printStatus(w io.Writer, rows []endpointStatus) {
 	}
 	_ = table.Flush()
 }
-
-func (a *app) membersCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "members",
-		Short: "list the cluster's members",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				members, err := c.Members(ctx)
-				if err != nil {
-					return err
-				}
-				return a.print(members, func(w io.Writer) {
-					table := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(table, "ID\tNAME\tPEER URL\tCLIENT URL\tLEARNER")
-					for _, m := range members.Members {
-						fmt.Fprintf(table, "%s\t%s\t%s\t%s\t%v\n", m.ID, m.Name, m.PeerURL, m.ClientURL, m.Learner)
-					}
-					_ = table.Flush()
-				})
-			})
-		},
-	}
-}
