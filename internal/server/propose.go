@@ -3,9 +3,8 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
+	mathrand "math/rand/v2"
 	"sync"
-	"sync/atomic"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
@@ -21,31 +20,33 @@ type outcome struct {
 }
 
 // waiterTable matches applied entries to the requests that proposed them.
+// Proposal ids are random 64-bit numbers: every server applies every entry,
+// so an id must not collide with one another server has in flight (two
+// pending proposals share an id with probability about 2^-64).
 type waiterTable struct {
-	prefix  uint64 // random high bits, so ids from different servers and boots differ
-	counter atomic.Uint64
-
 	mu      sync.Mutex
+	ids     *mathrand.ChaCha8       // guarded by mu
 	waiting map[uint64]chan outcome // guarded by mu; each channel has room for one outcome
 }
 
 func newWaiterTable() *waiterTable {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return &waiterTable{
-		prefix:  binary.LittleEndian.Uint64(b[:]) << 40,
-		waiting: make(map[uint64]chan outcome),
-	}
+	var seed [32]byte
+	_, _ = rand.Read(seed[:])
+	return &waiterTable{ids: mathrand.NewChaCha8(seed), waiting: make(map[uint64]chan outcome)}
 }
 
 // add registers a new proposal id and returns it with its channel.
 func (t *waiterTable) add() (uint64, chan outcome) {
-	id := t.prefix | (t.counter.Add(1) & (1<<40 - 1))
 	ch := make(chan outcome, 1)
 	t.mu.Lock()
-	t.waiting[id] = ch
-	t.mu.Unlock()
-	return id, ch
+	defer t.mu.Unlock()
+	for {
+		id := t.ids.Uint64()
+		if _, taken := t.waiting[id]; !taken && id != 0 {
+			t.waiting[id] = ch
+			return id, ch
+		}
+	}
 }
 
 func (t *waiterTable) remove(id uint64) {
