@@ -25,6 +25,8 @@ type Client struct {
 	http      *http.Client
 	endpoints *endpointPool
 	clock     clock // drives session keepalives; retries use real time
+	// keepalives batches the heartbeats of this client's sessions.
+	keepalives keepaliveSet
 	// ownTransport is the transport New built, closed by Close; nil when
 	// the caller supplied Config.Transport.
 	ownTransport *http.Transport

@@ -36,12 +36,13 @@ type Session struct {
 	// seq is the last request_seq handed out; writes take seq+1.
 	seq atomic.Uint64
 
-	stopKeepalive chan struct{} // closed to stop the keepalive goroutine
-	stopped       chan struct{} // closed when the keepalive goroutine returned
-	done          chan struct{} // closed once, by end
+	done chan struct{} // closed once, by end
 
-	mu  sync.Mutex // guards err
+	mu  sync.Mutex // guards err and lastAlive
 	err error      // why the session ended; nil while it lives
+	// lastAlive is when the last heartbeat answered alive was sent (on the
+	// client's clock), or when the session started.
+	lastAlive time.Time
 
 	hubOnce sync.Once
 	hub     *watchHub // the session's watches and event stream; set by hubOnce
@@ -49,7 +50,8 @@ type Session struct {
 
 // NewSession creates a session with the given timeout (the server clamps it
 // to its range; Timeout reports the value chosen) and starts keeping it
-// alive with a heartbeat every timeout/3.
+// alive with a heartbeat every timeout/3. The client's sessions with the
+// same timeout share one batched heartbeat call per interval.
 func (c *Client) NewSession(ctx context.Context, timeout time.Duration) (*Session, error) {
 	body, err := json.Marshal(api.SessionCreateRequest{TimeoutMs: uint64(timeout.Milliseconds())})
 	if err != nil {
@@ -105,15 +107,14 @@ func (c *Client) Heartbeat(ctx context.Context, id string) (*api.Heartbeat, erro
 
 func (c *Client) startSession(reply api.Session, firstSeq uint64) *Session {
 	s := &Session{
-		client:        c,
-		id:            reply.SessionID,
-		timeout:       time.Duration(reply.TimeoutMs) * time.Millisecond,
-		stopKeepalive: make(chan struct{}),
-		stopped:       make(chan struct{}),
-		done:          make(chan struct{}),
+		client:    c,
+		id:        reply.SessionID,
+		timeout:   time.Duration(reply.TimeoutMs) * time.Millisecond,
+		done:      make(chan struct{}),
+		lastAlive: c.clock.Now(),
 	}
 	s.seq.Store(firstSeq)
-	go s.keepAlive()
+	c.keepalives.join(c, s)
 	return s
 }
 
@@ -159,23 +160,22 @@ func (s *Session) Close(ctx context.Context) error {
 // it (and its ephemeral nodes) until its timeout passes.
 func (s *Session) Orphan() { s.stop(ErrSessionOrphaned) }
 
-// stop ends the keepalive and the session (with reason) and waits for the
-// keepalive goroutine to return.
-func (s *Session) stop(reason error) {
-	s.end(reason)
-	<-s.stopped
-}
+// stop ends the keepalive and the session (with reason). A batched
+// heartbeat already on its way may still carry the session's id.
+func (s *Session) stop(reason error) { s.end(reason) }
 
-// end records reason (the first one wins) and closes Done and the keepalive.
+// end records reason (the first one wins), closes Done and takes the
+// session out of its keepalive group.
 func (s *Session) end(reason error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.err != nil {
+		s.mu.Unlock()
 		return
 	}
 	s.err = reason
-	close(s.stopKeepalive)
 	close(s.done)
+	s.mu.Unlock()
+	s.client.keepalives.leave(s)
 }
 
 // noteWriteError ends the session if a write reported it expired.
@@ -186,46 +186,23 @@ func (s *Session) noteWriteError(err error) {
 	}
 }
 
-// keepAlive heartbeats every timeout/3 (measured from the start of the
-// previous heartbeat) until the session ends. It runs in its own goroutine.
-func (s *Session) keepAlive() {
-	defer close(s.stopped)
-	clk := s.client.clock
-	interval := s.timeout / 3
-	lastAlive := clk.Now()
-	next := interval
-	for {
-		select {
-		case <-s.stopKeepalive:
-			return
-		case <-clk.After(next):
+// heartbeatAnswered records the outcome of a heartbeat sent at sent (err
+// nil: alive) and ends the session if it must be given up. The keepalive
+// group's goroutine calls it.
+func (s *Session) heartbeatAnswered(err error, sent, now time.Time) {
+	s.mu.Lock()
+	if err == nil {
+		if sent.After(s.lastAlive) {
+			s.lastAlive = sent
 		}
-		sent := clk.Now()
-		err := s.heartbeatOnce(interval)
-		if err == nil {
-			lastAlive = sent
-		} else if reason := s.fatalHeartbeatError(err, clk.Now().Sub(lastAlive)); reason != nil {
-			s.end(reason)
-			return
-		}
-		next = max(interval-clk.Now().Sub(sent), 0)
+		s.mu.Unlock()
+		return
 	}
-}
-
-// heartbeatOnce sends one heartbeat, giving up (and its retries) after
-// budget so the next one is not delayed.
-func (s *Session) heartbeatOnce(budget time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), budget)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.stopKeepalive:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	_, err := s.client.Heartbeat(ctx, s.id)
-	return err
+	sinceAlive := now.Sub(s.lastAlive)
+	s.mu.Unlock()
+	if reason := s.fatalHeartbeatError(err, sinceAlive); reason != nil {
+		s.end(reason)
+	}
 }
 
 // fatalHeartbeatError returns why the session must be given up after a
