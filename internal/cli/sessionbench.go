@@ -1,0 +1,478 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
+	"github.com/latch-io/latch/internal/cli/latency"
+)
+
+// 'latchctl session-bench' measures what a fleet of sessions costs a
+// cluster: it creates --sessions sessions (--concurrency requests in flight,
+// at most --rate a second), keeps them alive with batched heartbeats
+// (session_ids, --batch ids a call, spread evenly over each --interval and
+// over every endpoint, so followers relay most of them) for --duration, and
+// reports the creation rate, heartbeat latency, spurious expiries (sessions
+// a heartbeat reported expired), and from each server's /metrics the raft
+// applied index delta over the heartbeat phase (heartbeats write nothing to
+// the log, so it stays ~0) and the process's resident memory and CPU.
+// It speaks HTTP directly (not through client.Session) so that it can time
+// each call and pace the batches itself.
+
+// sessionBenchConfig is what 'latchctl session-bench' runs.
+type sessionBenchConfig struct {
+	Sessions    int           `json:"sessions"`
+	Rate        float64       `json:"create_rate_target"` // creations a second; 0: unlimited
+	Concurrency int           `json:"create_concurrency"`
+	Timeout     time.Duration `json:"-"`
+	Interval    time.Duration `json:"-"`
+	Duration    time.Duration `json:"-"`
+	Batch       int           `json:"batch"`
+	Close       bool          `json:"close"`
+}
+
+// nodeSample is one server's /metrics and role at one moment.
+type nodeSample struct {
+	Endpoint     string  `json:"endpoint"`
+	Role         string  `json:"role"`
+	AppliedIndex uint64  `json:"applied_index"`
+	RSSBytes     float64 `json:"rss_bytes"`
+	HeapBytes    float64 `json:"heap_inuse_bytes"`
+	CPUSeconds   float64 `json:"cpu_seconds"`
+}
+
+// nodeDelta is a server's change over a phase.
+type nodeDelta struct {
+	Endpoint      string  `json:"endpoint"`
+	Role          string  `json:"role"`
+	AppliedDelta  int64   `json:"applied_index_delta"`
+	RSSBeforeMiB  float64 `json:"rss_before_mib"`
+	RSSAfterMiB   float64 `json:"rss_after_mib"`
+	HeapAfterMiB  float64 `json:"heap_inuse_after_mib"`
+	HeapPerSess   float64 `json:"heap_bytes_per_session,omitempty"`
+	CPUPercent    float64 `json:"cpu_percent"` // of one core, averaged over the phase
+	BytesPerSess  float64 `json:"rss_bytes_per_session,omitempty"`
+	PhaseSeconds  float64 `json:"phase_s"`
+	CPUSecondsUse float64 `json:"cpu_seconds"`
+}
+
+// sessionBenchResult is the report of a run.
+type sessionBenchResult struct {
+	sessionBenchConfig
+	TimeoutMs         uint64            `json:"timeout_ms"`
+	IntervalSeconds   float64           `json:"interval_s"`
+	Created           int               `json:"created"`
+	CreateSeconds     float64           `json:"create_s"`
+	CreatesPerSecond  float64           `json:"creates_per_s"`
+	CreateErrors      map[string]uint64 `json:"create_errors,omitempty"`
+	Creation          []nodeDelta       `json:"creation"`
+	HeartbeatCalls    uint64            `json:"heartbeat_calls"`
+	HeartbeatIDs      uint64            `json:"heartbeat_ids"`
+	HeartbeatErrors   map[string]uint64 `json:"heartbeat_errors,omitempty"`
+	HeartbeatLatency  latencySummary    `json:"heartbeat_latency"`
+	SpuriousExpiries  int               `json:"spurious_expiries"`
+	Heartbeating      []nodeDelta       `json:"heartbeat_phase"`
+	HeartbeatDuration float64           `json:"heartbeat_s"`
+}
+
+func (a *app) sessionBenchCommand() *cobra.Command {
+	cfg := sessionBenchConfig{}
+	cmd := &cobra.Command{
+		Use:   "session-bench",
+		Short: "create many sessions, keep them alive with batched heartbeats, report what they cost the servers",
+		Long: "session-bench creates --sessions sessions (at most --rate a second, --concurrency at once), keeps\n" +
+			"them alive with batched heartbeats (--batch ids a call) every --interval for --duration, and\n" +
+			"reports creations/s, heartbeat latency p50/p99, spurious expiries, and from every endpoint's\n" +
+			"/metrics the applied index delta over the heartbeat phase (heartbeats make no log entries),\n" +
+			"resident memory and CPU. Example (the 20,000-session figure):\n" +
+			"  latchctl session-bench --endpoints http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003 \\\n" +
+			"    --sessions 20000 --interval 3s --duration 5m",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := cfg.validate(); err != nil {
+				return err
+			}
+			result, err := runSessionBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg, a.io.Stderr)
+			if err != nil {
+				return err
+			}
+			return a.print(result, func(w io.Writer) { printSessionBench(w, result) })
+		},
+	}
+	flags := cmd.Flags()
+	flags.IntVar(&cfg.Sessions, "sessions", 20000, "sessions to create and keep alive")
+	flags.Float64Var(&cfg.Rate, "rate", 0, "target creations a second (0: as fast as --concurrency allows)")
+	flags.IntVar(&cfg.Concurrency, "concurrency", 256, "session creations in flight at once")
+	flags.DurationVar(&cfg.Timeout, "session-timeout", 10*time.Second, "timeout asked for each session")
+	flags.DurationVar(&cfg.Interval, "interval", 3*time.Second, "heartbeat interval of every session")
+	flags.DurationVar(&cfg.Duration, "duration", 5*time.Minute, "length of the heartbeat phase")
+	flags.IntVar(&cfg.Batch, "batch", 400, "session ids per heartbeat call (the server bounds request bodies)")
+	flags.BoolVar(&cfg.Close, "close", true, "close the sessions at the end (else they expire)")
+	return cmd
+}
+
+func (cfg *sessionBenchConfig) validate() error {
+	switch {
+	case cfg.Sessions < 1 || cfg.Concurrency < 1 || cfg.Batch < 1:
+		return usagef("--sessions, --concurrency and --batch must be at least 1")
+	case cfg.Rate < 0 || cfg.Interval <= 0 || cfg.Duration <= 0 || cfg.Timeout <= 0:
+		return usagef("--rate must not be negative; --interval, --duration and --session-timeout positive")
+	}
+	return nil
+}
+
+// sessionBench holds a run's HTTP client and endpoints.
+type sessionBench struct {
+	http      *http.Client
+	endpoints []string
+	progress  io.Writer
+}
+
+func runSessionBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg sessionBenchConfig, progress io.Writer) (*sessionBenchResult, error) {
+	transport := client.NewTransport(client.Config{DialTimeout: dialTimeout})
+	defer transport.CloseIdleConnections()
+	b := &sessionBench{http: &http.Client{Transport: transport, Timeout: 30 * time.Second}, endpoints: endpoints, progress: progress}
+	result := &sessionBenchResult{sessionBenchConfig: cfg, IntervalSeconds: cfg.Interval.Seconds()}
+
+	before, err := b.sample(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := b.create(ctx, cfg, result)
+	if err != nil {
+		return nil, err
+	}
+	created, err := b.sample(ctx)
+	if err != nil {
+		return nil, err
+	}
+	result.Creation = deltas(before, created, result.CreateSeconds, len(ids))
+	fmt.Fprintf(progress, "session-bench: %d sessions in %.1fs (%.0f/s); heartbeating for %v\n",
+		len(ids), result.CreateSeconds, result.CreatesPerSecond, cfg.Duration)
+
+	started := time.Now()
+	b.heartbeat(ctx, cfg, ids, result)
+	result.HeartbeatDuration = time.Since(started).Seconds()
+	after, err := b.sample(ctx)
+	if err != nil {
+		return nil, err
+	}
+	result.Heartbeating = deltas(created, after, result.HeartbeatDuration, 0)
+	if cfg.Close {
+		b.closeAll(ctx, cfg.Concurrency, ids)
+	}
+	return result, nil
+}
+
+// post sends a JSON body to endpoint+path and decodes a 200 reply into out.
+func (b *sessionBench) post(ctx context.Context, endpoint, path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	request, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	request.Header.Set("Content-Type", "application/json")
+	response, err := b.http.Do(request)
+	if err != nil {
+		return api.Errorf(api.CodeUnavailable, "%s: %v", endpoint, err)
+	}
+	defer response.Body.Close()
+	data, err := io.ReadAll(response.Body)
+	if err != nil {
+		return api.Errorf(api.CodeUnavailable, "%s: %v", endpoint, err)
+	}
+	if response.StatusCode != http.StatusOK {
+		var e api.ErrorBody
+		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
+			return api.Errorf(api.CodeInternal, "%s: status %d", endpoint, response.StatusCode)
+		}
+		return &e.Error
+	}
+	return json.Unmarshal(data, out)
+}
+
+// create makes cfg.Sessions sessions with cfg.Concurrency workers paced to
+// cfg.Rate, round-robin over the endpoints, and returns their ids.
+func (b *sessionBench) create(ctx context.Context, cfg sessionBenchConfig, result *sessionBenchResult) ([]string, error) {
+	ids := make([]string, 0, cfg.Sessions)
+	var mu sync.Mutex // guards ids, result.CreateErrors and result.TimeoutMs
+	result.CreateErrors = map[string]uint64{}
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				k := next.Add(1) - 1
+				if k >= int64(cfg.Sessions) {
+					return
+				}
+				if cfg.Rate > 0 {
+					due := start.Add(time.Duration(float64(k) / cfg.Rate * float64(time.Second)))
+					time.Sleep(time.Until(due))
+				}
+				var s api.Session
+				err := b.post(ctx, b.endpoints[int(k)%len(b.endpoints)], "/v1/session/create",
+					api.SessionCreateRequest{TimeoutMs: uint64(cfg.Timeout.Milliseconds())}, &s)
+				mu.Lock()
+				if err != nil {
+					result.CreateErrors[string(api.CodeOf(err))]++
+				} else {
+					ids = append(ids, s.SessionID)
+					result.TimeoutMs = s.TimeoutMs
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	result.Created = len(ids)
+	result.CreateSeconds = elapsed.Seconds()
+	result.CreatesPerSecond = float64(len(ids)) / max(elapsed.Seconds(), 1e-9)
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("session-bench: no session could be created (errors %v)", result.CreateErrors)
+	}
+	return ids, ctx.Err()
+}
+
+// heartbeat keeps ids alive for cfg.Duration: every interval, each batch
+// is sent once, batch k at offset k*interval/batches, to endpoint k mod n.
+func (b *sessionBench) heartbeat(ctx context.Context, cfg sessionBenchConfig, ids []string, result *sessionBenchResult) {
+	var batches [][]string
+	for len(ids) > 0 {
+		n := min(len(ids), cfg.Batch)
+		batches = append(batches, ids[:n])
+		ids = ids[n:]
+	}
+	var mu sync.Mutex // guards the fields below and result's heartbeat fields
+	histogram := latency.New()
+	expired := map[string]bool{}
+	result.HeartbeatErrors = map[string]uint64{}
+	phaseStart := time.Now()
+	stop := phaseStart.Add(cfg.Duration)
+	var wg sync.WaitGroup
+	for k, batch := range batches {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			endpoint := b.endpoints[k%len(b.endpoints)]
+			offset := time.Duration(int64(cfg.Interval) * int64(k) / int64(len(batches)))
+			for round := 0; ctx.Err() == nil; round++ {
+				due := phaseStart.Add(offset + time.Duration(round)*cfg.Interval)
+				if due.After(stop) {
+					return
+				}
+				sleepUntil(ctx, due)
+				var reply api.Heartbeat
+				sent := time.Now()
+				err := b.post(ctx, endpoint, "/v1/session/heartbeat", api.SessionRequest{SessionIDs: batch}, &reply)
+				elapsed := time.Since(sent)
+				mu.Lock()
+				result.HeartbeatCalls++
+				if err != nil {
+					result.HeartbeatErrors[string(api.CodeOf(err))]++
+				} else {
+					result.HeartbeatIDs += uint64(len(batch))
+					histogram.Record(elapsed)
+					for _, id := range reply.Expired {
+						expired[id] = true
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	result.HeartbeatLatency = summarize(histogram)
+	result.SpuriousExpiries = len(expired)
+}
+
+func sleepUntil(ctx context.Context, at time.Time) {
+	timer := time.NewTimer(time.Until(at))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+}
+
+// closeAll closes ids, best effort.
+func (b *sessionBench) closeAll(ctx context.Context, workers int, ids []string) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := next.Add(1) - 1; k < int64(len(ids)) && ctx.Err() == nil; k = next.Add(1) - 1 {
+				_ = b.post(ctx, b.endpoints[int(k)%len(b.endpoints)], "/v1/session/close",
+					api.SessionRequest{SessionID: ids[k]}, &api.Closed{})
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// sample reads every endpoint's role and metrics, once every endpoint has
+// applied the same index (or after settleTimeout), so that the applied index
+// deltas of consecutive phases do not borrow entries from each other.
+func (b *sessionBench) sample(ctx context.Context) ([]nodeSample, error) {
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		out, err := b.sampleAll(ctx)
+		if err != nil || settled(out) || time.Now().After(deadline) {
+			return out, err
+		}
+		sleepUntil(ctx, time.Now().Add(50*time.Millisecond))
+	}
+}
+
+// settleTimeout bounds the wait for the endpoints to apply the same index.
+const settleTimeout = 10 * time.Second
+
+func settled(samples []nodeSample) bool {
+	for _, s := range samples {
+		if s.AppliedIndex != samples[0].AppliedIndex {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *sessionBench) sampleAll(ctx context.Context) ([]nodeSample, error) {
+	out := make([]nodeSample, len(b.endpoints))
+	for i, endpoint := range b.endpoints {
+		s, err := b.sampleOne(ctx, endpoint)
+		if err != nil {
+			return nil, fmt.Errorf("session-bench: metrics of %s: %w", endpoint, err)
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+func (b *sessionBench) sampleOne(ctx context.Context, endpoint string) (nodeSample, error) {
+	s := nodeSample{Endpoint: endpoint}
+	var status api.Status
+	if err := b.get(ctx, endpoint+"/v1/status", func(r io.Reader) error { return json.NewDecoder(r).Decode(&status) }); err != nil {
+		return s, err
+	}
+	s.Role = status.Role
+	metrics := map[string]float64{}
+	if err := b.get(ctx, endpoint+"/metrics", func(r io.Reader) error { return readMetrics(r, metrics) }); err != nil {
+		return s, err
+	}
+	s.AppliedIndex = uint64(metrics["latch_raft_applied_index"])
+	s.RSSBytes = metrics["process_resident_memory_bytes"]
+	s.CPUSeconds = metrics["process_cpu_seconds_total"]
+	s.HeapBytes = metrics["go_memstats_heap_inuse_bytes"]
+	return s, nil
+}
+
+func (b *sessionBench) get(ctx context.Context, u string, decode func(io.Reader) error) error {
+	request, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	response, err := b.http.Do(request)
+	if err != nil {
+		return err
+	}
+	defer response.Body.Close()
+	if response.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d", u, response.StatusCode)
+	}
+	return decode(response.Body)
+}
+
+// readMetrics reads the unlabelled samples of a Prometheus text exposition.
+func readMetrics(r io.Reader, into map[string]float64) error {
+	scanner := bufio.NewScanner(r)
+	scanner.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for scanner.Scan() {
+		line := scanner.Text()
+		if line == "" || line[0] == '#' || strings.Contains(line, "{") {
+			continue
+		}
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err == nil {
+			into[name] = v
+		}
+	}
+	return scanner.Err()
+}
+
+// deltas compares two samples per endpoint over a phase of seconds;
+// sessions > 0 adds the resident bytes per session.
+func deltas(before, after []nodeSample, seconds float64, sessions int) []nodeDelta {
+	out := make([]nodeDelta, len(after))
+	for i := range after {
+		d := nodeDelta{
+			Endpoint: after[i].Endpoint, Role: after[i].Role,
+			AppliedDelta: int64(after[i].AppliedIndex) - int64(before[i].AppliedIndex),
+			RSSBeforeMiB: before[i].RSSBytes / (1 << 20), RSSAfterMiB: after[i].RSSBytes / (1 << 20),
+			HeapAfterMiB:  after[i].HeapBytes / (1 << 20),
+			CPUSecondsUse: after[i].CPUSeconds - before[i].CPUSeconds, PhaseSeconds: seconds,
+		}
+		d.CPUPercent = 100 * d.CPUSecondsUse / max(seconds, 1e-9)
+		if sessions > 0 {
+			d.BytesPerSess = (after[i].RSSBytes - before[i].RSSBytes) / float64(sessions)
+			d.HeapPerSess = (after[i].HeapBytes - before[i].HeapBytes) / float64(sessions)
+		}
+		out[i] = d
+	}
+	return out
+}
+
+func printSessionBench(w io.Writer, r *sessionBenchResult) {
+	fmt.Fprintf(w, "%d sessions (timeout %dms) created in %.2fs: %.0f/s (target %v, %d in flight), errors %v\n",
+		r.Created, r.TimeoutMs, r.CreateSeconds, r.CreatesPerSecond, rateText(r.Rate), r.Concurrency, r.CreateErrors)
+	printDeltas(w, "creation", r.Creation)
+	fmt.Fprintf(w, "heartbeats every %.1fs for %.0fs: %d calls of <= %d ids, %d ids kept alive, errors %v\n",
+		r.IntervalSeconds, r.HeartbeatDuration, r.HeartbeatCalls, r.Batch, r.HeartbeatIDs, r.HeartbeatErrors)
+	printLatency(w, "heartbeat latency", r.HeartbeatLatency)
+	fmt.Fprintf(w, "spurious expiries: %d\n", r.SpuriousExpiries)
+	printDeltas(w, "heartbeat phase", r.Heartbeating)
+}
+
+func rateText(rate float64) string {
+	if rate == 0 {
+		return "unlimited"
+	}
+	return fmt.Sprintf("%.0f/s", rate)
+}
+
+func printDeltas(w io.Writer, phase string, list []nodeDelta) {
+	for _, d := range list {
+		fmt.Fprintf(w, "  %s %s %-9s applied +%d, RSS %.1f -> %.1f MiB", phase, d.Endpoint, d.Role,
+			d.AppliedDelta, d.RSSBeforeMiB, d.RSSAfterMiB)
+		if d.BytesPerSess != 0 {
+			fmt.Fprintf(w, " (%.0f B/session; Go heap in use %.1f MiB, %.0f B/session)", d.BytesPerSess, d.HeapAfterMiB, d.HeapPerSess)
+		}
+		fmt.Fprintf(w, ", CPU %.1fs = %.1f%% of a core\n", d.CPUSecondsUse, d.CPUPercent)
+	}
+}
