@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -486,3 +487,31 @@ func TestSessionTimeoutClamped(t *testing.T) {
 
 // staleRead reads a replica's own state.
 var staleRead = server.ReadOptions{Consistency: api.Stale}
+
+// TestHeartbeatToCutOffNodeIsNotAlive exposes a server bug (see the skip
+// message): once the majority has expired a session, a node cut off from
+// it still answers that session's heartbeats alive:true, so a client that
+// could reach the majority never fails over and its library never reports
+// the session lost while the partition lasts. Run with LATCH_SHOW_BUGS=1.
+func TestHeartbeatToCutOffNodeIsNotAlive(t *testing.T) {
+	if os.Getenv("LATCH_SHOW_BUGS") == "" {
+		t.Skip("known server bug: internal/server/sessions.go Server.Heartbeat answers alive without a known leader " +
+			"(relayHeartbeats then drops the ids); it should answer 503 when g.leader is raft.None. LATCH_SHOW_BUGS=1 runs it")
+	}
+	c := New(t, 3, Steady(Options{MinSessionTTL: 200 * time.Millisecond}))
+	ctx := ctxT(t, 60*time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	cutOff := c.Others(leader)[0]
+	s, err := CreateSession(ctx, c.URL(cutOff), 800*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.WaitApplied(s.Index, 10*time.Second)
+	c.Net.Partition(c.IDs(cutOff), c.IDs(c.Others(cutOff)...))
+	waitSessionGone(t, ctx, c, c.LeaderIn(10*time.Second, c.Others(cutOff)...), s.SessionID, 20*time.Second)
+	hb, err := Heartbeat(ctx, c.URL(cutOff), s.SessionID)
+	if err == nil {
+		t.Fatalf("%s, cut off from the majority that expired the session, answered its heartbeat %+v; "+
+			"want unavailable (so the client fails over) or session_expired", c.Nodes[cutOff].Name, hb)
+	}
+}
