@@ -139,3 +139,31 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	h.writeJSON(w, h.server.AppliedIndex(), map[string]bool{"ready": true})
 }
+
+// reply writes v, whose applied index is index, or err if it is not nil.
+func (h *Handler) reply(w http.ResponseWriter, v any, index uint64, err error) {
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	h.writeJSON(w, index, v)
+}
+
+// decodeWithSession decodes a JSON body of type T and parses the session id
+// that sessionOf picks from it.
+func decodeWithSession[T any](h *Handler, w http.ResponseWriter, r *http.Request, sessionOf func(*T) string) (T, uint64, error) {
+	var req T
+	if err := h.decodeBody(w, r, &req); err != nil {
+		return req, 0, err
+	}
+	session, err := api.ParseID(sessionOf(&req))
+	return req, session, err
+}
+
+// readOnlyOptions reads the query of a read endpoint that takes only
+// consistency and min_index.
+func readOnlyOptions(r *http.Request) (server.ReadOptions, error) {
+	p := newParams(r.URL.Query(), "consistency", "min_index")
+	opts := p.readOptions()
+	return opts, p.err
+}

@@ -41,11 +41,7 @@ func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, path string) {
 	}
 	req.Value = []byte(body.Value)
 	node, err := h.server.Put(r.Context(), req)
-	if err != nil {
-		h.writeError(w, err)
-		return
-	}
-	h.writeJSON(w, node.Index, node)
+	h.reply(w, node, node.Index, err)
 }
 
 func (h *Handler) getNode(w http.ResponseWriter, r *http.Request, path string) {
@@ -58,19 +54,11 @@ func (h *Handler) getNode(w http.ResponseWriter, r *http.Request, path string) {
 	}
 	if children {
 		list, err := h.server.Children(r.Context(), path, opts)
-		if err != nil {
-			h.writeError(w, err)
-			return
-		}
-		h.writeJSON(w, list.Index, list)
+		h.reply(w, list, list.Index, err)
 		return
 	}
 	node, err := h.server.Get(r.Context(), path, opts)
-	if err != nil {
-		h.writeError(w, err)
-		return
-	}
-	h.writeJSON(w, node.Index, node)
+	h.reply(w, node, node.Index, err)
 }
 
 func (h *Handler) deleteNode(w http.ResponseWriter, r *http.Request, path string) {
@@ -84,9 +72,5 @@ func (h *Handler) deleteNode(w http.ResponseWriter, r *http.Request, path string
 		return
 	}
 	out, err := h.server.Delete(r.Context(), req)
-	if err != nil {
-		h.writeError(w, err)
-		return
-	}
-	h.writeJSON(w, out.Index, out)
+	h.reply(w, out, out.Index, err)
 }

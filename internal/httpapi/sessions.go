@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/latch-io/latch/api"
@@ -13,11 +14,7 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.server.CreateSession(r.Context(), req.TimeoutMs)
-	if err != nil {
-		h.writeError(w, err)
-		return
-	}
-	h.writeJSON(w, out.Index, out)
+	h.reply(w, out, out.Index, err)
 }
 
 // sessionIDs reads the session_id or session_ids of a session request.
@@ -77,28 +74,25 @@ func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.server.CloseSession(r.Context(), ids[0])
-	if err != nil {
-		h.writeError(w, err)
-		return
-	}
-	h.writeJSON(w, out.Index, out)
+	h.reply(w, out, out.Index, err)
 }
 
 func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
-	p := newParams(r.URL.Query(), "consistency", "min_index")
-	opts := p.readOptions()
-	id, err := api.ParseID(r.PathValue("id"))
-	if p.err != nil {
-		err = p.err
-	}
-	if err != nil {
-		h.writeError(w, err)
+	opts, err := readOnlyOptions(r)
+	id, idErr := api.ParseID(r.PathValue("id"))
+	if err = errors.Join(err, idErr); err != nil {
+		h.writeError(w, firstAPIError(err))
 		return
 	}
 	out, err := h.server.GetSession(r.Context(), id, opts)
-	if err != nil {
-		h.writeError(w, err)
-		return
+	h.reply(w, out, out.Index, err)
+}
+
+// firstAPIError unwraps a joined error to its first *api.Error.
+func firstAPIError(err error) error {
+	var e *api.Error
+	if errors.As(err, &e) {
+		return e
 	}
-	h.writeJSON(w, out.Index, out)
+	return err
 }

@@ -16,12 +16,7 @@ import (
 const ssePing = 15 * time.Second
 
 func (h *Handler) addWatch(w http.ResponseWriter, r *http.Request) {
-	var req api.WatchRequest
-	if err := h.decodeBody(w, r, &req); err != nil {
-		h.writeError(w, err)
-		return
-	}
-	session, err := api.ParseID(req.SessionID)
+	req, session, err := decodeWithSession(h, w, r, func(q *api.WatchRequest) string { return q.SessionID })
 	if err != nil {
 		h.writeError(w, err)
 		return
@@ -29,11 +24,7 @@ func (h *Handler) addWatch(w http.ResponseWriter, r *http.Request) {
 	out, err := h.server.Watch(r.Context(), session, watch.Spec{
 		Path: req.Path, Recursive: req.Recursive, Persistent: req.Persistent, KnownIndex: req.KnownIndex,
 	})
-	if err != nil {
-		h.writeError(w, err)
-		return
-	}
-	h.writeJSON(w, out.Index, out)
+	h.reply(w, out, out.Index, err)
 }
 
 func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
