@@ -1,0 +1,14 @@
+package membership
+
+import (
+	"os"
+	"testing"
+
+	"github.com/latch-io/latch/internal/proccluster"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	proccluster.RemoveBuild()
+	os.Exit(code)
+}
