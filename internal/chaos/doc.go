@@ -1,0 +1,27 @@
+// Package chaos is latch's Jepsen-style fault suite over real processes.
+// Run starts a cluster of latchd processes (internal/proccluster), runs
+// concurrent client workloads through the HTTP API, injects faults on a
+// schedule drawn from a seed, heals, waits for quiescence and then checks
+// the histories with the checkers of TESTING.md:
+//
+//   - L: get/put/CAS on a few versioned registers, checked with Porcupine
+//     (internal/linearize); an Unknown verdict is a failure.
+//   - F: lock acquire -> write through a fencing.Guard -> release, with
+//     holders that stall past their session timeout and then write; the
+//     guard's accepted tokens must never decrease.
+//   - Q, D: sequential creates under a session, retried on other nodes
+//     with the same request_seq; names unique and increasing per parent,
+//     and every acknowledged create present on every replica at the end.
+//   - S: sessions that die (stop heartbeating) while owning ephemeral
+//     nodes: a node never disappears while its session is still alive, and
+//     none is left on any replica after its session ended.
+//
+// Faults: kill -9 of one member, of a minority, of the leader; SIGSTOP of
+// the leader past the election timeout; restarts; and, where network
+// namespaces work, partitions (isolated leader, majority/minority, bridge,
+// one-way). A run ends with Report.Summary, TESTING.md's summary line.
+//
+// The loss of unsynced data on a crash cannot be shown with real
+// processes (a SIGKILLed process's writes are in the page cache); it is
+// covered in-process with the crashable vfs by internal/testcluster.
+package chaos

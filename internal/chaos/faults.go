@@ -1,0 +1,173 @@
+package chaos
+
+import (
+	"fmt"
+	"time"
+)
+
+// fault is one nemesis action: inject returns a heal function (or an error
+// if the fault could not be made, e.g. no leader to kill).
+type fault struct {
+	name   string
+	inject func(r *run) (heal func() error, err error)
+}
+
+func (r *run) faultKinds() []fault {
+	out := []fault{
+		{"kill-one", func(r *run) (func() error, error) { return r.kill(r.faults.IntN(len(r.cluster.Members))) }},
+		{"kill-leader", func(r *run) (func() error, error) { return r.withLeader(r.kill) }},
+		{"kill-minority", (*run).killMinority},
+		{"pause-leader", func(r *run) (func() error, error) { return r.withLeader(r.pause) }},
+	}
+	if r.cfg.Partitions && r.cluster.Netns() {
+		out = append(out,
+			fault{"partition-leader", func(r *run) (func() error, error) {
+				return r.withLeader(func(l int) (func() error, error) { return r.partition([]int{l}) })
+			}},
+			fault{"partition-majority-minority", (*run).partitionMinority},
+			fault{"partition-bridge", (*run).partitionBridge},
+		)
+		if r.cfg.OneWay {
+			out = append(out, fault{"partition-one-way", (*run).partitionOneWay})
+		}
+	}
+	return out
+}
+
+// nemesis injects faults for d, each lasting a while, then heals all.
+func (r *run) nemesis(d time.Duration) {
+	faults := r.faultKinds()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		f := faults[r.faults.IntN(len(faults))]
+		heal, err := f.inject(r)
+		if err != nil {
+			r.logf("chaos: %s: %v", f.name, err)
+			r.sleep(r.cfg.FaultEvery / 2)
+			continue
+		}
+		r.report.Faults[f.name]++
+		hold := r.cfg.FaultEvery/2 + time.Duration(r.faults.IntN(int(r.cfg.FaultEvery)))
+		r.logf("chaos: %s for %v", f.name, hold)
+		r.sleep(hold)
+		if err := heal(); err != nil {
+			r.report.anomaly("heal after %s: %v", f.name, err)
+		}
+		r.sleep(r.cfg.FaultEvery / 2)
+	}
+}
+
+func (r *run) sleep(d time.Duration) { time.Sleep(d) }
+
+// withLeader applies fn to the current leader.
+func (r *run) withLeader(fn func(int) (func() error, error)) (func() error, error) {
+	leader, err := r.cluster.FindLeader(10*time.Second, r.cluster.Live()...)
+	if err != nil {
+		return nil, err
+	}
+	return fn(leader)
+}
+
+// kill sends SIGKILL to member i; the heal restarts it from its data dir.
+func (r *run) kill(i int) (func() error, error) {
+	r.cluster.Kill(i)
+	return func() error { return r.cluster.Restart(i) }, nil
+}
+
+// killMinority kills two of five members (a minority) at once.
+func (r *run) killMinority() (func() error, error) {
+	n := len(r.cluster.Members)
+	first := r.faults.IntN(n)
+	victims := []int{first}
+	for k := 1; k < (n-1)/2; k++ {
+		victims = append(victims, (first+k)%n)
+	}
+	for _, i := range victims {
+		r.cluster.Kill(i)
+	}
+	return func() error {
+		for _, i := range victims {
+			if err := r.cluster.Restart(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+// pause SIGSTOPs member i for longer than the election timeout (the fault
+// lasts at least FaultEvery/2); the heal SIGCONTs it.
+func (r *run) pause(i int) (func() error, error) {
+	if !r.cluster.Pause(i) {
+		return nil, fmt.Errorf("pause %d: not running", i)
+	}
+	return func() error {
+		if !r.cluster.Resume(i) {
+			return fmt.Errorf("resume %d: not running", i)
+		}
+		return nil
+	}, nil
+}
+
+func (r *run) partition(sides ...[]int) (func() error, error) {
+	if err := r.cluster.Partition(sides...); err != nil {
+		return nil, err
+	}
+	return r.cluster.Heal, nil
+}
+
+// partitionMinority splits the members into a random minority and the rest.
+func (r *run) partitionMinority() (func() error, error) {
+	n := len(r.cluster.Members)
+	first := r.faults.IntN(n)
+	var minority []int
+	for k := range (n - 1) / 2 {
+		minority = append(minority, (first+k)%n)
+	}
+	return r.partition(minority)
+}
+
+// partitionBridge: two halves that cannot see each other, and one member
+// that sees both (a bridge).
+func (r *run) partitionBridge() (func() error, error) {
+	n := len(r.cluster.Members)
+	bridge := r.faults.IntN(n)
+	if err := r.cluster.Heal(); err != nil {
+		return nil, err
+	}
+	var left, right []int
+	for k := 1; k < n; k++ {
+		i := (bridge + k) % n
+		if k <= (n-1)/2 {
+			left = append(left, i)
+		} else {
+			right = append(right, i)
+		}
+	}
+	for _, a := range left {
+		for _, b := range right {
+			if err := r.cluster.Cut(a, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return r.cluster.Heal, nil
+}
+
+// partitionOneWay: the leader hears nobody (every packet to it dropped),
+// while its own packets still leave.
+func (r *run) partitionOneWay() (func() error, error) {
+	return r.withLeader(func(leader int) (func() error, error) {
+		if err := r.cluster.Heal(); err != nil {
+			return nil, err
+		}
+		for i := range r.cluster.Members {
+			if i != leader {
+				if err := r.cluster.Block(i, leader); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return r.cluster.Heal, nil
+	})
+}

@@ -1,0 +1,86 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/latch-io/latch/api"
+)
+
+// httpClient talks to one member at a time: no retries, no failover, so a
+// workload sees exactly what each member answers.
+var httpClient = &http.Client{
+	Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second},
+}
+
+// errTransport marks an error where no HTTP reply arrived: the request may
+// or may not have been applied.
+var errTransport = errors.New("chaos: no reply")
+
+// errNotSent marks a request whose connection could not be made: it
+// certainly reached no server.
+var errNotSent = errors.New("chaos: not sent")
+
+// call sends one JSON request to base+path and decodes a 200 reply into
+// out. An error reply comes back as *api.Error; a lost request wraps
+// errTransport.
+func call(ctx context.Context, method, base, path string, query url.Values, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(data)
+	}
+	target := base + path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		var opErr *net.OpError
+		if errors.As(err, &opErr) && opErr.Op == "dial" {
+			return fmt.Errorf("%w: %s %s: %w", errNotSent, method, target, err)
+		}
+		return fmt.Errorf("%w: %s %s: %v", errTransport, method, target, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("%w: %s %s: %v", errTransport, method, target, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e api.ErrorBody
+		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
+			return fmt.Errorf("%s %s: status %d: %s", method, target, resp.StatusCode, data)
+		}
+		return &e.Error
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+// code returns the api error code of err, or "".
+func code(err error) api.Code {
+	var e *api.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}

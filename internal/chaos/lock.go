@@ -1,0 +1,188 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/fencing"
+)
+
+// locks is workload F: clients acquire one lock, write through a
+// fencing.Guard-protected resource with their token, and release. Some
+// holders stall past their session timeout (as a SIGSTOPped client would:
+// no heartbeats, no work), wait until a later holder wrote, then write
+// with their old token: the guard must refuse it.
+type locks struct {
+	unchecked bool // planted bug (c): a guard that accepts every token
+
+	guard *loggingGuard
+
+	mu     sync.Mutex        // guards grants
+	grants map[uint64]string // fencing token -> session granted it
+
+	stalls  atomic.Int64 // holders that stalled past their session timeout
+	refused atomic.Int64 // writes the guard refused as stale
+}
+
+const (
+	lockClients  = 3
+	lockName     = "chaos"
+	lockResource = "chaos-resource"
+)
+
+// loggingGuard records, in order, every token its inner guard accepted.
+type loggingGuard struct {
+	inner interface {
+		fencing.Guard
+		Highest(resource string) (uint64, bool)
+	}
+	mu       sync.Mutex // guards accepted; held across inner.Accept so the log order is the accept order
+	accepted []uint64
+}
+
+func (g *loggingGuard) Accept(resource string, token uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.inner.Accept(resource, token); err != nil {
+		return err
+	}
+	g.accepted = append(g.accepted, token)
+	return nil
+}
+
+func (g *loggingGuard) Highest(resource string) uint64 {
+	token, _ := g.inner.Highest(resource)
+	return token
+}
+
+// uncheckedGuard is planted bug (c): it skips the fencing check.
+type uncheckedGuard struct{ *fencing.Memory }
+
+func (g uncheckedGuard) Accept(resource string, token uint64) error {
+	if highest, _ := g.Memory.Highest(resource); token < highest {
+		return nil // accepted without raising the highest: the check is skipped
+	}
+	return g.Memory.Accept(resource, token)
+}
+
+func (w *locks) start(r *run) {
+	w.grants = map[uint64]string{}
+	w.guard = &loggingGuard{inner: fencing.NewMemory()}
+	if w.unchecked {
+		w.guard.inner = uncheckedGuard{fencing.NewMemory()}
+	}
+	for c := range lockClients {
+		r.wg.Add(1)
+		go w.client(r, c)
+	}
+}
+
+func (w *locks) client(r *run, worker int) {
+	defer r.wg.Done()
+	var s *session
+	for !r.stopped() {
+		if s == nil || s.expired() {
+			if s != nil {
+				s.stop()
+			}
+			s = newSession(r, sessionTimeout)
+			if s == nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+		}
+		w.round(r, s, worker)
+	}
+	if s != nil {
+		s.stop()
+		s.close(r)
+	}
+}
+
+// round is one acquire -> write -> release by session s.
+func (w *locks) round(r *run, s *session, worker int) {
+	ctx, cancel := requestContext()
+	defer cancel()
+	var held api.Lock
+	err := call(ctx, http.MethodPost, r.node(), "/v1/lock/acquire", nil,
+		&api.LockRequest{Name: lockName, SessionID: s.id, WaitMs: 1000}, &held)
+	if err != nil || !held.Held {
+		if code(err) == api.CodeSessionExpired {
+			s.markExpired()
+		}
+		return
+	}
+	w.grant(r, held.FencingToken, s.id)
+	if r.intn(6) == 0 {
+		w.stall(r, s, held.FencingToken)
+		return
+	}
+	w.write(held.FencingToken)
+	ctx2, cancel2 := requestContext()
+	defer cancel2()
+	_ = call(ctx2, http.MethodPost, r.node(), "/v1/lock/release", nil,
+		&api.LockRequest{Name: lockName, SessionID: s.id, FencingToken: held.FencingToken}, nil)
+}
+
+// grant records that token was granted to session; a token granted to two
+// sessions is an anomaly of the lock itself.
+func (w *locks) grant(r *run, token uint64, session string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if other, ok := w.grants[token]; ok && other != session {
+		r.report.anomaly("F: fencing token %d granted to sessions %s and %s", token, other, session)
+	}
+	w.grants[token] = session
+}
+
+// write accepts token at the guard, counting refusals.
+func (w *locks) write(token uint64) {
+	err := w.guard.Accept(lockResource, token)
+	if errors.Is(err, fencing.ErrStaleToken) {
+		w.refused.Add(1)
+	}
+}
+
+// stall plays a holder frozen past its session timeout: it stops
+// heartbeating, waits until a later holder wrote (or a bound passes), then
+// writes with its old token, believing it still holds the lock.
+func (w *locks) stall(r *run, s *session, token uint64) {
+	w.stalls.Add(1)
+	s.pauseHeartbeats()
+	deadline := time.Now().Add(4 * sessionTimeout)
+	for time.Now().Before(deadline) && w.guard.Highest(lockResource) <= token && !r.stopped() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.write(token)
+	s.markExpired()
+}
+
+func (w *locks) check(r *run) error {
+	w.guard.mu.Lock()
+	defer w.guard.mu.Unlock()
+	var highest uint64
+	stale := 0
+	for i, token := range w.guard.accepted {
+		if token < highest {
+			stale++
+			if stale <= 5 {
+				r.report.anomaly("F: guard accepted token %d after token %d (write %d of %d)", token, highest, i+1, len(w.guard.accepted))
+			}
+		}
+		highest = max(highest, token)
+	}
+	r.report.Operations += len(w.guard.accepted) + int(w.refused.Load())
+	r.report.StaleWrites += stale
+	r.report.Overlaps += int(w.refused.Load())
+	r.logf("chaos F: %d writes accepted, %d stale writes refused by the guard, %d holders stalled past their session, %d grants; %d stale accepted",
+		len(w.guard.accepted), w.refused.Load(), w.stalls.Load(), len(w.grants), stale)
+	if len(w.guard.accepted) == 0 {
+		return fmt.Errorf("F: no write went through the lock")
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package chaos
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/latch-io/latch/api"
+)
+
+// sequences is workloads Q and D: sequential creates under a session,
+// retried with the same request_seq on other members until a definite
+// answer. Q: acknowledged names are unique and their counters increase
+// with their created index, per parent. D: every acknowledged create is
+// on every replica at the end, and the replicas list the same children.
+type sequences struct {
+	mu    sync.Mutex            // guards acked
+	acked map[string][]api.Node // parent -> acknowledged creates
+}
+
+const (
+	sequenceClients = 3
+	sequenceParents = 2
+)
+
+func (w *sequences) start(r *run) {
+	w.acked = map[string][]api.Node{}
+	for c := range sequenceClients {
+		r.wg.Add(1)
+		go w.client(r, c)
+	}
+}
+
+func (w *sequences) client(r *run, worker int) {
+	defer r.wg.Done()
+	var s *session
+	seq := uint64(0)
+	for !r.stopped() {
+		if s == nil || s.expired() {
+			if s != nil {
+				s.stop()
+			}
+			s, seq = newSession(r, 10*time.Second), 0
+			if s == nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+		}
+		seq++
+		parent := fmt.Sprintf("/seq/p%d", r.intn(sequenceParents))
+		node, ok := w.create(r, s, parent, seq)
+		if ok {
+			w.mu.Lock()
+			w.acked[parent] = append(w.acked[parent], node)
+			w.mu.Unlock()
+		}
+	}
+	if s != nil {
+		s.stop()
+	}
+}
+
+// create retries one sequential create on random members until a definite
+// answer or the run stops.
+func (w *sequences) create(r *run, s *session, parent string, seq uint64) (api.Node, bool) {
+	query := url.Values{"sequential": {"true"}, "session_id": {s.id}, "request_seq": {strconv.FormatUint(seq, 10)}}
+	for attempt := 0; attempt < 20 && !r.stopped(); attempt++ {
+		ctx, cancel := requestContext()
+		var node api.Node
+		err := callKV(ctx, http.MethodPut, r.node(), parent+"/item-", query, &api.PutRequest{Value: fmt.Sprintf("%s/%d", s.id, seq)}, &node)
+		cancel()
+		switch {
+		case err == nil:
+			return node, true
+		case code(err) == api.CodeSessionExpired:
+			s.markExpired()
+			return api.Node{}, false
+		case code(err) == api.CodeInvalidArgument || code(err) == api.CodeTooLarge:
+			r.report.anomaly("Q: create under %s refused: %v", parent, err)
+			return api.Node{}, false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return api.Node{}, false
+}
+
+func (w *sequences) check(r *run) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for parent, nodes := range w.acked {
+		w.checkOrder(r, parent, nodes)
+		if err := w.checkPresent(r, parent, nodes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkOrder is Q: sorted by created index, counters strictly increase.
+func (w *sequences) checkOrder(r *run, parent string, nodes []api.Node) {
+	sorted := slices.Clone(nodes)
+	slices.SortFunc(sorted, func(a, b api.Node) int { return int(a.CreatedIndex) - int(b.CreatedIndex) })
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].Path <= sorted[i-1].Path || sorted[i].CreatedIndex == sorted[i-1].CreatedIndex {
+			r.report.anomaly("Q: %s (index %d) after %s (index %d)", sorted[i].Path, sorted[i].CreatedIndex, sorted[i-1].Path, sorted[i-1].CreatedIndex)
+		}
+	}
+	r.report.Operations += len(nodes)
+	r.report.Acked += len(nodes)
+}
+
+// checkPresent is D: every member lists every acknowledged child, and all
+// members list the same children.
+func (w *sequences) checkPresent(r *run, parent string, nodes []api.Node) error {
+	var minIndex uint64
+	for _, n := range nodes {
+		minIndex = max(minIndex, n.CreatedIndex)
+	}
+	var first []string
+	for i, m := range r.cluster.Members {
+		ctx, cancel := requestContext()
+		var children api.Children
+		query := url.Values{"children": {"true"}, "consistency": {api.Stale}, "min_index": {strconv.FormatUint(minIndex, 10)}}
+		err := callKV(ctx, http.MethodGet, m.ClientURL, parent, query, nil, &children)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("D: list %s on %s: %w", parent, m.Name, err)
+		}
+		have := map[string]bool{}
+		for _, c := range children.Children {
+			have[parent+"/"+c] = true
+		}
+		for _, n := range nodes {
+			if !have[n.Path] {
+				r.report.Lost++
+				r.report.anomaly("D: acknowledged %s (index %d) missing on %s", n.Path, n.CreatedIndex, m.Name)
+			}
+		}
+		if i == 0 {
+			first = children.Children
+		} else if !slices.Equal(first, children.Children) {
+			r.report.anomaly("D: %s lists %d children of %s, %s lists %d: replicas differ at the same applied index",
+				r.cluster.Members[0].Name, len(first), parent, m.Name, len(children.Children))
+		}
+	}
+	r.logf("chaos Q/D: %d acknowledged creates under %s, on all %d members (%s)", len(nodes), parent, len(r.cluster.Members), strings.Join(first[max(0, len(first)-2):], ","))
+	return nil
+}
