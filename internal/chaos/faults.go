@@ -61,11 +61,14 @@ func (r *run) sleep(d time.Duration) { time.Sleep(d) }
 
 // withLeader applies fn to the current leader.
 func (r *run) withLeader(fn func(int) (func() error, error)) (func() error, error) {
-	leader, err := r.cluster.FindLeader(10*time.Second, r.cluster.Live()...)
-	if err != nil {
-		return nil, err
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if leader := r.majorityLeader(); leader >= 0 {
+			return fn(leader)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return fn(leader)
+	return nil, fmt.Errorf("no leader followed by a majority within 10s:%s", r.describe())
 }
 
 // kill sends SIGKILL to member i; the heal restarts it from its data dir.
@@ -170,4 +173,30 @@ func (r *run) partitionOneWay() (func() error, error) {
 		}
 		return r.cluster.Heal, nil
 	})
+}
+
+// majorityLeader returns the member that says it leads and that a majority
+// of members name as leader, or -1. A member stuck apart does not stop the
+// nemesis from finding the leader.
+func (r *run) majorityLeader() int {
+	votes := map[string]int{}
+	leaderOf := map[string]int{}
+	for _, i := range r.cluster.Live() {
+		st, err := r.cluster.Status(i)
+		if err != nil {
+			continue
+		}
+		if st.LeaderID != "" {
+			votes[st.LeaderID]++
+		}
+		if st.Role == "leader" && st.ID == st.LeaderID {
+			leaderOf[st.ID] = i
+		}
+	}
+	for id, n := range votes {
+		if i, ok := leaderOf[id]; ok && n > len(r.cluster.Members)/2 {
+			return i
+		}
+	}
+	return -1
 }

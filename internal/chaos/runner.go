@@ -86,8 +86,14 @@ func (r *Report) Merge(other Report) {
 // Summary is TESTING.md's summary line.
 func (r *Report) Summary() string {
 	verdict := "all linearizable"
-	if len(r.Anomalies) > 0 {
-		verdict = fmt.Sprintf("%d ANOMALIES", len(r.Anomalies))
+	liveness := 0
+	for _, a := range r.Anomalies {
+		if strings.HasPrefix(a, "liveness:") {
+			liveness++
+		}
+	}
+	if len(r.Anomalies) > liveness {
+		verdict = fmt.Sprintf("%d SAFETY ANOMALIES", len(r.Anomalies)-liveness)
 	}
 	kills := r.Faults["kill-one"] + r.Faults["kill-leader"] + r.Faults["kill-minority"]
 	partitions := 0
@@ -99,9 +105,9 @@ func (r *Report) Summary() string {
 	return fmt.Sprintf("seed %d: %d operations checked over %d runs: %s (%d Unknown), under %d partitions, "+
 		"%d kill -9 (0 losing unsynced data: real processes keep it in the page cache), %d SIGSTOPs, 0 membership changes; "+
 		"%d acknowledged writes lost of %d; %d stale-token writes accepted (%d overlapping holders caught by fencing); "+
-		"watches not checked here; %d ephemeral nodes leaked, %d deleted early; faults %v",
+		"watches not checked here; %d ephemeral nodes leaked, %d deleted early; %d liveness failures; faults %v",
 		r.Seed, r.Operations, r.Runs, verdict, r.Unknown, partitions, kills, r.Faults["pause-leader"],
-		r.Lost, r.Acked, r.StaleWrites, r.Overlaps, r.Leaked, r.Early, r.Faults)
+		r.Lost, r.Acked, r.StaleWrites, r.Overlaps, r.Leaked, r.Early, liveness, r.Faults)
 }
 
 // run is the state of one Run.
@@ -207,17 +213,59 @@ func (r *run) workloads() []workload {
 // quiesce waits until every member runs, one leader is agreed, and all
 // members applied the same index.
 func (r *run) quiesce() {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := r.cluster.FindLeader(5*time.Second, r.cluster.Live()...); err != nil {
-			continue
+	for i, m := range r.cluster.Members {
+		if !r.cluster.Running(i) {
+			r.report.anomaly("liveness: %s exited on its own (%v); restarted for the checks", m.Name, r.cluster.ExitError(i))
+			if err := r.cluster.Restart(i); err != nil {
+				r.report.anomaly("restart %s: %v", m.Name, err)
+			}
 		}
-		if r.sameApplied() {
-			return
+	}
+	if r.settle(60 * time.Second) {
+		return
+	}
+	r.report.anomaly("liveness: cluster did not quiesce (one leader, equal applied index) within 60s after healing:%s", r.describe())
+	// A member stuck behind is restarted, as an operator would, so the
+	// safety checks can still look at every replica.
+	for _, i := range r.lagging() {
+		if err := r.cluster.Restart(i); err != nil {
+			r.report.anomaly("restart %s: %v", r.cluster.Members[i].Name, err)
+		}
+	}
+	if !r.settle(60 * time.Second) {
+		r.report.anomaly("liveness: cluster did not quiesce after restarting the members behind:%s", r.describe())
+	}
+}
+
+// settle waits until one leader is agreed by all and all applied the same index.
+func (r *run) settle(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if _, err := r.cluster.FindLeader(5*time.Second, r.cluster.Live()...); err == nil && r.sameApplied() {
+			return true
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	r.report.anomaly("cluster did not quiesce (one leader, equal applied index) within 60s after healing")
+	return false
+}
+
+// lagging returns the members that do not answer or applied less than the most advanced.
+func (r *run) lagging() []int {
+	var most uint64
+	applied := make([]uint64, len(r.cluster.Members))
+	for i := range r.cluster.Members {
+		if st, err := r.cluster.Status(i); err == nil {
+			applied[i] = st.AppliedIndex
+			most = max(most, st.AppliedIndex)
+		}
+	}
+	var out []int
+	for i, a := range applied {
+		if a < most {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 func (r *run) sameApplied() bool {
@@ -235,4 +283,18 @@ func (r *run) sameApplied() bool {
 // requestContext bounds one client request.
 func requestContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 3*time.Second)
+}
+
+// describe lists what every member says about itself.
+func (r *run) describe() string {
+	var b strings.Builder
+	for i, m := range r.cluster.Members {
+		st, err := r.cluster.Status(i)
+		if err != nil {
+			fmt.Fprintf(&b, " %s: %v;", m.Name, err)
+			continue
+		}
+		fmt.Fprintf(&b, " %s: %s term %d applied %d;", m.Name, st.Role, st.Term, st.AppliedIndex)
+	}
+	return b.String()
 }
