@@ -202,6 +202,8 @@ func (g *group) LeaderChanged(leader, term uint64) {
 	if leader == g.server.id {
 		g.sessions.renewAll(time.Now())
 	}
+	// A new leader gets the staleness window to acknowledge a first relay.
+	g.sessions.relayAcked.Store(time.Now().UnixNano())
 	if previous != raft.None {
 		g.waiters.failAll(api.Errorf(api.CodeUnavailable, "leader changed while the write was pending; its outcome is unknown"))
 	}

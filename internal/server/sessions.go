@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -22,6 +23,10 @@ import (
 //     relay interval sends the set to the leader over the peer transport
 //     (group relayGroup), so a server cut off from the majority cannot keep
 //     a session alive;
+//   - the leader acknowledges every relay; a follower that knows no leader,
+//     or whose relays went unacknowledged for longer than relayStaleness,
+//     answers heartbeats 503 so the client moves to a server that can reach
+//     the leader (a client told "alive" by a cut-off server would not);
 //   - the leader alone proposes expiry (one entry for every session due),
 //     from deadlines on the monotonic clock;
 //   - a newly elected leader first grants every session a full timeout.
@@ -34,6 +39,10 @@ const maxRelayIDs = 8192
 
 // sessionTracker holds the deadline of every live session.
 type sessionTracker struct {
+	// relayAcked is when the leader last acknowledged this server's relay
+	// (unix nanoseconds on the monotonic-backed clock of time.Now).
+	relayAcked atomic.Int64
+
 	mu        sync.Mutex
 	deadlines map[uint64]trackedSession // guarded by mu
 	relay     map[uint64]struct{}       // guarded by mu: heartbeats heard here, not yet sent to the leader
@@ -210,6 +219,9 @@ func (s *Server) GetSession(ctx context.Context, id uint64, opts ReadOptions) (a
 // with). It returns the ids that are not alive (expired or closed).
 func (s *Server) Heartbeat(ctx context.Context, ids []uint64) (uint64, []uint64, error) {
 	g := s.main.Load()
+	if err := s.canRelay(g); err != nil {
+		return 0, nil, err
+	}
 	index, dead := g.liveSessions(ids)
 	if len(dead) > 0 {
 		if err := g.barrier(ctx, api.Linearizable, 0); err != nil {
@@ -229,6 +241,35 @@ func (s *Server) Heartbeat(ctx context.Context, ids []uint64) (uint64, []uint64,
 		}
 	}
 	return index, dead, nil
+}
+
+// canRelay reports whether heartbeats received here reach the leader: this
+// server leads, or a leader acknowledged its relays recently.
+func (s *Server) canRelay(g *group) error {
+	lead := g.leader.Load()
+	switch {
+	case lead == raft.None:
+		return g.unavailable("no leader known here; send heartbeats to another server")
+	case lead == s.id:
+		return nil
+	}
+	since := time.Since(time.Unix(0, g.sessions.relayAcked.Load()))
+	if since > s.relayStaleness() {
+		return g.unavailable("the leader has not acknowledged this server's heartbeat relays for %v; send heartbeats to another server", since.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// relayInterval is how often a follower sends its heard heartbeats (and, with
+// none, an empty relay that the leader still acknowledges).
+func (s *Server) relayInterval() time.Duration {
+	return max(s.cfg.MinSessionTTL/8, 50*time.Millisecond)
+}
+
+// relayStaleness is how long a follower answers heartbeats without an
+// acknowledged relay: a few relay rounds, at least an election timeout.
+func (s *Server) relayStaleness() time.Duration {
+	return max(4*s.relayInterval(), s.electionTimeout())
 }
 
 // liveSessions returns the applied index and the ids not alive here.
@@ -257,8 +298,7 @@ func without(ids, drop []uint64) []uint64 {
 
 // relayHeartbeats sends the heartbeats heard here to the leader, until stop.
 func (s *Server) relayHeartbeats(g *group) {
-	interval := max(s.cfg.MinSessionTTL/8, 50*time.Millisecond)
-	ticker := time.NewTicker(interval)
+	ticker := time.NewTicker(s.relayInterval())
 	defer ticker.Stop()
 	for {
 		select {
@@ -268,19 +308,21 @@ func (s *Server) relayHeartbeats(g *group) {
 		}
 		ids := g.sessions.takeRelay()
 		lead := g.leader.Load()
-		if len(ids) == 0 || lead == raft.None {
-			continue
-		}
-		if lead == s.id {
+		switch lead {
+		case raft.None:
+		case s.id:
 			g.sessions.touch(ids, time.Now())
-			continue
+		default:
+			s.transport.Send(relayGroup, relayMessages(s.id, lead, ids))
 		}
-		s.transport.Send(relayGroup, relayMessages(s.id, lead, ids))
 	}
 }
 
 func relayMessages(from, to uint64, ids []uint64) []raftpb.Message {
-	var msgs []raftpb.Message
+	msgs := []raftpb.Message{{Type: raftpb.MsgHeartbeat, From: from, To: to}} // acknowledged even if empty
+	if len(ids) > 0 {
+		msgs = msgs[:0]
+	}
 	for len(ids) > 0 {
 		n := min(len(ids), maxRelayIDs)
 		var buf []byte
@@ -293,10 +335,20 @@ func relayMessages(from, to uint64, ids []uint64) []raftpb.Message {
 	return msgs
 }
 
-// receiveRelay extends the deadlines of relayed heartbeats, if this server leads.
+// receiveRelay extends the deadlines of relayed heartbeats and acknowledges
+// them, if this server leads; it records the leader's acknowledgements.
 func (s *Server) receiveRelay(m raftpb.Message) error {
 	g := s.main.Load()
-	if g == nil || g.leader.Load() != s.id {
+	if g == nil {
+		return nil
+	}
+	if m.Type == raftpb.MsgHeartbeatResp {
+		if m.From == g.leader.Load() {
+			g.sessions.relayAcked.Store(time.Now().UnixNano())
+		}
+		return nil
+	}
+	if g.leader.Load() != s.id {
 		return nil
 	}
 	var ids []uint64
@@ -309,6 +361,7 @@ func (s *Server) receiveRelay(m raftpb.Message) error {
 		buf = buf[n:]
 	}
 	g.sessions.touch(ids, time.Now())
+	s.transport.Send(relayGroup, []raftpb.Message{{Type: raftpb.MsgHeartbeatResp, From: s.id, To: m.From}})
 	return nil
 }
 
