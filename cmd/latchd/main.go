@@ -107,6 +107,7 @@ func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 	fs.StringVar(&cfg.Name, "name", server.DefaultName, "this member's name, unique in the cluster")
 	fs.StringVar(&cfg.DataDir, "data-dir", server.DefaultDataDir, "directory of the WAL and snapshots")
 	fs.StringVar(&cfg.ClientAddr, "listen-client", server.DefaultClientAddr, "host:port of the client HTTP API")
+	fs.StringVar(&cfg.AdvertiseClientURL, "advertise-client", "", "URL clients reach this server at, for leader hints (default http://<listen-client>)")
 	fs.StringVar(&cfg.PeerAddr, "listen-peer", server.DefaultPeerAddr, "host:port of the peer transport")
 	fs.StringVar(&initial, "initial-cluster", "", "name=host:port of every initial member's peer address, comma-separated (default: this member alone)")
 	fs.StringVar(&clusterState, "initial-cluster-state", "new", "new: bootstrap the cluster; existing: join a running one that already added this member")

@@ -26,11 +26,15 @@ const (
 
 // Config configures a server. Zero fields take the defaults above.
 type Config struct {
-	Name         string
-	DataDir      string
-	ClientAddr   string // the client API's host:port, announced to peers through the log
-	PeerAddr     string // host:port the peer transport listens on
-	PeerListener net.Listener
+	Name       string
+	DataDir    string
+	ClientAddr string // the client API's host:port
+	// AdvertiseClientURL is the URL clients reach this server's API at,
+	// announced to peers through the log for leader hints (default
+	// "http://" + ClientAddr; set it when listening on 0.0.0.0 or behind NAT).
+	AdvertiseClientURL string
+	PeerAddr           string // host:port the peer transport listens on
+	PeerListener       net.Listener
 	// InitialCluster maps member names to peer addresses (host:port); it must
 	// contain Name. It bootstraps a new cluster; on restart it only seeds peers.
 	InitialCluster map[string]string

@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"errors"
+	"time"
+
 	"crypto/rand"
+	"go.etcd.io/raft/v3"
 	mathrand "math/rand/v2"
 	"sync"
 
@@ -99,9 +103,9 @@ func (g *group) propose(ctx context.Context, cmd *command.Command) (fsm.Result, 
 	cmd.ID = id
 	s.metrics.proposalStarted()
 	defer s.metrics.proposalEnded()
-	if err := g.node.Propose(ctx, cmd.Marshal()); err != nil {
+	if err := g.proposeUntilAccepted(ctx, cmd.Marshal()); err != nil {
 		s.metrics.proposalFailed()
-		return fsm.Result{}, 0, g.unavailable("proposal not accepted: %v", err)
+		return fsm.Result{}, 0, g.unavailable("proposal not accepted (not applied): %v", err)
 	}
 	select {
 	case o := <-ch:
@@ -114,5 +118,24 @@ func (g *group) propose(ctx context.Context, cmd *command.Command) (fsm.Result, 
 		return fsm.Result{}, 0, g.unavailable("not committed within the request deadline; outcome unknown")
 	case <-g.node.Done():
 		return fsm.Result{}, 0, g.unavailable("server is stopping")
+	}
+}
+
+// proposeUntilAccepted hands data to raft, proposing again while the leader
+// here drops it (it does during a leadership transfer): a dropped proposal
+// was never appended, so proposing it again cannot apply it twice.
+func (g *group) proposeUntilAccepted(ctx context.Context, data []byte) error {
+	pause := time.Millisecond
+	for {
+		err := g.node.Propose(ctx, data)
+		if !errors.Is(err, raft.ErrProposalDropped) {
+			return err
+		}
+		select {
+		case <-time.After(pause):
+			pause = min(2*pause, g.server.electionTimeout()/10)
+		case <-ctx.Done():
+			return err
+		}
 	}
 }

@@ -289,4 +289,9 @@ func (s *Server) Close() error {
 }
 
 // clientURL is the base URL clients use to reach this server's API.
-func (s *Server) clientURL() string { return "http://" + s.cfg.ClientAddr }
+func (s *Server) clientURL() string {
+	if s.cfg.AdvertiseClientURL != "" {
+		return s.cfg.AdvertiseClientURL
+	}
+	return "http://" + s.cfg.ClientAddr
+}
