@@ -23,6 +23,7 @@ type metrics struct {
 	proposalsPending prometheus.Gauge
 	proposalsFailed  prometheus.Counter
 	walFsync         prometheus.Histogram
+	entriesPerSave   prometheus.Histogram
 	applyDuration    prometheus.Histogram
 	snapshotDuration prometheus.Histogram
 	snapshotsFailed  prometheus.Counter
@@ -39,6 +40,7 @@ func newMetrics(s *Server) *metrics {
 		proposalsPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "latch_proposals_pending", Help: "Proposals waiting to be applied."}),
 		proposalsFailed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "latch_proposals_failed_total", Help: "Proposals answered with an error of unknown outcome or refused for overload."}),
 		walFsync:         prometheus.NewHistogram(prometheus.HistogramOpts{Name: "latch_wal_fsync_duration_seconds", Help: "WAL save (write + fsync) latency per Ready.", Buckets: latency}),
+		entriesPerSave:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "latch_wal_entries_per_save", Help: "Raft entries written per WAL save (one fsync): the batching of a Ready.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
 		applyDuration:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "latch_apply_duration_seconds", Help: "Apply latency per Ready batch.", Buckets: latency}),
 		snapshotDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "latch_snapshot_save_duration_seconds", Help: "Snapshot save latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		snapshotsFailed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "latch_snapshot_save_failures_total", Help: "Snapshots that failed to save."}),
@@ -51,15 +53,18 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		})
 	m.registry.MustRegister(m.term, m.hasLeader, m.leaderChanges, m.commitIndex, m.appliedIndex,
-		m.proposalsPending, m.proposalsFailed, m.walFsync, m.applyDuration, m.snapshotDuration, m.snapshotsFailed,
+		m.proposalsPending, m.proposalsFailed, m.walFsync, m.entriesPerSave, m.applyDuration, m.snapshotDuration, m.snapshotsFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 func (m *metrics) nodeHooks() raftnode.Hooks {
 	return raftnode.Hooks{
-		Persisted: func(d time.Duration, _ int) { m.walFsync.Observe(d.Seconds()) },
-		Applied:   func(d time.Duration, _ int) { m.applyDuration.Observe(d.Seconds()) },
+		Persisted: func(d time.Duration, entries int) {
+			m.walFsync.Observe(d.Seconds())
+			m.entriesPerSave.Observe(float64(entries))
+		},
+		Applied: func(d time.Duration, _ int) { m.applyDuration.Observe(d.Seconds()) },
 		SnapshotSave: func(d time.Duration, err error) {
 			m.snapshotDuration.Observe(d.Seconds())
 			if err != nil {
