@@ -1,11 +1,14 @@
 package testcluster
 
 import (
+	"syscall"
+
 	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/latch-io/latch/internal/vfs"
 	"net/http"
 	"strings"
 	"testing"
@@ -353,5 +356,41 @@ func TestPlantedNoSyncLosesWrites(t *testing.T) {
 			}
 			t.Logf("acknowledged writes lost: %d of %d", lost, len(acked))
 		})
+	}
+}
+
+// TestFsyncErrorStopsServer: an fsync that fails on the leader stops that
+// server (never retried), the others elect a new leader, and nothing that
+// was acknowledged is lost.
+func TestFsyncErrorStopsServer(t *testing.T) {
+	c := New(t, 3, Options{})
+	ctx := ctxT(t, 60*time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	var acked []string
+	for i := range 10 {
+		p := fmt.Sprintf("/fsync/k%d", i)
+		if _, err := Put(ctx, c.URL(leader), p, "v", ""); err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, p)
+	}
+	c.Nodes[leader].FS.Inject(vfs.Fault{Ops: vfs.OpSync, Err: syscall.EIO})
+	_, err := Put(ctx, c.URL(leader), "/fsync/after", "v", "")
+	if err == nil {
+		// The write may commit on the followers' fsyncs; it must not be
+		// acknowledged by the failed leader unless a quorum has it.
+		t.Logf("write during the failure acknowledged (committed by the followers)")
+	}
+	if !waitFor(10*time.Second, func() bool { return c.Nodes[leader].Server.Err() != nil }) {
+		t.Fatalf("leader kept running after an fsync error")
+	}
+	t.Logf("leader stopped with: %v", c.Nodes[leader].Server.Err())
+	c.Net.Leave(c.Nodes[leader].ID)
+	survivor := c.Others(leader)[0]
+	newLeader := c.LeaderIn(10*time.Second, c.Others(leader)...)
+	for _, p := range acked {
+		if _, err := Get(ctx, c.URL(survivor), p, api.Linearizable); err != nil {
+			t.Fatalf("acknowledged %s missing after the leader's fsync failure (new leader %s): %v", p, c.Nodes[newLeader].Name, err)
+		}
 	}
 }
