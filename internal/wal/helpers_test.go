@@ -191,12 +191,6 @@ func (g *generator) call() []Batch {
 	return batches
 }
 
-func (g *generator) applyAll(batches []Batch) {
-	for _, batch := range batches {
-		g.models[batch.Group].apply(batch)
-	}
-}
-
 // resetTo makes the models the recovered state and restarts terms above it.
 func (g *generator) resetTo(states map[uint64]*GroupState) {
 	for group := range g.models {

@@ -1,8 +1,6 @@
 package membership
 
 import (
-	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -10,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // joiner is a latchd process started with --initial-cluster-state existing
@@ -68,16 +65,6 @@ func (j *joiner) start(t *testing.T, bin, initial string, extra ...string) {
 	})
 }
 
-// waitExit waits for the process to end by itself and returns how it did.
-func (j *joiner) waitExit(timeout time.Duration) (error, bool) {
-	select {
-	case <-j.exited:
-		return j.err, true
-	case <-time.After(timeout):
-		return nil, false
-	}
-}
-
 func (j *joiner) log() string {
 	data, _ := os.ReadFile(j.logPath)
 	return string(data)
@@ -100,13 +87,4 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// exitedCleanly reports whether err is a process's clean exit (status 0).
-func exitedCleanly(err error) error {
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return fmt.Errorf("exited with %v", exit)
-	}
-	return err
 }
