@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/latch-io/latch/api"
@@ -219,7 +220,9 @@ func (h *watchHub) connect(endpoint string) (*connection, error) {
 		cl := &call{method: "GET", path: eventsPath(h.session.id), endpoint: endpoint, policy: retrySafe,
 			stream: func(body io.Reader) error {
 				close(conn.open)
-				return h.read(conn.gen, body)
+				watched := watchIdle(body, streamIdleTimeout, conn.cancel)
+				defer watched.stop()
+				return h.read(conn.gen, watched)
 			}}
 		conn.err = h.session.client.do(conn.ctx, cl)
 		h.session.noteWriteError(conn.err)
@@ -459,3 +462,47 @@ func (h *watchHub) handleEvent(gen uint64, kind string, data []byte) error {
 	}
 	return nil
 }
+
+// streamIdleTimeout: the server sends a ping on an idle stream every 15 s,
+// so a stream silent for three pings is dead (a partition can leave the TCP
+// connection open), and the hub reconnects elsewhere.
+const streamIdleTimeout = 45 * time.Second
+
+// idleReader is a stream body that calls onIdle when nothing arrived for
+// longer than its timeout.
+type idleReader struct {
+	r    io.Reader
+	last atomic.Int64 // unix nanoseconds of the last read that returned bytes
+	done chan struct{}
+}
+
+func watchIdle(r io.Reader, timeout time.Duration, onIdle func()) *idleReader {
+	ir := &idleReader{r: r, done: make(chan struct{})}
+	ir.last.Store(time.Now().UnixNano())
+	go func() {
+		ticker := time.NewTicker(timeout / 3)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ticker.C:
+				if time.Since(time.Unix(0, ir.last.Load())) > timeout {
+					onIdle()
+					return
+				}
+			case <-ir.done:
+				return
+			}
+		}
+	}()
+	return ir
+}
+
+func (ir *idleReader) Read(p []byte) (int, error) {
+	n, err := ir.r.Read(p)
+	if n > 0 {
+		ir.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (ir *idleReader) stop() { close(ir.done) }
