@@ -12,7 +12,7 @@ func TestIdleStreamCut(t *testing.T) {
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	cut := make(chan struct{})
-	ir := watchIdle(pr, 60*time.Millisecond, func() { close(cut) })
+	ir := watchIdle(pr, time.Second, func() { close(cut) })
 	defer ir.stop()
 	go func() {
 		buf := make([]byte, 8)
@@ -22,7 +22,7 @@ func TestIdleStreamCut(t *testing.T) {
 			}
 		}
 	}()
-	for range 5 { // bytes every 20ms keep it alive for 100ms
+	for range 10 { // bytes every 20ms: never a second of silence
 		pw.Write([]byte(": ping\n\n"))
 		select {
 		case <-cut:
