@@ -42,6 +42,9 @@ func runAndReport(t *testing.T, cfg Config) Report {
 	t.Helper()
 	t.Logf("chaos: seed %d (rerun with -chaos.seed=%d), %v under faults, partitions %v", cfg.Seed, cfg.Seed, cfg.Duration, cfg.Partitions)
 	report := Run(t, cfg)
+	for _, a := range report.Anomalies {
+		t.Logf("anomaly: %s", a)
+	}
 	t.Log(report.Summary())
 	return report
 }

@@ -12,8 +12,8 @@ import (
 
 // sessions is workload S: clients create a session and an ephemeral node,
 // check it now and then, and at some point die (stop heartbeating, as a
-// killed or frozen client). A node must not vanish while a later heartbeat
-// still finds its session alive; no node of a dead session may remain.
+// killed or frozen client). A node must not vanish while a later write
+// under its session still succeeds; no node of a dead session may remain.
 type sessions struct {
 	mu   sync.Mutex // guards dead
 	dead []string   // ephemeral paths whose session was abandoned
@@ -50,8 +50,8 @@ func (w *sessions) client(r *run, worker int) {
 	}
 }
 
-// watch checks path for a while: a read that does not find it, followed by
-// a heartbeat that finds the session alive, is an early deletion.
+// watch checks path for a while: a linearizable read that does not find
+// it, followed by a session-scoped write that succeeds, is an early deletion.
 func (w *sessions) watch(r *run, s *session, path string) {
 	for checks := 3 + r.intn(10); checks > 0 && !r.stopped() && !s.expired(); checks-- {
 		time.Sleep(200 * time.Millisecond)
@@ -61,14 +61,20 @@ func (w *sessions) watch(r *run, s *session, path string) {
 		if code(err) != api.CodeNotFound {
 			continue
 		}
+		// A heartbeat's "alive" may come from a lagging member's local
+		// state; a session-scoped write goes through the log, so its
+		// success proves the session alive after the read missed the node.
 		ctx, cancel = requestContext()
-		var beat api.Heartbeat
-		err = call(ctx, http.MethodPost, r.node(), "/v1/session/heartbeat", nil, &api.SessionRequest{SessionID: s.id}, &beat)
+		probe := path + "-probe"
+		err = callKV(ctx, http.MethodPut, r.node(), probe, url.Values{"ephemeral": {"true"}, "session_id": {s.id}, "request_seq": {"2"}}, &api.PutRequest{Value: s.id}, nil)
 		cancel()
-		if err == nil && beat.Alive {
-			r.report.anomaly("S: ephemeral %s gone while session %s still alive", path, s.id)
+		if err == nil {
+			r.report.anomaly("S: ephemeral %s gone while session %s still alive (a later session write succeeded)", path, s.id)
 			r.report.Early++
 		}
+		w.mu.Lock()
+		w.dead = append(w.dead, probe) // whatever the outcome, it must be gone at the end
+		w.mu.Unlock()
 		return
 	}
 }
