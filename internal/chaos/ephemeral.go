@@ -69,8 +69,8 @@ func (w *sessions) watch(r *run, s *session, path string) {
 		err = callKV(ctx, http.MethodPut, r.node(), probe, url.Values{"ephemeral": {"true"}, "session_id": {s.id}, "request_seq": {"2"}}, &api.PutRequest{Value: s.id}, nil)
 		cancel()
 		if err == nil {
-			r.report.anomaly("S: ephemeral %s gone while session %s still alive (a later session write succeeded)", path, s.id)
-			r.report.Early++
+			r.anomaly("S: ephemeral %s gone while session %s still alive (a later session write succeeded)", path, s.id)
+			r.update(func(report *Report) { report.Early++ })
 		}
 		w.mu.Lock()
 		w.dead = append(w.dead, probe) // whatever the outcome, it must be gone at the end
@@ -96,7 +96,7 @@ func (w *sessions) check(r *run) error {
 				}
 				if time.Now().After(deadline) {
 					r.report.Leaked++
-					r.report.anomaly("S: ephemeral %s of a dead session still on %s (member %d): %v", path, m.Name, i, err)
+					r.anomaly("S: ephemeral %s of a dead session still on %s (member %d): %v", path, m.Name, i, err)
 					break
 				}
 				time.Sleep(100 * time.Millisecond)

@@ -46,12 +46,12 @@ func (r *run) nemesis(d time.Duration) {
 			r.sleep(r.cfg.FaultEvery / 2)
 			continue
 		}
-		r.report.Faults[f.name]++
+		r.update(func(report *Report) { report.Faults[f.name]++ })
 		hold := r.cfg.FaultEvery/2 + time.Duration(r.faults.IntN(int(r.cfg.FaultEvery)))
 		r.logf("chaos: %s for %v", f.name, hold)
 		r.sleep(hold)
 		if err := heal(); err != nil {
-			r.report.anomaly("heal after %s: %v", f.name, err)
+			r.anomaly("heal after %s: %v", f.name, err)
 		}
 		r.sleep(r.cfg.FaultEvery / 2)
 	}

@@ -135,7 +135,7 @@ func (w *locks) grant(r *run, token uint64, session string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if other, ok := w.grants[token]; ok && other != session {
-		r.report.anomaly("F: fencing token %d granted to sessions %s and %s", token, other, session)
+		r.anomaly("F: fencing token %d granted to sessions %s and %s", token, other, session)
 	}
 	w.grants[token] = session
 }
@@ -171,7 +171,7 @@ func (w *locks) check(r *run) error {
 		if token < highest {
 			stale++
 			if stale <= 5 {
-				r.report.anomaly("F: guard accepted token %d after token %d (write %d of %d)", token, highest, i+1, len(w.guard.accepted))
+				r.anomaly("F: guard accepted token %d after token %d (write %d of %d)", token, highest, i+1, len(w.guard.accepted))
 			}
 		}
 		highest = max(highest, token)

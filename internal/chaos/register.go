@@ -125,7 +125,7 @@ func (w *registers) check(r *run) error {
 		r.report.Unknown++
 	}
 	if !res.Linearizable() {
-		r.report.anomaly("L: history not linearizable: %s", res)
+		r.anomaly("L: history not linearizable: %s", res)
 		w.visualize(r, res)
 	}
 	return nil

@@ -114,8 +114,10 @@ func (r *Report) Summary() string {
 type run struct {
 	cfg     Config
 	cluster *proccluster.Cluster
-	report  *Report
-	logf    func(format string, args ...any)
+
+	reportMu sync.Mutex // guards report while workloads and the nemesis run
+	report   *Report
+	logf     func(format string, args ...any)
 
 	stop chan struct{} // closed when the workloads must stop
 	wg   sync.WaitGroup
@@ -123,6 +125,18 @@ type run struct {
 	randMu sync.Mutex // guards random
 	random *rand.Rand // the workloads' choices
 	faults *rand.Rand // the fault schedule: used by the nemesis goroutine only, so a seed gives one schedule
+}
+
+// anomaly records a finding; safe for concurrent use.
+func (r *run) anomaly(format string, args ...any) {
+	r.update(func(report *Report) { report.anomaly(format, args...) })
+}
+
+// update changes the report under its lock; safe for concurrent use.
+func (r *run) update(change func(*Report)) {
+	r.reportMu.Lock()
+	defer r.reportMu.Unlock()
+	change(r.report)
 }
 
 // intn draws from the run's seeded source; safe for concurrent use.
@@ -215,25 +229,25 @@ func (r *run) workloads() []workload {
 func (r *run) quiesce() {
 	for i, m := range r.cluster.Members {
 		if !r.cluster.Running(i) {
-			r.report.anomaly("liveness: %s exited on its own (%v); restarted for the checks", m.Name, r.cluster.ExitError(i))
+			r.anomaly("liveness: %s exited on its own (%v); restarted for the checks", m.Name, r.cluster.ExitError(i))
 			if err := r.cluster.Restart(i); err != nil {
-				r.report.anomaly("restart %s: %v", m.Name, err)
+				r.anomaly("restart %s: %v", m.Name, err)
 			}
 		}
 	}
 	if r.settle(60 * time.Second) {
 		return
 	}
-	r.report.anomaly("liveness: cluster did not quiesce (one leader, equal applied index) within 60s after healing:%s", r.describe())
+	r.anomaly("liveness: cluster did not quiesce (one leader, equal applied index) within 60s after healing:%s", r.describe())
 	// A member stuck behind is restarted, as an operator would, so the
 	// safety checks can still look at every replica.
 	for _, i := range r.lagging() {
 		if err := r.cluster.Restart(i); err != nil {
-			r.report.anomaly("restart %s: %v", r.cluster.Members[i].Name, err)
+			r.anomaly("restart %s: %v", r.cluster.Members[i].Name, err)
 		}
 	}
 	if !r.settle(60 * time.Second) {
-		r.report.anomaly("liveness: cluster did not quiesce after restarting the members behind:%s", r.describe())
+		r.anomaly("liveness: cluster did not quiesce after restarting the members behind:%s", r.describe())
 	}
 }
 

@@ -81,7 +81,7 @@ func (w *sequences) create(r *run, s *session, parent string, seq uint64) (api.N
 			s.markExpired()
 			return api.Node{}, false
 		case code(err) == api.CodeInvalidArgument || code(err) == api.CodeTooLarge:
-			r.report.anomaly("Q: create under %s refused: %v", parent, err)
+			r.anomaly("Q: create under %s refused: %v", parent, err)
 			return api.Node{}, false
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -107,7 +107,7 @@ func (w *sequences) checkOrder(r *run, parent string, nodes []api.Node) {
 	slices.SortFunc(sorted, func(a, b api.Node) int { return int(a.CreatedIndex) - int(b.CreatedIndex) })
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i].Path <= sorted[i-1].Path || sorted[i].CreatedIndex == sorted[i-1].CreatedIndex {
-			r.report.anomaly("Q: %s (index %d) after %s (index %d)", sorted[i].Path, sorted[i].CreatedIndex, sorted[i-1].Path, sorted[i-1].CreatedIndex)
+			r.anomaly("Q: %s (index %d) after %s (index %d)", sorted[i].Path, sorted[i].CreatedIndex, sorted[i-1].Path, sorted[i-1].CreatedIndex)
 		}
 	}
 	r.report.Operations += len(nodes)
@@ -138,13 +138,13 @@ func (w *sequences) checkPresent(r *run, parent string, nodes []api.Node) error 
 		for _, n := range nodes {
 			if !have[n.Path] {
 				r.report.Lost++
-				r.report.anomaly("D: acknowledged %s (index %d) missing on %s", n.Path, n.CreatedIndex, m.Name)
+				r.anomaly("D: acknowledged %s (index %d) missing on %s", n.Path, n.CreatedIndex, m.Name)
 			}
 		}
 		if i == 0 {
 			first = children.Children
 		} else if !slices.Equal(first, children.Children) {
-			r.report.anomaly("D: %s lists %d children of %s, %s lists %d: replicas differ at the same applied index",
+			r.anomaly("D: %s lists %d children of %s, %s lists %d: replicas differ at the same applied index",
 				r.cluster.Members[0].Name, len(first), parent, m.Name, len(children.Children))
 		}
 	}
