@@ -218,4 +218,3 @@ func (p *pinTransport) streamHosts() []string {
 	defer p.mu.Unlock()
 	return append([]string(nil), p.streams...)
 }
-
