@@ -149,7 +149,7 @@ func (a *app) rootCommand() *cobra.Command {
 	flags.DurationVar(&a.commandTimeout, "command-timeout", 10*time.Second, "timeout of a whole command (not bench or keepalive)")
 	root.AddCommand(a.getCommand(), a.putCommand(), a.rmCommand(), a.lsCommand(),
 		a.statusCommand(), a.membersCommand(), a.leaderCommand(), a.sessionCommand(), a.benchCommand(),
-		a.watchCommand(), a.lockCommand(), a.electCommand(), a.lockStatusCommand(), a.electionStatusCommand(), a.sessionBenchCommand())
+		a.watchCommand(), a.lockCommand(), a.electCommand(), a.lockStatusCommand(), a.electionStatusCommand(), a.sessionBenchCommand(), a.lockBenchCommand())
 	return root
 }
 
