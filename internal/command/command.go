@@ -92,6 +92,11 @@ type Command struct {
 	TimeoutMs  uint64   // OpSessionCreate: the session timeout, already clamped by the server
 	Sessions   []uint64 // OpSessionExpire: the sessions to expire, all in one entry
 	Member     Member   // OpMemberSet and OpMemberRemove
+	// LeaderTerm, on OpSessionExpire, is the raft term of the leader that
+	// decided the expiry from its own deadlines. The server applies the
+	// expiry only if the entry was appended in that same term, so an expiry
+	// a deposed leader proposed (and raft forwarded to its successor) is void.
+	LeaderTerm uint64
 }
 
 // Errors returned (wrapped) by Unmarshal.
@@ -123,6 +128,7 @@ const (
 	hasMemberName
 	hasMemberPeerURL
 	hasMemberClientURL
+	hasLeaderTerm
 	presenceMask = 1<<iota - 1
 )
 
@@ -156,6 +162,7 @@ func (c *Command) Size() int {
 	n += optionalBytesLen(len(c.Member.Name))
 	n += optionalBytesLen(len(c.Member.PeerURL))
 	n += optionalBytesLen(len(c.Member.ClientURL))
+	n += optionalUvarintLen(c.LeaderTerm)
 	return n
 }
 
@@ -185,6 +192,7 @@ func (c *Command) AppendMarshal(dst []byte) []byte {
 	dst = appendOptionalString(dst, c.Member.Name)
 	dst = appendOptionalString(dst, c.Member.PeerURL)
 	dst = appendOptionalString(dst, c.Member.ClientURL)
+	dst = appendOptionalUvarint(dst, c.LeaderTerm)
 	return dst
 }
 
@@ -224,6 +232,7 @@ func (c *Command) presence() uint64 {
 	set(hasMemberName, c.Member.Name != "")
 	set(hasMemberPeerURL, c.Member.PeerURL != "")
 	set(hasMemberClientURL, c.Member.ClientURL != "")
+	set(hasLeaderTerm, c.LeaderTerm != 0)
 	return m
 }
 
@@ -264,6 +273,7 @@ func Unmarshal(data []byte) (Command, error) {
 	c.Member.Name = d.optionalString(mask, hasMemberName, "member name")
 	c.Member.PeerURL = d.optionalString(mask, hasMemberPeerURL, "member peer url")
 	c.Member.ClientURL = d.optionalString(mask, hasMemberClientURL, "member client url")
+	c.LeaderTerm = d.optionalUvarint(mask, hasLeaderTerm, "leader term")
 	if d.err == nil && d.offset != len(data) {
 		d.fail("%d trailing bytes", len(data)-d.offset)
 	}

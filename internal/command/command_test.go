@@ -21,7 +21,7 @@ var sampleCommands = []struct {
 	{"delete recursive", Command{Op: OpDelete, Path: "/a", Recursive: true, SessionID: 5, RequestSeq: 1}},
 	{"session create", Command{Op: OpSessionCreate, ID: 99, TimeoutMs: 10000}},
 	{"session close", Command{Op: OpSessionClose, SessionID: 42}},
-	{"session expire", Command{Op: OpSessionExpire, Sessions: []uint64{3, 1 << 40, 17}}},
+	{"session expire", Command{Op: OpSessionExpire, Sessions: []uint64{3, 1 << 40, 17}, LeaderTerm: 9}},
 	{"member set", Command{Op: OpMemberSet, Member: Member{ID: 0xdeadbeef, Name: "n1", PeerURL: "http://127.0.0.1:7101", ClientURL: "http://127.0.0.1:7001", Learner: true}}},
 	{"member remove", Command{Op: OpMemberRemove, Member: Member{ID: 3}}},
 	{"enqueue", Command{Op: OpEnqueue, ID: 5, Path: "/locks/R/lock-", Value: []byte("me"), Ephemeral: true, Sequential: true, SessionID: 9}},

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -107,7 +108,7 @@ func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 	switch {
 	case errors.As(err, &tooBig):
 		return api.Errorf(api.CodeTooLarge, "request body over %d bytes", tooBig.Limit)
-	case err != nil && err.Error() == "EOF":
+	case errors.Is(err, io.EOF):
 		return nil
 	case err != nil:
 		return api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err)

@@ -17,10 +17,10 @@ func electionSession(q *api.ElectionRequest) string { return q.SessionID }
 
 func (h *Handler) acquireLock(w http.ResponseWriter, r *http.Request) {
 	req, session, err := decodeWithSession(h, w, r, lockSession)
-	wait := time.Duration(req.WaitMs) * time.Millisecond
-	if err == nil && wait > maxLockWait {
+	if err == nil && req.WaitMs > uint64(maxLockWait.Milliseconds()) {
 		err = api.Errorf(api.CodeInvalidArgument, "wait_ms over %d", maxLockWait.Milliseconds())
 	}
+	wait := time.Duration(req.WaitMs) * time.Millisecond
 	if err != nil {
 		h.writeError(w, err)
 		return

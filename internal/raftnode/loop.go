@@ -25,6 +25,7 @@ func (n *Node) run() {
 		select {
 		case <-ticks:
 			n.raft.Tick()
+			n.lastTick.Store(time.Now().UnixNano())
 		case rd := <-n.raft.Ready():
 			if err := n.handleReady(rd); err != nil {
 				n.fail(err)

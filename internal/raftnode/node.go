@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -96,6 +97,11 @@ type Node struct {
 	stopc chan struct{}
 	donec chan struct{}
 
+	// lastTick is when the Ready loop last ticked raft (unix nanoseconds): a
+	// loop stuck in a slow fsync stops ticking, and with it stops noticing
+	// that it lost leadership.
+	lastTick atomic.Int64
+
 	errMu sync.Mutex
 	err   error // guarded by errMu: the fatal error that stopped the loop
 
@@ -108,9 +114,9 @@ type Node struct {
 	// conf change, so the snapshot a new member is sent names it (raft
 	// ignores a snapshot whose configuration leaves the receiver out).
 	snapshotDue bool
-	snapDone      chan snapshotResult
-	leader        uint64
-	term          uint64
+	snapDone    chan snapshotResult
+	leader      uint64
+	term        uint64
 }
 
 // ErrStopped is returned by calls on a node that has stopped.
@@ -141,6 +147,7 @@ func Start(cfg Config) (*Node, error) {
 		}
 		n.raft = raft.StartNode(rc, cfg.Peers)
 	}
+	n.lastTick.Store(time.Now().UnixNano())
 	go n.run()
 	return n, nil
 }
@@ -226,6 +233,9 @@ func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
 
 // Status returns raft's view of the group.
 func (n *Node) Status() raft.Status { return n.raft.Status() }
+
+// LastTick is when the Ready loop last advanced raft's clock.
+func (n *Node) LastTick() time.Time { return time.Unix(0, n.lastTick.Load()) }
 
 // Done is closed when the Ready loop has stopped; Err says why.
 func (n *Node) Done() <-chan struct{} { return n.donec }

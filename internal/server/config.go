@@ -138,6 +138,10 @@ func (c *Config) validate() error {
 	if c.MinSessionTTL > c.MaxSessionTTL {
 		return errors.New("server: min session timeout above max")
 	}
+	if election := time.Duration(c.ElectionTicks) * c.TickInterval; c.MinSessionTTL < election*3/2 {
+		c.Logger.Warn("the minimum session timeout is under 1.5 election timeouts: sessions that short can expire in any election",
+			"min_session_timeout", c.MinSessionTTL, "election_timeout", election)
+	}
 	return nil
 }
 

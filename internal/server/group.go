@@ -83,6 +83,13 @@ func (g *group) Apply(entries []raftpb.Entry) {
 			g.fsm.Advance(e.Index)
 			continue
 		}
+		if cmd.Op == command.OpSessionExpire && cmd.LeaderTerm != e.Term {
+			// Decided by a leader of another term (a deposed one whose
+			// proposal raft forwarded): void, on every replica alike.
+			g.fsm.Advance(e.Index)
+			outcomes = append(outcomes, outcome{id: cmd.ID, index: e.Index, err: errVoidExpiry})
+			continue
+		}
 		res, evs := g.fsm.Apply(e.Index, &cmd)
 		g.trackApplied(&cmd, res)
 		events = append(events, evs...)
@@ -151,7 +158,8 @@ func (g *group) applyMemberChange(index uint64, ch raftpb.ConfChangeSingle, cont
 	}
 }
 
-// member returns the recorded member id (zero if unknown); g.mu must be held.
+// member returns the recorded member with raft id id (zero if unknown);
+// g.mu must be held.
 func (g *group) member(id uint64) command.Member {
 	for _, m := range g.fsm.Members() {
 		if m.ID == id {
@@ -189,6 +197,10 @@ func (g *group) Restore(meta snap.Meta, body io.Reader) error {
 		}
 	}
 	g.publishApplied(meta.Index)
+	// Entries the snapshot covered were never applied here: their waiters
+	// get "outcome unknown", and lock waiters look at the new state.
+	g.waiters.failAll(g.unavailable("state replaced by a snapshot while the write was pending; its outcome is unknown"))
+	g.deletions.wakeAll()
 	return nil
 }
 
@@ -196,12 +208,16 @@ func (g *group) Restore(meta snap.Meta, body io.Reader) error {
 // replaced: it may have dropped them, so their outcome is unknown. Learning
 // a leader after none fails nothing: proposals wait in raft until then.
 func (g *group) LeaderChanged(leader, term uint64) {
-	previous := g.leader.Swap(leader)
-	g.term.Store(term)
-	g.server.metrics.leaderChanged(leader, term)
+	// Deadlines are renewed before this server shows itself as leader, so the
+	// expiry loop never sees a leader with a follower's stale deadlines.
 	if leader == g.server.id {
-		g.sessions.renewAll(time.Now())
+		g.sessions.lead(time.Now(), term)
+	} else {
+		g.sessions.follow()
 	}
+	g.term.Store(term)
+	previous := g.leader.Swap(leader)
+	g.server.metrics.leaderChanged(leader, term)
 	// A new leader gets the staleness window to acknowledge a first relay.
 	g.sessions.relayAcked.Store(time.Now().UnixNano())
 	if previous != raft.None {

@@ -9,10 +9,10 @@ import (
 )
 
 const (
-	locksRoot      = "/locks"
-	lockPrefix     = "lock-"
-	electionsRoot  = "/elections"
-	candidatePrefx = "candidate-"
+	locksRoot       = "/locks"
+	lockPrefix      = "lock-"
+	electionsRoot   = "/elections"
+	candidatePrefix = "candidate-"
 )
 
 // AcquireLock queues the session on lock name (or keeps its place) and waits
@@ -43,7 +43,9 @@ func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, w
 		case ahead == 0:
 			return api.Lock{Held: true, FencingToken: mine.CreatedIndex, Path: mine.Path, Index: index}, nil
 		}
-		if !g.waitDeleted(waitCtx, predecessor) {
+		// Woken by the deletion of the node ahead, or of our own (the
+		// session ended: the next round answers session_expired).
+		if !g.waitAnyDeleted(waitCtx, predecessor, mine.Path) {
 			if ctx.Err() != nil {
 				return api.Lock{}, g.unavailable("request ended while waiting for lock %q", name)
 			}
@@ -127,7 +129,7 @@ func (s *Server) JoinElection(ctx context.Context, role string, session uint64, 
 		return api.Candidacy{}, api.Errorf(api.CodeTooLarge, "value is %d bytes, over the limit of %d", len(value), s.cfg.MaxValueSize)
 	}
 	g := s.main.Load()
-	mine, err := g.enqueue(ctx, dir, candidatePrefx, session, value)
+	mine, err := g.enqueue(ctx, dir, candidatePrefix, session, value)
 	if err != nil {
 		return api.Candidacy{}, err
 	}

@@ -105,6 +105,10 @@ func (g *group) propose(ctx context.Context, cmd *command.Command) (fsm.Result, 
 	defer s.metrics.proposalEnded()
 	if err := g.proposeUntilAccepted(ctx, cmd.Marshal()); err != nil {
 		s.metrics.proposalFailed()
+		if ctx.Err() != nil {
+			// raft may have taken it just as the deadline passed.
+			return fsm.Result{}, 0, g.unavailable("no leader took the proposal within the deadline; outcome unknown")
+		}
 		return fsm.Result{}, 0, g.unavailable("proposal not accepted (not applied): %v", err)
 	}
 	select {

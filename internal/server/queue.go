@@ -144,19 +144,49 @@ func (d *deletionWaiters) deleted(events []fsm.Event) {
 	}
 }
 
-// waitDeleted waits until path no longer exists, or ctx ends (false).
-func (g *group) waitDeleted(ctx context.Context, path string) bool {
-	ch, cancel := g.deletions.watch(path)
-	defer cancel()
-	exists := false
-	g.view(func(f *fsm.FSM) { _, err := f.Get(path); exists = err == nil })
-	if !exists {
+// waitAnyDeleted waits until one of paths no longer exists (true), or ctx
+// ends (false).
+func (g *group) waitAnyDeleted(ctx context.Context, paths ...string) bool {
+	merged := make(chan struct{}, len(paths))
+	for _, p := range paths {
+		ch, cancel := g.deletions.watch(p)
+		defer cancel()
+		go func() {
+			select {
+			case <-ch:
+				merged <- struct{}{}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	gone := false
+	g.view(func(f *fsm.FSM) {
+		for _, p := range paths {
+			if _, err := f.Get(p); err != nil {
+				gone = true
+			}
+		}
+	})
+	if gone {
 		return true
 	}
 	select {
-	case <-ch:
+	case <-merged:
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// wakeAll wakes every waiter: after a snapshot replaced the state, deletions
+// it covered raised no events, so each waiter must look again.
+func (d *deletionWaiters) wakeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for path, list := range d.waiting {
+		for _, ch := range list {
+			close(ch)
+		}
+		delete(d.waiting, path)
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"sync"
 	"time"
@@ -26,18 +27,24 @@ type readBatcher struct {
 	states chan raft.ReadState // answers from the Ready loop
 	wake   chan struct{}       // a read is waiting (capacity 1)
 
+	// boot makes request contexts unique across servers and restarts: the
+	// leader ignores a ReadIndex whose context it already has pending.
+	boot [8]byte
+
 	mu      sync.Mutex
 	pending *readRound // guarded by mu: the round new reads join
 	seq     uint64     // guarded by mu: request context counter
 }
 
 func newReadBatcher(g *group) *readBatcher {
-	return &readBatcher{
+	r := &readBatcher{
 		g:       g,
 		states:  make(chan raft.ReadState, 256),
 		wake:    make(chan struct{}, 1),
 		pending: &readRound{done: make(chan struct{})},
 	}
+	_, _ = rand.Read(r.boot[:])
+	return r
 }
 
 // wait returns an index that a linearizable read must see applied: every
@@ -55,6 +62,8 @@ func (r *readBatcher) wait(ctx context.Context) (uint64, error) {
 		return round.index, round.err
 	case <-ctx.Done():
 		return 0, r.g.unavailable("linearizable read not confirmed by a quorum in time")
+	case <-r.g.server.stop:
+		return 0, errStopping
 	}
 }
 
@@ -91,7 +100,7 @@ func (r *readBatcher) finish(round *readRound, index uint64, err error) {
 // (a leader change drops it), until the request deadline.
 func (r *readBatcher) readIndex(stop <-chan struct{}) (uint64, error) {
 	r.mu.Lock()
-	rctx := binary.BigEndian.AppendUint64(nil, r.seq)
+	rctx := binary.BigEndian.AppendUint64(r.boot[:len(r.boot):len(r.boot)], r.seq)
 	r.mu.Unlock()
 	deadline := time.NewTimer(r.g.server.cfg.RequestTimeout)
 	defer deadline.Stop()

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"slices"
@@ -46,6 +47,10 @@ type sessionTracker struct {
 	mu        sync.Mutex
 	deadlines map[uint64]trackedSession // guarded by mu
 	relay     map[uint64]struct{}       // guarded by mu: heartbeats heard here, not yet sent to the leader
+	// leaderTerm is the term in which this server, as leader, renewed every
+	// deadline; 0 when it does not lead. Guarded by mu. Only deadlines renewed
+	// in the current term may expire anything.
+	leaderTerm uint64
 }
 
 type trackedSession struct {
@@ -72,26 +77,42 @@ func (t *sessionTracker) ended(id uint64) {
 	t.mu.Unlock()
 }
 
-// touch extends the deadlines of ids; unknown ids are ignored.
-func (t *sessionTracker) touch(ids []uint64, now time.Time) {
+// touch extends the deadlines of ids; unknown ids are ignored. It returns
+// the ids whose expiry is already being proposed: too late to keep alive.
+func (t *sessionTracker) touch(ids []uint64, now time.Time) (expiring []uint64) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	for _, id := range ids {
-		if s, ok := t.deadlines[id]; ok {
+		s, ok := t.deadlines[id]
+		switch {
+		case !ok:
+		case s.expiring:
+			expiring = append(expiring, id)
+		default:
 			s.deadline = now.Add(s.timeout)
 			t.deadlines[id] = s
 		}
 	}
-	t.mu.Unlock()
+	return expiring
 }
 
-// renewAll grants every session a full timeout from now (a new leader).
-func (t *sessionTracker) renewAll(now time.Time) {
+// lead grants every session a full timeout from now, for a server that has
+// just become leader in term, before anything can be expired.
+func (t *sessionTracker) lead(now time.Time, term uint64) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	for id, s := range t.deadlines {
 		s.deadline = now.Add(s.timeout)
 		s.expiring = false
 		t.deadlines[id] = s
 	}
+	t.leaderTerm = term
+}
+
+// follow records that this server no longer leads.
+func (t *sessionTracker) follow() {
+	t.mu.Lock()
+	t.leaderTerm = 0
 	t.mu.Unlock()
 }
 
@@ -105,10 +126,14 @@ func (t *sessionTracker) reset(sessions []fsm.Session, now time.Time) {
 	}
 }
 
-// due returns the sessions past their deadline and marks them expiring.
-func (t *sessionTracker) due(now time.Time, limit int) []uint64 {
+// due returns the sessions past their deadline and marks them expiring, if
+// this server renewed the deadlines as leader of term.
+func (t *sessionTracker) due(now time.Time, limit int, term uint64) []uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if term == 0 || term != t.leaderTerm {
+		return nil
+	}
 	var ids []uint64
 	for id, s := range t.deadlines {
 		if !s.expiring && now.After(s.deadline) {
@@ -234,7 +259,7 @@ func (s *Server) Heartbeat(ctx context.Context, ids []uint64) (uint64, []uint64,
 		alive = without(ids, dead)
 	}
 	if g.leader.Load() == s.id {
-		g.sessions.touch(alive, time.Now())
+		dead = append(dead, g.sessions.touch(alive, time.Now())...)
 	} else {
 		for _, id := range alive {
 			g.sessions.addRelay(id)
@@ -251,6 +276,11 @@ func (s *Server) canRelay(g *group) error {
 	case lead == raft.None:
 		return g.unavailable("no leader known here; send heartbeats to another server")
 	case lead == s.id:
+		// A leader whose Ready loop is stuck (a slow fsync) stops ticking and
+		// so cannot notice that the others elected a new leader meanwhile.
+		if stalled := time.Since(g.node.LastTick()); stalled > s.electionTimeout() {
+			return g.unavailable("this leader has been stalled for %v; send heartbeats to another server", stalled.Round(time.Millisecond))
+		}
 		return nil
 	}
 	since := time.Since(time.Unix(0, g.sessions.relayAcked.Load()))
@@ -311,7 +341,7 @@ func (s *Server) relayHeartbeats(g *group) {
 		switch lead {
 		case raft.None:
 		case s.id:
-			g.sessions.touch(ids, time.Now())
+			_ = g.sessions.touch(ids, time.Now())
 		default:
 			s.transport.Send(relayGroup, relayMessages(s.id, lead, ids))
 		}
@@ -360,7 +390,7 @@ func (s *Server) receiveRelay(m raftpb.Message) error {
 		ids = append(ids, id)
 		buf = buf[n:]
 	}
-	g.sessions.touch(ids, time.Now())
+	_ = g.sessions.touch(ids, time.Now()) // the follower learns of expiries from the log
 	s.transport.Send(relayGroup, []raftpb.Message{{Type: raftpb.MsgHeartbeatResp, From: s.id, To: m.From}})
 	return nil
 }
@@ -381,19 +411,40 @@ func (s *Server) expireSessions(g *group) {
 		if g.leader.Load() != s.id {
 			continue
 		}
-		for {
-			ids := g.sessions.due(time.Now(), 1024)
-			if len(ids) == 0 {
-				break
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
-			_, _, err := g.propose(ctx, &command.Command{Op: command.OpSessionExpire, Sessions: ids})
-			cancel()
-			if err != nil {
-				g.sessions.unmark(ids)
-				break
-			}
-			s.log.Info("expired sessions", "count", len(ids))
+		for s.expireDue(g) {
 		}
 	}
 }
+
+// expireDue proposes the expiry of up to 1,024 sessions past their deadline
+// and reports whether there were any. The proposal carries the term whose
+// deadlines decided it, and goes out only after a ReadIndex round confirmed
+// this server still leads (a leader that stalled may have been replaced).
+func (s *Server) expireDue(g *group) bool {
+	term := g.term.Load()
+	ids := g.sessions.due(time.Now(), 1024, term)
+	if len(ids) == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+	defer cancel()
+	_, err := g.reads.wait(ctx)
+	if err == nil && g.term.Load() != term {
+		err = errVoidExpiry
+	}
+	if err == nil {
+		var res fsm.Result
+		res, _, err = g.propose(ctx, &command.Command{Op: command.OpSessionExpire, Sessions: ids, LeaderTerm: term})
+		err = cmp.Or(err, res.Err)
+	}
+	if err != nil {
+		g.sessions.unmark(ids)
+		return false
+	}
+	s.log.Info("expired sessions", "count", len(ids), "term", term)
+	return true
+}
+
+// errVoidExpiry answers an expiry decided in a term other than the one its
+// entry was appended in: it changes nothing.
+var errVoidExpiry = api.Errorf(api.CodeUnavailable, "session expiry decided in another term; void")

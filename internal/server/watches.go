@@ -20,6 +20,11 @@ func (s *Server) Watch(ctx context.Context, session uint64, spec watch.Spec) (ap
 	}
 	g.mu.RLock()
 	defer g.mu.RUnlock()
+	// Checked again under the lock that session expiry takes, so a watch is
+	// never added for a session whose end the registry has already seen.
+	if _, err := g.fsm.Session(session); err != nil {
+		return api.Watch{}, errSessionGone(session)
+	}
 	var current watch.Current
 	if n, err := g.fsm.Get(spec.Path); err == nil {
 		current = watch.Current{Exists: true, Version: n.Version, CreatedIndex: n.CreatedIndex, ModifiedIndex: n.ModifiedIndex}
@@ -43,7 +48,16 @@ func (s *Server) Events(ctx context.Context, session uint64) (*watch.Stream, uin
 	if err := g.requireSession(ctx, session); err != nil {
 		return nil, 0, err
 	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if _, err := g.fsm.Session(session); err != nil {
+		return nil, 0, errSessionGone(session)
+	}
 	return g.watches.Stream(session), g.applied.Load(), nil
+}
+
+func errSessionGone(session uint64) error {
+	return api.Errorf(api.CodeSessionExpired, "session %s has expired or was closed", api.FormatID(session))
 }
 
 // requireSession returns session_expired unless the session is alive, looked
@@ -59,7 +73,7 @@ func (g *group) requireSession(ctx context.Context, session uint64) error {
 		return err
 	}
 	if _, dead := g.liveSessions([]uint64{session}); len(dead) > 0 {
-		return api.Errorf(api.CodeSessionExpired, "session %s has expired or was closed", api.FormatID(session))
+		return errSessionGone(session)
 	}
 	return nil
 }
