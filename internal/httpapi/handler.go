@@ -100,7 +100,12 @@ func (h *Handler) writeError(w http.ResponseWriter, err error) {
 // decodeBody decodes a JSON body into v strictly: one object, no unknown
 // fields, at most maxBody bytes. An empty body leaves v as it is.
 func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
+	return h.decodeBodyLimit(w, r, v, h.maxBody)
+}
+
+// decodeBodyLimit is decodeBody with a body limit of its own.
+func (h *Handler) decodeBodyLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)

@@ -7,6 +7,9 @@ import (
 	"github.com/latch-io/latch/api"
 )
 
+// maxHeartbeatBody bounds a batched heartbeat: about 40,000 session ids.
+const maxHeartbeatBody = 1 << 20
+
 func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 	var req api.SessionCreateRequest
 	if err := h.decodeBody(w, r, &req); err != nil {
@@ -20,7 +23,11 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 // sessionIDs reads the session_id or session_ids of a session request.
 func (h *Handler) sessionIDs(w http.ResponseWriter, r *http.Request, allowMany bool) ([]uint64, error) {
 	var req api.SessionRequest
-	if err := h.decodeBody(w, r, &req); err != nil {
+	limit := h.maxBody
+	if allowMany {
+		limit = maxHeartbeatBody
+	}
+	if err := h.decodeBodyLimit(w, r, &req, limit); err != nil {
 		return nil, err
 	}
 	raw := req.SessionIDs
