@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -144,33 +145,74 @@ func contend(ctx context.Context, lock *recipe.Lock, writer string, res *resourc
 	return tenures, nil
 }
 
-// checkTenures checks mutual exclusion from the tenures and the guard's
-// log of accepted writes.
+// checkTenures fails the test when tenureViolation finds one.
 func checkTenures(t *testing.T, tenures []tenure, accepted []write) {
 	t.Helper()
-	sort.Slice(tenures, func(i, j int) bool { return tenures[i].token < tenures[j].token })
+	if err := tenureViolation(tenures, accepted); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tenureViolation checks mutual exclusion from the tenures and the guard's
+// log of accepted writes (two per tenure): tokens strictly increase from
+// tenure to tenure, each tenure is acquired after the previous one's
+// release, the log's tokens never decrease, and every write falls inside
+// its own holder's tenure.
+func tenureViolation(tenures []tenure, accepted []write) error {
+	sorted := slices.Clone(tenures)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].token < sorted[j].token })
 	byToken := map[uint64]tenure{}
-	for i, held := range tenures {
+	for i, held := range sorted {
 		byToken[held.token] = held
-		if i == 0 {
-			continue
-		}
-		previous := tenures[i-1]
-		if held.token == previous.token || held.acquired < previous.released {
-			t.Fatalf("tenures overlap: %+v and %+v (tokens must strictly increase, each acquired after the previous release)", previous, held)
+		if i > 0 && (held.token == sorted[i-1].token || held.acquired < sorted[i-1].released) {
+			return fmt.Errorf("tenures overlap: %+v and %+v (tokens must strictly increase, each acquired after the previous release)", sorted[i-1], held)
 		}
 	}
-	if len(accepted) != 2*len(tenures) {
-		t.Errorf("guard accepted %d writes for %d tenures of 2 writes", len(accepted), len(tenures))
+	if len(accepted) != 2*len(sorted) {
+		return fmt.Errorf("guard accepted %d writes for %d tenures of 2 writes", len(accepted), len(sorted))
 	}
 	for i, w := range accepted {
 		if i > 0 && w.Token < accepted[i-1].Token {
-			t.Fatalf("guard log: token %d accepted after %d", w.Token, accepted[i-1].Token)
+			return fmt.Errorf("guard log: token %d accepted after %d", w.Token, accepted[i-1].Token)
 		}
 		held, ok := byToken[w.Token]
 		if !ok || held.writer != w.Writer || w.Stamp < held.acquired || w.Stamp > held.released {
-			t.Fatalf("guard log: write %+v outside its holder's tenure %+v", w, held)
+			return fmt.Errorf("guard log: write %+v outside its holder's tenure %+v", w, held)
 		}
+	}
+	return nil
+}
+
+// TestTenureChecker shows that the contention checks catch what they
+// must: a clean history passes, each planted violation fails.
+func TestTenureChecker(t *testing.T) {
+	clean := []tenure{{writer: "a", token: 5, acquired: 1, released: 4}, {writer: "b", token: 7, acquired: 5, released: 8}}
+	log := func(entries ...write) []write { return entries }
+	at := func(writer string, token uint64, stamp int64) write {
+		return write{writeRequest: writeRequest{Writer: writer}, Token: token, Stamp: stamp}
+	}
+	cleanLog := log(at("a", 5, 2), at("a", 5, 3), at("b", 7, 6), at("b", 7, 7))
+	tests := []struct {
+		name    string
+		tenures []tenure
+		log     []write
+		wantErr bool
+	}{
+		{name: "clean", tenures: clean, log: cleanLog},
+		{name: "tenures overlap", tenures: []tenure{clean[0], {writer: "b", token: 7, acquired: 3, released: 8}}, log: cleanLog, wantErr: true},
+		{name: "token repeated", tenures: []tenure{clean[0], {writer: "b", token: 5, acquired: 5, released: 8}}, log: cleanLog, wantErr: true},
+		{name: "token decreases in the log", tenures: clean, log: log(at("a", 5, 2), at("b", 7, 6), at("a", 5, 3), at("b", 7, 7)), wantErr: true},
+		{name: "write after its release", tenures: clean, log: log(at("a", 5, 2), at("a", 5, 5), at("b", 7, 6), at("b", 7, 7)), wantErr: true},
+		{name: "write by another holder", tenures: clean, log: log(at("a", 5, 2), at("b", 5, 3), at("b", 7, 6), at("b", 7, 7)), wantErr: true},
+		{name: "write missing", tenures: clean, log: cleanLog[:3], wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tenureViolation(tt.tenures, tt.log)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("tenureViolation = %v, want error: %v", err, tt.wantErr)
+			}
+		})
 	}
 }
 
