@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -56,8 +57,14 @@ import (
 // few saves span segments.
 const scriptSegmentSize = 4096
 
+// Scripts named known-bug-*.txt hold the output a fixed reader must print
+// for a bug not fixed yet; they run only with WAL_KNOWN_BUGS=1 (and must
+// not be regenerated with -rewrite before the fix).
 func TestReaderScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/reader", func(t *testing.T, path string) {
+		if strings.HasPrefix(filepath.Base(path), "known-bug-") && os.Getenv("WAL_KNOWN_BUGS") != "1" {
+			t.Skipf("%s describes an unfixed bug; run with WAL_KNOWN_BUGS=1", path)
+		}
 		script := newReaderScript()
 		defer script.closeQuietly()
 		datadriven.RunTest(t, path, script.run)
