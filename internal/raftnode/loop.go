@@ -109,15 +109,18 @@ func (n *Node) send(msgs []raftpb.Message) {
 }
 
 // persist writes the Ready's hard state, entries and snapshot marker to the
-// WAL with one fsync.
+// WAL with one fsync. A Ready that only moves the commit index writes
+// nothing: raft needs term, vote and entries durable (raft.MustSync), not
+// the commit index, which a restarted node learns again from the leader.
 func (n *Node) persist(rd raft.Ready) error {
 	batch := wal.Batch{Group: n.cfg.Group, HardState: rd.HardState, Entries: rd.Entries}
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		md := rd.Snapshot.Metadata
 		batch.Snapshot = &wal.SnapshotMarker{Index: md.Index, Term: md.Term, Installed: true}
 	}
-	if raft.IsEmptyHardState(batch.HardState) && len(batch.Entries) == 0 && batch.Snapshot == nil {
-		return nil
+	mustSync := raft.MustSync(rd.HardState, n.persistedHardState, len(rd.Entries))
+	if !mustSync && batch.Snapshot == nil {
+		return n.setHardState(rd.HardState)
 	}
 	start := time.Now()
 	if err := n.cfg.WAL.Save(batch); err != nil {
@@ -127,9 +130,18 @@ func (n *Node) persist(rd raft.Ready) error {
 		h(time.Since(start), len(rd.Entries))
 	}
 	if !raft.IsEmptyHardState(rd.HardState) {
-		if err := n.storage.SetHardState(rd.HardState); err != nil {
-			return fmt.Errorf("raftnode: group %d: set hard state: %w", n.cfg.Group, err)
-		}
+		n.persistedHardState = rd.HardState
+	}
+	return n.setHardState(rd.HardState)
+}
+
+// setHardState records a non-empty hard state in the in-memory raft log.
+func (n *Node) setHardState(hs raftpb.HardState) error {
+	if raft.IsEmptyHardState(hs) {
+		return nil
+	}
+	if err := n.storage.SetHardState(hs); err != nil {
+		return fmt.Errorf("raftnode: group %d: set hard state: %w", n.cfg.Group, err)
 	}
 	return nil
 }

@@ -117,6 +117,9 @@ type Node struct {
 	snapDone    chan snapshotResult
 	leader      uint64
 	term        uint64
+	// persistedHardState is the hard state last written to the WAL; a Ready
+	// whose hard state differs from it only in the commit index needs no fsync.
+	persistedHardState raftpb.HardState
 }
 
 // ErrStopped is returned by calls on a node that has stopped.

@@ -24,6 +24,7 @@ func (n *Node) recover() (bool, error) {
 		return false, fmt.Errorf("raftnode: group %d: rebuild raft log: %w", n.cfg.Group, err)
 	}
 	hs := rec.HardState
+	n.persistedHardState = hs
 	last, _ := n.storage.LastIndex()
 	// The commit index is a hint that may run ahead of a log whose torn tail was
 	// cut, or lag a snapshot installed just before a crash; raft refuses both.
