@@ -28,6 +28,7 @@ package wal
 //	                                      before the end of the records).
 //	undo                                  Undo the last of those three.
 //	remove file=N
+//	rename file=N to=M
 //
 // An offset X is a number or an anchor with an optional +K or -K: end (the
 // end of the valid records), first-flush, last-flush, last-record (the last
@@ -117,7 +118,7 @@ func (s *readerScript) run(t *testing.T, d *datadriven.TestData) string {
 		"open": s.open, "close": s.close, "roll": s.roll, "crash": s.crash,
 		"save": s.save, "release": s.release, "ls": s.ls, "dump": s.dump,
 		"corrupt": s.corrupt, "zero": s.zero, "truncate": s.truncate, "remove": s.remove,
-		"undo": s.undoDamage,
+		"undo": s.undoDamage, "rename": s.rename,
 	}
 	command, ok := commands[d.Cmd]
 	if !ok {
@@ -684,4 +685,17 @@ func (s *readerScript) remove(t *testing.T, d *datadriven.TestData) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("removed %s\n", name)
+}
+
+func (s *readerScript) rename(t *testing.T, d *datadriven.TestData) string {
+	name := s.fileArgument(t, d)
+	var to uint64
+	d.ScanArgs(t, "to", &to)
+	if err := s.fs.Rename(filepath.Join(testDir, name), filepath.Join(testDir, segmentName(to))); err != nil {
+		return fmt.Sprintf("error: %v\n", err)
+	}
+	if err := s.fs.SyncDir(testDir); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("renamed %s to %s\n", name, segmentName(to))
 }
