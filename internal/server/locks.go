@@ -56,27 +56,49 @@ func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, w
 }
 
 // ReleaseLock deletes the session's queue node of lock name. With a non-zero
-// token only the node created at that index is released.
+// token only the node created at that index is released. The node is looked
+// up locally first: the delete is conditioned on its version, so a stale
+// view can only make it fail, and then the lookup is repeated after a
+// linearizable barrier.
 func (s *Server) ReleaseLock(ctx context.Context, name string, session, token uint64) (api.Released, error) {
 	dir, err := queueDir(locksRoot, name)
 	if err != nil {
 		return api.Released{}, err
 	}
 	g := s.main.Load()
-	if err := g.barrier(ctx, api.Linearizable, 0); err != nil {
-		return api.Released{}, err
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if err := g.barrier(ctx, api.Linearizable, 0); err != nil {
+				return api.Released{}, err
+			}
+		}
+		m, found := g.queuedBy(dir, session, token)
+		if !found {
+			if attempt > 0 {
+				return api.Released{}, api.Errorf(api.CodeLockNotHeld, "session %s holds no place in lock %q with token %d", api.FormatID(session), name, token)
+			}
+			continue
+		}
+		index, err := g.deleteOwned(ctx, m, session)
+		if api.CodeOf(err) == api.CodePreconditionFailed && attempt == 0 {
+			continue
+		}
+		if err != nil {
+			return api.Released{}, err
+		}
+		return api.Released{Released: true, Index: index}, nil
 	}
+}
+
+// queuedBy finds the session's node in the queue dir (with token, if not 0).
+func (g *group) queuedBy(dir string, session, token uint64) (queueMember, bool) {
 	members, _ := g.queue(dir)
 	for _, m := range members {
 		if m.owner == session && (token == 0 || m.token == token) {
-			index, err := g.deleteOwned(ctx, m, session)
-			if err != nil {
-				return api.Released{}, err
-			}
-			return api.Released{Released: true, Index: index}, nil
+			return m, true
 		}
 	}
-	return api.Released{}, api.Errorf(api.CodeLockNotHeld, "session %s holds no place in lock %q with token %d", api.FormatID(session), name, token)
+	return queueMember{}, false
 }
 
 // deleteOwned deletes queue member m, only if it is still the same node.

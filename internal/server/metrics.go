@@ -52,6 +52,15 @@ func newMetrics(s *Server) *metrics {
 			}
 			return 0
 		})
+	lockWakeups := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "latch_lock_wakeups_total",
+		Help: "Lock and election waiters woken by the deletion of the node ahead of them (one per handoff without a herd)."},
+		func() float64 {
+			if g := s.main.Load(); g != nil {
+				return float64(g.deletions.wakeups.Load())
+			}
+			return 0
+		})
+	m.registry.MustRegister(lockWakeups)
 	m.registry.MustRegister(m.term, m.hasLeader, m.leaderChanges, m.commitIndex, m.appliedIndex,
 		m.proposalsPending, m.proposalsFailed, m.walFsync, m.entriesPerSave, m.applyDuration, m.snapshotDuration, m.snapshotsFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

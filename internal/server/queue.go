@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
@@ -95,6 +96,8 @@ func position(members []queueMember, path string) (ahead int, predecessor string
 // deletionWaiters wakes waiters when a node is deleted: the one waiter queued
 // behind it, not every waiter of the lock.
 type deletionWaiters struct {
+	wakeups atomic.Uint64 // waiters woken by a deletion (one per lock release when there is no herd)
+
 	mu      sync.Mutex
 	waiting map[string][]chan struct{} // guarded by mu
 }
@@ -139,6 +142,7 @@ func (d *deletionWaiters) deleted(events []fsm.Event) {
 		}
 		for _, ch := range d.waiting[e.Path] {
 			close(ch)
+			d.wakeups.Add(1)
 		}
 		delete(d.waiting, e.Path)
 	}
