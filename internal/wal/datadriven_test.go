@@ -1,6 +1,29 @@
 package wal
 
-// Scripted golden tests of what Open makes of crafted logs, in the style of
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/internal/vfs"
+)
+
+// scriptSegmentSize is the default segment size of scripts: small, so that a
+// few saves span segments.
+const scriptSegmentSize = 4096
+
+// TestReaderScripts runs scripted golden tests of what Open makes of crafted logs, in the style of
 // raft's testdata/*.txt and pebble's wal/testdata/reader. Each file in
 // testdata/reader is a script run against a fresh in-memory filesystem; run
 // with -rewrite to regenerate the expected output after a deliberate change.
@@ -34,30 +57,7 @@ package wal
 // end of the valid records), first-flush, last-flush, last-record (the last
 // record of the last flush), recN (record #N as dump numbers them, the
 // segment header being #0), sector(X) rounds down to a 512-byte sector.
-
-import (
-	"bytes"
-	"errors"
-	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
-	"regexp"
-	"slices"
-	"strconv"
-	"strings"
-	"testing"
-
-	"github.com/cockroachdb/datadriven"
-	"go.etcd.io/raft/v3/raftpb"
-
-	"github.com/latch-io/latch/internal/vfs"
-)
-
-// scriptSegmentSize is the default segment size of scripts: small, so that a
-// few saves span segments.
-const scriptSegmentSize = 4096
-
+//
 // Scripts named known-bug-*.txt hold the output a fixed reader must print
 // for a bug not fixed yet; they run only with WAL_KNOWN_BUGS=1 (and must
 // not be regenerated with -rewrite before the fix).
