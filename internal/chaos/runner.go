@@ -235,10 +235,10 @@ func (r *run) quiesce() {
 			}
 		}
 	}
-	if r.settle(60 * time.Second) {
+	if r.settle(30 * time.Second) {
 		return
 	}
-	r.anomaly("liveness: cluster did not quiesce (one leader, equal applied index) within 60s after healing:%s", r.describe())
+	r.anomaly("liveness: cluster did not quiesce (one leader, equal applied index) within 30s after healing:%s", r.describe())
 	// A member stuck behind is restarted, as an operator would, so the
 	// safety checks can still look at every replica.
 	for _, i := range r.lagging() {
