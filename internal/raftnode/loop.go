@@ -76,6 +76,7 @@ func (n *Node) observe(rd raft.Ready) {
 	}
 	if rd.SoftState != nil && rd.SoftState.Lead != n.leader {
 		n.leader = rd.SoftState.Lead
+		n.knownLeader.Store(n.leader)
 		if n.cfg.Observer != nil {
 			n.cfg.Observer.LeaderChanged(n.leader, n.term)
 		}

@@ -101,6 +101,8 @@ type Node struct {
 	// loop stuck in a slow fsync stops ticking, and with it stops noticing
 	// that it lost leadership.
 	lastTick atomic.Int64
+	// knownLeader mirrors the Ready loop's leader for other goroutines.
+	knownLeader atomic.Uint64
 
 	errMu sync.Mutex
 	err   error // guarded by errMu: the fatal error that stopped the loop
@@ -216,8 +218,20 @@ func (n *Node) ReadIndex(ctx context.Context, rctx []byte) error {
 	return n.raft.ReadIndex(ctx, rctx)
 }
 
-// Step hands a message from a peer to raft.
+// Step hands a message from a peer to raft. A proposal a peer forwarded is
+// dropped at once while this node knows no leader (raft takes proposals only
+// with a leader, and would block the peer's whole inbound stream, heartbeats
+// and votes included, behind it), and otherwise waits at most an election
+// timeout; the forwarder's waiter then times out and its client retries.
 func (n *Node) Step(ctx context.Context, m raftpb.Message) error {
+	if m.Type == raftpb.MsgProp {
+		if n.knownLeader.Load() == raft.None {
+			return raft.ErrProposalDropped
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(n.cfg.ElectionTicks)*n.cfg.TickInterval)
+		defer cancel()
+	}
 	return n.raft.Step(ctx, m)
 }
 

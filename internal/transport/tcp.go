@@ -245,7 +245,12 @@ func (t *TCP) untrack(conn net.Conn) {
 // dial connects to addr and completes the handshake for a connection of kind to peer id.
 // Cancelling ctx abandons the dial or the handshake.
 func (t *TCP) dial(ctx context.Context, addr string, id uint64, kind uint8) (net.Conn, error) {
-	dialer := net.Dialer{Timeout: t.cfg.DialTimeout}
+	dialer := net.Dialer{
+		Timeout: t.cfg.DialTimeout,
+		Control: controlPeerSocket,
+		// Idle links (between followers) find a dead peer within ~11 s.
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3},
+	}
 	conn, err := dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial peer %d at %s: %w", id, addr, err)
