@@ -153,7 +153,9 @@ func (g *group) applyMemberChange(index uint64, ch raftpb.ConfChangeSingle, cont
 	case raftpb.ConfChangeRemoveNode:
 		g.fsm.Apply(index, &command.Command{Op: command.OpMemberRemove, Member: command.Member{ID: ch.NodeID}})
 		if ch.NodeID != s.id {
-			s.transport.RemovePeer(ch.NodeID)
+			// The route stays, so the member can be told it was removed
+			// (raft sends it nothing more; see Server.noteRemoved).
+			s.removedPeers.add(ch.NodeID)
 		}
 	}
 }

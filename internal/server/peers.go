@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -16,6 +19,10 @@ import (
 func (s *Server) Process(ctx context.Context, group uint64, m raftpb.Message) error {
 	if group == relayGroup {
 		return s.receiveRelay(m)
+	}
+	if s.removedPeers.has(m.From) {
+		s.tellRemoved(m.From)
+		return errRemovedPeer
 	}
 	g := s.lookupGroup(group)
 	if g == nil {
@@ -54,4 +61,52 @@ func (s *Server) Receive(group uint64, m raftpb.Message, body io.Reader) error {
 			meta.Index, meta.Term, m.Snapshot.Metadata.Index, m.Snapshot.Metadata.Term)
 	}
 	return nil
+}
+
+// A member removed from the cluster may never apply its own removal: once
+// the leader has applied it, raft sends that member nothing more, so it may
+// not learn the entry was committed. It notices only when its election timer
+// makes it campaign; the members that applied the removal then answer its
+// messages with a removal notice (a relay-group MsgUnreachable), and it stops.
+
+var errRemovedPeer = errors.New("server: message from a member removed from the cluster")
+
+// removedSet remembers the members this server saw removed (since it started).
+type removedSet struct {
+	mu       sync.Mutex
+	notified map[uint64]time.Time // guarded by mu: when each was last told
+}
+
+func (r *removedSet) add(id uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.notified == nil {
+		r.notified = map[uint64]time.Time{}
+	}
+	r.notified[id] = time.Time{}
+}
+
+func (r *removedSet) has(id uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.notified[id]
+	return ok
+}
+
+// due reports whether id should be told again (at most once a second).
+func (r *removedSet) due(id uint64, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Sub(r.notified[id]) < time.Second {
+		return false
+	}
+	r.notified[id] = now
+	return true
+}
+
+// tellRemoved sends a removed member its removal notice.
+func (s *Server) tellRemoved(id uint64) {
+	if s.removedPeers.due(id, time.Now()) {
+		s.transport.Send(relayGroup, []raftpb.Message{{Type: raftpb.MsgUnreachable, From: s.id, To: id}})
+	}
 }

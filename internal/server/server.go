@@ -33,6 +33,8 @@ type Server struct {
 	snaps     *snap.Store
 	transport transport.Transport
 	metrics   *metrics
+	// removedPeers are members this server applied the removal of.
+	removedPeers removedSet
 
 	main atomic.Pointer[group] // set once its raft node runs
 

@@ -372,6 +372,14 @@ func (s *Server) receiveRelay(m raftpb.Message) error {
 	if g == nil {
 		return nil
 	}
+	if m.Type == raftpb.MsgUnreachable {
+		// A removal notice, from a member that applied our removal.
+		if s.memberByID(m.From).ID != 0 {
+			s.log.Warn("a member reports this server was removed from the cluster", "from", api.FormatID(m.From))
+			go s.removed()
+		}
+		return nil
+	}
 	if m.Type == raftpb.MsgHeartbeatResp {
 		if m.From == g.leader.Load() {
 			g.sessions.relayAcked.Store(time.Now().UnixNano())

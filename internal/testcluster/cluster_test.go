@@ -1,6 +1,7 @@
 package testcluster
 
 import (
+	"github.com/latch-io/latch/internal/server"
 	"syscall"
 
 	"bufio"
@@ -392,5 +393,29 @@ func TestFsyncErrorStopsServer(t *testing.T) {
 		if _, err := Get(ctx, c.URL(survivor), p, api.Linearizable); err != nil {
 			t.Fatalf("acknowledged %s missing after the leader's fsync failure (new leader %s): %v", p, c.Nodes[newLeader].Name, err)
 		}
+	}
+}
+
+// TestRemovedWhileCutOffStops: a member removed while it was cut off never
+// receives the commit of its removal; when it comes back, the members that
+// applied it tell it so when it campaigns, and it stops.
+func TestRemovedWhileCutOffStops(t *testing.T) {
+	c := New(t, 3, Options{})
+	ctx := ctxT(t, 30*time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	gone := c.Others(leader)[0]
+	c.Net.Isolate(c.Nodes[gone].ID)
+	if err := Do(ctx, "DELETE", c.URL(leader), "/v1/cluster/members/"+c.Nodes[gone].Name, nil, nil, nil); err != nil {
+		t.Fatalf("remove %s while it is cut off: %v", c.Nodes[gone].Name, err)
+	}
+	if err := c.Nodes[gone].Server.Err(); err != nil {
+		t.Fatalf("%s stopped while cut off (%v): it cannot have learned of its removal", c.Nodes[gone].Name, err)
+	}
+	c.Net.Heal()
+	if !waitFor(15*time.Second, func() bool { return errors.Is(c.Nodes[gone].Server.Err(), server.ErrRemoved) }) {
+		t.Fatalf("%s, removed while cut off, still runs after the partition healed: %v", c.Nodes[gone].Name, c.Nodes[gone].Server.Err())
+	}
+	if _, err := Put(ctx, c.URL(leader), "/after-removal", "v", ""); err != nil {
+		t.Fatalf("write on the two remaining members: %v", err)
 	}
 }
