@@ -15,9 +15,15 @@
 //   - S: sessions that die (stop heartbeating) while owning ephemeral
 //     nodes: a node never disappears while its session is still alive, and
 //     none is left on any replica after its session ended.
+//   - W: watchers read their session's event stream over HTTP and move to
+//     another member with known_index = the last index received; per
+//     session, events never go back in index, none arrives twice, every
+//     acknowledged write to a watched key is seen (or covered by a
+//     catch-up event), and every event names a committed write.
 //
 // Faults: kill -9 of one member, of a minority, of the leader; SIGSTOP of
-// the leader past the election timeout; restarts; and, where network
+// the leader past the election timeout; restarts; leader transfer (a
+// membership change, Config.LeaderTransfers); and, where network
 // namespaces work, partitions (isolated leader, majority/minority, bridge,
 // one-way). A run ends with Report.Summary, TESTING.md's summary line.
 //

@@ -2,7 +2,10 @@ package chaos
 
 import (
 	"fmt"
+	"net/http"
 	"time"
+
+	"github.com/latch-io/latch/api"
 )
 
 // fault is one nemesis action: inject returns a heal function (or an error
@@ -18,6 +21,9 @@ func (r *run) faultKinds() []fault {
 		{"kill-leader", func(r *run) (func() error, error) { return r.withLeader(r.kill) }},
 		{"kill-minority", (*run).killMinority},
 		{"pause-leader", func(r *run) (func() error, error) { return r.withLeader(r.pause) }},
+	}
+	if r.cfg.LeaderTransfers {
+		out = append(out, fault{"transfer-leader", func(r *run) (func() error, error) { return r.withLeader(r.transferLeader) }})
 	}
 	if r.cfg.Partitions && r.cluster.Netns() {
 		out = append(out,
@@ -199,4 +205,19 @@ func (r *run) majorityLeader() int {
 		}
 	}
 	return -1
+}
+
+// transferLeader asks leader to hand leadership to another member (a
+// membership change while clients run); there is nothing to heal.
+func (r *run) transferLeader(leader int) (func() error, error) {
+	n := len(r.cluster.Members)
+	to := (leader + 1 + r.faults.IntN(n-1)) % n
+	ctx, cancel := requestContext()
+	defer cancel()
+	err := call(ctx, http.MethodPost, r.cluster.Members[leader].ClientURL, "/v1/cluster/leader", nil,
+		&api.LeaderTransferRequest{To: r.cluster.Members[to].Name}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("transfer leadership from %s to %s: %w", r.cluster.Members[leader].Name, r.cluster.Members[to].Name, err)
+	}
+	return func() error { return nil }, nil
 }

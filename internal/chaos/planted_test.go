@@ -29,6 +29,16 @@ func TestPlantedBugs(t *testing.T) {
 			cfg:    Config{Seed: fixedSeed, UncheckedGuard: true, Workloads: []string{"lock"}},
 			expect: "F: guard accepted token",
 		},
+		{
+			name:   "w-watch-event-lost",
+			cfg:    Config{Seed: fixedSeed, DropWatchEvent: true, Workloads: []string{"watch"}},
+			expect: "W: session",
+		},
+		{
+			name:   "w-reregistered-without-known-index",
+			cfg:    Config{Seed: fixedSeed, WatchWithoutKnownIndex: true, Workloads: []string{"watch"}},
+			expect: "W: session",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -30,7 +30,16 @@ type Config struct {
 	// UncheckedGuard replaces the lock workload's fencing guard by one
 	// that accepts every token (planted bug (c)).
 	UncheckedGuard bool
-	// Workloads to run; all when empty: "register", "lock", "sequence", "session".
+	// DropWatchEvent plants a bug in the watch workload's reader: it notes
+	// one event's index and loses the event.
+	DropWatchEvent bool
+	// WatchWithoutKnownIndex plants a bug in the watch workload: watchers
+	// re-register on another member without known_index.
+	WatchWithoutKnownIndex bool
+	// LeaderTransfers adds leader transfer (POST /v1/cluster/leader) to the
+	// faults, counted as membership changes.
+	LeaderTransfers bool
+	// Workloads to run; all when empty: "register", "lock", "sequence", "session", "watch".
 	Workloads []string
 }
 
@@ -55,7 +64,11 @@ type Report struct {
 	Overlaps    int // stale-token writes the guard refused (overlapping holders caught)
 	Leaked      int // ephemeral nodes left after their session ended
 	Early       int // ephemeral nodes gone while their session was alive
-	Anomalies   []string
+	// W: watch events checked, watcher sessions, reconnects (with known_index),
+	// and the anomalies found.
+	WatchEvents, WatchSessions, WatchReconnects                 int
+	WatchGaps, WatchDuplicates, WatchReorders, WatchUncommitted int
+	Anomalies                                                   []string
 }
 
 func (r *Report) anomaly(format string, args ...any) {
@@ -80,6 +93,13 @@ func (r *Report) Merge(other Report) {
 	r.Overlaps += other.Overlaps
 	r.Leaked += other.Leaked
 	r.Early += other.Early
+	r.WatchEvents += other.WatchEvents
+	r.WatchSessions += other.WatchSessions
+	r.WatchReconnects += other.WatchReconnects
+	r.WatchGaps += other.WatchGaps
+	r.WatchDuplicates += other.WatchDuplicates
+	r.WatchReorders += other.WatchReorders
+	r.WatchUncommitted += other.WatchUncommitted
 	r.Anomalies = append(r.Anomalies, other.Anomalies...)
 }
 
@@ -103,11 +123,14 @@ func (r *Report) Summary() string {
 		}
 	}
 	return fmt.Sprintf("seed %d: %d operations checked over %d runs: %s (%d Unknown), under %d partitions, "+
-		"%d kill -9 (0 losing unsynced data: real processes keep it in the page cache), %d SIGSTOPs, 0 membership changes; "+
+		"%d kill -9 (0 losing unsynced data: real processes keep it in the page cache), %d SIGSTOPs, %d membership changes (leader transfers); "+
 		"%d acknowledged writes lost of %d; %d stale-token writes accepted (%d overlapping holders caught by fencing); "+
-		"watches not checked here; %d ephemeral nodes leaked, %d deleted early; %d liveness failures; faults %v",
-		r.Seed, r.Operations, r.Runs, verdict, r.Unknown, partitions, kills, r.Faults["pause-leader"],
-		r.Lost, r.Acked, r.StaleWrites, r.Overlaps, r.Leaked, r.Early, liveness, r.Faults)
+		"%d watch gaps, %d duplicates, %d reorders, %d uncommitted (%d events checked over %d watcher sessions, %d reconnects with known_index); "+
+		"%d ephemeral nodes leaked, %d deleted early; %d liveness failures; faults %v",
+		r.Seed, r.Operations, r.Runs, verdict, r.Unknown, partitions, kills, r.Faults["pause-leader"], r.Faults["transfer-leader"],
+		r.Lost, r.Acked, r.StaleWrites, r.Overlaps,
+		r.WatchGaps, r.WatchDuplicates, r.WatchReorders, r.WatchUncommitted, r.WatchEvents, r.WatchSessions, r.WatchReconnects,
+		r.Leaked, r.Early, liveness, r.Faults)
 }
 
 // run is the state of one Run.
@@ -210,10 +233,11 @@ func (r *run) workloads() []workload {
 		"lock":     &locks{unchecked: r.cfg.UncheckedGuard},
 		"sequence": &sequences{},
 		"session":  &sessions{},
+		"watch":    &watches{dropOne: r.cfg.DropWatchEvent, noKnownIndex: r.cfg.WatchWithoutKnownIndex},
 	}
 	names := r.cfg.Workloads
 	if len(names) == 0 {
-		names = []string{"register", "lock", "sequence", "session"}
+		names = []string{"register", "lock", "sequence", "session", "watch"}
 	}
 	var out []workload
 	for _, name := range names {
