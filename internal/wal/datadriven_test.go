@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -57,15 +56,8 @@ const scriptSegmentSize = 4096
 // end of the valid records), first-flush, last-flush, last-record (the last
 // record of the last flush), recN (record #N as dump numbers them, the
 // segment header being #0), sector(X) rounds down to a 512-byte sector.
-//
-// Scripts named known-bug-*.txt hold the output a fixed reader must print
-// for a bug not fixed yet; they run only with WAL_KNOWN_BUGS=1 (and must
-// not be regenerated with -rewrite before the fix).
 func TestReaderScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata/reader", func(t *testing.T, path string) {
-		if strings.HasPrefix(filepath.Base(path), "known-bug-") && os.Getenv("WAL_KNOWN_BUGS") != "1" {
-			t.Skipf("%s describes an unfixed bug; run with WAL_KNOWN_BUGS=1", path)
-		}
 		script := newReaderScript()
 		defer script.closeQuietly()
 		datadriven.RunTest(t, path, script.run)

@@ -134,7 +134,11 @@ func (r *segmentReader) read(fs vfs.FS, logger *slog.Logger) error {
 	}
 	header, err := decodeRecord(data, 0)
 	if err != nil {
-		if r.last && (errors.Is(err, errZeroHeader) || looksTorn(data, 0, recordHeaderSize, len(data))) {
+		// A segment header is fsynced with the first flush after it at the
+		// latest, so a second valid flush means the header was durable.
+		_, firstEnd, first := validFlushFrom(data, 1)
+		_, _, second := validFlushFrom(data, firstEnd)
+		if r.last && !(first && second) && (errors.Is(err, errZeroHeader) || looksTorn(data, 0, claimedSize(data, 0), len(data))) {
 			logger.Warn("wal: removing newest segment with a torn header", "file", r.name, "error", err)
 			r.dropped = true
 			return removeSegment(fs, r.name)
@@ -187,9 +191,21 @@ func (r *segmentReader) applyHeader(record decodedRecord) error {
 func (r *segmentReader) readFlushes(data []byte, offset int) (int, error) {
 	for offset < len(data) {
 		next, err := r.readFlush(data, offset)
-		if errors.Is(err, errZeroHeader) {
+		// Only readFlush's own unwrapped errZeroHeader (the flush header is
+		// zero) ends the log; a *CorruptError may wrap errZeroHeader too.
+		if err == errZeroHeader {
 			if !r.last && !allZero(data[offset:]) {
 				return offset, r.corrupt(offset+firstNonZero(data[offset:]), "data after the end of a closed segment")
+			}
+			if r.last && !allZero(data[offset:]) {
+				// A torn flush whose first sector was lost reads as zeros
+				// to the end of that sector, and nothing valid follows it.
+				if !looksTorn(data, offset, offset+recordHeaderSize, len(data)) {
+					return offset, r.corrupt(offset, "zeroed flush header in written data")
+				}
+				if at, _, ok := validFlushFrom(data, offset+1); ok {
+					return offset, r.corrupt(offset, "zeroed flush header followed by a valid flush at offset %d", at)
+				}
 			}
 			return offset, nil
 		}
@@ -209,7 +225,9 @@ func (r *segmentReader) readFlush(data []byte, offset int) (int, error) {
 		return 0, err
 	}
 	if err != nil {
-		if r.last && looksTorn(data, offset, offset+recordHeaderSize, len(data)) {
+		// The flush record is header and payload: a crash may have written
+		// the header's sector and not the payload's.
+		if r.last && looksTorn(data, offset, offset+claimedSize(data, offset), len(data)) {
 			return 0, fmt.Errorf("flush header: %w", err)
 		}
 		return 0, r.corrupt(offset, "flush header: %w", err)
@@ -332,6 +350,29 @@ func claimedSize(data []byte, offset int) int {
 		return recordHeaderSize
 	}
 	return recordHeaderSize + int(min(binary.LittleEndian.Uint32(header[4:8]), maxPayload))
+}
+
+// validFlushFrom looks for a whole, valid flush starting at or after offset
+// and returns where it starts and ends. A torn write leaves at most the
+// last flush damaged, so zeros followed by a valid flush are not a torn tail.
+func validFlushFrom(data []byte, offset int) (int, int, bool) {
+	for at := offset; at+recordHeaderSize <= len(data); at++ {
+		if data[at] != recordMagic || recordType(data[at+1]) != recordFlush {
+			continue
+		}
+		flush, err := decodeRecord(data, at)
+		if err != nil {
+			continue
+		}
+		length, err := decodeFlush(flush.payload)
+		if err != nil || at+flush.size+length > len(data) {
+			continue
+		}
+		if _, _, err := decodeFlushBody(data[:at+flush.size+length], at+flush.size); err == nil {
+			return at, at + flush.size + length, true
+		}
+	}
+	return 0, 0, false
 }
 
 func validRecordAt(data []byte, offset int) bool {
