@@ -97,6 +97,10 @@ func (s *Server) AddMember(ctx context.Context, m api.Member, promote bool) (api
 	if existing := s.memberByID(id); existing.ID != 0 {
 		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "member %q (%s) already exists", m.Name, api.FormatID(id))
 	}
+	if s.removedPeers.has(id) {
+		// Member ids are derived from names, and raft must never see an id again.
+		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "the name %q belonged to a removed member; a removed member's name is never reused: choose another", m.Name)
+	}
 	member := command.Member{ID: id, Name: m.Name, PeerURL: m.PeerURL, ClientURL: m.ClientURL, Learner: true}
 	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id}
 	if _, err := g.proposeConfChange(ctx, change, member); err != nil {
