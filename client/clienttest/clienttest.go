@@ -266,6 +266,16 @@ func (s *Server) takeLostReply() bool {
 }
 
 // reply writes a result or an error: the reply of every handler.
+// decodeBody decodes r's JSON body into into; on failure it writes a 400
+// invalid_argument and returns false.
+func decodeBody(w http.ResponseWriter, r *http.Request, into any) bool {
+	if err := json.NewDecoder(r.Body).Decode(into); err != nil {
+		writeError(w, api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err))
+		return false
+	}
+	return true
+}
+
 func reply(w http.ResponseWriter, index uint64, result any, err error) {
 	if err != nil {
 		writeError(w, err)

@@ -1,7 +1,6 @@
 package clienttest
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 
@@ -36,8 +35,7 @@ func (c *Cluster) members() []api.Member {
 func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var body api.PutRequest
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		writeError(w, api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err))
+	if !decodeBody(w, r, &body) {
 		return
 	}
 	args := putArgs{path: trimPath(r.PathValue("path")), value: body.Value, prevVersion: q.Get("prev_version"),
@@ -146,8 +144,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 	var body api.SessionCreateRequest
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		writeError(w, api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err))
+	if !decodeBody(w, r, &body) {
 		return
 	}
 	st := s.cluster.state
@@ -159,8 +156,7 @@ func (s *Server) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	var body api.SessionRequest
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		writeError(w, api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err))
+	if !decodeBody(w, r, &body) {
 		return
 	}
 	st := s.cluster.state
@@ -199,19 +195,17 @@ func (s *Server) handleSessionClose(w http.ResponseWriter, r *http.Request) {
 // runs fn on it under the state lock.
 func (s *Server) sessionCall(w http.ResponseWriter, r *http.Request, fn func(*state, string, *session) (any, error)) {
 	var body api.SessionRequest
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		writeError(w, api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err))
+	if !decodeBody(w, r, &body) {
 		return
 	}
 	st := s.cluster.state
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	sess := st.sessions[body.SessionID]
-	if sess == nil {
-		writeError(w, api.Errorf(api.CodeSessionExpired, "session %s is gone", body.SessionID))
+	if err := st.liveSessionLocked(body.SessionID); err != nil {
+		writeError(w, err)
 		return
 	}
-	result, err := fn(st, body.SessionID, sess)
+	result, err := fn(st, body.SessionID, st.sessions[body.SessionID])
 	reply(w, st.index, result, err)
 }
 

@@ -52,6 +52,19 @@ func (st *state) enqueueLocked(dir, prefix, session, value string) (queueMember,
 	return queueMember{path: node.Path, owner: session, token: node.CreatedIndex, value: value}, nil
 }
 
+// dequeueLocked removes the first member of dir that matches, as one write
+// (the index advances), and reports whether there was one.
+func (st *state) dequeueLocked(dir string, matches func(queueMember) bool) bool {
+	for _, m := range st.queueLocked(dir) {
+		if matches(m) {
+			st.index++
+			st.removeLocked(m.path)
+			return true
+		}
+	}
+	return false
+}
+
 // place returns how many members are ahead of path, and the one just ahead.
 func place(members []queueMember, path string) (ahead int, predecessor string, found bool) {
 	for i, m := range members {
@@ -74,18 +87,9 @@ func queueDir(root, name string) (string, error) {
 	return dir, api.ValidatePath(dir)
 }
 
-// decodeLockRequest decodes a lock body and checks its session.
-func (s *Server) decodeQueueRequest(w http.ResponseWriter, r *http.Request, into any) bool {
-	if err := json.NewDecoder(r.Body).Decode(into); err != nil {
-		writeError(w, api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err))
-		return false
-	}
-	return true
-}
-
 func (s *Server) handleLockAcquire(w http.ResponseWriter, r *http.Request) {
 	var req api.LockRequest
-	if !s.decodeQueueRequest(w, r, &req) {
+	if !decodeBody(w, r, &req) {
 		return
 	}
 	dir, err := queueDir("/locks", req.Name)
@@ -97,9 +101,9 @@ func (s *Server) handleLockAcquire(w http.ResponseWriter, r *http.Request) {
 	defer deadline.Stop()
 	st := s.cluster.state
 	st.mu.Lock()
-	if st.sessions[req.SessionID] == nil {
+	if err := st.liveSessionLocked(req.SessionID); err != nil {
 		st.mu.Unlock()
-		writeError(w, api.Errorf(api.CodeSessionExpired, "session %s is gone", req.SessionID))
+		writeError(w, err)
 		return
 	}
 	mine, err := st.enqueueLocked(dir, "lock-", req.SessionID, "")
@@ -149,7 +153,7 @@ func writeLockNotHeld(w http.ResponseWriter, name string, position int, index ui
 
 func (s *Server) handleLockRelease(w http.ResponseWriter, r *http.Request) {
 	var req api.LockRequest
-	if !s.decodeQueueRequest(w, r, &req) {
+	if !decodeBody(w, r, &req) {
 		return
 	}
 	dir, err := queueDir("/locks", req.Name)
@@ -160,17 +164,15 @@ func (s *Server) handleLockRelease(w http.ResponseWriter, r *http.Request) {
 	st := s.cluster.state
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.sessions[req.SessionID] == nil {
-		writeError(w, api.Errorf(api.CodeSessionExpired, "session %s is gone", req.SessionID))
+	if err := st.liveSessionLocked(req.SessionID); err != nil {
+		writeError(w, err)
 		return
 	}
-	for _, m := range st.queueLocked(dir) {
-		if m.owner == req.SessionID && (req.FencingToken == 0 || m.token == req.FencingToken) {
-			st.index++
-			st.removeLocked(m.path)
-			reply(w, st.index, &api.Released{Released: true, Index: st.index}, nil)
-			return
-		}
+	if st.dequeueLocked(dir, func(m queueMember) bool {
+		return m.owner == req.SessionID && (req.FencingToken == 0 || m.token == req.FencingToken)
+	}) {
+		reply(w, st.index, &api.Released{Released: true, Index: st.index}, nil)
+		return
 	}
 	writeError(w, api.Errorf(api.CodeLockNotHeld, "session %s holds no place in lock %q with token %d",
 		req.SessionID, req.Name, req.FencingToken))
@@ -195,7 +197,7 @@ func (s *Server) handleLockState(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleElectionJoin(w http.ResponseWriter, r *http.Request) {
 	var req api.ElectionRequest
-	if !s.decodeQueueRequest(w, r, &req) {
+	if !decodeBody(w, r, &req) {
 		return
 	}
 	dir, err := queueDir("/elections", req.Role)
@@ -206,8 +208,8 @@ func (s *Server) handleElectionJoin(w http.ResponseWriter, r *http.Request) {
 	st := s.cluster.state
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.sessions[req.SessionID] == nil {
-		writeError(w, api.Errorf(api.CodeSessionExpired, "session %s is gone", req.SessionID))
+	if err := st.liveSessionLocked(req.SessionID); err != nil {
+		writeError(w, err)
 		return
 	}
 	mine, err := st.enqueueLocked(dir, "candidate-", req.SessionID, req.Value)
@@ -221,7 +223,7 @@ func (s *Server) handleElectionJoin(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleElectionResign(w http.ResponseWriter, r *http.Request) {
 	var req api.ElectionRequest
-	if !s.decodeQueueRequest(w, r, &req) {
+	if !decodeBody(w, r, &req) {
 		return
 	}
 	dir, err := queueDir("/elections", req.Role)
@@ -232,13 +234,9 @@ func (s *Server) handleElectionResign(w http.ResponseWriter, r *http.Request) {
 	st := s.cluster.state
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for _, m := range st.queueLocked(dir) {
-		if m.owner == req.SessionID {
-			st.index++
-			st.removeLocked(m.path)
-			reply(w, st.index, &api.Resigned{Resigned: true, Index: st.index}, nil)
-			return
-		}
+	if st.dequeueLocked(dir, func(m queueMember) bool { return m.owner == req.SessionID }) {
+		reply(w, st.index, &api.Resigned{Resigned: true, Index: st.index}, nil)
+		return
 	}
 	writeError(w, api.Errorf(api.CodeNotFound, "session %s is not a candidate for %q", req.SessionID, req.Role))
 }

@@ -71,12 +71,23 @@ type putArgs struct {
 	sessionID                string
 }
 
+// liveSessionLocked returns API.md's 410 session_expired when session id
+// does not exist, and nil when it does.
+func (st *state) liveSessionLocked(id string) error {
+	if st.sessions[id] == nil {
+		return api.Errorf(api.CodeSessionExpired, "session %s is gone", id)
+	}
+	return nil
+}
+
 func (st *state) putLocked(a putArgs) (*api.Node, error) {
 	if a.ephemeral && a.sessionID == "" {
 		return nil, api.Errorf(api.CodeInvalidArgument, "ephemeral needs session_id")
 	}
-	if a.sessionID != "" && st.sessions[a.sessionID] == nil {
-		return nil, api.Errorf(api.CodeSessionExpired, "session %s is gone", a.sessionID)
+	if a.sessionID != "" {
+		if err := st.liveSessionLocked(a.sessionID); err != nil {
+			return nil, err
+		}
 	}
 	path := a.path
 	if a.sequential {
@@ -154,8 +165,10 @@ func checkPrev(path string, existing *node, prev string, mustExist bool) error {
 }
 
 func (st *state) deleteLocked(path, prev string, recursive bool, sessionID string) (*api.Deleted, error) {
-	if sessionID != "" && st.sessions[sessionID] == nil {
-		return nil, api.Errorf(api.CodeSessionExpired, "session %s is gone", sessionID)
+	if sessionID != "" {
+		if err := st.liveSessionLocked(sessionID); err != nil {
+			return nil, err
+		}
 	}
 	if path == "/" {
 		return nil, api.Errorf(api.CodeInvalidArgument, "cannot delete the root")

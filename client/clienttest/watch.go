@@ -146,8 +146,7 @@ func (st *state) changedSinceLocked(w *watch, index uint64) (api.Event, bool) {
 
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	var req api.WatchRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err))
+	if !decodeBody(w, r, &req) {
 		return
 	}
 	if err := api.ValidatePath(req.Path); err != nil {
@@ -157,8 +156,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	st := s.cluster.state
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.sessions[req.SessionID] == nil {
-		writeError(w, api.Errorf(api.CodeSessionExpired, "session %s is gone", req.SessionID))
+	if err := st.liveSessionLocked(req.SessionID); err != nil {
+		writeError(w, err)
 		return
 	}
 	st.lastWatch++
@@ -193,9 +192,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	st := s.cluster.state
 	st.mu.Lock()
-	if st.sessions[id] == nil {
+	if err := st.liveSessionLocked(id); err != nil {
 		st.mu.Unlock()
-		writeError(w, api.Errorf(api.CodeSessionExpired, "session %s is gone", id))
+		writeError(w, err)
 		return
 	}
 	reg := st.registryLocked(s.name)
