@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/latch-io/latch/api"
@@ -26,9 +25,8 @@ type Election struct {
 	session *client.Session
 	role    string
 
-	mu sync.Mutex // guards holding
-	// holding is the current or last leadership; nil before the first.
-	holding *holding
+	// tenure is the current or last leadership.
+	tenure tenure
 }
 
 // NewElection returns the election of role (one path segment) for session
@@ -95,13 +93,7 @@ func (e *Election) campaignFailed(ctx context.Context, err error) error {
 
 // lead records the leadership and returns its token.
 func (e *Election) lead(candidacy *api.Candidacy) uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	h := e.holding
-	if h == nil || h.token != candidacy.FencingToken || h.Err() != nil {
-		e.holding = newHolding(e.session, candidacy.FencingToken, "", candidacy.Index)
-	}
-	return candidacy.FencingToken
+	return e.tenure.grant(e.session, candidacy.FencingToken, "", candidacy.Index)
 }
 
 // Resign withdraws the candidacy (and the leadership, if held). A session
@@ -111,35 +103,20 @@ func (e *Election) Resign(ctx context.Context) error {
 	if err != nil && !gone(err) {
 		return fmt.Errorf("recipe: resign %s: %w", e.role, err)
 	}
-	e.mu.Lock()
-	h := e.holding
-	e.mu.Unlock()
-	if h != nil {
-		h.end(ErrReleased)
-	}
+	e.tenure.end(ErrReleased)
 	return nil
 }
 
 // Token returns the fencing token of the current leadership, 0 when this
 // session does not lead (as far as it knows).
 func (e *Election) Token() uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.holding == nil || e.holding.Err() != nil {
-		return 0
-	}
-	return e.holding.token
+	return e.tenure.token()
 }
 
 // Lost returns a channel closed when the current leadership ends: the
 // session ended or Resign. Not leading, it returns a closed channel.
 func (e *Election) Lost() <-chan struct{} {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.holding == nil {
-		return closedChannel
-	}
-	return e.holding.lost
+	return e.tenure.lost()
 }
 
 // Leader reads the role's current leader; ErrNoLeader when it has no

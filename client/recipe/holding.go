@@ -105,6 +105,59 @@ func (h *holding) Err() error {
 	return h.err
 }
 
+// tenure is the current or last holding of a Lock or an Election, shared by
+// the caller's goroutines and replaced only by a new grant.
+type tenure struct {
+	mu sync.Mutex // guards current
+	// current is the current or last holding; nil before the first.
+	current *holding
+}
+
+// grant records a granted acquire or candidacy with token, starting a new
+// holding unless the current one already has that token and lasts, and
+// returns token.
+func (t *tenure) grant(s *client.Session, token uint64, path string, index uint64) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.current == nil || t.current.token != token || t.current.Err() != nil {
+		t.current = newHolding(s, token, path, index)
+	}
+	return token
+}
+
+// last returns the current or last holding, nil before the first.
+func (t *tenure) last() *holding {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.current
+}
+
+// end ends the current holding, which stays as the last one, with reason.
+func (t *tenure) end(reason error) {
+	if h := t.last(); h != nil {
+		h.end(reason)
+	}
+}
+
+// token returns the current holding's fencing token, 0 when none lasts.
+func (t *tenure) token() uint64 {
+	h := t.last()
+	if h == nil || h.Err() != nil {
+		return 0
+	}
+	return h.token
+}
+
+// lost returns the current holding's lost channel, closed when there was
+// none.
+func (t *tenure) lost() <-chan struct{} {
+	h := t.last()
+	if h == nil {
+		return closedChannel
+	}
+	return h.lost
+}
+
 // closedChannel is the Lost of a recipe that holds nothing.
 var closedChannel = func() chan struct{} {
 	ch := make(chan struct{})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/latch-io/latch/api"
@@ -16,9 +15,8 @@ type Lock struct {
 	session *client.Session
 	name    string
 
-	mu sync.Mutex // guards holding
-	// holding is the current or last tenure; nil before the first.
-	holding *holding
+	// tenure is the current or last holding of the lock.
+	tenure tenure
 }
 
 // NewLock returns the lock name (one path segment) for session s. It does
@@ -69,12 +67,7 @@ func (l *Lock) TryAcquire(ctx context.Context, wait time.Duration) (uint64, erro
 
 // held records a granted acquire and returns its token.
 func (l *Lock) held(reply *api.Lock) uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.holding == nil || l.holding.token != reply.FencingToken || l.holding.Err() != nil {
-		l.holding = newHolding(l.session, reply.FencingToken, reply.Path, reply.Index)
-	}
-	return reply.FencingToken
+	return l.tenure.grant(l.session, reply.FencingToken, reply.Path, reply.Index)
 }
 
 // waitBudget returns the wait_ms for one acquire call: most of what is left
@@ -95,7 +88,7 @@ func (l *Lock) giveUpPlace() {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	_, _ = l.session.ReleaseLock(ctx, l.name, 0)
-	l.endHolding(ErrReleased)
+	l.tenure.end(ErrReleased)
 }
 
 // Release gives the lock (or the place in its queue) up. It reports
@@ -104,52 +97,33 @@ func (l *Lock) giveUpPlace() {
 // deleted): whatever was done under it since may have overlapped another
 // holder, and only fencing tokens tell.
 func (l *Lock) Release(ctx context.Context) error {
-	l.mu.Lock()
-	h := l.holding
-	l.mu.Unlock()
+	h := l.tenure.last()
 	if h == nil || errors.Is(h.Err(), ErrReleased) {
 		return ErrNotHeld
 	}
 	_, err := l.session.ReleaseLock(ctx, l.name, h.token)
 	switch {
 	case err == nil:
-		l.endHolding(ErrReleased)
+		l.tenure.end(ErrReleased)
 		return nil
 	case gone(err):
-		l.endHolding(fmt.Errorf("%w: %w", ErrLost, err))
+		l.tenure.end(fmt.Errorf("%w: %w", ErrLost, err))
 		return fmt.Errorf("recipe: release lock %s (token %d): %w: %w", l.name, h.token, ErrLost, err)
 	}
 	return fmt.Errorf("recipe: release lock %s (token %d): %w", l.name, h.token, err)
 }
 
-// endHolding ends the current tenure, which stays as the last one for Err.
-func (l *Lock) endHolding(reason error) {
-	l.mu.Lock()
-	h := l.holding
-	l.mu.Unlock()
-	if h != nil {
-		h.end(reason)
-	}
-}
-
 // Token returns the fencing token of the current tenure, 0 when not held.
 // Send it with every write to what the lock protects.
 func (l *Lock) Token() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.holding == nil || l.holding.Err() != nil {
-		return 0
-	}
-	return l.holding.token
+	return l.tenure.token()
 }
 
 // Lost returns a channel closed when the current tenure ends: the session
 // ended, the lock's node was deleted, or Release. Err then says which. Not
 // holding, it returns a closed channel.
 func (l *Lock) Lost() <-chan struct{} {
-	l.mu.Lock()
-	h := l.holding
-	l.mu.Unlock()
+	h := l.tenure.last()
 	if h == nil {
 		return closedChannel
 	}
@@ -160,10 +134,8 @@ func (l *Lock) Lost() <-chan struct{} {
 // Err returns why the last tenure ended (an error wrapping ErrLost, or
 // ErrReleased), or nil while it lasts or when there was none.
 func (l *Lock) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.holding == nil {
-		return nil
+	if h := l.tenure.last(); h != nil {
+		return h.Err()
 	}
-	return l.holding.Err()
+	return nil
 }
