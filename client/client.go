@@ -128,6 +128,28 @@ type call struct {
 	stream func(body io.Reader) error
 }
 
+// postSafe sends in as the JSON body of a POST to path that is retried
+// through failover (retrySafe), and returns the decoded 2xx reply.
+func postSafe[Reply any](ctx context.Context, c *Client, path string, in any) (*Reply, error) {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	var reply Reply
+	if err := c.do(ctx, &call{method: "POST", path: path, body: body, policy: retrySafe, out: &reply}); err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}
+
+// sessionPostSafe is postSafe for a call on session s's behalf: a reply
+// saying the session expired ends s.
+func sessionPostSafe[Reply any](ctx context.Context, s *Session, path string, in any) (*Reply, error) {
+	reply, err := postSafe[Reply](ctx, s.client, path, in)
+	s.noteWriteError(err)
+	return reply, err
+}
+
 // streamEnded wraps what a call's stream function returned, so that do
 // reports it instead of retrying: the stream had been established.
 type streamEnded struct{ err error }

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"time"
@@ -194,14 +193,5 @@ func batchRefused(err error) bool {
 // ids that are gone; Alive is true when none is. Servers bound the request
 // body, so keep ids to a few hundred a call.
 func (c *Client) HeartbeatMany(ctx context.Context, ids []string) (*api.Heartbeat, error) {
-	body, err := json.Marshal(api.SessionRequest{SessionIDs: ids})
-	if err != nil {
-		return nil, err
-	}
-	var reply api.Heartbeat
-	cl := &call{method: "POST", path: "/v1/session/heartbeat", body: body, policy: retrySafe, out: &reply}
-	if err := c.do(ctx, cl); err != nil {
-		return nil, err
-	}
-	return &reply, nil
+	return postSafe[api.Heartbeat](ctx, c, "/v1/session/heartbeat", api.SessionRequest{SessionIDs: ids})
 }

@@ -45,18 +45,7 @@ func (s *Session) AcquireLock(ctx context.Context, name string, wait time.Durati
 // token, or whichever it has when token is 0. A session without a place
 // gets an *api.Error with api.CodeLockNotHeld.
 func (s *Session) ReleaseLock(ctx context.Context, name string, token uint64) (*api.Released, error) {
-	body, err := json.Marshal(api.LockRequest{Name: name, SessionID: s.id, FencingToken: token})
-	if err != nil {
-		return nil, err
-	}
-	var reply api.Released
-	cl := &call{method: "POST", path: "/v1/lock/release", body: body, policy: retrySafe, out: &reply}
-	err = s.client.do(ctx, cl)
-	s.noteWriteError(err)
-	if err != nil {
-		return nil, err
-	}
-	return &reply, nil
+	return sessionPostSafe[api.Released](ctx, s, "/v1/lock/release", api.LockRequest{Name: name, SessionID: s.id, FencingToken: token})
 }
 
 // LockState reads lock name's holder and the number of waiters.
@@ -74,35 +63,13 @@ func (c *Client) LockState(ctx context.Context, name string) (*api.LockState, er
 // not wait: a candidate that does not lead watches Watching, the path of the
 // candidate just ahead of it.
 func (s *Session) JoinElection(ctx context.Context, role, value string) (*api.Candidacy, error) {
-	body, err := json.Marshal(api.ElectionRequest{Role: role, SessionID: s.id, Value: value})
-	if err != nil {
-		return nil, err
-	}
-	var reply api.Candidacy
-	cl := &call{method: "POST", path: "/v1/election/join", body: body, policy: retrySafe, out: &reply}
-	err = s.client.do(ctx, cl)
-	s.noteWriteError(err)
-	if err != nil {
-		return nil, err
-	}
-	return &reply, nil
+	return sessionPostSafe[api.Candidacy](ctx, s, "/v1/election/join", api.ElectionRequest{Role: role, SessionID: s.id, Value: value})
 }
 
 // ResignElection withdraws session s's candidacy for role. A session that
 // is not a candidate gets an *api.Error with api.CodeNotFound.
 func (s *Session) ResignElection(ctx context.Context, role string) (*api.Resigned, error) {
-	body, err := json.Marshal(api.ElectionRequest{Role: role, SessionID: s.id})
-	if err != nil {
-		return nil, err
-	}
-	var reply api.Resigned
-	cl := &call{method: "POST", path: "/v1/election/resign", body: body, policy: retrySafe, out: &reply}
-	err = s.client.do(ctx, cl)
-	s.noteWriteError(err)
-	if err != nil {
-		return nil, err
-	}
-	return &reply, nil
+	return sessionPostSafe[api.Resigned](ctx, s, "/v1/election/resign", api.ElectionRequest{Role: role, SessionID: s.id})
 }
 
 // ElectionState reads role's leader (nil when there is none) and the number

@@ -93,16 +93,7 @@ func (c *Client) SessionInfo(ctx context.Context, id string) (*api.Session, erro
 // Heartbeat sends one heartbeat for session id. A gone session yields an
 // *api.Error with api.CodeSessionExpired.
 func (c *Client) Heartbeat(ctx context.Context, id string) (*api.Heartbeat, error) {
-	body, err := json.Marshal(api.SessionRequest{SessionID: id})
-	if err != nil {
-		return nil, err
-	}
-	var reply api.Heartbeat
-	cl := &call{method: "POST", path: "/v1/session/heartbeat", body: body, policy: retrySafe, out: &reply}
-	if err := c.do(ctx, cl); err != nil {
-		return nil, err
-	}
-	return &reply, nil
+	return postSafe[api.Heartbeat](ctx, c, "/v1/session/heartbeat", api.SessionRequest{SessionID: id})
 }
 
 func (c *Client) startSession(reply api.Session, firstSeq uint64) *Session {
