@@ -88,12 +88,9 @@ func (a *app) benchCommand() *cobra.Command {
 			if cfg.Seed == 0 {
 				cfg.Seed = uint64(time.Now().UnixNano())
 			}
-			stopProfile, err := startCPUProfile(cpuProfile)
-			if err != nil {
-				return err
-			}
-			result, err := runBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
-			stopProfile()
+			result, err := profiled(cpuProfile, func() (*benchResult, error) {
+				return runBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
+			})
 			if err != nil {
 				return err
 			}
@@ -244,10 +241,7 @@ func collect(cfg benchConfig, workers []*benchWorker, elapsed time.Duration) *be
 	for _, w := range workers {
 		reads.Merge(w.reads)
 		writes.Merge(w.writes)
-		for code, n := range w.errors {
-			result.ErrorsByCode[string(code)] += n
-			result.Errors += n
-		}
+		result.Errors += tallyErrors(result.ErrorsByCode, w.errors)
 		_ = w.client.Close()
 	}
 	all.Merge(reads)
@@ -285,19 +279,46 @@ func printBench(w io.Writer, r *benchResult) {
 		fmt.Fprintf(w, "writes: %d ops, %.0f ops/s\n", r.Writes.Ops, r.Writes.OpsPerSecond)
 		printLatency(w, "  latency", r.Writes.Latency)
 	}
-	codes := make([]string, 0, len(r.ErrorsByCode))
-	for code := range r.ErrorsByCode {
+	printErrors(w, r.ErrorsByCode)
+}
+
+// tallyErrors adds a worker's error counts into byCode and returns how many
+// it added.
+func tallyErrors(byCode map[string]uint64, worker map[api.Code]uint64) uint64 {
+	var total uint64
+	for code, n := range worker {
+		byCode[string(code)] += n
+		total += n
+	}
+	return total
+}
+
+// printErrors writes one line per error code, in the order of the codes.
+func printErrors(w io.Writer, byCode map[string]uint64) {
+	codes := make([]string, 0, len(byCode))
+	for code := range byCode {
 		codes = append(codes, code)
 	}
 	sort.Strings(codes)
 	for _, code := range codes {
-		fmt.Fprintf(w, "  error %s: %d\n", code, r.ErrorsByCode[code])
+		fmt.Fprintf(w, "  error %s: %d\n", code, byCode[code])
 	}
 }
 
 func printLatency(w io.Writer, label string, l latencySummary) {
 	fmt.Fprintf(w, "%s: p50 %.3fms  p99 %.3fms  p99.9 %.3fms  max %.3fms  mean %.3fms\n",
 		label, l.P50, l.P99, l.P999, l.Max, l.Mean)
+}
+
+// profiled runs run under a CPU profile written to path (none when empty).
+func profiled[Result any](path string, run func() (Result, error)) (Result, error) {
+	stop, err := startCPUProfile(path)
+	if err != nil {
+		var none Result
+		return none, err
+	}
+	defer stop()
+	return run()
 }
 
 // startCPUProfile starts a pprof CPU profile into path (none when empty)

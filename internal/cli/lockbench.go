@@ -77,12 +77,9 @@ func (a *app) lockBenchCommand() *cobra.Command {
 			if err := cfg.validate(); err != nil {
 				return err
 			}
-			stopProfile, err := startCPUProfile(cpuProfile)
-			if err != nil {
-				return err
-			}
-			result, err := runLockBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
-			stopProfile()
+			result, err := profiled(cpuProfile, func() (*lockBenchResult, error) {
+				return runLockBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
+			})
 			if err != nil {
 				return err
 			}
@@ -267,10 +264,7 @@ func collectLockBench(result *lockBenchResult, workers []*lockWorker) {
 		acquire.Merge(w.acquire)
 		release.Merge(w.release)
 		result.Cycles += w.cycles
-		for code, n := range w.errors {
-			result.ErrorsByCode[string(code)] += n
-			result.Errors += n
-		}
+		result.Errors += tallyErrors(result.ErrorsByCode, w.errors)
 	}
 	result.CyclesPerSecond = float64(result.Cycles) / max(result.DurationSeconds, 1e-9)
 	result.Acquire = summarize(acquire)
@@ -301,9 +295,7 @@ func printLockBench(w io.Writer, r *lockBenchResult) {
 		r.Cycles, r.DurationSeconds, r.CyclesPerSecond, r.Errors, r.EntriesPerCycle)
 	printLatency(w, "acquire", r.Acquire)
 	printLatency(w, "release", r.Release)
-	for code, n := range r.ErrorsByCode {
-		fmt.Fprintf(w, "  error %s: %d\n", code, n)
-	}
+	printErrors(w, r.ErrorsByCode)
 	printDeltas(w, "run", r.Nodes)
 	if r.MetricsError != "" {
 		fmt.Fprintf(w, "  no server figures: %s\n", r.MetricsError)
