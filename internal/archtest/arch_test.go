@@ -16,7 +16,7 @@ const module = "github.com/latch-io/latch/"
 // layers lists the project's packages from the top down: a package may import
 // only packages on a lower line. Test infrastructure sits on top.
 var layers = [][]string{
-	{"cmd/latch-chaos", "internal/chaos", "test/process", "test/membership", "test/compose", "test/recipes", "internal/archtest"},
+	{"cmd/latch-chaos", "internal/chaos", "test/process", "test/membership", "test/compose", "test/recipes", "test/fanout", "internal/archtest"},
 	{"internal/proccluster", "internal/testcluster", "internal/linearize"},
 	{"cmd/latchd", "cmd/latchctl"},
 	{"internal/cli"},

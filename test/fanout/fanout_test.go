@@ -1,0 +1,292 @@
+// Package fanout measures watch fan-out on real latchd processes: one key
+// watched by 10,000 watchers, from a write's acknowledgement to the last
+// notification delivered, with the watchers spread over the three members
+// and all on one member; and server memory per watch. It is a figure, not a
+// pass/fail test: it runs only with LATCH_FIGURES=1.
+package fanout
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/proccluster"
+)
+
+const hotKey = "/fanout/hot"
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	proccluster.RemoveBuild()
+	os.Exit(code)
+}
+
+// TestWatchFanout: LATCH_FIGURES=1 [LATCH_WATCHERS=10000] go test -run TestWatchFanout -v -timeout 20m ./test/fanout
+func TestWatchFanout(t *testing.T) {
+	if os.Getenv("LATCH_FIGURES") == "" {
+		t.Skip("a measurement, not a test: LATCH_FIGURES=1 go test -run TestWatchFanout -v ./test/fanout")
+	}
+	watchers := 10000
+	if n, err := strconv.Atoi(os.Getenv("LATCH_WATCHERS")); err == nil && n > 0 {
+		watchers = n
+	}
+	for _, spread := range []bool{true, false} {
+		name := "all on one member"
+		if spread {
+			name = "spread over 3 members"
+		}
+		t.Run(name, func(t *testing.T) { measure(t, watchers, spread) })
+	}
+}
+
+var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}
+
+func measure(t *testing.T, watchers int, spread bool) {
+	c := proccluster.Start(t, proccluster.Options{Nodes: 3, Tick: 100 * time.Millisecond, LogLevel: "error"})
+	leader := c.WaitLeader(20 * time.Second)
+	urls := c.URLs()
+	home := func(i int) string {
+		if spread {
+			return urls[i%len(urls)]
+		}
+		return urls[(leader+1)%len(urls)] // one follower takes every watcher
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if err := do(ctx, "PUT", urls[leader], "/v1/kv"+hotKey, api.PutRequest{Value: "0"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rssBefore := rss(t, urls)
+	start := time.Now()
+	sessions := createSessions(t, ctx, urls, watchers)
+	t.Logf("created %d sessions in %v", watchers, time.Since(start).Round(time.Millisecond))
+
+	arrivals := newArrivals()
+	start = time.Now()
+	var wg sync.WaitGroup
+	streams := make(chan struct{}, watchers)
+	for i, id := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			watchAndRead(ctx, t, home(i), id, arrivals, streams)
+		}()
+	}
+	for range watchers {
+		select {
+		case <-streams:
+		case <-ctx.Done():
+			t.Fatal("watchers did not all register")
+		}
+	}
+	t.Logf("%d watches registered and streams open in %v", watchers, time.Since(start).Round(time.Millisecond))
+	rssAfter := rss(t, urls)
+
+	const writes = 20
+	// Commit happens between a write's sending and its acknowledgement, and
+	// followers may notify before the leader's reply arrives: latencies are
+	// measured from the sending, an upper bound of commit-to-notification.
+	acked := map[uint64]time.Time{}
+	for i := range writes {
+		var n api.Node
+		sent := time.Now()
+		if err := do(ctx, "PUT", urls[leader], "/v1/kv"+hotKey, api.PutRequest{Value: strconv.Itoa(i + 1)}, &n); err != nil {
+			t.Fatal(err)
+		}
+		acked[n.Index] = sent
+		time.Sleep(500 * time.Millisecond) // paced writes, so each fan-out is measured alone
+	}
+	if !arrivals.waitAll(acked, watchers, time.Minute) {
+		t.Errorf("not every watcher got every write within a minute: %s", arrivals.missing(acked, watchers))
+	}
+	cancel()
+	wg.Wait()
+	report(t, acked, arrivals, watchers, spread, rssBefore, rssAfter)
+}
+
+// createSessions creates n sessions with a timeout long enough for the run.
+func createSessions(t *testing.T, ctx context.Context, urls []string, n int) []string {
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	var failed sync.Once
+	sem := make(chan struct{}, 128)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			var s api.Session
+			if err := do(ctx, "POST", urls[i%len(urls)], "/v1/session/create", api.SessionCreateRequest{TimeoutMs: 60000}, &s); err != nil {
+				failed.Do(func() { t.Errorf("create session: %v", err) })
+				return
+			}
+			ids[i] = s.SessionID
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return ids
+}
+
+// watchAndRead registers a persistent watch on the hot key for session id
+// at base, opens the session's stream there, signals ready, and records the
+// arrival of each event until ctx ends.
+func watchAndRead(ctx context.Context, t *testing.T, base, id string, arrivals *arrivals, ready chan<- struct{}) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/session/"+id+"/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Errorf("open stream: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	if err := do(ctx, "POST", base, "/v1/watch", api.WatchRequest{Path: hotKey, SessionID: id, Persistent: true}, nil); err != nil {
+		t.Errorf("watch: %v", err)
+		return
+	}
+	ready <- struct{}{}
+	scanner := bufio.NewScanner(resp.Body)
+	for scanner.Scan() {
+		line, ok := strings.CutPrefix(scanner.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev api.Event
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Path == hotKey {
+			arrivals.record(ev.Index, time.Now())
+		}
+	}
+}
+
+// arrivals collects when each write's notifications arrived.
+type arrivals struct {
+	mu sync.Mutex
+	at map[uint64][]time.Time // guarded by mu
+}
+
+func newArrivals() *arrivals { return &arrivals{at: map[uint64][]time.Time{}} }
+
+func (a *arrivals) record(index uint64, when time.Time) {
+	a.mu.Lock()
+	a.at[index] = append(a.at[index], when)
+	a.mu.Unlock()
+}
+
+func (a *arrivals) waitAll(acked map[uint64]time.Time, watchers int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		a.mu.Lock()
+		done := true
+		for index := range acked {
+			done = done && len(a.at[index]) >= watchers
+		}
+		a.mu.Unlock()
+		if done {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+func (a *arrivals) missing(acked map[uint64]time.Time, watchers int) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for index := range acked {
+		if n := len(a.at[index]); n < watchers {
+			out = append(out, fmt.Sprintf("index %d: %d of %d", index, n, watchers))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// report logs, per case, the time from each write's acknowledgement to its
+// last notification (p50/p99 over writes) and every notification's latency.
+func report(t *testing.T, acked map[uint64]time.Time, a *arrivals, watchers int, spread bool, before, after []float64) {
+	var last, all []time.Duration
+	a.mu.Lock()
+	for index, ack := range acked {
+		times := a.at[index]
+		if len(times) == 0 {
+			continue
+		}
+		latest := slices.MaxFunc(times, func(x, y time.Time) int { return x.Compare(y) })
+		last = append(last, latest.Sub(ack))
+		for _, at := range times {
+			all = append(all, at.Sub(ack))
+		}
+	}
+	a.mu.Unlock()
+	var memory []string
+	for i := range before {
+		memory = append(memory, fmt.Sprintf("%.0f B", (after[i]-before[i])/float64(watchers)))
+	}
+	t.Logf("%d watchers (%s): write sent -> last notification p50 %v p99 %v; every notification p50 %v p99 %v; server RSS per session+watch+stream %s",
+		watchers, map[bool]string{true: "spread over 3 members", false: "all on one member"}[spread],
+		pct(last, 50), pct(last, 99), pct(all, 50), pct(all, 99), strings.Join(memory, ", "))
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[min(len(d)-1, len(d)*p/100)].Round(100 * time.Microsecond)
+}
+
+var rssLine = regexp.MustCompile(`(?m)^process_resident_memory_bytes (\S+)$`)
+
+// rss reads every member's resident memory from /metrics.
+func rss(t *testing.T, urls []string) []float64 {
+	out := make([]float64, len(urls))
+	for i, u := range urls {
+		resp, err := client.Get(u + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if m := rssLine.FindSubmatch(body); m != nil {
+			out[i], _ = strconv.ParseFloat(string(m[1]), 64)
+		}
+	}
+	return out
+}
+
+// do sends a JSON request and decodes a 200 reply into out.
+func do(ctx context.Context, method, base, path string, in, out any) error {
+	body, _ := json.Marshal(in)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, data)
+	}
+	if out != nil {
+		return json.Unmarshal(data, out)
+	}
+	return nil
+}
