@@ -2,7 +2,6 @@ package testcluster
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -11,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -118,25 +116,15 @@ func (w *workload) client(random *rand.Rand) {
 	for !w.stopped() {
 		key := w.key(random)
 		url := w.urls[random.IntN(len(w.urls))]
-		var in linearize.Input
-		switch r := random.IntN(100); {
-		case r < 50:
-			in = linearize.Input{Kind: linearize.Get, Key: key}
-		case r < 75:
-			in = linearize.Input{Kind: linearize.Put, Key: key, Value: w.nextValue()}
-		default:
-			in = linearize.Input{Kind: linearize.CAS, Key: key, Value: w.nextValue(), Expect: versions[key]}
-		}
+		in := linearize.RandomInput(random, key, versions, w.nextValue)
 		out, state := w.do(id, url, in)
 		switch state {
-		case opDone:
-			if in.Kind == linearize.Get || !out.Refused {
-				versions[key] = out.Version
-			}
-		case opUnknown:
+		case linearize.Settled:
+			linearize.Observe(versions, in, out)
+		case linearize.LeftOpen:
 			id = w.rec.NewClient()
 			time.Sleep(time.Duration(10+random.IntN(40)) * time.Millisecond) // pacing, not correctness
-		case opDropped:
+		case linearize.Dropped:
 			time.Sleep(time.Duration(5+random.IntN(20)) * time.Millisecond)
 		}
 	}
@@ -144,16 +132,8 @@ func (w *workload) client(random *rand.Rand) {
 
 func (w *workload) nextValue() string { return fmt.Sprintf("v%d", w.values.Add(1)) }
 
-type opState int
-
-const (
-	opDone    opState = iota // a definite outcome, recorded
-	opUnknown                // a write whose outcome is unknown, recorded open
-	opDropped                // a failed read, or a write that never reached a server
-)
-
 // do runs one operation against url and records it.
-func (w *workload) do(client int, url string, in linearize.Input) (linearize.Output, opState) {
+func (w *workload) do(client int, url string, in linearize.Input) (linearize.Output, linearize.Settlement) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
 	call := w.rec.Begin(client, in)
@@ -173,27 +153,7 @@ func (w *workload) do(client int, url string, in linearize.Input) (linearize.Out
 		}
 		node, err = Put(ctx, url, in.Key, in.Value, prev)
 	}
-	var out linearize.Output
-	switch {
-	case err == nil && in.Kind == linearize.Get:
-		out = linearize.Output{Found: true, Value: node.Value, Version: node.Version}
-	case err == nil:
-		out = linearize.Output{Version: node.Version}
-	case in.Kind == linearize.Get && api.CodeOf(err) == api.CodeNotFound:
-		out = linearize.Output{}
-	case in.Kind == linearize.CAS && api.CodeOf(err) == api.CodePreconditionFailed:
-		out = linearize.Output{Refused: true}
-	case in.Kind == linearize.Get, errors.Is(err, syscall.ECONNREFUSED), api.CodeOf(err) == api.CodeOverloaded:
-		// A failed read observed nothing; a refused connection or a 429
-		// means the write was never proposed.
-		call.Drop()
-		return out, opDropped
-	default:
-		call.Unknown()
-		return out, opUnknown
-	}
-	call.Return(out)
-	return out, opDone
+	return call.Settle(node, err)
 }
 
 // check verifies the history and writes a visualization when it is not
@@ -352,7 +312,7 @@ func TestIsolatedLeaderStaleRead(t *testing.T) {
 			old := c.WaitLeader(10 * time.Second)
 			key := "/lin/isolated"
 			first := linearize.Input{Kind: linearize.Put, Key: key, Value: "before-isolation"}
-			if _, state := w.do(scripted, c.URL(old), first); state != opDone {
+			if _, state := w.do(scripted, c.URL(old), first); state != linearize.Settled {
 				t.Fatalf("write through the leader failed")
 			}
 			start := w.rec.Now()
@@ -362,12 +322,12 @@ func TestIsolatedLeaderStaleRead(t *testing.T) {
 			if _, err := Put(ctx, c.URL(next), "/lin/probe", "x", ""); err != nil {
 				t.Fatalf("majority does not accept writes: %v", err)
 			}
-			if _, state := w.do(scripted, c.URL(next), second); state != opDone {
+			if _, state := w.do(scripted, c.URL(next), second); state != linearize.Settled {
 				t.Fatalf("write through the new leader failed")
 			}
 			out, state := w.do(scripted, c.URL(old), linearize.Input{Kind: linearize.Get, Key: key})
 			stale := 0
-			if state == opDone && out.Value != "after-isolation" {
+			if state == linearize.Settled && out.Value != "after-isolation" {
 				stale = 1
 			}
 			t.Logf("read on the isolated old leader: %+v (state %d)", out, state)

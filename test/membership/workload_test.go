@@ -2,7 +2,6 @@ package membership
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/latch-io/latch/api"
@@ -92,25 +90,15 @@ func (w *workload) client(random *rand.Rand) {
 		key := w.key(random)
 		endpoints := *w.endpoints.Load()
 		endpoint := endpoints[random.IntN(len(endpoints))]
-		var in linearize.Input
-		switch r := random.IntN(100); {
-		case r < 50:
-			in = linearize.Input{Kind: linearize.Get, Key: key}
-		case r < 75:
-			in = linearize.Input{Kind: linearize.Put, Key: key, Value: w.nextValue()}
-		default:
-			in = linearize.Input{Kind: linearize.CAS, Key: key, Value: w.nextValue(), Expect: versions[key]}
-		}
+		in := linearize.RandomInput(random, key, versions, w.nextValue)
 		out, state := w.do(id, endpoint, in)
 		switch state {
-		case opDone:
-			if in.Kind == linearize.Get || !out.Refused {
-				versions[key] = out.Version
-			}
-		case opUnknown:
+		case linearize.Settled:
+			linearize.Observe(versions, in, out)
+		case linearize.LeftOpen:
 			id = w.rec.NewClient()
 			w.pause(random, 10, 40)
-		case opDropped:
+		case linearize.Dropped:
 			w.pause(random, 5, 20)
 		}
 	}
@@ -127,16 +115,8 @@ func (w *workload) pause(random *rand.Rand, minMillis, spreadMillis int) {
 
 func (w *workload) nextValue() string { return fmt.Sprintf("v%d", w.values.Add(1)) }
 
-type opState int
-
-const (
-	opDone    opState = iota // a definite outcome, recorded
-	opUnknown                // a write whose outcome is unknown, recorded open
-	opDropped                // a failed read, or a write that never reached a server
-)
-
 // do runs one operation against endpoint and records it.
-func (w *workload) do(client int, endpoint string, in linearize.Input) (linearize.Output, opState) {
+func (w *workload) do(client int, endpoint string, in linearize.Input) (linearize.Output, linearize.Settlement) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 	defer cancel()
 	call := w.rec.Begin(client, in)
@@ -156,28 +136,11 @@ func (w *workload) do(client int, endpoint string, in linearize.Input) (lineariz
 		}
 		node, err = testcluster.Put(ctx, endpoint, in.Key, in.Value, prev)
 	}
-	var out linearize.Output
-	switch {
-	case err == nil && in.Kind == linearize.Get:
-		out = linearize.Output{Found: true, Value: node.Value, Version: node.Version}
-	case err == nil:
-		out = linearize.Output{Version: node.Version}
-	case in.Kind == linearize.Get && api.CodeOf(err) == api.CodeNotFound:
-		out = linearize.Output{}
-	case in.Kind == linearize.CAS && api.CodeOf(err) == api.CodePreconditionFailed:
-		out = linearize.Output{Refused: true}
-	case in.Kind == linearize.Get, errors.Is(err, syscall.ECONNREFUSED), api.CodeOf(err) == api.CodeOverloaded:
-		// A failed read observed nothing; a refused connection or a 429
-		// means the write was never proposed.
-		call.Drop()
-		return out, opDropped
-	default:
-		call.Unknown()
-		return out, opUnknown
+	out, settled := call.Settle(node, err)
+	if settled == linearize.Settled {
+		w.count(endpoint, in.Kind)
 	}
-	call.Return(out)
-	w.count(endpoint, in.Kind)
-	return out, opDone
+	return out, settled
 }
 
 func (w *workload) count(endpoint string, kind linearize.Kind) {
