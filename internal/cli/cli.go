@@ -192,6 +192,15 @@ func (a *app) print(v any, text func(w io.Writer)) error {
 	return nil
 }
 
+// printResult returns err when a call failed, and else prints its result
+// as print does.
+func (a *app) printResult(result any, err error, text func(w io.Writer)) error {
+	if err != nil {
+		return err
+	}
+	return a.print(result, text)
+}
+
 // withClient runs fn with a fresh client and a --command-timeout context.
 func (a *app) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
 	c, err := a.newClient()

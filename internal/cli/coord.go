@@ -302,10 +302,7 @@ func (a *app) lockStatusCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				state, err := c.LockState(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				return a.print(state, func(w io.Writer) {
+				return a.printResult(state, err, func(w io.Writer) {
 					if state.Holder == nil {
 						fmt.Fprintf(w, "lock %s is free\n", args[0])
 						return
@@ -326,10 +323,7 @@ func (a *app) electionStatusCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				state, err := c.ElectionState(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				return a.print(state, func(w io.Writer) {
+				return a.printResult(state, err, func(w io.Writer) {
 					if state.Leader == nil {
 						fmt.Fprintf(w, "%s has no leader\n", args[0])
 						return

@@ -25,10 +25,7 @@ func (a *app) getCommand() *cobra.Command {
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				node, err := c.Get(ctx, args[0], opts...)
-				if err != nil {
-					return err
-				}
-				return a.print(node, func(w io.Writer) { fmt.Fprintln(w, node.Value) })
+				return a.printResult(node, err, func(w io.Writer) { fmt.Fprintln(w, node.Value) })
 			})
 		},
 	}
@@ -53,10 +50,7 @@ func (a *app) lsCommand() *cobra.Command {
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				children, err := c.Children(ctx, path, opts...)
-				if err != nil {
-					return err
-				}
-				return a.print(children, func(w io.Writer) {
+				return a.printResult(children, err, func(w io.Writer) {
 					for _, name := range children.Children {
 						fmt.Fprintln(w, name)
 					}
@@ -112,10 +106,7 @@ func (a *app) putCommand() *cobra.Command {
 					opts = append(opts, client.WithSession(s))
 				}
 				node, err := c.Put(ctx, args[0], value, opts...)
-				if err != nil {
-					return err
-				}
-				return a.print(node, func(w io.Writer) { fmt.Fprintf(w, "%s version %d\n", node.Path, node.Version) })
+				return a.printResult(node, err, func(w io.Writer) { fmt.Fprintf(w, "%s version %d\n", node.Path, node.Version) })
 			})
 		},
 	}
@@ -172,10 +163,7 @@ func (a *app) rmCommand() *cobra.Command {
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				deleted, err := c.Delete(ctx, args[0], opts...)
-				if err != nil {
-					return err
-				}
-				return a.print(deleted, func(w io.Writer) { fmt.Fprintf(w, "deleted %s\n", args[0]) })
+				return a.printResult(deleted, err, func(w io.Writer) { fmt.Fprintf(w, "deleted %s\n", args[0]) })
 			})
 		},
 	}

@@ -55,10 +55,7 @@ func (a *app) membersCommand() *cobra.Command {
 func (a *app) listMembers(cmd *cobra.Command, args []string) error {
 	return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 		members, err := c.Members(ctx)
-		if err != nil {
-			return err
-		}
-		return a.print(members, func(w io.Writer) { printMembers(w, members.Members) })
+		return a.printResult(members, err, func(w io.Writer) { printMembers(w, members.Members) })
 	})
 }
 
@@ -93,10 +90,7 @@ func (a *app) addMemberCommand() *cobra.Command {
 			}
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				added, err := c.AddMember(ctx, req)
-				if err != nil {
-					return err
-				}
-				return a.print(added, func(w io.Writer) {
+				return a.printResult(added, err, func(w io.Writer) {
 					then := "promoted to voter by the leader once caught up"
 					if req.Learner {
 						then = "stays a learner until 'latchctl members promote " + added.Name + "'"
@@ -147,10 +141,7 @@ func (a *app) promoteMemberCommand() *cobra.Command {
 			ctx, cancel := context.WithTimeout(cmd.Context(), max(a.commandTimeout, wait))
 			defer cancel()
 			promoted, err := promote(ctx, c, args[0], wait)
-			if err != nil {
-				return err
-			}
-			return a.print(promoted, func(w io.Writer) {
+			return a.printResult(promoted, err, func(w io.Writer) {
 				fmt.Fprintf(w, "promoted %s (%s) to voter\n", promoted.Name, promoted.ID)
 			})
 		},
@@ -180,10 +171,7 @@ func (a *app) leaderCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				status, err := c.TransferLeader(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				return a.print(status, func(w io.Writer) {
+				return a.printResult(status, err, func(w io.Writer) {
 					fmt.Fprintf(w, "leader is now %s (term %d)\n", args[0], status.Term)
 				})
 			})

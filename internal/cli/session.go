@@ -66,10 +66,7 @@ func (a *app) sessionGetCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				info, err := c.SessionInfo(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				return a.print(info, func(w io.Writer) {
+				return a.printResult(info, err, func(w io.Writer) {
 					fmt.Fprintf(w, "session %s: timeout %v, %d ephemeral nodes\n",
 						info.SessionID, time.Duration(info.TimeoutMs)*time.Millisecond, info.EphemeralCount)
 				})
@@ -96,10 +93,7 @@ func (a *app) sessionKeepaliveCommand() *cobra.Command {
 				ctx, cancel := a.commandContext(cmd)
 				defer cancel()
 				beat, err := c.Heartbeat(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				return a.print(beat, func(w io.Writer) { fmt.Fprintf(w, "session %s alive\n", args[0]) })
+				return a.printResult(beat, err, func(w io.Writer) { fmt.Fprintf(w, "session %s alive\n", args[0]) })
 			}
 			ctx, cancel := a.commandContext(cmd)
 			s, err := c.ResumeSession(ctx, args[0])

@@ -107,10 +107,7 @@ func (a *app) sessionBenchCommand() *cobra.Command {
 				return err
 			}
 			result, err := runSessionBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg, a.io.Stderr)
-			if err != nil {
-				return err
-			}
-			return a.print(result, func(w io.Writer) { printSessionBench(w, result) })
+			return a.printResult(result, err, func(w io.Writer) { printSessionBench(w, result) })
 		},
 	}
 	flags := cmd.Flags()
