@@ -110,7 +110,8 @@ type watchSession struct {
 	s             *session
 	start         uint64 // registration index of its first watch: writes after it must be seen
 	last          uint64 // highest index received
-	registrations map[string]registration
+	registrations map[string]*registration
+	order         []string            // watch ids in registration order
 	byMember      map[string][]string // watch ids registered per member URL, to cancel on return
 	events        []receivedEvent
 	seen          map[string]bool // path@index received
@@ -120,9 +121,16 @@ type watchSession struct {
 }
 
 type registration struct {
-	member     string
-	known, at  uint64
-	registered time.Time
+	member      string
+	known, at   uint64
+	registered  time.Time
+	events      int    // received (recorded or not)
+	first, last uint64 // indexes of its first and last event
+	end         string // why its stream ended
+}
+
+func (reg *registration) String() string {
+	return fmt.Sprintf("%s known %d at %d: %d events %d..%d, %s", reg.member, reg.known, reg.at, reg.events, reg.first, reg.last, reg.end)
 }
 
 type receivedEvent struct {
@@ -165,7 +173,7 @@ func (wt *watcher) loop(r *run) {
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			ws = &watchSession{s: s, registrations: map[string]registration{}, byMember: map[string][]string{}, seen: map[string]bool{}}
+			ws = &watchSession{s: s, registrations: map[string]*registration{}, byMember: map[string][]string{}, seen: map[string]bool{}}
 			wt.sessions = append(wt.sessions, ws)
 		}
 		if ws.conn == nil {
@@ -196,6 +204,7 @@ func (wt *watcher) follow(r *run, ws *watchSession, d time.Duration, quit <-chan
 				return
 			}
 			if item.event == nil {
+				ws.registrations[ws.conn.watchID].end = item.end
 				if strings.Contains(item.end, "session ended") || strings.Contains(item.end, string(api.CodeSessionExpired)) {
 					ws.ended = true
 				}
@@ -211,6 +220,9 @@ func (wt *watcher) leave(r *run, ws *watchSession) {
 	conn := ws.conn
 	ws.conn = nil
 	conn.cancel()
+	if reg := ws.registrations[conn.watchID]; reg.end == "open" {
+		reg.end = "moved on"
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = call(ctx, http.MethodDelete, conn.member, "/v1/watch/"+conn.watchID, url.Values{"session_id": {ws.s.id}}, nil, nil)
@@ -248,7 +260,8 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	if len(ws.registrations) == 0 {
 		ws.start = reply.Index
 	}
-	ws.registrations[reply.WatchID] = registration{member: member, known: known, at: reply.Index, registered: time.Now()}
+	ws.registrations[reply.WatchID] = &registration{member: member, known: known, at: reply.Index, registered: time.Now(), end: "stream not opened"}
+	ws.order = append(ws.order, reply.WatchID)
 	ws.byMember[member] = append(ws.byMember[member], reply.WatchID)
 	conn, err := openEvents(member, ws.s.id)
 	if code(err) == api.CodeSessionExpired {
@@ -258,6 +271,7 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 		return err
 	}
 	conn.watchID, conn.floor = reply.WatchID, ws.last
+	ws.registrations[reply.WatchID].end = "open"
 	ws.conn = conn
 	return nil
 }
@@ -329,6 +343,11 @@ func (wt *watcher) receive(r *run, ws *watchSession, ev api.Event) {
 		return
 	}
 	reg := ws.registrations[ev.WatchID]
+	reg.events++
+	reg.last = ev.Index
+	if reg.first == 0 {
+		reg.first = ev.Index
+	}
 	switch {
 	case ev.Index <= ws.conn.floor:
 		r.anomaly("W: session %s: event %s %s@%d on %s after a reconnect does not pass the last index received before it, %d",
@@ -457,7 +476,10 @@ func (wt *watcher) drainConn(r *run, ws *watchSession, target uint64) {
 			}
 			if item.event != nil {
 				wt.receive(r, ws, *item.event)
-			} else if strings.Contains(item.end, "session ended") {
+				continue
+			}
+			ws.registrations[ws.conn.watchID].end = item.end
+			if strings.Contains(item.end, "session ended") {
 				ws.ended = true
 			}
 		}
@@ -473,10 +495,33 @@ func (w *watches) checkCoverage(r *run, wt *watcher, ws *watchSession, acked []a
 		if w.covered(ws, write) {
 			continue
 		}
-		r.anomaly("W: session %s watching %s missed %s version %d at index %d (first registration at %d, last index received %d)",
-			ws.s.id, wt.path, write.path, write.version, write.index, ws.start, ws.last)
+		r.anomaly("W: session %s watching %s missed %s version %d at index %d (first registration at %d, last index received %d); registrations around it:%s",
+			ws.s.id, wt.path, write.path, write.version, write.index, ws.start, ws.last, ws.around(write.index))
 		r.update(func(report *Report) { report.WatchGaps++ })
 	}
+}
+
+// around describes the registration that should have delivered index (the
+// last one registered with a known index below it), its neighbours, and the
+// events received near index.
+func (ws *watchSession) around(index uint64) string {
+	owner := 0
+	for k, id := range ws.order {
+		if ws.registrations[id].known < index {
+			owner = k
+		}
+	}
+	var b strings.Builder
+	for k := max(0, owner-1); k < min(len(ws.order), owner+2); k++ {
+		id := ws.order[k]
+		fmt.Fprintf(&b, " [%d %s: %s]", k, id, ws.registrations[id])
+	}
+	for _, ev := range ws.events {
+		if ev.Index+50 >= index && ev.Index <= index+50 {
+			fmt.Fprintf(&b, " {%s %s v%d @%d watch %s catch-up %v}", ev.Event.Event, ev.Path, ev.Version, ev.Index, ev.WatchID, ev.catchUp)
+		}
+	}
+	return b.String()
 }
 
 func (w *watches) covered(ws *watchSession, write ackedWrite) bool {
