@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"github.com/latch-io/latch/internal/server"
+	"sync"
 	"syscall"
 
 	"bufio"
@@ -417,5 +418,69 @@ func TestRemovedWhileCutOffStops(t *testing.T) {
 	}
 	if _, err := Put(ctx, c.URL(leader), "/after-removal", "v", ""); err != nil {
 		t.Fatalf("write on the two remaining members: %v", err)
+	}
+}
+
+// TestSlowLeaderFsyncExpiresNoSession: the leader's fsync stalls for longer
+// than the sessions' timeout while their clients keep heartbeating (any
+// member, failing over on 503). No session may expire: heartbeats are
+// answered and relayed outside the stalled Ready loop, a new leader renews
+// every deadline, and the stalled leader, once it resumes, expires nothing
+// without first confirming it still leads (etcd #15247).
+func TestSlowLeaderFsyncExpiresNoSession(t *testing.T) {
+	c := New(t, 3, Steady(Options{MinSessionTTL: 500 * time.Millisecond}))
+	ctx := ctxT(t, 60*time.Second)
+	leader := c.WaitLeader(10 * time.Second)
+	var ids []string
+	for range 20 {
+		s, err := CreateSession(ctx, c.URL(leader), 1500*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.SessionID)
+	}
+	stop := make(chan struct{})
+	expired := make(chan string, len(ids))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the clients: every 250ms, one batched heartbeat, trying each member until one answers
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			for i := range c.Nodes {
+				hb, err := Heartbeat(ctx, c.URL(i), ids...)
+				if err != nil {
+					continue // 503 from a member that cannot reach the leader: try the next
+				}
+				for _, id := range hb.Expired {
+					expired <- id
+				}
+				break
+			}
+		}
+	}()
+	// The scenario's timeline (a window to observe, not a wait for a
+	// condition): 3 s of heartbeats so every session is older than its
+	// timeout (a follower's own deadlines for them are stale), then a 3 s
+	// stall, an election, the old leader's return, and two more timeouts.
+	time.Sleep(3 * time.Second)
+	remove := c.Nodes[leader].FS.Inject(vfs.Fault{Ops: vfs.OpSync, Delay: 3 * time.Second, Count: 1})
+	go Put(ctx, c.URL(leader), "/slow/fsync", "v", "") // its fsync stalls the leader's loop
+	time.Sleep(6 * time.Second)
+	remove()
+	close(stop)
+	wg.Wait()
+	close(expired)
+	for id := range expired {
+		t.Errorf("session %s expired although its client heartbeated throughout", id)
+	}
+	for _, id := range ids {
+		if _, err := SessionInfo(ctx, c.URL(c.WaitLeader(10*time.Second)), id, api.Linearizable, 0); err != nil {
+			t.Errorf("session %s gone after the leader's slow fsync: %v", id, err)
+		}
 	}
 }
