@@ -14,7 +14,7 @@ import (
 var (
 	seedFlag     = flag.Uint64("chaos.seed", 0, "seed of the random-seed run (0: pick one and print it)")
 	durationFlag = flag.Duration("chaos.duration", 0, "time under faults of each run (0: the short CI default)")
-	oneWayFlag   = flag.Bool("chaos.oneway", false, "include one-way partitions (a known liveness problem: the member stays cut off after the heal)")
+	oneWayFlag   = flag.Bool("chaos.oneway", false, "include one-way partitions (off in the short runs; a stuck-member bug they exposed is fixed, see docs/correctness.md)")
 	lenientFlag  = flag.Bool("chaos.lenient", false, "report liveness failures of TestChaos without failing (TestSoak always fails on them)")
 	soakFlag     = flag.Duration("chaos.soak", 0, "run TestSoak: runs of -chaos.duration with fresh seeds until this much time passed")
 )

@@ -22,8 +22,9 @@ type Config struct {
 	// Partitions enables partitions; it needs network namespaces.
 	Partitions bool
 	// OneWay adds the one-way partition (every packet to the leader
-	// dropped) to the partitions. Off by default: a member behind one stays
-	// cut off long after the heal (see docs/correctness.md).
+	// dropped) to the partitions. Off by default (the soak turns it on); it
+	// exposed a member staying cut off after the heal, since fixed (see
+	// docs/correctness.md).
 	OneWay bool
 	// ExtraFlags are passed to every latchd (planted bugs).
 	ExtraFlags []string
