@@ -241,6 +241,10 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	known := max(ws.start, ws.last)
 	if wt.noKnownIndex {
 		known = 0
+		// Make the planted bug bite every time, not only when a write
+		// happens to land in the few milliseconds of a move: the writer
+		// puts several values while this watcher is away.
+		time.Sleep(300 * time.Millisecond)
 	}
 	if len(ws.registrations) == 0 {
 		known = 0
