@@ -29,7 +29,7 @@ func TestReplaceVoter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	p.must(2*time.Minute, "up", "-d")
+	p.up()
 	if !waitFor(60*time.Second, func() bool { return p.role(ctx, "o1") == "learner" && p.leaderName(ctx, "n1") != "" }) {
 		t.Fatalf("the cluster did not form with o1 as a learner within 60s")
 	}

@@ -77,15 +77,40 @@ func newProject(t *testing.T) *project {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &project{t: t, name: "latchtest" + randomSuffix(), file: file, ports: map[string]string{}}
+	p := &project{t: t, name: "latchtest" + randomSuffix(), file: file}
+	p.pickPorts()
+	t.Cleanup(p.down)
+	return p
+}
+
+// pickPorts chooses free host ports for the services' published ports.
+func (p *project) pickPorts() {
 	p.env = append(os.Environ(), "LATCH_IMAGE="+p.image())
+	p.ports = map[string]string{}
 	for service, variable := range portVariables {
-		port := freePort(t)
+		port := freePort(p.t)
 		p.env = append(p.env, variable+"="+strconv.Itoa(port))
 		p.ports[service] = fmt.Sprintf("http://127.0.0.1:%d", port)
 	}
-	t.Cleanup(p.down)
-	return p
+}
+
+// up starts the project. A port chosen free can be taken by another test
+// process before Docker binds it; then the project is taken down and
+// started again on other ports (three attempts).
+func (p *project) up() {
+	p.t.Helper()
+	for attempt := 1; ; attempt++ {
+		out, err := p.compose(2*time.Minute, "up", "-d")
+		if err == nil {
+			return
+		}
+		if attempt == 3 || !strings.Contains(out+err.Error(), "address already in use") {
+			p.t.Fatalf("docker-compose up -d: %v\n%s", err, out)
+		}
+		p.t.Logf("a published port was taken meanwhile; starting again on other ports")
+		_, _ = p.compose(2*time.Minute, "down", "-v")
+		p.pickPorts()
+	}
 }
 
 func randomSuffix() string {
