@@ -31,7 +31,7 @@ func (h *Handler) addMember(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) removeMember(w http.ResponseWriter, r *http.Request) {
-	id, err := h.server.MemberIDByName(r.PathValue("id"))
+	id, err := h.server.MemberIDByName(r.Context(), r.PathValue("id"))
 	if err == nil {
 		err = h.server.RemoveMember(r.Context(), id)
 	}
@@ -43,7 +43,7 @@ func (h *Handler) removeMember(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) promoteMember(w http.ResponseWriter, r *http.Request) {
-	id, err := h.server.MemberIDByName(r.PathValue("id"))
+	id, err := h.server.MemberIDByName(r.Context(), r.PathValue("id"))
 	if err != nil {
 		h.writeError(w, err)
 		return
@@ -62,7 +62,7 @@ func (h *Handler) transferLeader(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, err)
 		return
 	}
-	id, err := h.server.MemberIDByName(req.To)
+	id, err := h.server.MemberIDByName(r.Context(), req.To)
 	if err == nil {
 		err = h.server.TransferLeadership(r.Context(), id)
 	}

@@ -267,16 +267,29 @@ func (s *Server) memberByID(id uint64) command.Member {
 	return out
 }
 
-// MemberIDByName resolves a member name or a formatted id.
-func (s *Server) MemberIDByName(nameOrID string) (uint64, error) {
-	if id, err := api.ParseID(nameOrID); err == nil && s.memberByID(id).ID != 0 {
-		return id, nil
+// MemberIDByName resolves a member name or a formatted id. A member this
+// server does not know yet (it may lag the leader that just added it) is
+// looked up again after a linearizable barrier before it is not_found.
+func (s *Server) MemberIDByName(ctx context.Context, nameOrID string) (uint64, error) {
+	id, ok := s.lookupMember(nameOrID)
+	if !ok {
+		if err := s.main.Load().barrier(ctx, api.Linearizable, 0); err != nil {
+			return 0, err
+		}
+		id, ok = s.lookupMember(nameOrID)
 	}
-	id := MemberID(nameOrID)
-	if s.memberByID(id).ID == 0 {
+	if !ok {
 		return 0, api.Errorf(api.CodeNotFound, "no member named %q", nameOrID)
 	}
 	return id, nil
+}
+
+func (s *Server) lookupMember(nameOrID string) (uint64, bool) {
+	if id, err := api.ParseID(nameOrID); err == nil && s.memberByID(id).ID != 0 {
+		return id, true
+	}
+	id := MemberID(nameOrID)
+	return id, s.memberByID(id).ID != 0
 }
 
 // ErrRemoved is the reason a server stops after the cluster removed it.
