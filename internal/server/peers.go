@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -73,6 +74,8 @@ var errRemovedPeer = errors.New("server: message from a member removed from the 
 
 // removedSet remembers the members this server saw removed (since it started).
 type removedSet struct {
+	any atomic.Bool // set once a member was removed: every peer message checks it
+
 	mu       sync.Mutex
 	notified map[uint64]time.Time // guarded by mu: when each was last told
 }
@@ -84,9 +87,13 @@ func (r *removedSet) add(id uint64) {
 		r.notified = map[uint64]time.Time{}
 	}
 	r.notified[id] = time.Time{}
+	r.any.Store(true)
 }
 
 func (r *removedSet) has(id uint64) bool {
+	if !r.any.Load() {
+		return false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, ok := r.notified[id]
