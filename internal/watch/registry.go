@@ -1,6 +1,8 @@
 package watch
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -85,8 +87,12 @@ type Registry struct {
 	// mu guards every field below, the sessions, their watches and queues,
 	// and the streams' closed state. Publish holds it for one batch of
 	// events; nothing holds it while waiting on a consumer.
-	mu        sync.Mutex
-	nextID    uint64                // last watch id handed out; ids start at 1
+	mu sync.Mutex
+	// nextID is the last watch id handed out. It starts at a random point,
+	// so ids of different servers (and of one server's restarts) do not
+	// collide: a client moving its watches between servers must never take
+	// one server's watch id for another's.
+	nextID    uint64
 	sessions  map[uint64]*session   // by session id
 	exact     map[string]*watchList // exact watches by path
 	recursive map[string]*watchList // recursive watches by their root path
@@ -114,12 +120,15 @@ type Registry struct {
 // New returns an empty registry.
 func New(opts Options) *Registry {
 	opts = opts.withDefaults()
+	var seed [8]byte
+	_, _ = rand.Read(seed[:])
 	return &Registry{
 		opts:      opts,
 		sessions:  make(map[uint64]*session),
 		exact:     make(map[string]*watchList),
 		recursive: make(map[string]*watchList),
 		history:   newHistory(opts.HistoryLen),
+		nextID:    binary.LittleEndian.Uint64(seed[:]) >> 2, // room to count up without wrapping to 0
 	}
 }
 
