@@ -45,7 +45,7 @@ func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, w
 		}
 		// Woken by the deletion of the node ahead, or of our own (the
 		// session ended: the next round answers session_expired).
-		if !g.waitAnyDeleted(waitCtx, predecessor, mine.Path) {
+		if !g.waitEitherDeleted(waitCtx, predecessor, mine.Path) {
 			if ctx.Err() != nil {
 				return api.Lock{}, g.unavailable("request ended while waiting for lock %q", name)
 			}

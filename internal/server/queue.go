@@ -148,34 +148,26 @@ func (d *deletionWaiters) deleted(events []fsm.Event) {
 	}
 }
 
-// waitAnyDeleted waits until one of paths no longer exists (true), or ctx
-// ends (false).
-func (g *group) waitAnyDeleted(ctx context.Context, paths ...string) bool {
-	merged := make(chan struct{}, len(paths))
-	for _, p := range paths {
-		ch, cancel := g.deletions.watch(p)
-		defer cancel()
-		go func() {
-			select {
-			case <-ch:
-				merged <- struct{}{}
-			case <-ctx.Done():
-			}
-		}()
-	}
-	gone := false
+// waitEitherDeleted waits until a or b no longer exists (true), or ctx ends
+// (false). It registers before it looks, so no deletion falls in between.
+func (g *group) waitEitherDeleted(ctx context.Context, a, b string) bool {
+	goneA, cancelA := g.deletions.watch(a)
+	defer cancelA()
+	goneB, cancelB := g.deletions.watch(b)
+	defer cancelB()
+	missing := false
 	g.view(func(f *fsm.FSM) {
-		for _, p := range paths {
-			if _, err := f.Get(p); err != nil {
-				gone = true
-			}
-		}
+		_, errA := f.Get(a)
+		_, errB := f.Get(b)
+		missing = errA != nil || errB != nil
 	})
-	if gone {
+	if missing {
 		return true
 	}
 	select {
-	case <-merged:
+	case <-goneA:
+		return true
+	case <-goneB:
 		return true
 	case <-ctx.Done():
 		return false
