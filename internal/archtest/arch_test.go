@@ -37,6 +37,7 @@ var layers = [][]string{
 	{"api"},
 	{"internal/clock"},
 	{"internal/vfs"},
+	{"internal/testseed"},
 }
 
 // forbidden lists imports a package must never have, whatever the layers say.

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"github.com/latch-io/latch/internal/testseed"
+
 	"bytes"
 	"flag"
 	"fmt"
@@ -8,7 +10,6 @@ import (
 	"reflect"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/latch-io/latch/internal/command"
 )
@@ -18,14 +19,7 @@ var (
 	stepsFlag = flag.Int("steps", 3000, "commands per randomized fsm test")
 )
 
-func testSeed(t *testing.T) uint64 {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -seed %d)", seed, seed)
-	return seed
-}
+func testSeed(t *testing.T) uint64 { return testseed.Pick(t, *seedFlag, "") }
 
 // commandGenerator makes random commands over a small tree so that
 // conflicts, retries and session deaths are frequent.

@@ -1,6 +1,8 @@
 package snap
 
 import (
+	"github.com/latch-io/latch/internal/testseed"
+
 	"bytes"
 	"errors"
 	"flag"
@@ -8,10 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand"
-	"os"
-	"strconv"
 	"testing"
-	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -21,17 +20,7 @@ import (
 var seedFlag = flag.Int64("seed", 0, "seed for randomized tests (0: from time or SNAP_SEED)")
 
 func testSeed(t testing.TB) int64 {
-	seed := *seedFlag
-	if seed == 0 {
-		if env, err := strconv.ParseInt(os.Getenv("SNAP_SEED"), 10, 64); err == nil {
-			seed = env
-		}
-	}
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	t.Logf("seed %d (replay with -seed=%d)", seed, seed)
-	return seed
+	return int64(testseed.Pick(t, uint64(*seedFlag), "SNAP_SEED"))
 }
 
 func quiet() Options { return Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))} }

@@ -1,15 +1,15 @@
 package wal
 
 import (
+	"github.com/latch-io/latch/internal/testseed"
+
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand"
 	"os"
-	"strconv"
 	"testing"
-	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -19,17 +19,7 @@ var seedFlag = flag.Int64("seed", 0, "seed for randomized tests (0: from time or
 // testSeed returns the seed to use and logs it so a failure can be replayed
 // with -seed.
 func testSeed(t testing.TB) int64 {
-	seed := *seedFlag
-	if seed == 0 {
-		if env, err := strconv.ParseInt(os.Getenv("WAL_SEED"), 10, 64); err == nil {
-			seed = env
-		}
-	}
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	t.Logf("seed %d (replay with -seed=%d)", seed, seed)
-	return seed
+	return int64(testseed.Pick(t, uint64(*seedFlag), "WAL_SEED"))
 }
 
 // longTests reports whether the exhaustive variants were asked for (WAL_LONG=1).

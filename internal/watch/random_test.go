@@ -1,6 +1,8 @@
 package watch
 
 import (
+	"github.com/latch-io/latch/internal/testseed"
+
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -18,14 +20,7 @@ var (
 	stepsFlag = flag.Int("steps", 4000, "operations per randomized watch test")
 )
 
-func testSeed(t *testing.T) uint64 {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -seed %d)", seed, seed)
-	return seed
-}
+func testSeed(t *testing.T) uint64 { return testseed.Pick(t, *seedFlag, "") }
 
 var randomPaths = []string{"/", "/a", "/a/b", "/a/b/c", "/ab", "/ab/c", "/b", "/b/a"}
 
