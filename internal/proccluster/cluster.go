@@ -30,10 +30,12 @@ type Options struct {
 	Netns bool
 }
 
-// Member is one latchd process of a cluster. Its exported fields do not
-// change after Start.
+// Member is one latchd process of a cluster, a slot that keeps its
+// addresses for the cluster's life. ClientURL and PeerAddr never change;
+// Name, DataDir and LogPath change only when Replace puts a new member in
+// the slot, which callers must not do while others read them.
 type Member struct {
-	Name      string // --name, n1..nN
+	Name      string // --name: n1..nN, then the names given to Replace
 	ClientURL string // http://host:port of the client API
 	PeerAddr  string // host:port of the peer transport
 	DataDir   string // --data-dir; kept across Kill and Restart
@@ -55,6 +57,8 @@ type Cluster struct {
 
 	t       testing.TB
 	bin     string
+	opts    Options
+	dir     string   // holds the members' data directories and logs
 	network *network // nil on loopback
 }
 
@@ -63,27 +67,16 @@ type Cluster struct {
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	opts = withDefaults(opts)
-	c := &Cluster{t: t, bin: Build(t)}
-	dir := t.TempDir()
+	c := &Cluster{t: t, bin: Build(t), opts: opts, dir: t.TempDir()}
 	clientAddrs, peerAddrs := c.addresses(opts)
 	var initial []string
 	for i := range opts.Nodes {
 		initial = append(initial, fmt.Sprintf("n%d=%s", i+1, peerAddrs[i]))
 	}
 	for i := range opts.Nodes {
-		name := fmt.Sprintf("n%d", i+1)
-		m := &Member{
-			Name:      name,
-			ClientURL: "http://" + clientAddrs[i],
-			PeerAddr:  peerAddrs[i],
-			DataDir:   filepath.Join(dir, name),
-			LogPath:   filepath.Join(dir, name+".log"),
-		}
-		m.args = memberFlags(opts, m, strings.Join(initial, ","))
-		if c.network != nil {
-			m.args = append([]string{"netns", "exec", c.network.namespace(i), c.bin}, m.args...)
-		}
+		m := &Member{ClientURL: "http://" + clientAddrs[i], PeerAddr: peerAddrs[i]}
 		c.Members = append(c.Members, m)
+		c.name(i, fmt.Sprintf("n%d", i+1), strings.Join(initial, ","))
 	}
 	t.Cleanup(c.cleanup)
 	for i := range c.Members {
@@ -116,6 +109,21 @@ func (c *Cluster) addresses(opts Options) (clients, peers []string) {
 		peers = append(peers, network.address(i)+":2380")
 	}
 	return clients, peers
+}
+
+// name gives member i its name, data directory, log and flags; initial is
+// the --initial-cluster list and extra flags follow the options' flags.
+func (c *Cluster) name(i int, name, initial string, extra ...string) {
+	m := c.Members[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.Name = name
+	m.DataDir = filepath.Join(c.dir, name)
+	m.LogPath = filepath.Join(c.dir, name+".log")
+	m.args = append(memberFlags(c.opts, m, initial), extra...)
+	if c.network != nil {
+		m.args = append([]string{"netns", "exec", c.network.namespace(i), c.bin}, m.args...)
+	}
 }
 
 func withDefaults(opts Options) Options {
