@@ -25,6 +25,9 @@ func (r *run) faultKinds() []fault {
 	if r.cfg.LeaderTransfers {
 		out = append(out, fault{"transfer-leader", func(r *run) (func() error, error) { return r.withLeader(r.transferLeader) }})
 	}
+	if r.cfg.MemberReplacements {
+		out = append(out, fault{"replace-member", (*run).replaceMember})
+	}
 	if r.cfg.Partitions && r.cluster.Netns() {
 		out = append(out,
 			fault{"partition-leader", func(r *run) (func() error, error) {
@@ -57,7 +60,7 @@ func (r *run) nemesis(d time.Duration) {
 		r.logf("chaos: %s for %v", f.name, hold)
 		r.sleep(hold)
 		if err := heal(); err != nil {
-			r.anomaly("heal after %s: %v", f.name, err)
+			r.anomaly("liveness: heal after %s: %v", f.name, err)
 		}
 		r.sleep(r.cfg.FaultEvery / 2)
 	}

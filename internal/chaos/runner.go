@@ -40,6 +40,9 @@ type Config struct {
 	// LeaderTransfers adds leader transfer (POST /v1/cluster/leader) to the
 	// faults, counted as membership changes.
 	LeaderTransfers bool
+	// MemberReplacements adds the replacement of a member (remove it, then
+	// add a new one as a learner and promote it) to the faults.
+	MemberReplacements bool
 	// Workloads to run; all when empty: "register", "lock", "sequence", "session", "watch".
 	Workloads []string
 }
@@ -124,11 +127,12 @@ func (r *Report) Summary() string {
 		}
 	}
 	return fmt.Sprintf("seed %d: %d operations checked over %d runs: %s (%d Unknown), under %d partitions, "+
-		"%d kill -9 (0 losing unsynced data: real processes keep it in the page cache), %d SIGSTOPs, %d membership changes (leader transfers); "+
+		"%d kill -9 (0 losing unsynced data: real processes keep it in the page cache), %d SIGSTOPs, %d membership changes (%d leader transfers, %d members replaced); "+
 		"%d acknowledged writes lost of %d; %d stale-token writes accepted (%d overlapping holders caught by fencing); "+
 		"%d watch gaps, %d duplicates, %d reorders, %d uncommitted (%d events checked over %d watcher sessions, %d reconnects with known_index); "+
 		"%d ephemeral nodes leaked, %d deleted early; %d liveness failures; faults %v",
-		r.Seed, r.Operations, r.Runs, verdict, r.Unknown, partitions, kills, r.Faults["pause-leader"], r.Faults["transfer-leader"],
+		r.Seed, r.Operations, r.Runs, verdict, r.Unknown, partitions, kills, r.Faults["pause-leader"],
+		r.Faults["transfer-leader"]+r.Faults["replace-member"], r.Faults["transfer-leader"], r.Faults["replace-member"],
 		r.Lost, r.Acked, r.StaleWrites, r.Overlaps,
 		r.WatchGaps, r.WatchDuplicates, r.WatchReorders, r.WatchUncommitted, r.WatchEvents, r.WatchSessions, r.WatchReconnects,
 		r.Leaked, r.Early, liveness, r.Faults)
@@ -149,6 +153,8 @@ type run struct {
 	randMu sync.Mutex // guards random
 	random *rand.Rand // the workloads' choices
 	faults *rand.Rand // the fault schedule: used by the nemesis goroutine only, so a seed gives one schedule
+
+	replaced int // members replaced so far (names new members); nemesis goroutine only
 }
 
 // anomaly records a finding; safe for concurrent use.
