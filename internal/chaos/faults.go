@@ -20,6 +20,7 @@ func (r *run) faultKinds() []fault {
 		{"kill-one", func(r *run) (func() error, error) { return r.kill(r.faults.IntN(len(r.cluster.Members))) }},
 		{"kill-leader", func(r *run) (func() error, error) { return r.withLeader(r.kill) }},
 		{"kill-minority", (*run).killMinority},
+		{"kill-all", (*run).killAll},
 		{"pause-leader", func(r *run) (func() error, error) { return r.withLeader(r.pause) }},
 	}
 	if r.cfg.LeaderTransfers {
@@ -35,6 +36,7 @@ func (r *run) faultKinds() []fault {
 			}},
 			fault{"partition-majority-minority", (*run).partitionMinority},
 			fault{"partition-bridge", (*run).partitionBridge},
+			fault{"partition-ring", (*run).partitionRing},
 		)
 		if r.cfg.OneWay {
 			out = append(out, fault{"partition-one-way", (*run).partitionOneWay})
@@ -94,6 +96,21 @@ func (r *run) killMinority() (func() error, error) {
 	for k := 1; k < (n-1)/2; k++ {
 		victims = append(victims, (first+k)%n)
 	}
+	return r.killAllOf(victims)
+}
+
+// killAll kills every member at once (a whole-cluster power cut, as far as
+// processes go); the heal restarts them all.
+func (r *run) killAll() (func() error, error) {
+	var victims []int
+	for i := range r.cluster.Members {
+		victims = append(victims, i)
+	}
+	return r.killAllOf(victims)
+}
+
+// killAllOf kills victims together; the heal restarts them.
+func (r *run) killAllOf(victims []int) (func() error, error) {
 	for _, i := range victims {
 		r.cluster.Kill(i)
 	}
@@ -160,6 +177,27 @@ func (r *run) partitionBridge() (func() error, error) {
 		for _, b := range right {
 			if err := r.cluster.Cut(a, b); err != nil {
 				return nil, err
+			}
+		}
+	}
+	return r.cluster.Heal, nil
+}
+
+// partitionRing: every member hears only its two neighbours on a ring, so
+// no member sees a majority directly (with five members each sees three of
+// five, itself included).
+func (r *run) partitionRing() (func() error, error) {
+	n := len(r.cluster.Members)
+	if err := r.cluster.Heal(); err != nil {
+		return nil, err
+	}
+	ring := r.faults.Perm(n) // ring[k] neighbours ring[k-1] and ring[k+1]
+	for a := range n {
+		for b := a + 1; b < n; b++ {
+			if d := b - a; d != 1 && d != n-1 {
+				if err := r.cluster.Cut(ring[a], ring[b]); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}

@@ -119,7 +119,7 @@ func (r *Report) Summary() string {
 	if len(r.Anomalies) > liveness {
 		verdict = fmt.Sprintf("%d SAFETY ANOMALIES", len(r.Anomalies)-liveness)
 	}
-	kills := r.Faults["kill-one"] + r.Faults["kill-leader"] + r.Faults["kill-minority"]
+	kills := r.Faults["kill-one"] + r.Faults["kill-leader"] + r.Faults["kill-minority"] + r.Faults["kill-all"]
 	partitions := 0
 	for k, v := range r.Faults {
 		if strings.HasPrefix(k, "partition-") {
