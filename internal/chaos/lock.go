@@ -162,26 +162,36 @@ func (w *locks) stall(r *run, s *session, token uint64) {
 	s.markExpired()
 }
 
-func (w *locks) check(r *run) error {
-	w.guard.mu.Lock()
-	defer w.guard.mu.Unlock()
+// checkOrder is checker F's core, shared by the lock and lockproc
+// workloads: the tokens g accepted, in accept order, never go below one
+// accepted before. Each that does is a stale write accepted, added to the
+// report's StaleWrites and named in an "F:" anomaly (the first five). It
+// returns how many writes g accepted and how many of them were stale. Call
+// it once the writers stopped.
+func (g *loggingGuard) checkOrder(r *run, workload string) (accepted, stale int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	var highest uint64
-	stale := 0
-	for i, token := range w.guard.accepted {
+	for i, token := range g.accepted {
 		if token < highest {
 			stale++
 			if stale <= 5 {
-				r.anomaly("F: guard accepted token %d after token %d (write %d of %d)", token, highest, i+1, len(w.guard.accepted))
+				r.anomaly("F: guard accepted token %d after token %d (write %d of %d, %s workload)", token, highest, i+1, len(g.accepted), workload)
 			}
 		}
 		highest = max(highest, token)
 	}
-	r.report.Operations += len(w.guard.accepted) + int(w.refused.Load())
-	r.report.StaleWrites += stale
+	r.update(func(report *Report) { report.StaleWrites += stale })
+	return len(g.accepted), stale
+}
+
+func (w *locks) check(r *run) error {
+	accepted, stale := w.guard.checkOrder(r, "lock")
+	r.report.Operations += accepted + int(w.refused.Load())
 	r.report.Overlaps += int(w.refused.Load())
 	r.logf("chaos F: %d writes accepted, %d stale writes refused by the guard, %d holders stalled past their session, %d grants; %d stale accepted",
-		len(w.guard.accepted), w.refused.Load(), w.stalls.Load(), len(w.grants), stale)
-	if len(w.guard.accepted) == 0 {
+		accepted, w.refused.Load(), w.stalls.Load(), len(w.grants), stale)
+	if accepted == 0 {
 		return fmt.Errorf("F: no write went through the lock")
 	}
 	return nil
