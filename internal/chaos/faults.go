@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/latch-io/latch/api"
@@ -41,6 +42,25 @@ func (r *run) faultKinds() []fault {
 		if r.cfg.OneWay {
 			out = append(out, fault{"partition-one-way", (*run).partitionOneWay})
 		}
+	}
+	return r.chosenFaults(out)
+}
+
+// chosenFaults keeps the faults Config.Faults names, or all when it names
+// none. Naming no fault of the run is an anomaly; all are then used.
+func (r *run) chosenFaults(all []fault) []fault {
+	if len(r.cfg.Faults) == 0 {
+		return all
+	}
+	var out []fault
+	for _, f := range all {
+		if slices.Contains(r.cfg.Faults, f.name) {
+			out = append(out, f)
+		}
+	}
+	if len(out) == 0 {
+		r.anomaly("config: Config.Faults %v names no fault kind of this run; using all", r.cfg.Faults)
+		return all
 	}
 	return out
 }

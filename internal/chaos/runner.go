@@ -45,6 +45,9 @@ type Config struct {
 	MemberReplacements bool
 	// Workloads to run; all when empty: "register", "lock", "sequence", "session", "watch".
 	Workloads []string
+	// Faults are the fault kinds the nemesis draws from; all of the run's
+	// when empty (see faultKinds for the names).
+	Faults []string
 }
 
 const (
