@@ -120,6 +120,7 @@ func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 	fs.DurationVar(&cfg.MinSessionTTL, "min-session-timeout", 2*time.Second, "smallest session timeout granted")
 	fs.DurationVar(&cfg.MaxSessionTTL, "max-session-timeout", 60*time.Second, "largest session timeout granted")
 	fs.BoolVar(&cfg.UnsafeLocalReads, "unsafe-local-reads", false, "TEST ONLY (planted bug for internal/chaos): serve linearizable reads from local state; hidden, never use")
+	fs.StringVar(&cfg.UnsafeSyncJournal, "unsafe-sync-journal", "", "TEST ONLY (crash faults for internal/proccluster): record what each fsync made durable in this file, outside --data-dir; hidden, never use")
 	fs.IntVar(&cfg.MaxWatchesPerSession, "max-watches-per-session", 1000, "watches one session may hold")
 	fs.IntVar(&cfg.WatchQueueLen, "watch-queue-len", 1024, "undelivered events per session before its stream is cut (slow consumer)")
 	fs.IntVar(&cfg.MaxPending, "max-pending-proposals", 20000, "proposals waiting at once before writes get 429")

@@ -73,6 +73,11 @@ type Config struct {
 	// UnsafeNoSync acknowledges writes without fsyncing the WAL, the planted
 	// bug the durability checks must catch. Tests only.
 	UnsafeNoSync bool
+	// UnsafeSyncJournal, when set, wraps FS in a vfs.Journal that records
+	// what every fsync made durable in this file (outside DataDir), so a
+	// test can SIGKILL the process and cut DataDir back to it
+	// (vfs.CutToJournal): a crash that loses unsynced data. Tests only.
+	UnsafeSyncJournal string
 
 	Logger *slog.Logger
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/latch-io/latch/internal/raftnode"
 	"github.com/latch-io/latch/internal/snap"
 	"github.com/latch-io/latch/internal/transport"
+	"github.com/latch-io/latch/internal/vfs"
 	"github.com/latch-io/latch/internal/wal"
 )
 
@@ -52,6 +53,13 @@ func New(cfg Config) (*Server, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.UnsafeSyncJournal != "" {
+		journal, err := vfs.NewJournal(cfg.FS, cfg.UnsafeSyncJournal, cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("server: open sync journal: %w", err)
+		}
+		cfg.FS = journal
 	}
 	s := &Server{
 		cfg:  cfg,
