@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,7 +141,9 @@ func NewJournal(inner FS, journalPath, root string) (*Journal, error) {
 	case info.Size() == 0:
 		err = j.appendListing(recordBaseline)
 	default:
-		err = j.appendListing(recordStart)
+		if err = dropTornRecord(journalPath, info.Size()); err == nil {
+			err = j.appendListing(recordStart)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -167,6 +170,40 @@ func checkInodes(fs FS, root string) error {
 
 // hasInode reports whether info carries an inode number.
 func hasInode(info os.FileInfo) bool { return inode(info) != 0 }
+
+// dropTornRecord truncates the journal after its last complete record. A
+// write the kill interrupted can leave part of a record (the kernel may stop
+// a write between pages on SIGKILL); a record appended after it would
+// otherwise start mid-line.
+func dropTornRecord(path string, size int64) error {
+	file, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("vfs: journal: %w", err)
+	}
+	defer file.Close()
+	const chunk = 64 << 10
+	buf := make([]byte, chunk)
+	end := size
+	for end > 0 {
+		from := max(0, end-chunk)
+		n, err := file.ReadAt(buf[:end-from], from)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("vfs: journal: read %s: %w", path, err)
+		}
+		if newline := bytes.LastIndexByte(buf[:n], '\n'); newline >= 0 {
+			end = from + int64(newline) + 1
+			break
+		}
+		end = from
+	}
+	if end == size {
+		return nil
+	}
+	if err := file.Truncate(end); err != nil {
+		return fmt.Errorf("vfs: journal: drop the torn record of %s: %w", path, err)
+	}
+	return nil
+}
 
 // within reports whether path is dir or below it (both clean and absolute).
 func within(dir, path string) bool {
@@ -221,8 +258,9 @@ func listTree(fs FS, root string) ([]journalEntry, error) {
 }
 
 // append writes one record to the journal. The file is opened for each
-// record, so a Journal holds no descriptor and needs no Close; a record is
-// one write(2), which a SIGKILL cannot tear.
+// record, so a Journal holds no descriptor and needs no Close. A record is
+// one write(2); if SIGKILL tears it, the next NewJournal or CutToJournal
+// drops the torn part.
 func (j *Journal) append(record journalRecord) error {
 	line, err := json.Marshal(record)
 	if err != nil {

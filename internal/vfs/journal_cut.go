@@ -80,8 +80,11 @@ func CutToJournal(journalPath string, opts CrashOptions) (CutReport, error) {
 	if opts.TornSectors && opts.Rand == nil {
 		return report, errors.New("vfs: cut: TornSectors needs Rand")
 	}
-	records, err := readJournal(journalPath)
+	records, size, err := readJournal(journalPath)
 	if err != nil {
+		return report, err
+	}
+	if err := dropTornRecord(journalPath, size); err != nil {
 		return report, err
 	}
 	model, err := replay(records)
@@ -119,13 +122,14 @@ func CutToJournal(journalPath string, opts CrashOptions) (CutReport, error) {
 	return report, journal.appendListing(recordBaseline)
 }
 
-// readJournal parses the journal's records. A last line without its
-// newline is an append the kill cut short and is ignored; any other
-// malformed line is an error naming its offset.
-func readJournal(path string) ([]journalRecord, error) {
+// readJournal parses the journal's records and returns them with the
+// journal's size. A last line without its newline is an append the kill cut
+// short and is ignored; any other malformed line is an error naming its
+// offset.
+func readJournal(path string) ([]journalRecord, int64, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("vfs: read journal: %w", err)
+		return nil, 0, fmt.Errorf("vfs: read journal: %w", err)
 	}
 	var records []journalRecord
 	for offset := 0; offset < len(data); {
@@ -135,12 +139,12 @@ func readJournal(path string) ([]journalRecord, error) {
 		}
 		var record journalRecord
 		if err := json.Unmarshal(data[offset:offset+end], &record); err != nil {
-			return nil, fmt.Errorf("vfs: journal %s: record at offset %d: %w", path, offset, err)
+			return nil, 0, fmt.Errorf("vfs: journal %s: record at offset %d: %w", path, offset, err)
 		}
 		records = append(records, record)
 		offset += end + 1
 	}
-	return records, nil
+	return records, int64(len(data)), nil
 }
 
 // cutModel is what the journal says is durable, replayed from its last
@@ -433,7 +437,7 @@ func cutContent(path string, durableLen, durableSize int64, opts CrashOptions) (
 	if durableLen >= size {
 		return result, nil
 	}
-	written, err := writtenEnd(file, durableLen, size)
+	written, err := writtenRegions(file, durableLen, size)
 	if err != nil {
 		return result, fmt.Errorf("vfs: cut %s: %w", path, err)
 	}
@@ -441,46 +445,92 @@ func cutContent(path string, durableLen, durableSize int64, opts CrashOptions) (
 	if keepSize := opts.TornSectors && opts.Rand.Intn(2) == 0; !keepSize {
 		newSize = min(size, max(durableSize, durableLen))
 	}
-	zeroTo := min(written, newSize)
-	for start := durableLen / SectorSize * SectorSize; start < zeroTo; start += SectorSize {
-		from, to := max(start, durableLen), min(start+SectorSize, zeroTo)
-		if opts.TornSectors && opts.Rand.Intn(2) == 0 {
-			continue // this sector reached the disk
+	for _, region := range written {
+		zeroed, err := zeroSectors(file, region.start, min(region.end, newSize), opts)
+		if err != nil {
+			return result, fmt.Errorf("vfs: cut %s: %w", path, err)
 		}
-		if _, err := file.WriteAt(make([]byte, to-from), from); err != nil {
-			return result, fmt.Errorf("vfs: cut: %w", err)
-		}
-		result.Dropped += to - from
+		result.Dropped += zeroed
 	}
 	if newSize < size {
 		if err := file.Truncate(newSize); err != nil {
 			return result, fmt.Errorf("vfs: cut: %w", err)
 		}
-		result.Dropped += max(0, written-max(newSize, durableLen))
+		for _, region := range written {
+			result.Dropped += max(0, region.end-max(region.start, newSize))
+		}
 		result.Size = newSize
 	}
 	return result, nil
 }
 
-// writtenEnd returns the offset after the last non-zero byte of the file in
-// [from, to), or from if there is none.
-func writtenEnd(file *os.File, from, to int64) (int64, error) {
+// span is the byte range [start, end) of a file.
+type span struct{ start, end int64 }
+
+// writtenRegions returns the regions of the file in [from, to) that hold
+// written bytes: each region the filesystem says may hold data, up to its
+// last non-zero byte. Holes are not read: a 64 MiB preallocated WAL segment
+// is mostly hole.
+func writtenRegions(file *os.File, from, to int64) ([]span, error) {
 	const chunk = 1 << 20
 	buf := make([]byte, chunk)
-	end := from
-	for offset := from; offset < to; offset += chunk {
-		n, err := file.ReadAt(buf[:min(chunk, to-offset)], offset)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return 0, err
+	var regions []span
+	for offset := from; offset < to; {
+		start, end := dataRegion(file, offset, to)
+		written := start
+		for at := start; at < end; at += chunk {
+			n, err := file.ReadAt(buf[:min(chunk, end-at)], at)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return nil, err
+			}
+			if last := lastNonZero(buf[:n]); last >= 0 {
+				written = at + int64(last) + 1
+			}
+			if n == 0 {
+				break
+			}
 		}
-		if last := lastNonZero(buf[:n]); last >= 0 {
-			end = offset + int64(last) + 1
+		if start < written {
+			regions = append(regions, span{start, written})
 		}
-		if n == 0 {
-			break
+		offset = max(end, offset+1)
+	}
+	return regions, nil
+}
+
+// zeroSectors zeroes [from, to) of the file, or with opts.TornSectors each
+// 512-byte sector's part of it at random, and returns how many bytes it
+// zeroed.
+func zeroSectors(file *os.File, from, to int64, opts CrashOptions) (int64, error) {
+	var zeroed int64
+	runStart, runEnd := from, from // the run of sectors to zero next
+	for sector := from / SectorSize * SectorSize; sector < to; sector += SectorSize {
+		partEnd := min(sector+SectorSize, to)
+		if opts.TornSectors && opts.Rand.Intn(2) == 0 {
+			// This sector reached the disk: zero the run before it.
+			if err := writeZeros(file, runStart, runEnd); err != nil {
+				return zeroed, err
+			}
+			zeroed += runEnd - runStart
+			runStart, runEnd = partEnd, partEnd
+			continue
+		}
+		runEnd = partEnd
+	}
+	if err := writeZeros(file, runStart, runEnd); err != nil {
+		return zeroed, err
+	}
+	return zeroed + runEnd - runStart, nil
+}
+
+func writeZeros(file *os.File, from, to int64) error {
+	zeros := make([]byte, min(to-from, 1<<20))
+	for at := from; at < to; at += int64(len(zeros)) {
+		if _, err := file.WriteAt(zeros[:min(int64(len(zeros)), to-at)], at); err != nil {
+			return err
 		}
 	}
-	return end, nil
+	return nil
 }
 
 func lastNonZero(data []byte) int {

@@ -161,6 +161,28 @@ func TestJournalCut(t *testing.T) {
 			}
 		},
 	}, {
+		name: "unsynced-writes-on-both-sides-of-a-hole",
+		run: func(t *testing.T, j *journaled) {
+			f := j.create("segment")
+			if err := f.Preallocate(1 << 20); err != nil {
+				t.Fatal(err)
+			}
+			writeAt(t, f, filled('a', 1000), 0)
+			syncFile(t, f)
+			j.syncDir()
+			writeAt(t, f, filled('b', 100), 1000)
+			writeAt(t, f, filled('c', 100), 512<<10)
+		},
+		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+			want := append(filled('a', 1000), make([]byte, 1<<20-1000)...)
+			if got := j.contents("segment"); !bytes.Equal(got, want) {
+				t.Fatalf("segment is not its 1000 synced bytes then zeros to 1 MiB (length %d)", len(got))
+			}
+			if report.DroppedBytes != 200 {
+				t.Fatalf("dropped %d bytes, want 200", report.DroppedBytes)
+			}
+		},
+	}, {
 		name: "file-without-directory-sync-removed",
 		run: func(t *testing.T, j *journaled) {
 			f := j.create("durable")
@@ -340,6 +362,32 @@ func TestJournalCut(t *testing.T) {
 			}
 			if got := j.contents("g"); string(got) != "second process" {
 				t.Fatalf("g = %q", got)
+			}
+		},
+	}, {
+		// SIGKILL can stop a write(2) between pages: the part of a record
+		// it left is dropped before the next process appends.
+		name: "torn-record-dropped-on-reopen",
+		run: func(t *testing.T, j *journaled) {
+			f := j.create("f")
+			write(t, f, []byte("synced"))
+			syncFile(t, f)
+			j.syncDir()
+			journal, err := os.OpenFile(j.journal, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			journal.WriteString(`{"op":"sync","path":"/da`)
+			journal.Close()
+			j.reopen()
+			g := j.create("g")
+			write(t, g, []byte("after the torn record"))
+			syncFile(t, g)
+			j.syncDir()
+		},
+		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+			if string(j.contents("f")) != "synced" || string(j.contents("g")) != "after the torn record" {
+				t.Fatalf("f = %q, g = %q", j.contents("f"), j.contents("g"))
 			}
 		},
 	}, {
