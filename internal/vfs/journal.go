@@ -117,13 +117,10 @@ var ErrNoInodes = errors.New("vfs: the sync journal needs a filesystem with inod
 // journal that exists continues, with a record of the files this process
 // finds (the previous one may have left unsynced files behind).
 func NewJournal(inner FS, journalPath, root string) (*Journal, error) {
-	root, err := filepath.Abs(root)
-	if err != nil {
-		return nil, fmt.Errorf("vfs: journal root %s: %w", root, err)
-	}
-	journalPath, err = filepath.Abs(journalPath)
-	if err != nil {
-		return nil, fmt.Errorf("vfs: journal %s: %w", journalPath, err)
+	root, rootErr := filepath.Abs(root)
+	journalPath, pathErr := filepath.Abs(journalPath)
+	if err := errors.Join(rootErr, pathErr); err != nil {
+		return nil, fmt.Errorf("vfs: journal: %w", err)
 	}
 	if within(root, journalPath) {
 		return nil, fmt.Errorf("vfs: journal %s must not be inside the directory %s it records", journalPath, root)
@@ -398,6 +395,9 @@ func (j *Journal) SyncDir(dir string) error {
 	var entries []journalEntry
 	for _, name := range names {
 		info, err := j.inner.Stat(filepath.Join(dir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed behind the journal's back since the listing
+		}
 		if err != nil {
 			return fmt.Errorf("vfs: journal: %w", err)
 		}
