@@ -229,8 +229,12 @@ func (wt *watcher) leave(r *run, ws *watchSession) {
 	wt.reconnects++
 }
 
-// connect registers the watch on member (after cancelling what this session
-// left there) and opens the session's stream on it.
+// connect opens the session's stream on member, then registers the watch
+// there (after cancelling what this session left there), in the order the
+// client library uses: events go to whichever stream of the session the
+// server has attached, and a stream this watcher just abandoned on member
+// may still be attached for a moment, taking a catch-up event with it if
+// the watch were registered first.
 func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	for _, id := range ws.byMember[member] {
 		ctx, cancel := requestContext()
@@ -249,24 +253,6 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	if len(ws.registrations) == 0 {
 		known = 0
 	}
-	ctx, cancel := requestContext()
-	var reply api.Watch
-	err := call(ctx, http.MethodPost, member, "/v1/watch", nil, &api.WatchRequest{
-		Path: wt.path, Recursive: wt.recursive, SessionID: ws.s.id, KnownIndex: known, Persistent: true,
-	}, &reply)
-	cancel()
-	if code(err) == api.CodeSessionExpired {
-		ws.ended = true
-	}
-	if err != nil {
-		return err
-	}
-	if len(ws.registrations) == 0 {
-		ws.start = reply.Index
-	}
-	ws.registrations[reply.WatchID] = &registration{member: member, known: known, at: reply.Index, registered: time.Now(), end: "stream not opened"}
-	ws.order = append(ws.order, reply.WatchID)
-	ws.byMember[member] = append(ws.byMember[member], reply.WatchID)
 	conn, err := openEvents(member, ws.s.id)
 	if code(err) == api.CodeSessionExpired {
 		ws.ended = true
@@ -274,8 +260,26 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := requestContext()
+	var reply api.Watch
+	err = call(ctx, http.MethodPost, member, "/v1/watch", nil, &api.WatchRequest{
+		Path: wt.path, Recursive: wt.recursive, SessionID: ws.s.id, KnownIndex: known, Persistent: true,
+	}, &reply)
+	cancel()
+	if code(err) == api.CodeSessionExpired {
+		ws.ended = true
+	}
+	if err != nil {
+		conn.cancel()
+		return err
+	}
+	if len(ws.registrations) == 0 {
+		ws.start = reply.Index
+	}
+	ws.registrations[reply.WatchID] = &registration{member: member, known: known, at: reply.Index, registered: time.Now(), end: "open"}
+	ws.order = append(ws.order, reply.WatchID)
+	ws.byMember[member] = append(ws.byMember[member], reply.WatchID)
 	conn.watchID, conn.floor = reply.WatchID, ws.last
-	ws.registrations[reply.WatchID].end = "open"
 	ws.conn = conn
 	return nil
 }
