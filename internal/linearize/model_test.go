@@ -270,3 +270,73 @@ func TestCallEndsOnce(t *testing.T) {
 		t.Fatalf("counts after three endings: recorded %d unknown %d dropped %d", recorded, unknownOps, dropped)
 	}
 }
+
+// TestObservedUnknownWritesArePinned checks that writes of unknown outcome
+// that reads observed are bounded without changing a verdict.
+func TestObservedUnknownWritesArePinned(t *testing.T) {
+	tests := []struct {
+		name       string
+		history    []porcupine.Operation
+		want       porcupine.CheckResult
+		wantPinned int
+	}{
+		{"observed unknown put", []porcupine.Operation{
+			op(0, put("x", "a"), wrote(1), 0, 1),
+			op(1, put("x", "b"), unknown, 2, -1),
+			op(2, get("x"), read("b", 2), 3, 4),
+			op(2, get("x"), read("b", 2), 5, 6),
+		}, porcupine.Ok, 1},
+		{"observed unknown put and an acked put claim one version", []porcupine.Operation{
+			op(0, put("x", "a"), wrote(1), 0, 1),
+			op(1, put("x", "b"), unknown, 2, -1),
+			op(2, get("x"), read("b", 2), 3, 4),
+			op(0, put("x", "c"), wrote(2), 5, 6),
+		}, porcupine.Illegal, 1},
+		{"read of an unknown put's value before the put was called", []porcupine.Operation{
+			op(2, get("x"), read("b", 1), 0, 1),
+			op(1, put("x", "b"), unknown, 2, -1),
+		}, porcupine.Illegal, 0},
+		{"observed unknown CAS", []porcupine.Operation{
+			op(0, put("x", "a"), wrote(1), 0, 1),
+			op(1, cas("x", 1, "b"), unknown, 2, -1),
+			op(2, get("x"), read("b", 2), 3, 4),
+		}, porcupine.Ok, 1},
+		{"unobserved unknown put stays open", []porcupine.Operation{
+			op(0, put("x", "a"), wrote(1), 0, 1),
+			op(1, put("x", "b"), unknown, 2, -1),
+			op(2, get("x"), read("a", 1), 3, 4),
+		}, porcupine.Ok, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := CheckOperations(tt.history, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Outcome != tt.want || res.Pinned != tt.wantPinned {
+				t.Fatalf("got %s with %d pinned, want %s with %d", res.Outcome, res.Pinned, tt.want, tt.wantPinned)
+			}
+		})
+	}
+}
+
+// TestManyObservedUnknownWritesCheckQuickly: 60 concurrent writes of
+// unknown outcome, each observed once, in an order the search must find.
+func TestManyObservedUnknownWritesCheckQuickly(t *testing.T) {
+	const n = 60
+	var history []porcupine.Operation
+	for i := range n {
+		history = append(history, op(i, put("x", fmt.Sprintf("v%d", i)), unknown, 0, -1))
+	}
+	for k := range n {
+		i := (k * 7) % n // the order the writes took effect in
+		history = append(history, op(100, get("x"), read(fmt.Sprintf("v%d", i), uint64(k+1)), int64(10+2*k), int64(11+2*k)))
+	}
+	res, err := CheckOperations(history, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Linearizable() || res.Pinned != n {
+		t.Fatalf("got %s with %d pinned, want Ok with %d", res, res.Pinned, n)
+	}
+}
