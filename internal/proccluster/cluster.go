@@ -28,6 +28,11 @@ type Options struct {
 	// Partition and Block work; Start fails if NetnsAvailable does not
 	// return nil, so check it first.
 	Netns bool
+	// SyncJournal starts every member with --unsafe-sync-journal, its
+	// journal beside its data directory (<dir>/<name>.journal), so that
+	// CrashLosingUnsynced can cut the data directory back to what was
+	// fsynced.
+	SyncJournal bool
 }
 
 // Member is one latchd process of a cluster, a slot that keeps its
@@ -157,6 +162,9 @@ func memberFlags(opts Options, m *Member, initial string) []string {
 	}
 	if opts.SnapshotCount > 0 {
 		args = append(args, "--snapshot-count", strconv.FormatUint(opts.SnapshotCount, 10))
+	}
+	if opts.SyncJournal {
+		args = append(args, "--unsafe-sync-journal", journalPath(m))
 	}
 	return append(args, opts.ExtraFlags...)
 }
