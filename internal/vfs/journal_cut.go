@@ -20,8 +20,9 @@ type CutReport struct {
 	// Files are the files whose contents were cut.
 	Files []CutFile `json:"files,omitempty"`
 	// Removed are files that no directory sync had made durable under any
-	// name.
-	Removed []string `json:"removed,omitempty"`
+	// name; RemovedBytes counts the written bytes they held.
+	Removed      []string `json:"removed,omitempty"`
+	RemovedBytes int64    `json:"removed_bytes,omitempty"`
 	// Restored are renames undone, as "from -> to": a file moved back to
 	// the name a directory sync had made durable.
 	Restored []string `json:"restored,omitempty"`
@@ -51,8 +52,8 @@ func (r CutReport) Empty() bool {
 }
 
 func (r CutReport) String() string {
-	return fmt.Sprintf("dropped %d unsynced bytes in %d files, removed %d unsynced files, restored %d renamed files, %d durable names gone (torn=%v)",
-		r.DroppedBytes, len(r.Files), len(r.Removed), len(r.Restored), len(r.Gone), r.Torn)
+	return fmt.Sprintf("dropped %d unsynced bytes in %d files, removed %d unsynced files (%d bytes), restored %d renamed files, %d durable names gone (torn=%v)",
+		r.DroppedBytes, len(r.Files), len(r.Removed), r.RemovedBytes, len(r.Restored), len(r.Gone), r.Torn)
 }
 
 // ErrStillRunning is returned by CutToJournal when the journal's process
@@ -389,10 +390,15 @@ func (p *cutPlan) apply(report *CutReport) error {
 	}
 	sort.Strings(unclaimed)
 	for _, path := range unclaimed {
+		written, err := writtenBytes(path)
+		if err != nil {
+			return err
+		}
 		if err := os.Remove(path); err != nil {
 			return fmt.Errorf("vfs: cut: %w", err)
 		}
 		report.Removed = append(report.Removed, path)
+		report.RemovedBytes += written
 	}
 	type move struct{ from, temp, to string }
 	var moves []move
@@ -462,6 +468,28 @@ func cutContent(path string, durableLen, durableSize int64, opts CrashOptions) (
 		result.Size = newSize
 	}
 	return result, nil
+}
+
+// writtenBytes counts the written bytes of the file at path.
+func writtenBytes(path string) (int64, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("vfs: cut: %w", err)
+	}
+	defer file.Close()
+	info, err := file.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("vfs: cut: %w", err)
+	}
+	regions, err := writtenRegions(file, 0, info.Size())
+	if err != nil {
+		return 0, fmt.Errorf("vfs: cut %s: %w", path, err)
+	}
+	var total int64
+	for _, region := range regions {
+		total += region.end - region.start
+	}
+	return total, nil
 }
 
 // span is the byte range [start, end) of a file.

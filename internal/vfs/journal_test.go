@@ -198,8 +198,8 @@ func TestJournalCut(t *testing.T) {
 			if got := j.contents("durable"); string(got) != "kept" {
 				t.Fatalf("durable = %q", got)
 			}
-			if len(report.Removed) != 1 || report.Removed[0] != j.path("unsynced-name") {
-				t.Fatalf("removed %v, want the unsynced name", report.Removed)
+			if len(report.Removed) != 1 || report.Removed[0] != j.path("unsynced-name") || report.RemovedBytes != int64(len("synced contents, unsynced name")) {
+				t.Fatalf("removed %v (%d bytes), want the unsynced name", report.Removed, report.RemovedBytes)
 			}
 		},
 	}, {
