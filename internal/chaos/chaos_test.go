@@ -20,6 +20,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if encoded, ok := os.LookupEnv(lockClientEnv); ok {
+		os.Exit(lockClientMain(encoded)) // a lockproc client process, not the tests
+	}
 	flag.Parse()
 	code := m.Run()
 	proccluster.RemoveBuild()

@@ -30,6 +30,9 @@ func (r *run) faultKinds() []fault {
 	if r.cfg.MemberReplacements {
 		out = append(out, fault{"replace-member", (*run).replaceMember})
 	}
+	if r.lockHolders != nil {
+		out = append(out, fault{"pause-lock-holder", (*run).pauseLockHolder})
+	}
 	if r.cfg.Partitions && r.cluster.Netns() {
 		out = append(out,
 			fault{"partition-leader", func(r *run) (func() error, error) {

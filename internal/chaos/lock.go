@@ -55,6 +55,11 @@ func (g *loggingGuard) Accept(resource string, token uint64) error {
 	return nil
 }
 
+// Check implements fencing.Guard (for fencing.Middleware); it records nothing.
+func (g *loggingGuard) Check(resource string, token uint64) error {
+	return g.inner.Check(resource, token)
+}
+
 func (g *loggingGuard) Highest(resource string) uint64 {
 	token, _ := g.inner.Highest(resource)
 	return token

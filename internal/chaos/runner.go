@@ -28,8 +28,8 @@ type Config struct {
 	OneWay bool
 	// ExtraFlags are passed to every latchd (planted bugs).
 	ExtraFlags []string
-	// UncheckedGuard replaces the lock workload's fencing guard by one
-	// that accepts every token (planted bug (c)).
+	// UncheckedGuard replaces the lock and lockproc workloads' fencing
+	// guards by one that accepts every token (planted bug (c)).
 	UncheckedGuard bool
 	// DropWatchEvent plants a bug in the watch workload's reader: it notes
 	// one event's index and loses the event.
@@ -43,7 +43,7 @@ type Config struct {
 	// MemberReplacements adds the replacement of a member (remove it, then
 	// add a new one as a learner and promote it) to the faults.
 	MemberReplacements bool
-	// Workloads to run; all when empty: "register", "lock", "sequence", "session", "watch".
+	// Workloads to run; all when empty: "register", "lock", "lockproc", "sequence", "session", "watch".
 	Workloads []string
 	// Faults are the fault kinds the nemesis draws from; all of the run's
 	// when empty (see faultKinds for the names).
@@ -75,7 +75,11 @@ type Report struct {
 	// and the anomalies found.
 	WatchEvents, WatchSessions, WatchReconnects                 int
 	WatchGaps, WatchDuplicates, WatchReorders, WatchUncommitted int
-	Anomalies                                                   []string
+	// Lock client processes stopped while holding (pause-lock-holder) until
+	// the lock moved on: how many, once resumed, wrote again with their old
+	// token, and how many of those writes the guard refused.
+	ResumedStaleWrites, ResumedRefused int
+	Anomalies                          []string
 }
 
 func (r *Report) anomaly(format string, args ...any) {
@@ -107,6 +111,8 @@ func (r *Report) Merge(other Report) {
 	r.WatchDuplicates += other.WatchDuplicates
 	r.WatchReorders += other.WatchReorders
 	r.WatchUncommitted += other.WatchUncommitted
+	r.ResumedStaleWrites += other.ResumedStaleWrites
+	r.ResumedRefused += other.ResumedRefused
 	r.Anomalies = append(r.Anomalies, other.Anomalies...)
 }
 
@@ -130,13 +136,14 @@ func (r *Report) Summary() string {
 		}
 	}
 	return fmt.Sprintf("seed %d: %d operations checked over %d runs: %s (%d Unknown), under %d partitions, "+
-		"%d kill -9 (0 losing unsynced data: real processes keep it in the page cache), %d SIGSTOPs, %d membership changes (%d leader transfers, %d members replaced); "+
-		"%d acknowledged writes lost of %d; %d stale-token writes accepted (%d overlapping holders caught by fencing); "+
+		"%d kill -9 (0 losing unsynced data: real processes keep it in the page cache), %d SIGSTOPs (%d of the leader, %d of lock-holding client processes), %d membership changes (%d leader transfers, %d members replaced); "+
+		"%d acknowledged writes lost of %d; %d stale-token writes accepted (%d overlapping holders caught by fencing; %d of %d resumed holder processes' stale writes refused); "+
 		"%d watch gaps, %d duplicates, %d reorders, %d uncommitted (%d events checked over %d watcher sessions, %d reconnects with known_index); "+
 		"%d ephemeral nodes leaked, %d deleted early; %d liveness failures; faults %v",
-		r.Seed, r.Operations, r.Runs, verdict, r.Unknown, partitions, kills, r.Faults["pause-leader"],
+		r.Seed, r.Operations, r.Runs, verdict, r.Unknown, partitions, kills,
+		r.Faults["pause-leader"]+r.Faults["pause-lock-holder"], r.Faults["pause-leader"], r.Faults["pause-lock-holder"],
 		r.Faults["transfer-leader"]+r.Faults["replace-member"], r.Faults["transfer-leader"], r.Faults["replace-member"],
-		r.Lost, r.Acked, r.StaleWrites, r.Overlaps,
+		r.Lost, r.Acked, r.StaleWrites, r.Overlaps, r.ResumedRefused, r.ResumedStaleWrites,
 		r.WatchGaps, r.WatchDuplicates, r.WatchReorders, r.WatchUncommitted, r.WatchEvents, r.WatchSessions, r.WatchReconnects,
 		r.Leaked, r.Early, liveness, r.Faults)
 }
@@ -158,6 +165,10 @@ type run struct {
 	faults *rand.Rand // the fault schedule: used by the nemesis goroutine only, so a seed gives one schedule
 
 	replaced int // members replaced so far (names new members); nemesis goroutine only
+
+	// lockHolders is the lockproc workload, whose client processes the
+	// pause-lock-holder fault stops; set by its start, nil without it.
+	lockHolders *lockProcs
 }
 
 // anomaly records a finding; safe for concurrent use.
@@ -241,13 +252,14 @@ func (r *run) workloads() []workload {
 	all := map[string]workload{
 		"register": &registers{},
 		"lock":     &locks{unchecked: r.cfg.UncheckedGuard},
+		"lockproc": &lockProcs{unchecked: r.cfg.UncheckedGuard},
 		"sequence": &sequences{},
 		"session":  &sessions{},
 		"watch":    &watches{dropOne: r.cfg.DropWatchEvent, noKnownIndex: r.cfg.WatchWithoutKnownIndex},
 	}
 	names := r.cfg.Workloads
 	if len(names) == 0 {
-		names = []string{"register", "lock", "sequence", "session", "watch"}
+		names = []string{"register", "lock", "lockproc", "sequence", "session", "watch"}
 	}
 	var out []workload
 	for _, name := range names {

@@ -1,0 +1,195 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
+	"github.com/latch-io/latch/client/recipe"
+)
+
+// lockClientEnv carries a lock client process's configuration, a JSON
+// lockClientConfig. The lockproc workload re-executes the test binary with
+// it set, and chaos_test.go's TestMain then runs lockClientMain instead of
+// the tests.
+const lockClientEnv = "LATCH_CHAOS_LOCK_CLIENT"
+
+// writerPIDHeader names, on every write to the guarded resource, the
+// process that sent it.
+const writerPIDHeader = "Latch-Chaos-Writer-Pid"
+
+// lockClientConfig is what a lock client process needs to know.
+type lockClientConfig struct {
+	Endpoints      []string      `json:"endpoints"`       // the members' client URLs
+	Resource       string        `json:"resource"`        // URL of the guarded resource
+	Lock           string        `json:"lock"`            // the lock's name
+	SessionTimeout time.Duration `json:"session_timeout"` // of every session it opens
+	Seed           uint64        `json:"seed"`            // of its work durations
+	// Lifetime bounds the process: it exits after this long even if its
+	// parent, which ends it by closing its stdin, did not.
+	Lifetime time.Duration `json:"lifetime"`
+}
+
+// errStaleRefused is a write the resource refused as stale (409): the lock
+// has a newer holder.
+var errStaleRefused = errors.New("chaos: write refused: stale fencing token")
+
+// lockClientMain is the lock client process: it decodes its configuration
+// from encoded and repeats acquire -> write -> work -> write -> release
+// until its stdin closes or its lifetime passes. It returns the exit code.
+func lockClientMain(encoded string) int {
+	var cfg lockClientConfig
+	if err := json.Unmarshal([]byte(encoded), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "lock client: bad %s: %v\n", lockClientEnv, err)
+		return 2
+	}
+	c, err := client.New(client.Config{Endpoints: cfg.Endpoints})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "lock client: %v\n", err)
+		return 2
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lifetime)
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin) // returns when the parent closes the pipe or dies
+		cancel()
+	}()
+	lc := &lockClient{
+		cfg: cfg, client: c, http: &http.Client{},
+		random: rand.New(rand.NewPCG(cfg.Seed, uint64(os.Getpid()))), pid: strconv.Itoa(os.Getpid()),
+	}
+	fmt.Fprintf(os.Stderr, "lock client %s: seed %d, lock %s, session timeout %v\n", lc.pid, cfg.Seed, cfg.Lock, cfg.SessionTimeout)
+	lc.run(ctx)
+	fmt.Fprintf(os.Stderr, "lock client %s: %d rounds held, %d writes refused as stale, %d rounds failed\n", lc.pid, lc.held, lc.refused, lc.failed)
+	return 0
+}
+
+// lockClient is the loop of one lock client process; one goroutine runs it.
+type lockClient struct {
+	cfg     lockClientConfig
+	client  *client.Client
+	http    *http.Client
+	random  *rand.Rand
+	pid     string          // this process's, sent with every write
+	session *client.Session // nil until opened, and after it ended
+
+	held, refused, failed int // rounds that got the lock; stale refusals; rounds that did not get it
+}
+
+// run repeats rounds until ctx ends, then closes its session.
+func (lc *lockClient) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := lc.round(ctx); err != nil && ctx.Err() == nil {
+			lc.failed++
+			if lc.failed <= 20 {
+				fmt.Fprintf(os.Stderr, "lock client %s: %v\n", lc.pid, err)
+			}
+			lc.wait(ctx, 100*time.Millisecond)
+		}
+	}
+	if lc.session != nil {
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = lc.session.Close(closeCtx)
+	}
+}
+
+// round is one acquire -> write -> work -> write -> release. It does not
+// look at the lock's Lost signal between its work and its second write, as
+// a holder paused between that look and the write could not either: the
+// guard, refusing a stale token, is what protects the resource.
+func (lc *lockClient) round(ctx context.Context) error {
+	s, err := lc.liveSession(ctx)
+	if err != nil {
+		return err
+	}
+	lock := recipe.NewLock(s, lc.cfg.Lock)
+	acquireCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	token, err := lock.Acquire(acquireCtx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	lc.held++
+	err = lc.write(ctx, token)
+	if err == nil {
+		lc.wait(ctx, time.Duration(100+lc.random.IntN(300))*time.Millisecond) // the work
+		err = lc.write(ctx, token)
+	}
+	releaseCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = lock.Release(releaseCtx) // a lost lock is what the guard is for
+	if errors.Is(err, errStaleRefused) {
+		return nil // the expected outcome for a holder that stalled
+	}
+	return err
+}
+
+// liveSession returns the session, opening a new one when there is none or
+// it ended (expired, or no heartbeat got through for a whole timeout).
+func (lc *lockClient) liveSession(ctx context.Context) (*client.Session, error) {
+	if lc.session != nil && lc.session.Err() == nil {
+		return lc.session, nil
+	}
+	if lc.session != nil {
+		closeCtx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = lc.session.Close(closeCtx) // it may still exist on the server and queue on the lock
+		cancel()
+	}
+	createCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := lc.client.NewSession(createCtx, lc.cfg.SessionTimeout)
+	if err != nil {
+		lc.session = nil
+		return nil, fmt.Errorf("open session: %w", err)
+	}
+	lc.session = s
+	return s, nil
+}
+
+// write sends one write to the resource with token. It returns
+// errStaleRefused when the resource refused the token as stale.
+func (lc *lockClient) write(ctx context.Context, token uint64) error {
+	writeCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(writeCtx, http.MethodPost, lc.cfg.Resource, nil)
+	if err != nil {
+		return fmt.Errorf("write with token %d: %w", token, err)
+	}
+	req.Header.Set(api.HeaderFencingToken, strconv.FormatUint(token, 10))
+	req.Header.Set(writerPIDHeader, lc.pid)
+	resp, err := lc.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("write with token %d: %w", token, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusConflict:
+		lc.refused++
+		return errStaleRefused
+	}
+	return fmt.Errorf("write with token %d: status %d", token, resp.StatusCode)
+}
+
+// wait waits d or until ctx ends.
+func (lc *lockClient) wait(ctx context.Context, d time.Duration) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+}
