@@ -30,6 +30,14 @@ func TestPlantedBugs(t *testing.T) {
 			expect: "F: guard accepted token",
 		},
 		{
+			// The same bug under real lock client processes: a holder
+			// SIGSTOPped until the lock moved writes with its old token.
+			name: "c-fencing-check-skipped-stopped-process",
+			cfg: Config{Seed: fixedSeed, UncheckedGuard: true, Workloads: []string{"lockproc"},
+				Faults: []string{"pause-lock-holder"}},
+			expect: "F: lock client",
+		},
+		{
 			name:   "w-watch-event-lost",
 			cfg:    Config{Seed: fixedSeed, DropWatchEvent: true, Workloads: []string{"watch"}},
 			expect: "W: session",
