@@ -14,6 +14,7 @@ import (
 	httppprof "net/http/pprof"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -95,6 +96,23 @@ func withProfiling(api http.Handler) http.Handler {
 	return mux
 }
 
+// usage prints the flags, leaving out the test-only "unsafe-" ones.
+func usage(fs *flag.FlagSet) {
+	out := fs.Output()
+	fmt.Fprintf(out, "Usage of latchd:\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Name, "unsafe-") {
+			return
+		}
+		name, text := flag.UnquoteUsage(f)
+		fmt.Fprintf(out, "  --%s %s\n    \t%s", f.Name, name, text)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			fmt.Fprintf(out, " (default %q)", f.DefValue)
+		}
+		fmt.Fprintln(out)
+	})
+}
+
 func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 	fs := flag.NewFlagSet("latchd", flag.ContinueOnError)
 	var (
@@ -120,12 +138,14 @@ func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 	fs.DurationVar(&cfg.MinSessionTTL, "min-session-timeout", 2*time.Second, "smallest session timeout granted")
 	fs.DurationVar(&cfg.MaxSessionTTL, "max-session-timeout", 60*time.Second, "largest session timeout granted")
 	fs.BoolVar(&cfg.UnsafeLocalReads, "unsafe-local-reads", false, "TEST ONLY (planted bug for internal/chaos): serve linearizable reads from local state; hidden, never use")
+	fs.BoolVar(&cfg.UnsafeNoSync, "unsafe-no-sync", false, "TEST ONLY (planted bug for internal/chaos): acknowledge writes without fsyncing the WAL; hidden, never use")
 	fs.StringVar(&cfg.UnsafeSyncJournal, "unsafe-sync-journal", "", "TEST ONLY (crash faults for internal/proccluster): record what each fsync made durable in this file, outside --data-dir; hidden, never use")
 	fs.IntVar(&cfg.MaxWatchesPerSession, "max-watches-per-session", 1000, "watches one session may hold")
 	fs.IntVar(&cfg.WatchQueueLen, "watch-queue-len", 1024, "undelivered events per session before its stream is cut (slow consumer)")
 	fs.IntVar(&cfg.MaxPending, "max-pending-proposals", 20000, "proposals waiting at once before writes get 429")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.BoolVar(&pprof, "enable-pprof", false, "serve Go profiles under /debug/pprof/ on the client address")
+	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, 0, false, err
 	}
