@@ -24,6 +24,9 @@ func (r *run) faultKinds() []fault {
 		{"kill-all", (*run).killAll},
 		{"pause-leader", func(r *run) (func() error, error) { return r.withLeader(r.pause) }},
 	}
+	if r.cfg.UnsyncedCrashes {
+		out = append(out, fault{"crash-unsynced-leader", (*run).crashUnsyncedLeader}, fault{"crash-unsynced-all", (*run).crashUnsyncedAll})
+	}
 	if r.cfg.LeaderTransfers {
 		out = append(out, fault{"transfer-leader", func(r *run) (func() error, error) { return r.withLeader(r.transferLeader) }})
 	}

@@ -7,9 +7,8 @@ import (
 )
 
 // TestPlantedBugs shows each checker failing on the bug it exists to
-// catch. (a) acknowledging before fsync cannot be planted in latchd yet
-// (no server hook); it is covered in-process by internal/testcluster's
-// crashable vfs.
+// catch, over real processes. (a) is also shown in-process by
+// internal/testcluster's crashable vfs.
 func TestPlantedBugs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-process fault suite")
@@ -19,6 +18,14 @@ func TestPlantedBugs(t *testing.T) {
 		cfg    Config
 		expect string // prefix of an anomaly the run must report
 	}{
+		{
+			// Acknowledged writes that no member fsynced die with a
+			// power cut of the whole cluster.
+			name: "a-acknowledged-before-fsync",
+			cfg: Config{Seed: fixedSeed, ExtraFlags: []string{"--unsafe-no-sync"}, Workloads: []string{"sequence"},
+				UnsyncedCrashes: true, Faults: []string{"crash-unsynced-all"}},
+			expect: "D: acknowledged", // and Q: the counters restart
+		},
 		{
 			name:   "b-local-linearizable-reads",
 			cfg:    Config{Seed: fixedSeed, ExtraFlags: []string{"--unsafe-local-reads"}, Workloads: []string{"register"}},

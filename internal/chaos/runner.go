@@ -43,6 +43,10 @@ type Config struct {
 	// MemberReplacements adds the replacement of a member (remove it, then
 	// add a new one as a learner and promote it) to the faults.
 	MemberReplacements bool
+	// UnsyncedCrashes adds crashes that lose unsynced data (SIGKILL, then
+	// the data directory cut back to its last fsync, by a sync journal each
+	// member keeps) of the leader and of all members at once.
+	UnsyncedCrashes bool
 	// Workloads to run; all when empty: "register", "lock", "lockproc", "sequence", "session", "watch".
 	Workloads []string
 	// Faults are the fault kinds the nemesis draws from; all of the run's
@@ -79,7 +83,10 @@ type Report struct {
 	// the lock moved on: how many, once resumed, wrote again with their old
 	// token, and how many of those writes the guard refused.
 	ResumedStaleWrites, ResumedRefused int
-	Anomalies                          []string
+	// Members crashed losing unsynced data, and what their cuts dropped.
+	UnsyncedCrashes, UnsyncedFiles int
+	UnsyncedBytes                  int64
+	Anomalies                      []string
 }
 
 func (r *Report) anomaly(format string, args ...any) {
@@ -113,6 +120,9 @@ func (r *Report) Merge(other Report) {
 	r.WatchUncommitted += other.WatchUncommitted
 	r.ResumedStaleWrites += other.ResumedStaleWrites
 	r.ResumedRefused += other.ResumedRefused
+	r.UnsyncedCrashes += other.UnsyncedCrashes
+	r.UnsyncedFiles += other.UnsyncedFiles
+	r.UnsyncedBytes += other.UnsyncedBytes
 	r.Anomalies = append(r.Anomalies, other.Anomalies...)
 }
 
@@ -128,7 +138,8 @@ func (r *Report) Summary() string {
 	if len(r.Anomalies) > liveness {
 		verdict = fmt.Sprintf("%d SAFETY ANOMALIES", len(r.Anomalies)-liveness)
 	}
-	kills := r.Faults["kill-one"] + r.Faults["kill-leader"] + r.Faults["kill-minority"] + r.Faults["kill-all"]
+	kills := r.Faults["kill-one"] + r.Faults["kill-leader"] + r.Faults["kill-minority"] + r.Faults["kill-all"] +
+		r.Faults["crash-unsynced-leader"] + r.Faults["crash-unsynced-all"]
 	partitions := 0
 	for k, v := range r.Faults {
 		if strings.HasPrefix(k, "partition-") {
@@ -136,11 +147,12 @@ func (r *Report) Summary() string {
 		}
 	}
 	return fmt.Sprintf("seed %d: %d operations checked over %d runs: %s (%d Unknown), under %d partitions, "+
-		"%d kill -9 (0 losing unsynced data: real processes keep it in the page cache), %d SIGSTOPs (%d of the leader, %d of lock-holding client processes), %d membership changes (%d leader transfers, %d members replaced); "+
+		"%d kill -9 (%d losing unsynced data, %d members crashed so: %d bytes and %d files dropped), %d SIGSTOPs (%d of the leader, %d of lock-holding client processes), %d membership changes (%d leader transfers, %d members replaced); "+
 		"%d acknowledged writes lost of %d; %d stale-token writes accepted (%d overlapping holders caught by fencing; %d of %d resumed holder processes' stale writes refused); "+
 		"%d watch gaps, %d duplicates, %d reorders, %d uncommitted (%d events checked over %d watcher sessions, %d reconnects with known_index); "+
 		"%d ephemeral nodes leaked, %d deleted early; %d liveness failures; faults %v",
 		r.Seed, r.Operations, r.Runs, verdict, r.Unknown, partitions, kills,
+		r.Faults["crash-unsynced-leader"]+r.Faults["crash-unsynced-all"], r.UnsyncedCrashes, r.UnsyncedBytes, r.UnsyncedFiles,
 		r.Faults["pause-leader"]+r.Faults["pause-lock-holder"], r.Faults["pause-leader"], r.Faults["pause-lock-holder"],
 		r.Faults["transfer-leader"]+r.Faults["replace-member"], r.Faults["transfer-leader"], r.Faults["replace-member"],
 		r.Lost, r.Acked, r.StaleWrites, r.Overlaps, r.ResumedRefused, r.ResumedStaleWrites,
@@ -224,7 +236,7 @@ func Run(t testing.TB, cfg Config) Report {
 	report := Report{Seed: cfg.Seed, Runs: 1, Faults: map[string]int{}}
 	cluster := proccluster.Start(t, proccluster.Options{
 		Nodes: cfg.Nodes, Tick: tick, ElectionTicks: electionTicks, MinSessionTimeout: time.Second,
-		SnapshotCount: 500, ExtraFlags: cfg.ExtraFlags, Netns: cfg.Partitions,
+		SnapshotCount: 500, ExtraFlags: cfg.ExtraFlags, Netns: cfg.Partitions, SyncJournal: cfg.UnsyncedCrashes,
 	})
 	r := &run{
 		cfg: cfg, cluster: cluster, report: &report, logf: t.Logf,
