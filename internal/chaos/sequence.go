@@ -122,6 +122,7 @@ func (w *sequences) checkIdentity(r *run, nodes []api.Node) {
 			if err != nil || got.CreatedIndex == want.CreatedIndex {
 				continue // a missing node is checkPresent's finding
 			}
+			r.report.Lost++
 			if wrong++; wrong <= maxReported {
 				r.anomaly("D: acknowledged %s was created at index %d, but %s has it created at %d", want.Path, want.CreatedIndex, m.Name, got.CreatedIndex)
 			}

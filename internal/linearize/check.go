@@ -20,9 +20,10 @@ type Result struct {
 	// Operations checked, Unknown among them (open to the end), Dropped
 	// before the check (failed reads), and distinct Keys. Pinned counts the
 	// Unknown writes that a read observed, which the check bounds (see
-	// pinObserved).
-	Operations, Unknown, Pinned, Dropped, Keys int
-	Duration                                   time.Duration // time the search took
+	// pinObserved), and Pruned those that a final read shows took no effect
+	// before it (see pruneUnobserved).
+	Operations, Unknown, Pinned, Pruned, Dropped, Keys int
+	Duration                                           time.Duration // time the search took
 	// Info is Porcupine's linearization info, for Visualize.
 	Info porcupine.LinearizationInfo
 }
@@ -33,8 +34,8 @@ func (r Result) Linearizable() bool { return r.Outcome == porcupine.Ok }
 
 // String is the one-line summary a suite prints at its end.
 func (r Result) String() string {
-	return fmt.Sprintf("%d operations on %d keys checked in %v: %s (%d unknown outcomes, %d of them observed by reads; %d failed reads dropped)",
-		r.Operations, r.Keys, r.Duration.Round(time.Millisecond), r.Outcome, r.Unknown, r.Pinned, r.Dropped)
+	return fmt.Sprintf("%d operations on %d keys checked in %v: %s (%d unknown outcomes: %d observed by reads, %d without effect before a final read; %d failed reads dropped)",
+		r.Operations, r.Keys, r.Duration.Round(time.Millisecond), r.Outcome, r.Unknown, r.Pinned, r.Pruned, r.Dropped)
 }
 
 // Visualize writes Porcupine's HTML visualization of the history to path.
@@ -63,6 +64,7 @@ func CheckOperations(history []porcupine.Operation, timeout time.Duration) (Resu
 	}
 	res.Keys = len(keys)
 	history, res.Pinned = pinObserved(history)
+	history, res.Pruned = pruneUnobserved(history)
 	start := time.Now()
 	res.Outcome, res.Info = porcupine.CheckOperationsVerbose(Model(), history, timeout)
 	res.Duration = time.Since(start)
@@ -112,6 +114,65 @@ func pinObserved(history []porcupine.Operation) ([]porcupine.Operation, int) {
 		pinned++
 	}
 	return out, pinned
+}
+
+// pruneUnobserved removes, per key, the writes of unknown outcome that no
+// read observed, when a final read proves none of them took effect before
+// it. A final read is a successful get of the key called after every
+// operation of the key with a known outcome returned (a suite reads each key
+// once more after its clients stopped). If every version from 1 to the one
+// it read was created by a write of known outcome or by a pinned one (see
+// pinObserved), an unobserved unknown write cannot have taken effect before
+// it: a put always creates a version, and a CAS either creates one or is a
+// no-op. So in any linearization it is a no-op or placed after the final
+// read, where only operations of unknown outcome can be, which nothing
+// observes: removing it keeps a linearization, and appending removed ones at
+// the end of a linearization of the rest is always legal. The verdict is the
+// same, and the search no longer weighs where each of them went.
+func pruneUnobserved(history []porcupine.Operation) ([]porcupine.Operation, int) {
+	final := map[string]int{} // key -> index of its known-outcome get called last
+	for i, op := range history {
+		in, out := op.Input.(Input), op.Output.(Output)
+		if in.Kind != Get || out.Unknown {
+			continue
+		}
+		if last, ok := final[in.Key]; !ok || op.Call > history[last].Call {
+			final[in.Key] = i
+		}
+	}
+	claimed := map[string]map[uint64]bool{} // versions created by known or pinned writes
+	for i, op := range history {
+		in, out := op.Input.(Input), op.Output.(Output)
+		if out.Unknown {
+			continue
+		}
+		if f, ok := final[in.Key]; ok && i != f && op.Return >= history[f].Call {
+			delete(final, in.Key) // not called after everything else returned
+		}
+		if in.Kind != Get && !out.Refused {
+			if claimed[in.Key] == nil {
+				claimed[in.Key] = map[uint64]bool{}
+			}
+			claimed[in.Key][out.Version] = true
+		}
+	}
+	for key, f := range final {
+		for v := uint64(1); v <= history[f].Output.(Output).Version; v++ {
+			if !claimed[key][v] {
+				delete(final, key) // an unobserved write may have made v
+				break
+			}
+		}
+	}
+	keep := make([]porcupine.Operation, 0, len(history))
+	for _, op := range history {
+		in, out := op.Input.(Input), op.Output.(Output)
+		if f, ok := final[in.Key]; ok && in.Kind != Get && out.Unknown && op.Call < history[f].Call {
+			continue
+		}
+		keep = append(keep, op)
+	}
+	return keep, len(history) - len(keep)
 }
 
 func validate(history []porcupine.Operation) error {

@@ -340,3 +340,81 @@ func TestManyObservedUnknownWritesCheckQuickly(t *testing.T) {
 		t.Fatalf("got %s with %d pinned, want Ok with %d", res, res.Pinned, n)
 	}
 }
+
+// TestUnobservedUnknownWritesPruned checks when a final read lets the check
+// drop writes of unknown outcome that no read observed, and that verdicts
+// do not change.
+func TestUnobservedUnknownWritesPruned(t *testing.T) {
+	tests := []struct {
+		name       string
+		history    []porcupine.Operation
+		want       porcupine.CheckResult
+		wantPruned int
+	}{
+		{"final read finds the key absent", []porcupine.Operation{
+			op(1, put("x", "b"), unknown, 0, -1),
+			op(2, get("x"), absent, 5, 6),
+		}, porcupine.Ok, 1},
+		{"every version up to the final read's is claimed", []porcupine.Operation{
+			op(0, put("x", "a"), wrote(1), 0, 1),
+			op(1, put("x", "b"), unknown, 2, -1),
+			op(1, cas("x", 1, "c"), unknown, 2, -1),
+			op(0, put("x", "d"), wrote(2), 3, 4),
+			op(2, get("x"), read("d", 2), 5, 6),
+		}, porcupine.Ok, 2},
+		{"a version only an unknown write can have made", []porcupine.Operation{
+			op(0, put("x", "a"), wrote(1), 0, 1),
+			op(1, put("x", "b"), unknown, 2, -1),
+			op(0, put("x", "c"), wrote(3), 3, 4),
+			op(2, get("x"), read("c", 3), 5, 6),
+		}, porcupine.Ok, 0},
+		{"the last read overlaps another operation", []porcupine.Operation{
+			op(0, put("x", "a"), wrote(1), 0, 1),
+			op(1, put("x", "b"), unknown, 2, -1),
+			op(0, put("x", "d"), wrote(2), 3, 7),
+			op(2, get("x"), read("a", 1), 5, 6),
+		}, porcupine.Ok, 0},
+		{"an illegal history stays illegal", []porcupine.Operation{
+			op(0, put("x", "a"), wrote(1), 0, 1),
+			op(1, put("x", "b"), unknown, 2, -1),
+			op(0, put("x", "d"), wrote(2), 3, 4),
+			op(2, get("x"), read("a", 1), 5, 6),
+			op(2, get("x"), read("d", 2), 7, 8),
+		}, porcupine.Illegal, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := CheckOperations(tt.history, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Outcome != tt.want || res.Pruned != tt.wantPruned {
+				t.Fatalf("got %s with %d pruned, want %s with %d", res.Outcome, res.Pruned, tt.want, tt.wantPruned)
+			}
+		})
+	}
+}
+
+// TestManyUnobservedUnknownWritesCheckQuickly: 40 writes of unknown outcome
+// that nothing observed, among acknowledged writes and reads, then a final
+// read.
+func TestManyUnobservedUnknownWritesCheckQuickly(t *testing.T) {
+	var history []porcupine.Operation
+	now := int64(0)
+	for i := range 40 {
+		history = append(history, op(100+i, put("x", fmt.Sprintf("lost%d", i)), unknown, now, -1))
+		v := uint64(i + 1)
+		history = append(history,
+			op(0, put("x", fmt.Sprintf("v%d", i)), wrote(v), now+1, now+2),
+			op(1, get("x"), read(fmt.Sprintf("v%d", i), v), now+3, now+4))
+		now += 5
+	}
+	history = append(history, op(2, get("x"), read("v39", 40), now, now+1))
+	res, err := CheckOperations(history, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Linearizable() || res.Pruned != 40 {
+		t.Fatalf("got %s, want Ok with 40 pruned", res)
+	}
+}
