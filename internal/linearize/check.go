@@ -120,15 +120,18 @@ func pinObserved(history []porcupine.Operation) ([]porcupine.Operation, int) {
 // read observed, when a final read proves none of them took effect before
 // it. A final read is a successful get of the key called after every
 // operation of the key with a known outcome returned (a suite reads each key
-// once more after its clients stopped). If every version from 1 to the one
-// it read was created by a write of known outcome or by a pinned one (see
-// pinObserved), an unobserved unknown write cannot have taken effect before
-// it: a put always creates a version, and a CAS either creates one or is a
-// no-op. So in any linearization it is a no-op or placed after the final
-// read, where only operations of unknown outcome can be, which nothing
-// observes: removing it keeps a linearization, and appending removed ones at
-// the end of a linearization of the rest is always legal. The verdict is the
-// same, and the search no longer weighs where each of them went.
+// once more after its clients stopped). Each version up to the one it read
+// was made by exactly one write; an unobserved unknown write cannot have
+// made a version a write of known outcome or a pinned one (see pinObserved)
+// made, and it cannot have made an unclaimed version v if it was called
+// after an operation that made or read a version above v returned. Such a
+// write cannot have taken effect before the final read: a put always makes
+// a version, and a CAS makes one or is a no-op. So in any linearization it
+// is a no-op or placed after the final read, where only operations of
+// unknown outcome can be, which nothing observes: removing it keeps a
+// linearization, and appending removed ones at the end of a linearization
+// of the rest is always legal. The verdict is the same, and the search no
+// longer weighs where each of them went.
 func pruneUnobserved(history []porcupine.Operation) ([]porcupine.Operation, int) {
 	final := map[string]int{} // key -> index of its known-outcome get called last
 	for i, op := range history {
@@ -156,18 +159,35 @@ func pruneUnobserved(history []porcupine.Operation) ([]porcupine.Operation, int)
 			claimed[in.Key][out.Version] = true
 		}
 	}
+	// An unobserved write made no version the known and pinned writes
+	// claim; so if it took effect before the final read, it made an
+	// unclaimed version at most the highest one, unclaimed, and it came
+	// before every operation that made or read a higher version: it was
+	// called before the earliest return of those (cutoff).
+	cutoff := map[string]int64{}
 	for key, f := range final {
-		for v := uint64(1); v <= history[f].Output.(Output).Version; v++ {
+		var highest uint64 // highest unclaimed version, 0 if none
+		for v := history[f].Output.(Output).Version; v >= 1 && highest == 0; v-- {
 			if !claimed[key][v] {
-				delete(final, key) // an unobserved write may have made v
-				break
+				highest = v
+			}
+		}
+		cutoff[key] = math.MinInt64
+		if highest == 0 {
+			continue
+		}
+		cutoff[key] = math.MaxInt64
+		for _, op := range history {
+			in, out := op.Input.(Input), op.Output.(Output)
+			if in.Key == key && !out.Unknown && !out.Refused && out.Version > highest {
+				cutoff[key] = min(cutoff[key], op.Return)
 			}
 		}
 	}
 	keep := make([]porcupine.Operation, 0, len(history))
 	for _, op := range history {
 		in, out := op.Input.(Input), op.Output.(Output)
-		if f, ok := final[in.Key]; ok && in.Kind != Get && out.Unknown && op.Call < history[f].Call {
+		if f, ok := final[in.Key]; ok && in.Kind != Get && out.Unknown && op.Call >= cutoff[in.Key] && op.Call < history[f].Call {
 			continue
 		}
 		keep = append(keep, op)

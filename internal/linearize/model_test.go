@@ -368,6 +368,14 @@ func TestUnobservedUnknownWritesPruned(t *testing.T) {
 			op(0, put("x", "c"), wrote(3), 3, 4),
 			op(2, get("x"), read("c", 3), 5, 6),
 		}, porcupine.Ok, 0},
+		{"only the unknown writes called after a higher version was seen", []porcupine.Operation{
+			op(0, put("x", "a"), wrote(1), 0, 1),
+			op(1, put("x", "b"), unknown, 2, -1),
+			op(0, put("x", "c"), wrote(3), 3, 4),
+			op(3, put("x", "d"), unknown, 5, -1),
+			op(2, get("x"), read("c", 3), 6, 7),
+			op(2, get("x"), read("c", 3), 8, 9),
+		}, porcupine.Ok, 1},
 		{"the last read overlaps another operation", []porcupine.Operation{
 			op(0, put("x", "a"), wrote(1), 0, 1),
 			op(1, put("x", "b"), unknown, 2, -1),
