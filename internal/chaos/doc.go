@@ -8,7 +8,9 @@
 //     (internal/linearize); an Unknown verdict is a failure.
 //   - F: lock acquire -> write through a fencing.Guard -> release, with
 //     holders that stall past their session timeout and then write; the
-//     guard's accepted tokens must never decrease.
+//     guard's accepted tokens must never decrease. Twice: in-process
+//     clients that stop heartbeating (lock), and real client processes
+//     that the pause-lock-holder fault SIGSTOPs (lockproc).
 //   - Q, D: sequential creates under a session, retried on other nodes
 //     with the same request_seq; names unique and increasing per parent,
 //     and every acknowledged create present on every replica at the end.
@@ -21,13 +23,13 @@
 //     acknowledged write to a watched key is seen (or covered by a
 //     catch-up event), and every event names a committed write.
 //
-// Faults: kill -9 of one member, of a minority, of the leader; SIGSTOP of
-// the leader past the election timeout; restarts; leader transfer (a
-// membership change, Config.LeaderTransfers); and, where network
-// namespaces work, partitions (isolated leader, majority/minority, bridge,
-// one-way). A run ends with Report.Summary, TESTING.md's summary line.
-//
-// The loss of unsynced data on a crash cannot be shown with real
-// processes (a SIGKILLed process's writes are in the page cache); it is
-// covered in-process with the crashable vfs by internal/testcluster.
+// Faults: kill -9 of one member, of a minority, of the leader, of all;
+// crashes that lose unsynced data (SIGKILL, then the data directory cut back
+// to its last fsync by the member's sync journal; of the leader, of all);
+// SIGSTOP of the leader past the election timeout and of a lock-holding
+// client process past its session timeout; restarts; membership changes
+// (leader transfer; a member removed, then a new one added as a learner in
+// its slot and promoted); and, where network namespaces work, partitions
+// (isolated leader, majority/minority, bridge, ring, one-way). A run ends
+// with Report.Summary, TESTING.md's summary line.
 package chaos
