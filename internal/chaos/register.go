@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -18,18 +22,37 @@ import (
 
 // registers is workload L: get, put and CAS on a few keys from several
 // clients, each request to a random member; the history is checked with
-// Porcupine's versioned-register model.
+// Porcupine's versioned-register model. The keys rotate: after every
+// opsPerGeneration operations the clients move to a fresh set of keys, so
+// each key's history (which Porcupine searches on its own) stays short and
+// a write of unknown outcome stays open in one short history only.
+// Linearizability is local, so checking key by key loses nothing.
 type registers struct {
 	recorder *linearize.Recorder
+	ops      atomic.Int64 // operations begun, for the key generation
+
+	mu   sync.Mutex      // guards keys
+	keys map[string]bool // every key used, for the final reads
 }
 
 const (
-	registerKeys    = 8
-	registerClients = 5
+	registerKeys     = 8
+	registerClients  = 5
+	opsPerGeneration = 2000 // about 250 operations per key
 )
+
+// key picks a key of the current generation and notes it.
+func (w *registers) key(r *run) string {
+	key := fmt.Sprintf("/reg/g%d/k%d", w.ops.Add(1)/opsPerGeneration, r.intn(registerKeys))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.keys[key] = true
+	return key
+}
 
 func (w *registers) start(r *run) {
 	w.recorder = linearize.NewRecorder()
+	w.keys = map[string]bool{}
 	for c := range registerClients {
 		r.wg.Add(1)
 		go w.client(r, c)
@@ -41,7 +64,7 @@ func (w *registers) client(r *run, worker int) {
 	id := w.recorder.NewClient()
 	versions := map[string]uint64{} // last version this client saw per key
 	for seq := 0; !r.stopped(); seq++ {
-		key := fmt.Sprintf("/reg/k%d", r.intn(registerKeys))
+		key := w.key(r)
 		value := fmt.Sprintf("c%d-%d", worker, seq)
 		var in linearize.Input
 		switch r.intn(3) {
@@ -52,10 +75,14 @@ func (w *registers) client(r *run, worker int) {
 		default:
 			in = linearize.Input{Kind: linearize.CAS, Key: key, Value: value, Expect: versions[key]}
 		}
-		out, known := w.do(r, id, in)
-		if !known {
+		out, result := w.do(r, id, in)
+		switch result {
+		case outcomeUnknown:
 			id = w.recorder.NewClient() // the unknown write stays open
 			time.Sleep(20 * time.Millisecond)
+			continue
+		case outcomeNotSent:
+			time.Sleep(5 * time.Millisecond) // every member may be down: do not spin
 			continue
 		}
 		if out.Version > 0 {
@@ -64,9 +91,17 @@ func (w *registers) client(r *run, worker int) {
 	}
 }
 
-// do performs in on a random member and records it; known is false when
-// the outcome is unknown or the read failed.
-func (w *registers) do(r *run, id int, in linearize.Input) (linearize.Output, bool) {
+// outcome is how a request of the workload ended.
+type outcome int
+
+const (
+	outcomeKnown   outcome = iota // recorded with its result
+	outcomeUnknown                // recorded as open: a write that may or may not have happened, or a failed read
+	outcomeNotSent                // dropped: it reached no server
+)
+
+// do performs in on a random member and records it.
+func (w *registers) do(r *run, id int, in linearize.Input) (linearize.Output, outcome) {
 	ctx, cancel := requestContext()
 	defer cancel()
 	base := r.node()
@@ -89,23 +124,23 @@ func (w *registers) do(r *run, id int, in linearize.Input) (linearize.Output, bo
 	case err == nil && in.Kind == linearize.Get:
 		out := linearize.Output{Found: true, Value: node.Value, Version: node.Version}
 		call.Return(out)
-		return out, true
+		return out, outcomeKnown
 	case err == nil:
 		out := linearize.Output{Version: node.Version}
 		call.Return(out)
-		return out, true
+		return out, outcomeKnown
 	case in.Kind == linearize.Get && code(err) == api.CodeNotFound:
 		call.Return(linearize.Output{})
-		return linearize.Output{}, true
+		return linearize.Output{}, outcomeKnown
 	case in.Kind == linearize.CAS && code(err) == api.CodePreconditionFailed:
 		call.Return(linearize.Output{Refused: true})
-		return linearize.Output{Refused: true}, true
+		return linearize.Output{Refused: true}, outcomeKnown
 	case errors.Is(err, errNotSent):
 		call.Drop()
-		return linearize.Output{}, true
+		return linearize.Output{}, outcomeNotSent
 	default:
 		call.Unknown()
-		return linearize.Output{}, false
+		return linearize.Output{}, outcomeUnknown
 	}
 }
 
@@ -119,10 +154,13 @@ func callKV(ctx context.Context, method, base, key string, query url.Values, in,
 // effect (see linearize's pruneUnobserved).
 func (w *registers) finalReads(r *run) {
 	id := w.recorder.NewClient()
-	for k := range registerKeys {
-		in := linearize.Input{Kind: linearize.Get, Key: fmt.Sprintf("/reg/k%d", k)}
+	w.mu.Lock()
+	keys := slices.Sorted(maps.Keys(w.keys))
+	w.mu.Unlock()
+	for _, key := range keys {
+		in := linearize.Input{Kind: linearize.Get, Key: key}
 		for attempt := 0; attempt < 10; attempt++ {
-			if _, known := w.do(r, id, in); known {
+			if _, result := w.do(r, id, in); result == outcomeKnown {
 				break
 			}
 			id = w.recorder.NewClient()
