@@ -23,11 +23,7 @@ func (h *Handler) addMember(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := h.server.AddMember(r.Context(), api.Member{Name: req.Name, PeerURL: req.PeerURL, ClientURL: req.ClientURL}, !req.Learner)
-	if err != nil {
-		h.writeError(w, err)
-		return
-	}
-	h.writeJSON(w, h.server.AppliedIndex(), m)
+	h.reply(w, m, h.server.AppliedIndex(), err)
 }
 
 func (h *Handler) removeMember(w http.ResponseWriter, r *http.Request) {
@@ -35,11 +31,7 @@ func (h *Handler) removeMember(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = h.server.RemoveMember(r.Context(), id)
 	}
-	if err != nil {
-		h.writeError(w, err)
-		return
-	}
-	h.writeJSON(w, h.server.AppliedIndex(), map[string]bool{"removed": true})
+	h.reply(w, map[string]bool{"removed": true}, h.server.AppliedIndex(), err)
 }
 
 func (h *Handler) promoteMember(w http.ResponseWriter, r *http.Request) {
@@ -49,11 +41,7 @@ func (h *Handler) promoteMember(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := h.server.PromoteMember(r.Context(), id)
-	if err != nil {
-		h.writeError(w, err)
-		return
-	}
-	h.writeJSON(w, h.server.AppliedIndex(), m)
+	h.reply(w, m, h.server.AppliedIndex(), err)
 }
 
 func (h *Handler) transferLeader(w http.ResponseWriter, r *http.Request) {
