@@ -47,7 +47,7 @@ func (n *Node) run() {
 // handleReady processes one Ready in the order the package comment gives.
 func (n *Node) handleReady(rd raft.Ready) error {
 	n.observe(rd)
-	early, late := splitMessages(rd.Messages, n.leader == n.cfg.ID)
+	early, late := splitMessages(rd.Messages, n.leader.Load() == n.cfg.ID)
 	n.send(early)
 	if err := n.persist(rd); err != nil {
 		return err
@@ -74,11 +74,10 @@ func (n *Node) observe(rd raft.Ready) {
 	if !raft.IsEmptyHardState(rd.HardState) {
 		n.term = rd.HardState.Term
 	}
-	if rd.SoftState != nil && rd.SoftState.Lead != n.leader {
-		n.leader = rd.SoftState.Lead
-		n.knownLeader.Store(n.leader)
+	if rd.SoftState != nil && rd.SoftState.Lead != n.leader.Load() {
+		n.leader.Store(rd.SoftState.Lead)
 		if n.cfg.Observer != nil {
-			n.cfg.Observer.LeaderChanged(n.leader, n.term)
+			n.cfg.Observer.LeaderChanged(rd.SoftState.Lead, n.term)
 		}
 	}
 	if len(rd.ReadStates) > 0 && n.cfg.Observer != nil {

@@ -101,8 +101,9 @@ type Node struct {
 	// loop stuck in a slow fsync stops ticking, and with it stops noticing
 	// that it lost leadership.
 	lastTick atomic.Int64
-	// knownLeader mirrors the Ready loop's leader for other goroutines.
-	knownLeader atomic.Uint64
+	// leader is raft's leader as the Ready loop last saw it (raft.None when
+	// there is none). Written only by the Ready loop; Step reads it.
+	leader atomic.Uint64
 
 	errMu sync.Mutex
 	err   error // guarded by errMu: the fatal error that stopped the loop
@@ -117,7 +118,6 @@ type Node struct {
 	// ignores a snapshot whose configuration leaves the receiver out).
 	snapshotDue bool
 	snapDone    chan snapshotResult
-	leader      uint64
 	term        uint64
 	// persistedHardState is the hard state last written to the WAL; a Ready
 	// whose hard state differs from it only in the commit index needs no fsync.
@@ -225,7 +225,7 @@ func (n *Node) ReadIndex(ctx context.Context, rctx []byte) error {
 // timeout; the forwarder's waiter then times out and its client retries.
 func (n *Node) Step(ctx context.Context, m raftpb.Message) error {
 	if m.Type == raftpb.MsgProp {
-		if n.knownLeader.Load() == raft.None {
+		if n.leader.Load() == raft.None {
 			return raft.ErrProposalDropped
 		}
 		var cancel context.CancelFunc
