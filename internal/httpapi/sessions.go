@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/latch-io/latch/api"
@@ -87,19 +86,13 @@ func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 	opts, err := readOnlyOptions(r)
 	id, idErr := api.ParseID(r.PathValue("id"))
-	if err = errors.Join(err, idErr); err != nil {
-		h.writeError(w, firstAPIError(err))
+	if err == nil {
+		err = idErr
+	}
+	if err != nil {
+		h.writeError(w, err)
 		return
 	}
 	out, err := h.server.GetSession(r.Context(), id, opts)
 	h.reply(w, out, out.Index, err)
-}
-
-// firstAPIError unwraps a joined error to its first *api.Error.
-func firstAPIError(err error) error {
-	var e *api.Error
-	if errors.As(err, &e) {
-		return e
-	}
-	return err
 }
