@@ -84,9 +84,11 @@ type Stats struct {
 type Registry struct {
 	opts Options
 
-	// mu guards every field below, the sessions, their watches and queues,
-	// and the streams' closed state. Publish holds it for one batch of
-	// events; nothing holds it while waiting on a consumer.
+	// mu guards every field below but the atomic counters, the sessions
+	// and their watches; each session's queue, stream and the streams'
+	// closed state are guarded by session.mu, taken after mu. Publish holds
+	// mu for one batch of events; nothing holds it while waiting on a
+	// consumer.
 	mu sync.Mutex
 	// nextID is the last watch id handed out. It starts at a random point,
 	// so ids of different servers (and of one server's restarts) do not
