@@ -15,11 +15,7 @@ func (r *run) crashUnsyncedLeader() (func() error, error) {
 // the whole cluster. What was acknowledged was fsynced on a majority, so
 // nothing acknowledged may be lost.
 func (r *run) crashUnsyncedAll() (func() error, error) {
-	var victims []int
-	for i := range r.cluster.Members {
-		victims = append(victims, i)
-	}
-	return r.crashUnsynced(victims)
+	return r.crashUnsynced(r.all())
 }
 
 // crashUnsynced kills victims together, then cuts each one's data
@@ -27,16 +23,7 @@ func (r *run) crashUnsyncedAll() (func() error, error) {
 // restarts them. If a cut fails the victims are restarted at once and the
 // fault counts as not made.
 func (r *run) crashUnsynced(victims []int) (func() error, error) {
-	for _, i := range victims {
-		r.cluster.Kill(i) // all down before the first cut: one instant for all
-	}
-	restart := func() error {
-		var errs []error
-		for _, i := range victims {
-			errs = append(errs, r.cluster.Restart(i))
-		}
-		return errors.Join(errs...)
-	}
+	restart, _ := r.killAllOf(victims) // all down before the first cut: one instant for all
 	var dropped int64
 	files := 0
 	for _, i := range victims {

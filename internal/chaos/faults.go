@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -108,45 +109,55 @@ func (r *run) withLeader(fn func(int) (func() error, error)) (func() error, erro
 	return nil, fmt.Errorf("no leader followed by a majority within 10s:%s", r.describe())
 }
 
-// kill sends SIGKILL to member i; the heal restarts it from its data dir.
-func (r *run) kill(i int) (func() error, error) {
-	r.cluster.Kill(i)
-	return func() error { return r.cluster.Restart(i) }, nil
+// all returns every member's index.
+func (r *run) all() []int {
+	out := make([]int, len(r.cluster.Members))
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
-// killMinority kills two of five members (a minority) at once.
-func (r *run) killMinority() (func() error, error) {
+// minority returns a random minority of the members: (n-1)/2 of them,
+// consecutive from a random first.
+func (r *run) minority() []int {
 	n := len(r.cluster.Members)
 	first := r.faults.IntN(n)
-	victims := []int{first}
-	for k := 1; k < (n-1)/2; k++ {
-		victims = append(victims, (first+k)%n)
+	out := make([]int, (n-1)/2)
+	for k := range out {
+		out[k] = (first + k) % n
 	}
-	return r.killAllOf(victims)
+	return out
+}
+
+// kill sends SIGKILL to member i; the heal restarts it from its data dir.
+func (r *run) kill(i int) (func() error, error) {
+	return r.killAllOf([]int{i})
+}
+
+// killMinority kills a minority (two of five members) at once.
+func (r *run) killMinority() (func() error, error) {
+	return r.killAllOf(r.minority())
 }
 
 // killAll kills every member at once (a whole-cluster power cut, as far as
 // processes go); the heal restarts them all.
 func (r *run) killAll() (func() error, error) {
-	var victims []int
-	for i := range r.cluster.Members {
-		victims = append(victims, i)
-	}
-	return r.killAllOf(victims)
+	return r.killAllOf(r.all())
 }
 
-// killAllOf kills victims together; the heal restarts them.
+// killAllOf kills victims together; the heal restarts every one of them,
+// joining the errors of those that would not start.
 func (r *run) killAllOf(victims []int) (func() error, error) {
 	for _, i := range victims {
 		r.cluster.Kill(i)
 	}
 	return func() error {
+		var errs []error
 		for _, i := range victims {
-			if err := r.cluster.Restart(i); err != nil {
-				return err
-			}
+			errs = append(errs, r.cluster.Restart(i))
 		}
-		return nil
+		return errors.Join(errs...)
 	}, nil
 }
 
@@ -173,13 +184,7 @@ func (r *run) partition(sides ...[]int) (func() error, error) {
 
 // partitionMinority splits the members into a random minority and the rest.
 func (r *run) partitionMinority() (func() error, error) {
-	n := len(r.cluster.Members)
-	first := r.faults.IntN(n)
-	var minority []int
-	for k := range (n - 1) / 2 {
-		minority = append(minority, (first+k)%n)
-	}
-	return r.partition(minority)
+	return r.partition(r.minority())
 }
 
 // partitionBridge: two halves that cannot see each other, and one member
