@@ -1,8 +1,6 @@
 package wal
 
 import (
-	"github.com/latch-io/latch/internal/testseed"
-
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +10,8 @@ import (
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/internal/testseed"
 )
 
 var seedFlag = flag.Int64("seed", 0, "seed for randomized tests (0: from time or WAL_SEED)")

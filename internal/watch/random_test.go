@@ -1,8 +1,6 @@
 package watch
 
 import (
-	"github.com/latch-io/latch/internal/testseed"
-
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/testseed"
 )
 
 var (
