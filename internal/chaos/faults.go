@@ -81,21 +81,19 @@ func (r *run) nemesis(d time.Duration) {
 		heal, err := f.inject(r)
 		if err != nil {
 			r.logf("chaos: %s: %v", f.name, err)
-			r.sleep(r.cfg.FaultEvery / 2)
+			time.Sleep(r.cfg.FaultEvery / 2)
 			continue
 		}
 		r.update(func(report *Report) { report.Faults[f.name]++ })
 		hold := r.cfg.FaultEvery/2 + time.Duration(r.faults.IntN(int(r.cfg.FaultEvery)))
 		r.logf("chaos: %s for %v", f.name, hold)
-		r.sleep(hold)
+		time.Sleep(hold)
 		if err := heal(); err != nil {
 			r.anomaly("liveness: heal after %s: %v", f.name, err)
 		}
-		r.sleep(r.cfg.FaultEvery / 2)
+		time.Sleep(r.cfg.FaultEvery / 2)
 	}
 }
-
-func (r *run) sleep(d time.Duration) { time.Sleep(d) }
 
 // withLeader applies fn to the current leader.
 func (r *run) withLeader(fn func(int) (func() error, error)) (func() error, error) {
