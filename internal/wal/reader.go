@@ -134,11 +134,7 @@ func (r *segmentReader) read(fs vfs.FS, logger *slog.Logger) error {
 	}
 	header, err := decodeRecord(data, 0)
 	if err != nil {
-		// A segment header is fsynced with the first flush after it at the
-		// latest, so a second valid flush means the header was durable.
-		_, firstEnd, first := validFlushFrom(data, 1)
-		_, _, second := validFlushFrom(data, firstEnd)
-		if r.last && !(first && second) && (errors.Is(err, errZeroHeader) || looksTorn(data, 0, claimedSize(data, 0), len(data))) {
+		if r.last && (errors.Is(err, errZeroHeader) || looksTorn(data, 0, claimedSize(data, 0), len(data))) && !headerWasDurable(data) {
 			logger.Warn("wal: removing newest segment with a torn header", "file", r.name, "error", err)
 			r.dropped = true
 			return removeSegment(fs, r.name)
@@ -350,6 +346,19 @@ func claimedSize(data []byte, offset int) int {
 		return recordHeaderSize
 	}
 	return recordHeaderSize + int(min(binary.LittleEndian.Uint32(header[4:8]), maxPayload))
+}
+
+// headerWasDurable reports whether two valid flushes follow a segment's
+// damaged header. A segment header is fsynced with the first flush after it
+// at the latest, so a second valid flush means the header was durable and its
+// damage is not a torn write.
+func headerWasDurable(data []byte) bool {
+	_, firstEnd, ok := validFlushFrom(data, 1)
+	if !ok {
+		return false
+	}
+	_, _, ok = validFlushFrom(data, firstEnd)
+	return ok
 }
 
 // validFlushFrom looks for a whole, valid flush starting at or after offset
