@@ -455,6 +455,16 @@ func TestMembers(t *testing.T) {
 			if !reflect.DeepEqual(names, step.names) {
 				t.Errorf("members %v, want %v", names, step.names)
 			}
+			listed := map[uint64]command.Member{}
+			for _, m := range h.f.Members() {
+				listed[m.ID] = m
+			}
+			for _, id := range []uint64{10, 20, 30, 99} {
+				m, ok := h.f.Member(id)
+				if want, listedOK := listed[id]; ok != listedOK || m != want {
+					t.Errorf("Member(%d) = %+v, %v; want %+v, %v", id, m, ok, want, listedOK)
+				}
+			}
 		})
 	}
 }

@@ -90,3 +90,13 @@ func (f *FSM) NodeCount() int { return f.nodes.Len() }
 func (f *FSM) Members() []command.Member {
 	return append([]command.Member(nil), f.members...)
 }
+
+// Member returns the member with raft id id, without copying the list.
+func (f *FSM) Member(id uint64) (command.Member, bool) {
+	for _, m := range f.members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return command.Member{}, false
+}

@@ -142,7 +142,7 @@ func (g *group) applyMemberChange(index uint64, ch raftpb.ConfChangeSingle, cont
 		m := context.Member
 		if m.ID != ch.NodeID {
 			// A promotion carries no address: keep the recorded one.
-			m = g.member(ch.NodeID)
+			m, _ = g.fsm.Member(ch.NodeID)
 			m.ID = ch.NodeID
 		}
 		m.Learner = ch.Type == raftpb.ConfChangeAddLearnerNode
@@ -158,17 +158,6 @@ func (g *group) applyMemberChange(index uint64, ch raftpb.ConfChangeSingle, cont
 			s.removedPeers.add(ch.NodeID)
 		}
 	}
-}
-
-// member returns the recorded member with raft id id (zero if unknown);
-// g.mu must be held.
-func (g *group) member(id uint64) command.Member {
-	for _, m := range g.fsm.Members() {
-		if m.ID == id {
-			return m
-		}
-	}
-	return command.Member{}
 }
 
 // Snapshot clones the state in O(1); the clone is written on another
@@ -274,11 +263,8 @@ func (g *group) leaderHint() string {
 	}
 	var hint string
 	g.view(func(f *fsm.FSM) {
-		for _, m := range f.Members() {
-			if m.ID == lead {
-				hint = m.ClientURL
-			}
-		}
+		m, _ := f.Member(lead)
+		hint = m.ClientURL
 	})
 	return hint
 }

@@ -257,13 +257,7 @@ func (s *Server) transferTo(ctx context.Context, g *group, to uint64) error {
 // memberByID returns the recorded member (zero if unknown).
 func (s *Server) memberByID(id uint64) command.Member {
 	var out command.Member
-	s.main.Load().view(func(f *fsm.FSM) {
-		for _, m := range f.Members() {
-			if m.ID == id {
-				out = m
-			}
-		}
-	})
+	s.main.Load().view(func(f *fsm.FSM) { out, _ = f.Member(id) })
 	return out
 }
 

@@ -237,11 +237,8 @@ func (s *Server) announce(g *group) {
 func (s *Server) clientAddrRecorded(g *group) bool {
 	found := false
 	g.view(func(f *fsm.FSM) {
-		for _, m := range f.Members() {
-			if m.ID == s.id && m.ClientURL == s.clientURL() && m.PeerURL == s.cfg.PeerAddr {
-				found = true
-			}
-		}
+		m, ok := f.Member(s.id)
+		found = ok && m.ClientURL == s.clientURL() && m.PeerURL == s.cfg.PeerAddr
 	})
 	return found
 }
