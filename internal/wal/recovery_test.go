@@ -262,7 +262,7 @@ func TestBitFlipRefused(t *testing.T) {
 	flips := 0
 	for _, name := range paths {
 		original := readRaw(t, fs, name)
-		_, end := endOfRecords(original)
+		end := walkSegment(original).end
 		for offset := 0; offset < end; offset += step {
 			damaged := bytes.Clone(original)
 			damaged[offset] ^= 1 << (offset % 8)
@@ -281,19 +281,6 @@ func TestBitFlipRefused(t *testing.T) {
 		writeRaw(t, fs, name, original)
 	}
 	t.Logf("%d bit flips over %d segments all refused", flips, len(paths))
-}
-
-func endOfRecords(data []byte) (int, int) {
-	offset := 0
-	count := 0
-	for {
-		record, err := decodeRecord(data, offset)
-		if err != nil {
-			return count, offset
-		}
-		offset += record.size
-		count++
-	}
 }
 
 func TestMissingSegmentDetected(t *testing.T) {
