@@ -348,11 +348,13 @@ func (s *Server) relayHeartbeats(g *group) {
 	}
 }
 
+// relayMessages packs ids into relay messages of at most maxRelayIDs each;
+// with no ids, one empty relay, which the leader acknowledges all the same.
 func relayMessages(from, to uint64, ids []uint64) []raftpb.Message {
-	msgs := []raftpb.Message{{Type: raftpb.MsgHeartbeat, From: from, To: to}} // acknowledged even if empty
-	if len(ids) > 0 {
-		msgs = msgs[:0]
+	if len(ids) == 0 {
+		return []raftpb.Message{{Type: raftpb.MsgHeartbeat, From: from, To: to}}
 	}
+	var msgs []raftpb.Message
 	for len(ids) > 0 {
 		n := min(len(ids), maxRelayIDs)
 		var buf []byte
