@@ -154,7 +154,7 @@ func (g *group) applyMemberChange(index uint64, ch raftpb.ConfChangeSingle, cont
 		g.fsm.Apply(index, &command.Command{Op: command.OpMemberRemove, Member: command.Member{ID: ch.NodeID}})
 		if ch.NodeID != s.id {
 			// The route stays, so the member can be told it was removed
-			// (raft sends it nothing more; see Server.noteRemoved).
+			// (raft sends it nothing more; see Server.tellRemoved).
 			s.removedPeers.add(ch.NodeID)
 		}
 	}
