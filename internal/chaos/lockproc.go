@@ -222,21 +222,18 @@ func (w *lockProcs) client(pid int) *lockClientProcess {
 	return nil
 }
 
-// waitWrite waits up to timeout for a write, from the index-th on, that
-// match accepts, and reports whether one came. match runs with w.mu held.
-func (w *lockProcs) waitWrite(index int, timeout time.Duration, match func(procWrite) bool) bool {
+// await waits up to timeout until done, run with w.mu held now and after
+// every write, returns true; it reports whether it did.
+func (w *lockProcs) await(timeout time.Duration, done func() bool) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
 		w.mu.Lock()
-		for ; index < len(w.writes); index++ {
-			if match(w.writes[index]) {
-				w.mu.Unlock()
-				return true
-			}
-		}
-		changed := w.changed
+		ok, changed := done(), w.changed
 		w.mu.Unlock()
+		if ok {
+			return true
+		}
 		select {
 		case <-changed:
 		case <-deadline.C:
@@ -245,28 +242,34 @@ func (w *lockProcs) waitWrite(index int, timeout time.Duration, match func(procW
 	}
 }
 
+// waitWrite waits up to timeout for a write, from the index-th on, that
+// match accepts, and reports whether one came. match runs with w.mu held.
+func (w *lockProcs) waitWrite(index int, timeout time.Duration, match func(procWrite) bool) bool {
+	return w.await(timeout, func() bool {
+		for ; index < len(w.writes); index++ {
+			if match(w.writes[index]) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // holderAtWork waits up to timeout for a holder at work: the newest
 // accepted write is the first with its token, so its client holds the lock
 // and works before writing again. It returns that write and the number of
 // writes so far; ok is false when none came (the lock does not move: a
 // fault before this one may still be felt).
 func (w *lockProcs) holderAtWork(timeout time.Duration) (holder procWrite, writes int, ok bool) {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		w.mu.Lock()
+	ok = w.await(timeout, func() bool {
 		newest, first, found := w.newestAcceptedLocked()
-		writes, changed := len(w.writes), w.changed
-		w.mu.Unlock()
-		if found && first {
-			return newest, writes, true
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			return procWrite{}, 0, false
-		}
+		holder, writes = newest, len(w.writes)
+		return found && first
+	})
+	if !ok {
+		return procWrite{}, 0, false
 	}
+	return holder, writes, true
 }
 
 // newestAcceptedLocked returns the newest accepted write and whether it is

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -92,17 +93,24 @@ func TestLockProcChecker(t *testing.T) {
 
 func postTestWrite(t *testing.T, url string, pid int, token uint64) {
 	t.Helper()
+	if err := sendTestWrite(url, pid, token); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sendTestWrite writes to the resource at url as client pid with token.
+func sendTestWrite(url string, pid int, token uint64) error {
 	req, err := http.NewRequest(http.MethodPost, url, nil)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	req.Header.Set(api.HeaderFencingToken, strconv.FormatUint(token, 10))
 	req.Header.Set(writerPIDHeader, strconv.Itoa(pid))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("write pid %d token %d: %v", pid, token, err)
+		return fmt.Errorf("write pid %d token %d: %w", pid, token, err)
 	}
-	resp.Body.Close()
+	return resp.Body.Close()
 }
 
 func hasPrefix(list []string, prefix string) bool {
@@ -112,4 +120,38 @@ func hasPrefix(list []string, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// TestLockProcWaits checks the waits of the pause-lock-holder fault on
+// scripted writes: holderAtWork finds only a first write with a new token,
+// and waitWrite a matching write made while it waits.
+func TestLockProcWaits(t *testing.T) {
+	w := &lockProcs{}
+	if err := w.serve(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.server.Close()
+	postTestWrite(t, w.url, 1, 5)
+	postTestWrite(t, w.url, 1, 5)
+	if holder, _, ok := w.holderAtWork(50 * time.Millisecond); ok {
+		t.Fatalf("holderAtWork found %+v, but token 5's holder has written twice", holder)
+	}
+	postTestWrite(t, w.url, 2, 9)
+	holder, writes, ok := w.holderAtWork(time.Second)
+	if !ok || holder.pid != 2 || holder.token != 9 || writes != 3 {
+		t.Fatalf("holderAtWork = %+v, %d writes, %v; want pid 2 token 9 after 3 writes", holder, writes, ok)
+	}
+	moved := func(write procWrite) bool { return write.accepted() && write.pid != 2 && write.token > 9 }
+	if w.waitWrite(writes, 50*time.Millisecond, moved) {
+		t.Fatal("waitWrite found a write above token 9 from another client before any was made")
+	}
+	posted := make(chan error, 1)
+	go func() { posted <- sendTestWrite(w.url, 1, 12) }()
+	found := w.waitWrite(writes, 10*time.Second, moved)
+	if err := <-posted; err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Fatal("waitWrite missed pid 1's write with token 12")
+	}
 }
