@@ -16,7 +16,7 @@ const module = "github.com/latch-io/latch/"
 // layers lists the project's packages from the top down: a package may import
 // only packages on a lower line. Test infrastructure sits on top.
 var layers = [][]string{
-	{"cmd/latch-chaos", "internal/chaos", "test/process", "test/membership", "test/compose", "test/recipes", "test/fanout", "internal/archtest"},
+	{"internal/chaos", "test/process", "test/membership", "test/compose", "test/recipes", "test/fanout", "internal/archtest"},
 	{"internal/proccluster", "internal/testcluster", "internal/linearize"},
 	{"cmd/latchd", "cmd/latchctl"},
 	{"internal/cli"},
@@ -35,7 +35,6 @@ var layers = [][]string{
 	{"internal/fsm"},
 	{"internal/command"},
 	{"api"},
-	{"internal/clock"},
 	{"internal/vfs"},
 	{"internal/testseed"},
 }
@@ -58,7 +57,18 @@ func TestImportsPointDown(t *testing.T) {
 		}
 	}
 	root := filepath.Join("..", "..")
-	for pkg, imports := range projectImports(t, root) {
+	for p := range rank {
+		if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(p))); err != nil {
+			t.Errorf("archtest's layers name %s, which does not exist: %v", p, err)
+		}
+	}
+	found := projectImports(t, root)
+	for pkg := range forbidden {
+		if _, ok := found[pkg]; !ok {
+			t.Errorf("found no imports of %s: the walk from %s missed the packages it checks", pkg, root)
+		}
+	}
+	for pkg, imports := range found {
 		r, ok := rank[pkg]
 		if !ok {
 			t.Errorf("package %s is not placed in archtest's layers (ARCHITECTURE.md): add it", pkg)
@@ -78,14 +88,50 @@ func TestImportsPointDown(t *testing.T) {
 }
 
 func checkForbidden(t *testing.T, pkg, imp string) {
+	if why := forbiddenImport(pkg, imp); why != "" {
+		t.Errorf("%s imports %s%s", pkg, imp, why)
+	}
+}
+
+// forbiddenImport says why pkg must not import imp, or returns "".
+func forbiddenImport(pkg, imp string) string {
+	stdlib := !strings.Contains(strings.SplitN(imp, "/", 2)[0], ".")
 	for _, bad := range forbidden[pkg] {
-		stdlib := !strings.Contains(strings.SplitN(imp, "/", 2)[0], ".")
 		switch {
 		case bad == "*" && !stdlib:
-			t.Errorf("%s imports %s: it may import the standard library only", pkg, imp)
+			return ": it may import the standard library only"
 		case bad != "*" && (imp == bad || strings.HasPrefix(imp, strings.TrimSuffix(bad, "/")+"/")):
-			t.Errorf("%s imports %s, which it must not", pkg, imp)
+			return ", which it must not"
 		}
+	}
+	return ""
+}
+
+// TestForbiddenImportCatchesPlanted shows forbiddenImport refusing planted
+// violations, so that TestImportsPointDown passing means something.
+func TestForbiddenImportCatchesPlanted(t *testing.T) {
+	tests := []struct {
+		name, pkg, imp string
+		refused        bool
+	}{
+		{"api imports a module", "api", "go.etcd.io/raft/v3", true},
+		{"api imports the standard library", "api", "encoding/json", false},
+		{"fsm imports net/http", "internal/fsm", "net/http", true},
+		{"fsm imports time", "internal/fsm", "time", true},
+		{"fsm imports math/rand/v2", "internal/fsm", "math/rand/v2", true},
+		{"fsm imports raft", "internal/fsm", "go.etcd.io/raft/v3/raftpb", true},
+		{"fsm imports net/netip, under net", "internal/fsm", "net/netip", true},
+		{"fsm imports strings", "internal/fsm", "strings", false},
+		{"client imports internal", "client", module + "internal/watch", true},
+		{"client imports api", "client", module + "api", false},
+		{"server has no list", "internal/server", "net/http", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := forbiddenImport(tt.pkg, tt.imp) != ""; got != tt.refused {
+				t.Fatalf("forbiddenImport(%s, %s) refused=%v, want %v", tt.pkg, tt.imp, got, tt.refused)
+			}
+		})
 	}
 }
 
