@@ -297,20 +297,15 @@ func absolute(name string) string {
 func (j *Journal) Create(name string) (File, error) {
 	j.namespaceMu.Lock()
 	defer j.namespaceMu.Unlock()
-	file, err := j.inner.Create(name)
+	wrapped, err := j.wrap(j.inner.Create(name))
 	if err != nil {
-		return nil, err
-	}
-	wrapped, err := j.wrap(file)
-	if err != nil {
-		file.Close()
 		return nil, err
 	}
 	j.mu.Lock()
 	j.extents[wrapped.ino] = &extent{known: true, reset: true}
 	j.mu.Unlock()
 	if err := j.append(journalRecord{Op: recordCreate, Path: wrapped.path, Ino: wrapped.ino}); err != nil {
-		file.Close()
+		wrapped.Close()
 		return nil, err
 	}
 	return wrapped, nil
@@ -322,26 +317,31 @@ func (j *Journal) OpenReadWrite(name string) (File, error) {
 	return j.open(j.inner.OpenReadWrite(name))
 }
 
+// open returns the wrapped file as a File (nil, not a nil *journalFile, on
+// error).
 func (j *Journal) open(file File, err error) (File, error) {
+	wrapped, err := j.wrap(file, err)
 	if err != nil {
-		return nil, err
-	}
-	wrapped, err := j.wrap(file)
-	if err != nil {
-		file.Close()
 		return nil, err
 	}
 	return wrapped, nil
 }
 
-// wrap returns file with the journal watching its writes and syncs.
-func (j *Journal) wrap(file File) (*journalFile, error) {
+// wrap returns the file an inner call opened (or its error) with the
+// journal watching its writes and syncs; it closes the file if it cannot.
+func (j *Journal) wrap(file File, openErr error) (*journalFile, error) {
+	if openErr != nil {
+		return nil, openErr
+	}
 	info, err := file.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("vfs: journal: %w", err)
+		err = fmt.Errorf("vfs: journal: %w", err)
+	} else if !hasInode(info) {
+		err = fmt.Errorf("%w: %s", ErrNoInodes, file.Name())
 	}
-	if !hasInode(info) {
-		return nil, fmt.Errorf("%w: %s", ErrNoInodes, file.Name())
+	if err != nil {
+		file.Close()
+		return nil, err
 	}
 	return &journalFile{File: file, journal: j, path: absolute(file.Name()), ino: inode(info)}, nil
 }
