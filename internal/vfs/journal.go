@@ -97,6 +97,8 @@ type journalRecord struct {
 	Entries []journalEntry `json:"entries,omitempty"`
 	PID     int            `json:"pid,omitempty"`
 	Report  *CutReport     `json:"report,omitempty"`
+
+	offset int64 // where the record starts in the journal, as read back
 }
 
 type journalEntry struct {

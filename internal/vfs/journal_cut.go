@@ -142,6 +142,7 @@ func readJournal(path string) ([]journalRecord, int64, error) {
 		if err := json.Unmarshal(data[offset:offset+end], &record); err != nil {
 			return nil, 0, fmt.Errorf("vfs: journal %s: record at offset %d: %w", path, offset, err)
 		}
+		record.offset = int64(offset)
 		records = append(records, record)
 		offset += end + 1
 	}
@@ -192,7 +193,7 @@ func replay(records []journalRecord) (*cutModel, error) {
 	}
 	for _, record := range records[last:] {
 		if err := model.apply(record); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("record at offset %d: %w", record.offset, err)
 		}
 	}
 	return model, nil

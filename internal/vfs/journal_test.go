@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -487,16 +488,27 @@ func TestJournalRefuses(t *testing.T) {
 			t.Fatalf("cut under a held lock: %v, want ErrStillRunning", err)
 		}
 	})
-	t.Run("malformed-record", func(t *testing.T) {
-		j := newJournaled(t)
-		f, err := os.OpenFile(j.journal, os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.WriteString("{not json\n")
-		f.Close()
-		if _, err := vfs.CutToJournal(j.journal, vfs.CrashOptions{}); err == nil || !strings.Contains(err.Error(), "offset") {
-			t.Fatalf("cut of a malformed journal: %v, want an error naming the offset", err)
-		}
-	})
+	for _, tt := range []struct{ name, record string }{
+		{"malformed-record", "{not json\n"},
+		{"unknown-record", `{"op":"format-disk"}` + "\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			j := newJournaled(t)
+			info, err := os.Stat(j.journal)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(j.journal, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.WriteString(tt.record)
+			f.Close()
+			_, err = vfs.CutToJournal(j.journal, vfs.CrashOptions{})
+			offset := fmt.Sprintf("offset %d", info.Size())
+			if err == nil || !strings.Contains(err.Error(), j.journal) || !strings.Contains(err.Error(), offset) {
+				t.Fatalf("cut of a journal with a bad record: %v, want an error naming %s and %s", err, j.journal, offset)
+			}
+		})
+	}
 }
