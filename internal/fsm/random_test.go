@@ -1,8 +1,6 @@
 package fsm
 
 import (
-	"github.com/latch-io/latch/internal/testseed"
-
 	"bytes"
 	"flag"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/testseed"
 )
 
 var (

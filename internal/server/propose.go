@@ -2,13 +2,13 @@ package server
 
 import (
 	"context"
-	"errors"
-	"time"
-
 	"crypto/rand"
-	"go.etcd.io/raft/v3"
+	"errors"
 	mathrand "math/rand/v2"
 	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"

@@ -1,8 +1,6 @@
 package snap
 
 import (
-	"github.com/latch-io/latch/internal/testseed"
-
 	"bytes"
 	"errors"
 	"flag"
@@ -14,6 +12,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/latch-io/latch/internal/testseed"
 	"github.com/latch-io/latch/internal/vfs"
 )
 
