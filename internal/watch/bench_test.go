@@ -45,7 +45,7 @@ func BenchmarkPublishFanOut(b *testing.B) {
 						r.queuedEvents.Add(-int64(s.queue.clear()))
 						s.mu.Unlock()
 					}
-					if persistent && r.Stats().Watches == watchers {
+					if persistent && r.watches == watchers {
 						continue
 					}
 					mustAdd(b, r, session, Spec{Path: "/hot", Persistent: persistent}, at, Current{})
