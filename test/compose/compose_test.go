@@ -10,6 +10,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
+	"github.com/latch-io/latch/internal/testcluster"
 )
 
 // maxOutage bounds the longest stretch without an acknowledged write: a
@@ -30,7 +31,7 @@ func TestReplaceVoter(t *testing.T) {
 	defer cancel()
 
 	p.up()
-	if !waitFor(60*time.Second, func() bool { return p.role(ctx, "o1") == "learner" && p.leaderName(ctx, "n1") != "" }) {
+	if !testcluster.WaitFor(60*time.Second, func() bool { return p.role(ctx, "o1") == "learner" && p.leaderName(ctx, "n1") != "" }) {
 		t.Fatalf("the cluster did not form with o1 as a learner within 60s")
 	}
 	t.Logf("cluster up in %v", time.Since(started).Round(time.Millisecond))
@@ -65,14 +66,14 @@ func TestReplaceVoter(t *testing.T) {
 	p.mustLatchctl(survivor, "members", "add", "n4", "--peer-url", "n4:2380", "--client-url", "http://n4:2379", "--learner")
 	p.must(2*time.Minute, "up", "-d", "--no-deps", "n4")
 	p.mustLatchctl(survivor, "members", "promote", "n4", "--wait", "60s")
-	if !waitFor(30*time.Second, func() bool { return p.role(ctx, "n4") == "follower" }) {
+	if !testcluster.WaitFor(30*time.Second, func() bool { return p.role(ctx, "n4") == "follower" }) {
 		t.Fatalf("n4 is %q after its promotion, want follower", p.role(ctx, "n4"))
 	}
 	p.logPhase(t, "removed "+victim+", added n4 as a learner, started and promoted it", phase)
 
 	phase = w.mark()
 	p.mustLatchctl(survivor, "leader", "transfer", "n4")
-	if !waitFor(20*time.Second, func() bool { return p.leaderName(ctx, survivor) == "n4" }) {
+	if !testcluster.WaitFor(20*time.Second, func() bool { return p.leaderName(ctx, survivor) == "n4" }) {
 		t.Fatalf("leadership did not move to n4")
 	}
 	waitAcked(t, w, 50)
@@ -112,7 +113,7 @@ func waitAcked(t *testing.T, w *writer, n int) {
 	t.Helper()
 	_, before := w.mark()()
 	want := before + max(n, 1)
-	if !waitFor(maxOutage+time.Duration(n)*100*time.Millisecond, func() bool { _, now := w.mark()(); return now >= want }) {
+	if !testcluster.WaitFor(maxOutage+time.Duration(n)*100*time.Millisecond, func() bool { _, now := w.mark()(); return now >= want }) {
 		t.Fatalf("writes did not progress: still below %d acknowledged", want)
 	}
 }
@@ -167,7 +168,7 @@ func (p *project) checkMembers(t *testing.T, survivor, victim string) {
 func (p *project) checkAcked(t *testing.T, ctx context.Context, service string, acked map[string]string, maxIndex uint64) {
 	t.Helper()
 	applied := func() bool { st, err := p.status(ctx, service); return err == nil && st.AppliedIndex >= maxIndex }
-	if !waitFor(30*time.Second, applied) {
+	if !testcluster.WaitFor(30*time.Second, applied) {
 		t.Fatalf("%s did not apply index %d", service, maxIndex)
 	}
 	c, err := client.New(client.Config{Endpoints: []string{p.ports[service]}})

@@ -191,20 +191,6 @@ func (p *project) status(ctx context.Context, service string) (*api.Status, erro
 	return c.StatusOf(ctx, p.ports[service])
 }
 
-// waitFor polls cond every 100ms until it holds or timeout passes.
-func waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // leaderName returns the name of the leader service agrees on ("" if none).
 func (p *project) leaderName(ctx context.Context, service string) string {
 	st, err := p.status(ctx, service)
