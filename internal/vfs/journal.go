@@ -261,14 +261,19 @@ func listTree(fs FS, root string) ([]journalEntry, error) {
 // one write(2); if SIGKILL tears it, the next NewJournal or CutToJournal
 // drops the torn part.
 func (j *Journal) append(record journalRecord) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.appendLocked(record)
+}
+
+// appendLocked is append with j.mu held, for a record that must follow the
+// extent state it was made from.
+func (j *Journal) appendLocked(record journalRecord) error {
 	line, err := json.Marshal(record)
 	if err != nil {
 		return fmt.Errorf("vfs: journal: encode %s record: %w", record.Op, err)
 	}
-	line = append(line, '\n')
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return appendLine(j.path, line)
+	return appendLine(j.path, append(line, '\n'))
 }
 
 func appendLine(path string, line []byte) error {
@@ -504,9 +509,12 @@ func (f *journalFile) Truncate(size int64) error {
 }
 
 // Sync fsyncs the file, then records what is now durable: everything the
-// process wrote to the inode, and its size. A failed journal append fails
-// the Sync, so the process stops rather than run with a journal that
-// under-states what it relied on.
+// process wrote to the inode, and its size. The record is appended under
+// the lock it was made under, so that two handles' syncs of one inode are
+// recorded in the order they read its extent (an Exact record replaces the
+// durable length: a later one must not precede an earlier one). A failed
+// journal append fails the Sync, so the process stops rather than run with
+// a journal that under-states what it relied on.
 func (f *journalFile) Sync() error {
 	if err := f.File.Sync(); err != nil {
 		return err
@@ -516,6 +524,7 @@ func (f *journalFile) Sync() error {
 		return fmt.Errorf("vfs: journal: %w", err)
 	}
 	f.journal.mu.Lock()
+	defer f.journal.mu.Unlock()
 	ext := f.journal.extentLocked(f.ino)
 	length := ext.written
 	if !ext.known {
@@ -523,6 +532,5 @@ func (f *journalFile) Sync() error {
 	}
 	record := journalRecord{Op: recordSync, Path: f.path, Ino: f.ino, Len: length, Size: info.Size(), Exact: ext.reset}
 	ext.reset = false
-	f.journal.mu.Unlock()
-	return f.journal.append(record)
+	return f.journal.appendLocked(record)
 }
