@@ -20,11 +20,11 @@ func (h *Handler) acquireLock(w http.ResponseWriter, r *http.Request) {
 	if err == nil && req.WaitMs > uint64(maxLockWait.Milliseconds()) {
 		err = api.Errorf(api.CodeInvalidArgument, "wait_ms over %d", maxLockWait.Milliseconds())
 	}
-	wait := time.Duration(req.WaitMs) * time.Millisecond
 	if err != nil {
 		h.writeError(w, err)
 		return
 	}
+	wait := time.Duration(req.WaitMs) * time.Millisecond
 	lock, err := h.server.AcquireLock(r.Context(), req.Name, session, wait)
 	var e *api.Error
 	if errors.As(err, &e) && e.Code == api.CodeLockNotHeld {
