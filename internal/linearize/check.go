@@ -164,24 +164,23 @@ func pruneUnobserved(history []porcupine.Operation) ([]porcupine.Operation, int)
 	// unclaimed version at most the highest one, unclaimed, and it came
 	// before every operation that made or read a higher version: it was
 	// called before the earliest return of those (cutoff).
+	highest := map[string]uint64{} // highest unclaimed version, 0 if none
 	cutoff := map[string]int64{}
 	for key, f := range final {
-		var highest uint64 // highest unclaimed version, 0 if none
-		for v := history[f].Output.(Output).Version; v >= 1 && highest == 0; v-- {
+		for v := history[f].Output.(Output).Version; v >= 1 && highest[key] == 0; v-- {
 			if !claimed[key][v] {
-				highest = v
+				highest[key] = v
 			}
-		}
-		cutoff[key] = math.MinInt64
-		if highest == 0 {
-			continue
 		}
 		cutoff[key] = math.MaxInt64
-		for _, op := range history {
-			in, out := op.Input.(Input), op.Output.(Output)
-			if in.Key == key && !out.Unknown && !out.Refused && out.Version > highest {
-				cutoff[key] = min(cutoff[key], op.Return)
-			}
+		if highest[key] == 0 {
+			cutoff[key] = math.MinInt64
+		}
+	}
+	for _, op := range history {
+		in, out := op.Input.(Input), op.Output.(Output)
+		if h := highest[in.Key]; h > 0 && !out.Unknown && !out.Refused && out.Version > h {
+			cutoff[in.Key] = min(cutoff[in.Key], op.Return)
 		}
 	}
 	keep := make([]porcupine.Operation, 0, len(history))
