@@ -274,12 +274,7 @@ func TestCallEndsOnce(t *testing.T) {
 // TestObservedUnknownWritesArePinned checks that writes of unknown outcome
 // that reads observed are bounded without changing a verdict.
 func TestObservedUnknownWritesArePinned(t *testing.T) {
-	tests := []struct {
-		name       string
-		history    []porcupine.Operation
-		want       porcupine.CheckResult
-		wantPinned int
-	}{
+	checkCounted(t, "pinned", func(r Result) int { return r.Pinned }, []countedCase{
 		{"observed unknown put", []porcupine.Operation{
 			op(0, put("x", "a"), wrote(1), 0, 1),
 			op(1, put("x", "b"), unknown, 2, -1),
@@ -306,15 +301,30 @@ func TestObservedUnknownWritesArePinned(t *testing.T) {
 			op(1, put("x", "b"), unknown, 2, -1),
 			op(2, get("x"), read("a", 1), 3, 4),
 		}, porcupine.Ok, 0},
-	}
+	})
+}
+
+// countedCase is a history, the verdict CheckOperations must reach on it,
+// and how many operations it must report in one of its counts.
+type countedCase struct {
+	name    string
+	history []porcupine.Operation
+	want    porcupine.CheckResult
+	count   int
+}
+
+// checkCounted runs CheckOperations on each case and compares the verdict
+// and the count that count reads from the result (named what).
+func checkCounted(t *testing.T, what string, count func(Result) int, tests []countedCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res, err := CheckOperations(tt.history, 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Outcome != tt.want || res.Pinned != tt.wantPinned {
-				t.Fatalf("got %s with %d pinned, want %s with %d", res.Outcome, res.Pinned, tt.want, tt.wantPinned)
+			if res.Outcome != tt.want || count(res) != tt.count {
+				t.Fatalf("got %s with %d %s, want %s with %d", res.Outcome, count(res), what, tt.want, tt.count)
 			}
 		})
 	}
@@ -345,12 +355,7 @@ func TestManyObservedUnknownWritesCheckQuickly(t *testing.T) {
 // drop writes of unknown outcome that no read observed, and that verdicts
 // do not change.
 func TestUnobservedUnknownWritesPruned(t *testing.T) {
-	tests := []struct {
-		name       string
-		history    []porcupine.Operation
-		want       porcupine.CheckResult
-		wantPruned int
-	}{
+	checkCounted(t, "pruned", func(r Result) int { return r.Pruned }, []countedCase{
 		{"final read finds the key absent", []porcupine.Operation{
 			op(1, put("x", "b"), unknown, 0, -1),
 			op(2, get("x"), absent, 5, 6),
@@ -389,18 +394,7 @@ func TestUnobservedUnknownWritesPruned(t *testing.T) {
 			op(2, get("x"), read("a", 1), 5, 6),
 			op(2, get("x"), read("d", 2), 7, 8),
 		}, porcupine.Illegal, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			res, err := CheckOperations(tt.history, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Outcome != tt.want || res.Pruned != tt.wantPruned {
-				t.Fatalf("got %s with %d pruned, want %s with %d", res.Outcome, res.Pruned, tt.want, tt.wantPruned)
-			}
-		})
-	}
+	})
 }
 
 // TestManyUnobservedUnknownWritesCheckQuickly: 40 writes of unknown outcome
