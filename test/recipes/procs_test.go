@@ -16,6 +16,7 @@ import (
 
 	"github.com/latch-io/latch/client"
 	"github.com/latch-io/latch/internal/proccluster"
+	"github.com/latch-io/latch/internal/testcluster"
 )
 
 // latchctlPackage is what buildLatchctl compiles.
@@ -188,16 +189,11 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// waitUntil polls cond every 10ms until it holds, failing the test after
-// timeout.
+// waitUntil waits until cond holds, failing the test after timeout.
 func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testcluster.WaitFor(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
 	}
 }
 
