@@ -96,10 +96,9 @@ func TestClientFailover(t *testing.T) {
 			if err := cluster.Restart(x); err != nil {
 				t.Fatal(err)
 			}
-			waitUntil(t, 20*time.Second, "the restarted member to rejoin", func() bool {
-				_, err := cluster.FindLeader(time.Second, 0, 1, 2)
-				return err == nil
-			})
+			if _, err := cluster.FindLeader(20*time.Second, 0, 1, 2); err != nil {
+				t.Fatalf("the restarted member did not rejoin: %v", err)
+			}
 		})
 	}
 }
