@@ -6,11 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"runtime/pprof"
-	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -52,21 +48,6 @@ type opSummary struct {
 	Latency      latencySummary `json:"latency"`
 }
 
-// latencySummary is in milliseconds.
-type latencySummary struct {
-	P50  float64 `json:"p50_ms"`
-	P99  float64 `json:"p99_ms"`
-	P999 float64 `json:"p999_ms"`
-	Max  float64 `json:"max_ms"`
-	Mean float64 `json:"mean_ms"`
-}
-
-func summarize(h *latency.Histogram) latencySummary {
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	return latencySummary{P50: ms(h.Quantile(0.5)), P99: ms(h.Quantile(0.99)), P999: ms(h.Quantile(0.999)),
-		Max: ms(h.Max()), Mean: ms(h.Mean())}
-}
-
 func (a *app) benchCommand() *cobra.Command {
 	cfg := benchConfig{}
 	var cpuProfile string
@@ -91,10 +72,7 @@ func (a *app) benchCommand() *cobra.Command {
 			result, err := profiled(cpuProfile, func() (*benchResult, error) {
 				return runBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
 			})
-			if err != nil {
-				return err
-			}
-			return a.print(result, func(w io.Writer) { printBench(w, result) })
+			return a.printResult(result, err, func(w io.Writer) { printBench(w, result) })
 		},
 	}
 	flags := cmd.Flags()
@@ -144,57 +122,46 @@ type benchWorker struct {
 // runBench prepares the keys, runs the workers for cfg.Duration (or until
 // ctx ends) and merges their figures.
 func runBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg benchConfig) (*benchResult, error) {
-	transport := client.NewTransport(client.Config{DialTimeout: dialTimeout})
-	defer transport.CloseIdleConnections()
+	target := newBenchTarget(endpoints, dialTimeout)
+	defer target.close()
 	keys := make([]string, cfg.Keys)
 	for i := range keys {
 		keys[i] = api.Join(cfg.Prefix, fmt.Sprintf("k%07d", i))
 	}
 	value := randomValue(cfg.ValueSize, cfg.Seed)
-	workers := make([]*benchWorker, cfg.Clients)
-	for i := range workers {
-		c, err := client.New(client.Config{Endpoints: endpoints, DialTimeout: dialTimeout, Transport: transport})
-		if err != nil {
-			return nil, usageError{err}
+	workers := make([]*benchWorker, 0, cfg.Clients)
+	defer func() {
+		for _, w := range workers {
+			_ = w.client.Close()
 		}
-		workers[i] = &benchWorker{client: c, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
-			reads: latency.New(), writes: latency.New(), errors: map[api.Code]uint64{}}
+	}()
+	for i := range cfg.Clients {
+		c, err := target.newClient()
+		if err != nil {
+			return nil, err
+		}
+		workers = append(workers, &benchWorker{client: c, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
+			reads: latency.New(), writes: latency.New(), errors: map[api.Code]uint64{}})
 	}
 	if cfg.Op != "put" {
 		if err := populate(ctx, workers, keys, value); err != nil {
 			return nil, fmt.Errorf("bench: writing the keys before reading them: %w", err)
 		}
 	}
-
-	var stop atomic.Bool
-	timer := time.AfterFunc(cfg.Duration, func() { stop.Store(true) })
-	defer timer.Stop()
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		<-runCtx.Done()
-		stop.Store(true)
-	}()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for _, w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.run(runCtx, &stop, cfg, keys, value)
-		}()
-	}
-	wg.Wait()
-	return collect(cfg, workers, time.Since(start)), nil
+	elapsed := runTimed(ctx, cfg.Duration, len(workers), func(stop context.Context, i int) {
+		workers[i].run(ctx, stop, cfg, keys, value)
+	})
+	return collect(cfg, workers, elapsed), nil
 }
 
-// run sends requests back to back until stop is set.
-func (w *benchWorker) run(ctx context.Context, stop *atomic.Bool, cfg benchConfig, keys []string, value string) {
+// run sends requests back to back until stop ends; a request in flight
+// then completes and counts, unless ctx ends too.
+func (w *benchWorker) run(ctx, stop context.Context, cfg benchConfig, keys []string, value string) {
 	var readOpts []client.ReadOption
 	if cfg.Consistency == api.Stale {
 		readOpts = append(readOpts, client.Stale())
 	}
-	for !stop.Load() {
+	for stop.Err() == nil {
 		key := keys[w.rng.IntN(len(keys))]
 		read := cfg.Op == "get" || (cfg.Op == "mixed" && w.rng.Float64() < cfg.ReadFraction)
 		started := time.Now()
@@ -223,13 +190,11 @@ func populate(ctx context.Context, workers []*benchWorker, keys []string, value 
 	var wg sync.WaitGroup
 	errs := make([]error, len(workers))
 	for i, w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for k := i; k < len(keys) && errs[i] == nil; k += len(workers) {
 				_, errs[i] = w.client.Put(ctx, keys[k], value)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -242,7 +207,6 @@ func collect(cfg benchConfig, workers []*benchWorker, elapsed time.Duration) *be
 		reads.Merge(w.reads)
 		writes.Merge(w.writes)
 		result.Errors += tallyErrors(result.ErrorsByCode, w.errors)
-		_ = w.client.Close()
 	}
 	all.Merge(reads)
 	all.Merge(writes)
@@ -280,63 +244,4 @@ func printBench(w io.Writer, r *benchResult) {
 		printLatency(w, "  latency", r.Writes.Latency)
 	}
 	printErrors(w, r.ErrorsByCode)
-}
-
-// tallyErrors adds a worker's error counts into byCode and returns how many
-// it added.
-func tallyErrors(byCode map[string]uint64, worker map[api.Code]uint64) uint64 {
-	var total uint64
-	for code, n := range worker {
-		byCode[string(code)] += n
-		total += n
-	}
-	return total
-}
-
-// printErrors writes one line per error code, in the order of the codes.
-func printErrors(w io.Writer, byCode map[string]uint64) {
-	codes := make([]string, 0, len(byCode))
-	for code := range byCode {
-		codes = append(codes, code)
-	}
-	sort.Strings(codes)
-	for _, code := range codes {
-		fmt.Fprintf(w, "  error %s: %d\n", code, byCode[code])
-	}
-}
-
-func printLatency(w io.Writer, label string, l latencySummary) {
-	fmt.Fprintf(w, "%s: p50 %.3fms  p99 %.3fms  p99.9 %.3fms  max %.3fms  mean %.3fms\n",
-		label, l.P50, l.P99, l.P999, l.Max, l.Mean)
-}
-
-// profiled runs run under a CPU profile written to path (none when empty).
-func profiled[Result any](path string, run func() (Result, error)) (Result, error) {
-	stop, err := startCPUProfile(path)
-	if err != nil {
-		var none Result
-		return none, err
-	}
-	defer stop()
-	return run()
-}
-
-// startCPUProfile starts a pprof CPU profile into path (none when empty)
-// and returns its stop.
-func startCPUProfile(path string) (stop func(), err error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	file, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("bench: cpu profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(file); err != nil {
-		_ = file.Close()
-		return nil, fmt.Errorf("bench: cpu profile: %w", err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		_ = file.Close()
-	}, nil
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -80,10 +78,7 @@ func (a *app) lockBenchCommand() *cobra.Command {
 			result, err := profiled(cpuProfile, func() (*lockBenchResult, error) {
 				return runLockBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
 			})
-			if err != nil {
-				return err
-			}
-			return a.print(result, func(w io.Writer) { printLockBench(w, result) })
+			return a.printResult(result, err, func(w io.Writer) { printLockBench(w, result) })
 		},
 	}
 	flags := cmd.Flags()
@@ -121,44 +116,22 @@ type lockWorker struct {
 // runLockBench creates the workers' sessions, runs them for cfg.Duration
 // (or until ctx ends), closes the sessions and merges the figures.
 func runLockBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg lockBenchConfig) (*lockBenchResult, error) {
-	transport := client.NewTransport(client.Config{DialTimeout: dialTimeout})
-	defer transport.CloseIdleConnections()
-	workers, err := newLockWorkers(ctx, endpoints, dialTimeout, transport, cfg)
+	target := newBenchTarget(endpoints, dialTimeout)
+	defer target.close()
+	workers, err := newLockWorkers(ctx, target, cfg)
 	defer closeLockWorkers(workers)
 	if err != nil {
 		return nil, err
 	}
-	sampler := &sessionBench{http: &http.Client{Transport: transport, Timeout: 30 * time.Second}, endpoints: endpoints, progress: io.Discard}
+	servers := serverSampler{http: target.httpClient(), endpoints: endpoints}
 	result := &lockBenchResult{lockBenchConfig: cfg, ErrorsByCode: map[string]uint64{}, LoadBefore: loadAverage()}
-	before, sampleErr := sampler.sample(ctx)
-
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var stopped atomic.Int64 // UnixNano of the stop
-	timer := time.AfterFunc(cfg.Duration, func() {
-		stopped.Store(time.Now().UnixNano())
-		cancel()
-	})
-	defer timer.Stop()
-	started := time.Now()
-	var wg sync.WaitGroup
-	for _, w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.run(runCtx)
-		}()
-	}
-	wg.Wait()
-	end := time.Now()
-	if at := stopped.Load(); at != 0 {
-		end = time.Unix(0, at)
-	}
-	result.DurationSeconds = end.Sub(started).Seconds()
+	before, sampleErr := servers.sample(ctx)
+	elapsed := runTimed(ctx, cfg.Duration, len(workers), func(stop context.Context, i int) { workers[i].run(stop) })
+	result.DurationSeconds = elapsed.Seconds()
 	result.LoadAfter = loadAverage()
 	var after []nodeSample
 	if sampleErr == nil {
-		after, sampleErr = sampler.sample(ctx)
+		after, sampleErr = servers.sample(ctx)
 	}
 	if sampleErr != nil {
 		result.MetricsError = sampleErr.Error()
@@ -171,25 +144,23 @@ func runLockBench(ctx context.Context, endpoints []string, dialTimeout time.Dura
 
 // newLockWorkers makes each worker's client, session and lock; sessions are
 // created in parallel.
-func newLockWorkers(ctx context.Context, endpoints []string, dialTimeout time.Duration, transport http.RoundTripper, cfg lockBenchConfig) ([]*lockWorker, error) {
+func newLockWorkers(ctx context.Context, target *benchTarget, cfg lockBenchConfig) ([]*lockWorker, error) {
 	workers := make([]*lockWorker, cfg.Clients)
 	errs := make([]error, cfg.Clients)
 	var wg sync.WaitGroup
 	for i := range workers {
-		c, err := client.New(client.Config{Endpoints: endpoints, DialTimeout: dialTimeout, Transport: transport})
+		c, err := target.newClient()
 		if err != nil {
-			return workers, usageError{err}
+			return workers, err
 		}
 		w := &lockWorker{client: c, acquire: latency.New(), release: latency.New(), errors: map[api.Code]uint64{}}
 		workers[i] = w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			w.session, errs[i] = c.NewSession(ctx, cfg.SessionTimeout)
 			if errs[i] == nil {
 				w.lock = recipe.NewLock(w.session, fmt.Sprintf("%s-%d", cfg.Prefix, i%cfg.Locks))
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -208,16 +179,14 @@ func closeLockWorkers(workers []*lockWorker) {
 		if w == nil {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if w.session != nil {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				_ = w.session.Close(ctx)
 				cancel()
 			}
 			_ = w.client.Close()
-		}()
+		})
 	}
 	wg.Wait()
 }

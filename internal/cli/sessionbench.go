@@ -1,15 +1,12 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/client"
 	"github.com/latch-io/latch/internal/cli/latency"
 )
 
@@ -43,31 +39,6 @@ type sessionBenchConfig struct {
 	Duration    time.Duration `json:"-"`
 	Batch       int           `json:"batch"`
 	Close       bool          `json:"close"`
-}
-
-// nodeSample is one server's /metrics and role at one moment.
-type nodeSample struct {
-	Endpoint     string  `json:"endpoint"`
-	Role         string  `json:"role"`
-	AppliedIndex uint64  `json:"applied_index"`
-	RSSBytes     float64 `json:"rss_bytes"`
-	HeapBytes    float64 `json:"heap_inuse_bytes"`
-	CPUSeconds   float64 `json:"cpu_seconds"`
-}
-
-// nodeDelta is a server's change over a phase.
-type nodeDelta struct {
-	Endpoint      string  `json:"endpoint"`
-	Role          string  `json:"role"`
-	AppliedDelta  int64   `json:"applied_index_delta"`
-	RSSBeforeMiB  float64 `json:"rss_before_mib"`
-	RSSAfterMiB   float64 `json:"rss_after_mib"`
-	HeapAfterMiB  float64 `json:"heap_inuse_after_mib"`
-	HeapPerSess   float64 `json:"heap_bytes_per_session,omitempty"`
-	CPUPercent    float64 `json:"cpu_percent"` // of one core, averaged over the phase
-	BytesPerSess  float64 `json:"rss_bytes_per_session,omitempty"`
-	PhaseSeconds  float64 `json:"phase_s"`
-	CPUSecondsUse float64 `json:"cpu_seconds"`
 }
 
 // sessionBenchResult is the report of a run.
@@ -134,20 +105,19 @@ func (cfg *sessionBenchConfig) validate() error {
 
 // sessionBench holds a run's HTTP client and endpoints.
 type sessionBench struct {
-	http      *http.Client
-	endpoints []string
-	progress  io.Writer
+	serverSampler
+	progress io.Writer
 }
 
 func runSessionBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg sessionBenchConfig, progress io.Writer) (*sessionBenchResult, error) {
-	transport := client.NewTransport(client.Config{DialTimeout: dialTimeout})
-	defer transport.CloseIdleConnections()
-	b := &sessionBench{http: &http.Client{Transport: transport, Timeout: 30 * time.Second}, endpoints: endpoints, progress: progress}
+	target := newBenchTarget(endpoints, dialTimeout)
+	defer target.close()
+	b := &sessionBench{serverSampler: serverSampler{http: target.httpClient(), endpoints: endpoints}, progress: progress}
 	result := &sessionBenchResult{sessionBenchConfig: cfg, IntervalSeconds: cfg.Interval.Seconds()}
 
 	before, err := b.sample(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("session-bench: %w", err)
 	}
 	ids, err := b.create(ctx, cfg, result)
 	if err != nil {
@@ -155,7 +125,7 @@ func runSessionBench(ctx context.Context, endpoints []string, dialTimeout time.D
 	}
 	created, err := b.sample(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("session-bench: %w", err)
 	}
 	result.Creation = deltas(before, created, result.CreateSeconds, len(ids))
 	fmt.Fprintf(progress, "session-bench: %d sessions in %.1fs (%.0f/s); heartbeating for %v\n",
@@ -166,7 +136,7 @@ func runSessionBench(ctx context.Context, endpoints []string, dialTimeout time.D
 	result.HeartbeatDuration = time.Since(started).Seconds()
 	after, err := b.sample(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("session-bench: %w", err)
 	}
 	result.Heartbeating = deltas(created, after, result.HeartbeatDuration, 0)
 	if cfg.Close {
@@ -215,9 +185,7 @@ func (b *sessionBench) create(ctx context.Context, cfg sessionBenchConfig, resul
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for ctx.Err() == nil {
 				k := next.Add(1) - 1
 				if k >= int64(cfg.Sessions) {
@@ -225,7 +193,7 @@ func (b *sessionBench) create(ctx context.Context, cfg sessionBenchConfig, resul
 				}
 				if cfg.Rate > 0 {
 					due := start.Add(time.Duration(float64(k) / cfg.Rate * float64(time.Second)))
-					time.Sleep(time.Until(due))
+					sleepUntil(ctx, due)
 				}
 				var s api.Session
 				err := b.post(ctx, b.endpoints[int(k)%len(b.endpoints)], "/v1/session/create",
@@ -239,7 +207,7 @@ func (b *sessionBench) create(ctx context.Context, cfg sessionBenchConfig, resul
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -269,9 +237,7 @@ func (b *sessionBench) heartbeat(ctx context.Context, cfg sessionBenchConfig, id
 	stop := phaseStart.Add(cfg.Duration)
 	var wg sync.WaitGroup
 	for k, batch := range batches {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			endpoint := b.endpoints[k%len(b.endpoints)]
 			offset := time.Duration(int64(cfg.Interval) * int64(k) / int64(len(batches)))
 			for round := 0; ctx.Err() == nil; round++ {
@@ -297,20 +263,11 @@ func (b *sessionBench) heartbeat(ctx context.Context, cfg sessionBenchConfig, id
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	result.HeartbeatLatency = summarize(histogram)
 	result.SpuriousExpiries = len(expired)
-}
-
-func sleepUntil(ctx context.Context, at time.Time) {
-	timer := time.NewTimer(time.Until(at))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-	case <-timer.C:
-	}
 }
 
 // closeAll closes ids, best effort.
@@ -318,131 +275,14 @@ func (b *sessionBench) closeAll(ctx context.Context, workers int, ids []string) 
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for k := next.Add(1) - 1; k < int64(len(ids)) && ctx.Err() == nil; k = next.Add(1) - 1 {
 				_ = b.post(ctx, b.endpoints[int(k)%len(b.endpoints)], "/v1/session/close",
 					api.SessionRequest{SessionID: ids[k]}, &api.Closed{})
 			}
-		}()
+		})
 	}
 	wg.Wait()
-}
-
-// sample reads every endpoint's role and metrics, once every endpoint has
-// applied the same index (or after settleTimeout), so that the applied index
-// deltas of consecutive phases do not borrow entries from each other.
-func (b *sessionBench) sample(ctx context.Context) ([]nodeSample, error) {
-	deadline := time.Now().Add(settleTimeout)
-	for {
-		out, err := b.sampleAll(ctx)
-		if err != nil || settled(out) || time.Now().After(deadline) {
-			return out, err
-		}
-		sleepUntil(ctx, time.Now().Add(50*time.Millisecond))
-	}
-}
-
-// settleTimeout bounds the wait for the endpoints to apply the same index.
-const settleTimeout = 10 * time.Second
-
-func settled(samples []nodeSample) bool {
-	for _, s := range samples {
-		if s.AppliedIndex != samples[0].AppliedIndex {
-			return false
-		}
-	}
-	return true
-}
-
-func (b *sessionBench) sampleAll(ctx context.Context) ([]nodeSample, error) {
-	out := make([]nodeSample, len(b.endpoints))
-	for i, endpoint := range b.endpoints {
-		s, err := b.sampleOne(ctx, endpoint)
-		if err != nil {
-			return nil, fmt.Errorf("session-bench: metrics of %s: %w", endpoint, err)
-		}
-		out[i] = s
-	}
-	return out, nil
-}
-
-func (b *sessionBench) sampleOne(ctx context.Context, endpoint string) (nodeSample, error) {
-	s := nodeSample{Endpoint: endpoint}
-	var status api.Status
-	if err := b.get(ctx, endpoint+"/v1/status", func(r io.Reader) error { return json.NewDecoder(r).Decode(&status) }); err != nil {
-		return s, err
-	}
-	s.Role = status.Role
-	metrics := map[string]float64{}
-	if err := b.get(ctx, endpoint+"/metrics", func(r io.Reader) error { return readMetrics(r, metrics) }); err != nil {
-		return s, err
-	}
-	s.AppliedIndex = uint64(metrics["latch_raft_applied_index"])
-	s.RSSBytes = metrics["process_resident_memory_bytes"]
-	s.CPUSeconds = metrics["process_cpu_seconds_total"]
-	s.HeapBytes = metrics["go_memstats_heap_inuse_bytes"]
-	return s, nil
-}
-
-func (b *sessionBench) get(ctx context.Context, u string, decode func(io.Reader) error) error {
-	request, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	response, err := b.http.Do(request)
-	if err != nil {
-		return err
-	}
-	defer response.Body.Close()
-	if response.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: status %d", u, response.StatusCode)
-	}
-	return decode(response.Body)
-}
-
-// readMetrics reads the unlabelled samples of a Prometheus text exposition.
-func readMetrics(r io.Reader, into map[string]float64) error {
-	scanner := bufio.NewScanner(r)
-	scanner.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for scanner.Scan() {
-		line := scanner.Text()
-		if line == "" || line[0] == '#' || strings.Contains(line, "{") {
-			continue
-		}
-		name, value, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err == nil {
-			into[name] = v
-		}
-	}
-	return scanner.Err()
-}
-
-// deltas compares two samples per endpoint over a phase of seconds;
-// sessions > 0 adds the resident bytes per session.
-func deltas(before, after []nodeSample, seconds float64, sessions int) []nodeDelta {
-	out := make([]nodeDelta, len(after))
-	for i := range after {
-		d := nodeDelta{
-			Endpoint: after[i].Endpoint, Role: after[i].Role,
-			AppliedDelta: int64(after[i].AppliedIndex) - int64(before[i].AppliedIndex),
-			RSSBeforeMiB: before[i].RSSBytes / (1 << 20), RSSAfterMiB: after[i].RSSBytes / (1 << 20),
-			HeapAfterMiB:  after[i].HeapBytes / (1 << 20),
-			CPUSecondsUse: after[i].CPUSeconds - before[i].CPUSeconds, PhaseSeconds: seconds,
-		}
-		d.CPUPercent = 100 * d.CPUSecondsUse / max(seconds, 1e-9)
-		if sessions > 0 {
-			d.BytesPerSess = (after[i].RSSBytes - before[i].RSSBytes) / float64(sessions)
-			d.HeapPerSess = (after[i].HeapBytes - before[i].HeapBytes) / float64(sessions)
-		}
-		out[i] = d
-	}
-	return out
 }
 
 func printSessionBench(w io.Writer, r *sessionBenchResult) {
@@ -461,15 +301,4 @@ func rateText(rate float64) string {
 		return "unlimited"
 	}
 	return fmt.Sprintf("%.0f/s", rate)
-}
-
-func printDeltas(w io.Writer, phase string, list []nodeDelta) {
-	for _, d := range list {
-		fmt.Fprintf(w, "  %s %s %-9s applied +%d, RSS %.1f -> %.1f MiB", phase, d.Endpoint, d.Role,
-			d.AppliedDelta, d.RSSBeforeMiB, d.RSSAfterMiB)
-		if d.BytesPerSess != 0 {
-			fmt.Fprintf(w, " (%.0f B/session; Go heap in use %.1f MiB, %.0f B/session)", d.BytesPerSess, d.HeapAfterMiB, d.HeapPerSess)
-		}
-		fmt.Fprintf(w, ", CPU %.1fs = %.1f%% of a core\n", d.CPUSecondsUse, d.CPUPercent)
-	}
 }
