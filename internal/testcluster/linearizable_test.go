@@ -17,6 +17,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/linearize"
+	"github.com/latch-io/latch/internal/testseed"
 )
 
 // Checker L over the real cluster: concurrent clients doing get/put/CAS on a
@@ -28,21 +29,7 @@ var seedFlag = flag.Int64("seed", 0, "seed of randomized cluster tests (default:
 
 // testSeed returns the seed of a randomized test and prints it.
 func testSeed(t *testing.T) int64 {
-	seed := *seedFlag
-	if seed == 0 {
-		if env := os.Getenv("LATCH_SEED"); env != "" {
-			s, err := strconv.ParseInt(env, 10, 64)
-			if err != nil {
-				t.Fatalf("LATCH_SEED=%q: %v", env, err)
-			}
-			seed = s
-		}
-	}
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	t.Logf("seed %d (rerun with -seed=%d or LATCH_SEED=%d)", seed, seed, seed)
-	return seed
+	return int64(testseed.Pick(t, uint64(*seedFlag), "LATCH_SEED"))
 }
 
 // workloadDuration is how long the nemesis runs: short by default, long with LATCH_LONG=1.
