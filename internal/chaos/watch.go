@@ -204,14 +204,20 @@ func (wt *watcher) follow(r *run, ws *watchSession, d time.Duration, quit <-chan
 				return
 			}
 			if item.event == nil {
-				ws.registrations[ws.conn.watchID].end = item.end
-				if strings.Contains(item.end, "session ended") || strings.Contains(item.end, string(api.CodeSessionExpired)) {
-					ws.ended = true
-				}
+				ws.streamEnded(item.end)
 				continue
 			}
 			wt.receive(r, ws, *item.event)
 		}
+	}
+}
+
+// streamEnded records why the current stream ended; a stream ended with
+// its session ends ws.
+func (ws *watchSession) streamEnded(end string) {
+	ws.registrations[ws.conn.watchID].end = end
+	if strings.Contains(end, "session ended") || strings.Contains(end, string(api.CodeSessionExpired)) {
+		ws.ended = true
 	}
 }
 
@@ -486,10 +492,7 @@ func (wt *watcher) drainConn(r *run, ws *watchSession, target uint64) {
 				wt.receive(r, ws, *item.event)
 				continue
 			}
-			ws.registrations[ws.conn.watchID].end = item.end
-			if strings.Contains(item.end, "session ended") {
-				ws.ended = true
-			}
+			ws.streamEnded(item.end)
 		}
 	}
 }
