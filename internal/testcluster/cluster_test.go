@@ -82,13 +82,14 @@ func TestPreconditions(t *testing.T) {
 	}
 }
 
-func createSession(t *testing.T, ctx context.Context, url string, timeoutMs uint64) string {
+// createSession creates a session through node url, failing the test if it cannot.
+func createSession(t *testing.T, ctx context.Context, url string, timeout time.Duration) api.Session {
 	t.Helper()
-	var s api.Session
-	if err := Do(ctx, "POST", url, "/v1/session/create", nil, api.SessionCreateRequest{TimeoutMs: timeoutMs}, &s); err != nil {
-		t.Fatalf("create session: %v", err)
+	s, err := CreateSession(ctx, url, timeout)
+	if err != nil {
+		t.Fatalf("create session through %s: %v", url, err)
 	}
-	return s.SessionID
+	return s
 }
 
 // TestLockQueue checks acquire/release through different nodes: the first
@@ -97,8 +98,8 @@ func createSession(t *testing.T, ctx context.Context, url string, timeoutMs uint
 func TestLockQueue(t *testing.T) {
 	c := New(t, 3, Options{})
 	ctx := ctxT(t, 30*time.Second)
-	a := createSession(t, ctx, c.URL(0), 10000)
-	b := createSession(t, ctx, c.URL(1), 10000)
+	a := createSession(t, ctx, c.URL(0), 10*time.Second).SessionID
+	b := createSession(t, ctx, c.URL(1), 10*time.Second).SessionID
 	acquire := func(url, session string, waitMs uint64) (api.Lock, error) {
 		var l api.Lock
 		err := Do(ctx, "POST", url, "/v1/lock/acquire", nil, api.LockRequest{Name: "R", SessionID: session, WaitMs: waitMs}, &l)
@@ -146,8 +147,8 @@ func TestLockQueue(t *testing.T) {
 func TestSessionExpiryReleasesLock(t *testing.T) {
 	c := New(t, 3, Options{MinSessionTTL: 200 * time.Millisecond})
 	ctx := ctxT(t, 30*time.Second)
-	a := createSession(t, ctx, c.URL(0), 300)
-	b := createSession(t, ctx, c.URL(1), 20000)
+	a := createSession(t, ctx, c.URL(0), 300*time.Millisecond).SessionID
+	b := createSession(t, ctx, c.URL(1), 20*time.Second).SessionID
 	var la, lb api.Lock
 	if err := Do(ctx, "POST", c.URL(0), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: a}, &la); err != nil {
 		t.Fatal(err)
@@ -201,7 +202,7 @@ func TestWatchOnFollower(t *testing.T) {
 	leader := c.WaitLeader(5 * time.Second)
 	follower := (leader + 1) % 3
 	url := c.URL(follower)
-	session := createSession(t, ctx, url, 10000)
+	session := createSession(t, ctx, url, 10*time.Second).SessionID
 	var w1, w2 api.Watch
 	if err := Do(ctx, "POST", url, "/v1/watch", nil, api.WatchRequest{Path: "/w/x", SessionID: session}, &w1); err != nil {
 		t.Fatal(err)
@@ -433,10 +434,7 @@ func TestSlowLeaderFsyncExpiresNoSession(t *testing.T) {
 	leader := c.WaitLeader(10 * time.Second)
 	var ids []string
 	for range 20 {
-		s, err := CreateSession(ctx, c.URL(leader), 1500*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := createSession(t, ctx, c.URL(leader), 1500*time.Millisecond)
 		ids = append(ids, s.SessionID)
 	}
 	stop := make(chan struct{})

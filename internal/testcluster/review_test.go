@@ -20,14 +20,8 @@ func TestReviewLockWaiterOfClosedSession(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	base := c.URL(0)
-	holder, err := CreateSession(ctx, base, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter, err := CreateSession(ctx, base, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := createSession(t, ctx, base, 10*time.Second)
+	waiter := createSession(t, ctx, base, 10*time.Second)
 	var held api.Lock
 	if err := Do(ctx, http.MethodPost, base, "/v1/lock/acquire", nil,
 		api.LockRequest{Name: "r", SessionID: holder.SessionID}, &held); err != nil || !held.Held {

@@ -138,10 +138,7 @@ func TestSessionExpiryDeletesEphemeralsEverywhere(t *testing.T) {
 	leader := c.WaitLeader(5 * time.Second)
 	follower := c.Others(leader)[0]
 	const timeout = time.Second
-	s, err := CreateSession(ctx, c.URL(follower), timeout)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := createSession(t, ctx, c.URL(follower), timeout)
 	owned := SessionWrite{SessionID: s.SessionID, Ephemeral: true}
 	if _, err := SessionPut(ctx, c.URL(follower), "/eph/plain", "x", owned); err != nil {
 		t.Fatal(err)
@@ -189,10 +186,7 @@ func TestSessionSurvivesLeaderCrash(t *testing.T) {
 	leader := c.WaitLeader(5 * time.Second)
 	follower := c.Others(leader)[0]
 	const timeout = time.Second
-	s, err := CreateSession(ctx, c.URL(follower), timeout)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := createSession(t, ctx, c.URL(follower), timeout)
 	if _, err := SessionPut(ctx, c.URL(follower), "/keep/me", "x", SessionWrite{SessionID: s.SessionID, Ephemeral: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -247,10 +241,7 @@ func TestPartitionedHeartbeatsExpire(t *testing.T) {
 			minority := tt.minority(c, c.WaitLeader(5*time.Second))
 			majority := c.Others(minority)
 			const timeout = 800 * time.Millisecond
-			s, err := CreateSession(ctx, c.URL(minority), timeout)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := createSession(t, ctx, c.URL(minority), timeout)
 			if _, err := SessionPut(ctx, c.URL(minority), "/part/me", "x", SessionWrite{SessionID: s.SessionID, Ephemeral: true}); err != nil {
 				t.Fatal(err)
 			}
@@ -285,10 +276,7 @@ func TestBatchedHeartbeat(t *testing.T) {
 	follower := c.Others(leader)[0]
 	var ids []string
 	for range 5 {
-		s, err := CreateSession(ctx, c.URL(leader), 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := createSession(t, ctx, c.URL(leader), 10*time.Second)
 		ids = append(ids, s.SessionID)
 	}
 	var closed api.Closed
@@ -317,10 +305,7 @@ func TestExactlyOnceRetries(t *testing.T) {
 	c := New(t, 3, Steady(Options{}))
 	ctx := ctxT(t, 30*time.Second)
 	leader := c.WaitLeader(5 * time.Second)
-	s, err := CreateSession(ctx, c.URL(leader), 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := createSession(t, ctx, c.URL(leader), 10*time.Second)
 	write := func(seq uint64) SessionWrite { return SessionWrite{SessionID: s.SessionID, RequestSeq: seq} }
 
 	t.Run("sequential create", func(t *testing.T) {
@@ -398,10 +383,7 @@ func TestExactlyOnceAcrossLeaderChange(t *testing.T) {
 			ctx := ctxT(t, 60*time.Second)
 			leader := c.WaitLeader(5 * time.Second)
 			follower := c.Others(leader)[0]
-			s, err := CreateSession(ctx, c.URL(leader), 20*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := createSession(t, ctx, c.URL(leader), 20*time.Second)
 			w := SessionWrite{SessionID: s.SessionID, RequestSeq: 7, Sequential: true}
 			type answer struct {
 				node api.Node
@@ -425,7 +407,10 @@ func TestExactlyOnceAcrossLeaderChange(t *testing.T) {
 				committed = "/xo/" + children.Children[0]
 			}
 
-			var retried api.Node
+			var (
+				retried api.Node
+				err     error
+			)
 			ok := waitFor(30*time.Second, func() bool {
 				retried, err = SessionPut(ctx, c.URL(follower), "/xo/item-", "v", w)
 				return err == nil
@@ -467,10 +452,7 @@ func TestSessionTimeoutClamped(t *testing.T) {
 	for k, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			node := k % len(c.Nodes)
-			s, err := CreateSession(ctx, c.URL(node), tt.requested)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := createSession(t, ctx, c.URL(node), tt.requested)
 			if s.TimeoutMs != tt.want {
 				t.Fatalf("requested %v: timeout_ms %d, want %d", tt.requested, s.TimeoutMs, tt.want)
 			}
@@ -496,10 +478,7 @@ func TestHeartbeatToCutOffNodeIsNotAlive(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
 	leader := c.WaitLeader(5 * time.Second)
 	cutOff := c.Others(leader)[0]
-	s, err := CreateSession(ctx, c.URL(cutOff), 800*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := createSession(t, ctx, c.URL(cutOff), 800*time.Millisecond)
 	c.WaitApplied(s.Index, 10*time.Second)
 	c.Net.Partition(c.IDs(cutOff), c.IDs(c.Others(cutOff)...))
 	waitSessionGone(t, ctx, c, c.LeaderIn(10*time.Second, c.Others(cutOff)...), s.SessionID, 20*time.Second)

@@ -88,10 +88,7 @@ func TestWatchKinds(t *testing.T) {
 	}
 	var watchers []*watcher
 	for _, node := range []int{c.Others(leader)[0], c.Others(leader)[1], leader} {
-		s, err := CreateSession(ctx, c.URL(node), 20*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := createSession(t, ctx, c.URL(node), 20*time.Second)
 		w := &watcher{node: node, session: s.SessionID, stream: openStream(t, c.URL(node), s.SessionID)}
 		for _, kind := range kinds {
 			spec := kind.spec
@@ -194,10 +191,7 @@ func TestWatchKnownIndexAcrossNodes(t *testing.T) {
 			if _, err := Put(ctx, c.URL(leader), "/r/x", "start", ""); err != nil {
 				t.Fatal(err)
 			}
-			s, err := CreateSession(ctx, c.URL(a), 20*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := createSession(t, ctx, c.URL(a), 20*time.Second)
 			onA := openStream(t, c.URL(a), s.SessionID)
 			spec := tt.spec
 			spec.SessionID = s.SessionID
@@ -315,10 +309,7 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := CreateSession(ctx, c.URL(follower), 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := createSession(t, ctx, c.URL(follower), 20*time.Second)
 	for range watches {
 		spec := api.WatchRequest{Path: "/slow", Recursive: true, Persistent: true, SessionID: s.SessionID}
 		if _, err := AddWatch(ctx, c.URL(follower), spec); err != nil {
