@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -114,10 +113,16 @@ type watchSession struct {
 	order         []string            // watch ids in registration order
 	byMember      map[string][]string // watch ids registered per member URL, to cancel on return
 	events        []receivedEvent
-	seen          map[string]bool // path@index received
+	seen          map[pathIndex]bool // events received
 	dropped       bool
 	ended         bool // the session expired or the server ended it
 	conn          *eventConn
+}
+
+// pathIndex names one change of a key: its path and the index that made it.
+type pathIndex struct {
+	path  string
+	index uint64
 }
 
 type registration struct {
@@ -173,7 +178,7 @@ func (wt *watcher) loop(r *run) {
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			ws = &watchSession{s: s, registrations: map[string]*registration{}, byMember: map[string][]string{}, seen: map[string]bool{}}
+			ws = &watchSession{s: s, registrations: map[string]*registration{}, byMember: map[string][]string{}, seen: map[pathIndex]bool{}}
 			wt.sessions = append(wt.sessions, ws)
 		}
 		if ws.conn == nil {
@@ -371,7 +376,7 @@ func (wt *watcher) receive(r *run, ws *watchSession, ev api.Event) {
 		r.anomaly("W: session %s: event %s %s@%d on %s after index %d in the same stream", ws.s.id, ev.Event, ev.Path, ev.Index, ws.conn.member, ws.last)
 		r.update(func(report *Report) { report.WatchReorders++ })
 	}
-	key := fmt.Sprintf("%s@%d", ev.Path, ev.Index)
+	key := pathIndex{ev.Path, ev.Index}
 	if ws.seen[key] {
 		r.anomaly("W: session %s: event %s %s@%d received twice (watch %s on %s)", ws.s.id, ev.Event, ev.Path, ev.Index, ev.WatchID, ws.conn.member)
 		r.update(func(report *Report) { report.WatchDuplicates++ })
@@ -536,7 +541,7 @@ func (ws *watchSession) around(index uint64) string {
 }
 
 func (w *watches) covered(ws *watchSession, write ackedWrite) bool {
-	if ws.seen[fmt.Sprintf("%s@%d", write.path, write.index)] {
+	if ws.seen[pathIndex{write.path, write.index}] {
 		for _, ev := range ws.events {
 			if ev.Path == write.path && ev.Index == write.index {
 				return true
@@ -555,10 +560,10 @@ func (w *watches) covered(ws *watchSession, write ackedWrite) bool {
 // a version has one index, versions increase with index, and both agree
 // with the acknowledged writes and the final state.
 func (w *watches) checkCommitted(r *run, acked []ackedWrite, final map[string]api.Node) {
-	indexOf := map[string]uint64{} // path@version -> index, from acks and non-catch-up events
-	source := map[string]string{}
+	indexOf := map[pathVersion]uint64{} // from acks, the final state and non-catch-up events
+	source := map[pathVersion]string{}
 	note := func(path string, version, index uint64, from string) {
-		key := fmt.Sprintf("%s@v%d", path, version)
+		key := pathVersion{path, version}
 		if prev, ok := indexOf[key]; ok && prev != index {
 			r.anomaly("W: %s version %d at index %d (%s) and at index %d (%s)", path, version, prev, source[key], index, from)
 			r.update(func(report *Report) { report.WatchUncommitted++ })
@@ -589,17 +594,18 @@ func (w *watches) checkCommitted(r *run, acked []ackedWrite, final map[string]ap
 	w.checkVersionOrder(r, indexOf)
 }
 
+// pathVersion names one version of a key.
+type pathVersion struct {
+	path    string
+	version uint64
+}
+
 // checkVersionOrder: per key, a later version was written at a later index.
-func (w *watches) checkVersionOrder(r *run, indexOf map[string]uint64) {
+func (w *watches) checkVersionOrder(r *run, indexOf map[pathVersion]uint64) {
 	type write struct{ version, index uint64 }
 	byPath := map[string][]write{}
 	for key, index := range indexOf {
-		path, version, _ := strings.Cut(key, "@v")
-		v, err := strconv.ParseUint(version, 10, 64)
-		if err != nil {
-			continue
-		}
-		byPath[path] = append(byPath[path], write{v, index})
+		byPath[key.path] = append(byPath[key.path], write{key.version, index})
 	}
 	for path, writes := range byPath {
 		sort.Slice(writes, func(a, b int) bool { return writes[a].version < writes[b].version })
@@ -614,7 +620,7 @@ func (w *watches) checkVersionOrder(r *run, indexOf map[string]uint64) {
 }
 
 func (w *watches) checkEvent(r *run, ws *watchSession, ev receivedEvent, final map[string]api.Node,
-	indexOf map[string]uint64, note func(string, uint64, uint64, string)) {
+	indexOf map[pathVersion]uint64, note func(string, uint64, uint64, string)) {
 	node, exists := final[ev.Path]
 	bad := func(why string) {
 		r.anomaly("W: session %s received %s %s version %d at index %d: %s", ws.s.id, ev.Event.Event, ev.Path, ev.Version, ev.Index, why)
@@ -628,10 +634,10 @@ func (w *watches) checkEvent(r *run, ws *watchSession, ev receivedEvent, final m
 	case ev.catchUp:
 		// The version current at the registration index: its write is at or
 		// before it, the next version's after it.
-		if at, ok := indexOf[fmt.Sprintf("%s@v%d", ev.Path, ev.Version)]; ok && at > ev.Index {
+		if at, ok := indexOf[pathVersion{ev.Path, ev.Version}]; ok && at > ev.Index {
 			bad(fmt.Sprintf("catch-up names a version written later, at index %d", at))
 		}
-		if next, ok := indexOf[fmt.Sprintf("%s@v%d", ev.Path, ev.Version+1)]; ok && next <= ev.Index {
+		if next, ok := indexOf[pathVersion{ev.Path, ev.Version + 1}]; ok && next <= ev.Index {
 			bad(fmt.Sprintf("catch-up names a version replaced at index %d", next))
 		}
 	default:
