@@ -7,7 +7,6 @@ package fanout
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/proccluster"
+	"github.com/latch-io/latch/internal/testcluster"
 )
 
 const hotKey = "/fanout/hot"
@@ -66,7 +66,7 @@ func measure(t *testing.T, watchers int, spread bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	if err := do(ctx, "PUT", urls[leader], "/v1/kv"+hotKey, api.PutRequest{Value: "0"}, nil); err != nil {
+	if err := testcluster.Do(ctx, "PUT", urls[leader], "/v1/kv"+hotKey, nil, api.PutRequest{Value: "0"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	rssBefore := rss(t, urls)
@@ -103,7 +103,7 @@ func measure(t *testing.T, watchers int, spread bool) {
 	for i := range writes {
 		var n api.Node
 		sent := time.Now()
-		if err := do(ctx, "PUT", urls[leader], "/v1/kv"+hotKey, api.PutRequest{Value: strconv.Itoa(i + 1)}, &n); err != nil {
+		if err := testcluster.Do(ctx, "PUT", urls[leader], "/v1/kv"+hotKey, nil, api.PutRequest{Value: strconv.Itoa(i + 1)}, &n); err != nil {
 			t.Fatal(err)
 		}
 		acked[n.Index] = sent
@@ -130,7 +130,7 @@ func createSessions(t *testing.T, ctx context.Context, urls []string, n int) []s
 			defer wg.Done()
 			defer func() { <-sem }()
 			var s api.Session
-			if err := do(ctx, "POST", urls[i%len(urls)], "/v1/session/create", api.SessionCreateRequest{TimeoutMs: 60000}, &s); err != nil {
+			if err := testcluster.Do(ctx, "POST", urls[i%len(urls)], "/v1/session/create", nil, api.SessionCreateRequest{TimeoutMs: 60000}, &s); err != nil {
 				failed.Do(func() { t.Errorf("create session: %v", err) })
 				return
 			}
@@ -155,7 +155,7 @@ func watchAndRead(ctx context.Context, t *testing.T, base, id string, arrivals *
 		return
 	}
 	defer resp.Body.Close()
-	if err := do(ctx, "POST", base, "/v1/watch", api.WatchRequest{Path: hotKey, SessionID: id, Persistent: true}, nil); err != nil {
+	if err := testcluster.Do(ctx, "POST", base, "/v1/watch", nil, api.WatchRequest{Path: hotKey, SessionID: id, Persistent: true}, nil); err != nil {
 		t.Errorf("watch: %v", err)
 		return
 	}
@@ -187,21 +187,23 @@ func (a *arrivals) record(index uint64, when time.Time) {
 	a.mu.Unlock()
 }
 
+// count returns how many notifications of index arrived.
+func (a *arrivals) count(index uint64) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.at[index])
+}
+
+// waitAll waits until every watcher got every acknowledged write.
 func (a *arrivals) waitAll(acked map[uint64]time.Time, watchers int, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		a.mu.Lock()
-		done := true
+	return testcluster.WaitFor(timeout, func() bool {
 		for index := range acked {
-			done = done && len(a.at[index]) >= watchers
+			if a.count(index) < watchers {
+				return false
+			}
 		}
-		a.mu.Unlock()
-		if done {
-			return true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return false
+		return true
+	})
 }
 
 func (a *arrivals) missing(acked map[uint64]time.Time, watchers int) string {
@@ -267,26 +269,4 @@ func rss(t *testing.T, urls []string) []float64 {
 		}
 	}
 	return out
-}
-
-// do sends a JSON request and decodes a 200 reply into out.
-func do(ctx context.Context, method, base, path string, in, out any) error {
-	body, _ := json.Marshal(in)
-	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, data)
-	}
-	if out != nil {
-		return json.Unmarshal(data, out)
-	}
-	return nil
 }
