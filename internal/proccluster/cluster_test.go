@@ -1,19 +1,18 @@
 package proccluster
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/testcluster"
 )
 
 func TestMain(m *testing.M) {
@@ -38,8 +37,7 @@ func TestLifecycle(t *testing.T) {
 	if next == leader {
 		t.Fatalf("paused member %d still leads", leader)
 	}
-	var written api.Node
-	err := call(http.MethodPut, c.Members[next].ClientURL+"/v1/kv/lifecycle", api.PutRequest{Value: "v1"}, &written)
+	written, err := testcluster.Put(context.Background(), c.Members[next].ClientURL, "/lifecycle", "v1", "")
 	if err != nil {
 		t.Fatalf("put through new leader: %v", err)
 	}
@@ -57,39 +55,18 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitLeader(30 * time.Second)
-	url := fmt.Sprintf("%s/v1/kv/lifecycle?consistency=stale&min_index=%d", c.Members[leader].ClientURL, written.Index)
-	var read api.Node
-	if err := call(http.MethodGet, url, nil, &read); err != nil || read.Value != "v1" {
-		t.Fatalf("restarted member %s lacks /lifecycle", c.Members[leader].Name)
+	if read, err := readStale(c.Members[leader].ClientURL, "/lifecycle", written.Index); err != nil || read.Value != "v1" {
+		t.Fatalf("restarted member %s lacks /lifecycle: %q, %v", c.Members[leader].Name, read.Value, err)
 	}
 }
 
-// call sends one JSON request and decodes a 200 reply.
-func call(method, url string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		data, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(data)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, data)
-	}
-	return json.Unmarshal(data, out)
+// readStale reads key on the member at base, a stale read served once the
+// member has applied minIndex.
+func readStale(base, key string, minIndex uint64) (api.Node, error) {
+	q := url.Values{"consistency": {api.Stale}, "min_index": {strconv.FormatUint(minIndex, 10)}}
+	var node api.Node
+	err := testcluster.Do(context.Background(), http.MethodGet, base, "/v1/kv"+key, q, nil, &node)
+	return node, err
 }
 
 // TestNetnsPartition: with members in namespaces, an isolated leader is

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/testcluster"
 	"github.com/latch-io/latch/internal/testseed"
 	"github.com/latch-io/latch/internal/vfs"
 )
@@ -67,17 +68,15 @@ func TestCrashLosingUnsynced(t *testing.T) {
 	}
 
 	leader := c.WaitLeader(30 * time.Second)
-	var final api.Node
-	if err := call(http.MethodPut, c.Members[leader].ClientURL+"/v1/kv/crash/final", api.PutRequest{Value: "served"}, &final); err != nil {
+	final, err := testcluster.Put(context.Background(), c.Members[leader].ClientURL, "/crash/final", "served", "")
+	if err != nil {
 		t.Fatalf("cluster does not serve writes after the crashes: %v", err)
 	}
 	acked := load.snapshot()
 	lost := 0
 	for i, m := range c.Members {
 		for key, write := range acked {
-			url := fmt.Sprintf("%s/v1/kv%s?consistency=stale&min_index=%d", m.ClientURL, key, final.Index)
-			var node api.Node
-			if err := call(http.MethodGet, url, nil, &node); err != nil || node.Value != write.value {
+			if node, err := readStale(m.ClientURL, key, final.Index); err != nil || node.Value != write.value {
 				lost++
 				if lost <= 10 {
 					t.Errorf("member %d (%s) lost acknowledged write %s = %q (index %d): got %q, %v", i, m.Name, key, write.value, write.index, node.Value, err)
