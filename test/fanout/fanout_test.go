@@ -107,7 +107,10 @@ func measure(t *testing.T, watchers int, spread bool) {
 			t.Fatal(err)
 		}
 		acked[n.Index] = sent
-		time.Sleep(500 * time.Millisecond) // paced writes, so each fan-out is measured alone
+		// Paced: the next write waits for this one's fan-out to finish, so
+		// each is measured alone (a fan-out that never finishes is reported
+		// below).
+		testcluster.WaitFor(time.Minute, func() bool { return arrivals.count(n.Index) >= watchers })
 	}
 	if !arrivals.waitAll(acked, watchers, time.Minute) {
 		t.Errorf("not every watcher got every write within a minute: %s", arrivals.missing(acked, watchers))
