@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -140,7 +141,7 @@ const maxReported = 5
 // checkOrder is Q: sorted by created index, counters strictly increase.
 func (w *sequences) checkOrder(r *run, parent string, nodes []api.Node) {
 	sorted := slices.Clone(nodes)
-	slices.SortFunc(sorted, func(a, b api.Node) int { return int(a.CreatedIndex) - int(b.CreatedIndex) })
+	slices.SortFunc(sorted, func(a, b api.Node) int { return cmp.Compare(a.CreatedIndex, b.CreatedIndex) })
 	bad := 0
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i].Path <= sorted[i-1].Path || sorted[i].CreatedIndex == sorted[i-1].CreatedIndex {
@@ -159,15 +160,15 @@ func (w *sequences) checkOrder(r *run, parent string, nodes []api.Node) {
 // checkPresent is D: every member lists every acknowledged child, and all
 // members list the same children.
 func (w *sequences) checkPresent(r *run, parent string, nodes []api.Node) error {
-	var minIndex uint64
+	var newest uint64 // every member must have applied it: the listing's min_index
 	for _, n := range nodes {
-		minIndex = max(minIndex, n.CreatedIndex)
+		newest = max(newest, n.CreatedIndex)
 	}
 	var first []string
 	for i, m := range r.cluster.Members {
 		ctx, cancel := requestContext()
 		var children api.Children
-		query := url.Values{"children": {"true"}, "consistency": {api.Stale}, "min_index": {strconv.FormatUint(minIndex, 10)}}
+		query := url.Values{"children": {"true"}, "consistency": {api.Stale}, "min_index": {strconv.FormatUint(newest, 10)}}
 		err := callKV(ctx, http.MethodGet, m.ClientURL, parent, query, nil, &children)
 		cancel()
 		if err != nil {
