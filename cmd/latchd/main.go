@@ -96,21 +96,19 @@ func withProfiling(api http.Handler) http.Handler {
 	return mux
 }
 
-// usage prints the flags, leaving out the test-only "unsafe-" ones.
+// usage prints the flags as the flag package does, leaving out the
+// test-only "unsafe-" ones.
 func usage(fs *flag.FlagSet) {
-	out := fs.Output()
-	fmt.Fprintf(out, "Usage of latchd:\n")
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	shown.SetOutput(fs.Output())
 	fs.VisitAll(func(f *flag.Flag) {
-		if strings.HasPrefix(f.Name, "unsafe-") {
-			return
+		if !strings.HasPrefix(f.Name, "unsafe-") {
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue // not the value parsed so far
 		}
-		name, text := flag.UnquoteUsage(f)
-		fmt.Fprintf(out, "  --%s %s\n    \t%s", f.Name, name, text)
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-			fmt.Fprintf(out, " (default %q)", f.DefValue)
-		}
-		fmt.Fprintln(out)
 	})
+	fmt.Fprintf(shown.Output(), "Usage of %s:\n", fs.Name())
+	shown.PrintDefaults()
 }
 
 func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
