@@ -1,22 +1,17 @@
 package testcluster
 
 import (
-	"github.com/latch-io/latch/internal/server"
-	"sync"
-	"syscall"
-
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/latch-io/latch/internal/vfs"
-	"net/http"
-	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/vfs"
 )
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -167,26 +162,16 @@ func TestSessionExpiryReleasesLock(t *testing.T) {
 	c.EnsureSame(10 * time.Second)
 }
 
-// readEvents reads SSE events from node url's stream of session until n
-// arrived or the context ends.
-func readEvents(t *testing.T, ctx context.Context, url, session string, n int) []api.Event {
+// nextEvents returns the next n events of stream, failing the test if it
+// ends or timeout passes first.
+func nextEvents(t *testing.T, stream *EventStream, n int, timeout time.Duration) []api.Event {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/v1/session/"+session+"/events", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("open event stream: %v", err)
-	}
-	defer resp.Body.Close()
+	deadline := time.Now().Add(timeout)
 	var out []api.Event
-	sc := bufio.NewScanner(resp.Body)
-	for len(out) < n && sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+	for len(out) < n {
+		ev, ok := stream.Next(time.Until(deadline))
 		if !ok {
-			continue
-		}
-		var ev api.Event
-		if err := json.Unmarshal([]byte(line), &ev); err != nil {
-			t.Fatalf("event %q: %v", line, err)
+			t.Fatalf("%d of %d events before the stream ended or %v passed (reason %q): %+v", len(out), n, timeout, stream.Reason(), out)
 		}
 		out = append(out, ev)
 	}
@@ -210,14 +195,13 @@ func TestWatchOnFollower(t *testing.T) {
 	if err := Do(ctx, "POST", url, "/v1/watch", nil, api.WatchRequest{Path: "/w", Recursive: true, Persistent: true, SessionID: session}, &w2); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan []api.Event, 1)
-	go func() { got <- readEvents(t, ctx, url, session, 6) }()
+	stream := openStream(t, url, session)
 	for _, p := range []string{"/w/x", "/w/x", "/w/y"} {
 		if _, err := Put(ctx, c.URL(leader), p, "v", ""); err != nil {
 			t.Fatal(err)
 		}
 	}
-	events := <-got
+	events := nextEvents(t, stream, 6, 20*time.Second)
 	var oneShot int
 	for i, ev := range events {
 		if i > 0 && ev.Index < events[i-1].Index {
