@@ -91,15 +91,8 @@ func (w *locks) client(r *run, worker int) {
 	defer r.wg.Done()
 	var s *session
 	for !r.stopped() {
-		if s == nil || s.expired() {
-			if s != nil {
-				s.stop()
-			}
-			s = newSession(r, sessionTimeout)
-			if s == nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
+		if s = renewSession(r, s, sessionTimeout); s == nil {
+			continue
 		}
 		w.round(r, s, worker)
 	}

@@ -42,15 +42,12 @@ func (w *sequences) client(r *run, worker int) {
 	var s *session
 	seq := uint64(0)
 	for !r.stopped() {
-		if s == nil || s.expired() {
-			if s != nil {
-				s.stop()
-			}
-			s, seq = newSession(r, 10*time.Second), 0
-			if s == nil {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
+		renewed := renewSession(r, s, 10*time.Second)
+		if renewed != s {
+			seq = 0 // request_seq counts per session
+		}
+		if s = renewed; s == nil {
+			continue
 		}
 		seq++
 		parent := fmt.Sprintf("/seq/p%d", r.intn(sequenceParents))

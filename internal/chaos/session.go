@@ -36,6 +36,23 @@ func newSession(r *run, timeout time.Duration) *session {
 	return s
 }
 
+// renewSession returns s while it is alive. Otherwise it stops s's
+// heartbeats and opens a new session with timeout on a random member; when
+// none could be opened it backs off 100ms and returns nil.
+func renewSession(r *run, s *session, timeout time.Duration) *session {
+	if s != nil && !s.expired() {
+		return s
+	}
+	if s != nil {
+		s.stop()
+	}
+	fresh := newSession(r, timeout)
+	if fresh == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fresh
+}
+
 func (s *session) heartbeats(r *run) {
 	ticker := time.NewTicker(s.timeout / 5)
 	defer ticker.Stop()
