@@ -170,8 +170,11 @@ func (wt *watcher) loop(r *run) {
 	for !r.stopped() {
 		ws := wt.current()
 		if ws == nil || ws.ended {
-			if ws != nil && ws.conn != nil {
-				ws.conn.cancel()
+			if ws != nil {
+				if ws.conn != nil {
+					ws.conn.cancel()
+				}
+				ws.s.stop() // abandoned: no more heartbeats keeping it and its watches alive
 			}
 			s := newSession(r, watchTimeout)
 			if s == nil {
