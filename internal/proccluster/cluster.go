@@ -217,14 +217,15 @@ func (c *Cluster) start(i int) error {
 	m.proc, m.pid, m.paused, m.err = cmd.Process, cmd.Process.Pid, false, nil
 	exited := make(chan struct{})
 	m.exited = exited
-	go m.reap(cmd, exited)
 	track(cmd.Process, exited)
+	go m.reap(cmd, exited)
 	return nil
 }
 
 // reap waits for the process and records how it ended.
 func (m *Member) reap(cmd *exec.Cmd, exited chan struct{}) {
 	err := cmd.Wait()
+	untrack(cmd.Process)
 	m.mu.Lock()
 	if m.proc == cmd.Process {
 		m.proc, m.pid, m.paused = nil, 0, false

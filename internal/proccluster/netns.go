@@ -296,18 +296,19 @@ var (
 	tracked   = map[*os.Process]chan struct{}{} // started and not yet reaped
 )
 
-// track remembers a started process until it is reaped, so that the
-// signal handler can kill it.
+// track remembers a started process until untrack, when it is reaped, so
+// that the signal handler can kill it; exited is closed once it is reaped.
 func track(proc *os.Process, exited chan struct{}) {
 	trackedMu.Lock()
 	tracked[proc] = exited
 	trackedMu.Unlock()
-	go func() {
-		<-exited
-		trackedMu.Lock()
-		delete(tracked, proc)
-		trackedMu.Unlock()
-	}()
+}
+
+// untrack forgets a reaped process.
+func untrack(proc *os.Process) {
+	trackedMu.Lock()
+	delete(tracked, proc)
+	trackedMu.Unlock()
 }
 
 // killTracked sends SIGKILL to every process this package started and
