@@ -136,11 +136,11 @@ func TestKillLeaderUnderLoad(t *testing.T) {
 	if lost > 0 {
 		t.Fatalf("%d acknowledged writes missing", lost)
 	}
-	var hashes bytes.Buffer
+	var views bytes.Buffer // each member's term and applied index, for the log
 	for i, m := range c.Members {
 		st, _ := c.Status(i)
-		fmt.Fprintf(&hashes, " %s(term %d, applied %d)", m.Name, st.Term, st.AppliedIndex)
+		fmt.Fprintf(&views, " %s(term %d, applied %d)", m.Name, st.Term, st.AppliedIndex)
 	}
 	t.Logf("D: %d acknowledged writes present on all 3 members after kill -9 of leader %s and restart; %d writes failed or unknown;%s",
-		len(l.acked), killed.Name, l.failed.Load(), hashes.String())
+		len(l.acked), killed.Name, l.failed.Load(), views.String())
 }
