@@ -12,7 +12,8 @@ func TestIdleStreamCut(t *testing.T) {
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	cut := make(chan struct{})
-	ir := watchIdle(pr, time.Second, func() { close(cut) })
+	const timeout = 500 * time.Millisecond
+	ir := watchIdle(pr, timeout, func() { close(cut) })
 	defer ir.stop()
 	go func() {
 		buf := make([]byte, 8)
@@ -22,7 +23,9 @@ func TestIdleStreamCut(t *testing.T) {
 			}
 		}
 	}()
-	for range 10 { // bytes every 20ms: never a second of silence
+	// Bytes every 20ms for three timeouts: never a timeout of silence, so
+	// only the reads keep the stream from being cut.
+	for sending := time.Now(); time.Since(sending) < 3*timeout; {
 		pw.Write([]byte(": ping\n\n"))
 		select {
 		case <-cut:
