@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 // until stopped, and counts what came back.
 type heartbeater struct {
 	stop     chan struct{}
+	once     sync.Once // closes stop
 	done     chan struct{}
 	beats    atomic.Int64 // answered alive
 	expired  atomic.Int64 // answered session_expired
@@ -56,9 +58,10 @@ func startHeartbeats(base, session string, interval time.Duration) *heartbeater 
 	return h
 }
 
-// halt stops the heartbeats and returns when the last one was answered.
+// halt stops the heartbeats and returns when the last one was answered; it
+// may be called again.
 func (h *heartbeater) halt() time.Time {
-	close(h.stop)
+	h.once.Do(func() { close(h.stop) })
 	<-h.done
 	return time.Now()
 }
@@ -191,13 +194,7 @@ func TestSessionSurvivesLeaderCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	beats := startHeartbeats(c.URL(follower), s.SessionID, timeout/4)
-	defer func() {
-		select {
-		case <-beats.stop:
-		default:
-			beats.halt()
-		}
-	}()
+	defer beats.halt()
 	beats.waitBeats(t, 2, 10*time.Second)
 
 	c.Crash(leader)
