@@ -72,9 +72,6 @@ func TestPreconditions(t *testing.T) {
 	if err != nil || n.Value != "c" || n.Version != 2 {
 		t.Fatalf("get after CAS: %+v, %v", n, err)
 	}
-	if !errors.Is(err, nil) {
-		t.Fatal(err)
-	}
 }
 
 // createSession creates a session through node url, failing the test if it cannot.
@@ -248,9 +245,8 @@ func TestMembershipChanges(t *testing.T) {
 		t.Fatalf("n4 caught up without a snapshot (log compacted at every 20 entries)")
 	}
 	got, err := Get(ctx, c.URL(n4), "/m/k3", api.Linearizable)
-	if err != nil || got.Value != "59" && got.Value != "52" && got.Value != "45" {
-		// k3 was last written by i=59? 59%7=3: yes.
-		t.Fatalf("linearizable read through the learner: %+v, %v", got, err)
+	if err != nil || got.Value != "59" { // the last of the 60 acknowledged writes to /m/k3 (59%7 == 3)
+		t.Fatalf("linearizable read through the learner: %+v, %v; want 59", got, err)
 	}
 	// A voter cannot be removed while a quorum would not remain... promote first.
 	var promoted api.Member
