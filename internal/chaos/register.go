@@ -105,7 +105,7 @@ func (w *registers) do(r *run, id int, in linearize.Input) (linearize.Output, ou
 	ctx, cancel := requestContext()
 	defer cancel()
 	base := r.node()
-	call := w.recorder.Begin(id, in)
+	op := w.recorder.Begin(id, in)
 	var node api.Node
 	var err error
 	switch in.Kind {
@@ -123,27 +123,28 @@ func (w *registers) do(r *run, id int, in linearize.Input) (linearize.Output, ou
 	switch {
 	case err == nil && in.Kind == linearize.Get:
 		out := linearize.Output{Found: true, Value: node.Value, Version: node.Version}
-		call.Return(out)
+		op.Return(out)
 		return out, outcomeKnown
 	case err == nil:
 		out := linearize.Output{Version: node.Version}
-		call.Return(out)
+		op.Return(out)
 		return out, outcomeKnown
 	case in.Kind == linearize.Get && code(err) == api.CodeNotFound:
-		call.Return(linearize.Output{})
+		op.Return(linearize.Output{})
 		return linearize.Output{}, outcomeKnown
 	case in.Kind == linearize.CAS && code(err) == api.CodePreconditionFailed:
-		call.Return(linearize.Output{Refused: true})
+		op.Return(linearize.Output{Refused: true})
 		return linearize.Output{Refused: true}, outcomeKnown
 	case errors.Is(err, errNotSent):
-		call.Drop()
+		op.Drop()
 		return linearize.Output{}, outcomeNotSent
 	default:
-		call.Unknown()
+		op.Unknown()
 		return linearize.Output{}, outcomeUnknown
 	}
 }
 
+// callKV is call on the key-value path of key.
 func callKV(ctx context.Context, method, base, key string, query url.Values, in, out any) error {
 	return call(ctx, method, base, "/v1/kv"+key, query, in, out)
 }
