@@ -110,10 +110,19 @@ func (w *workload) client(random *rand.Rand) {
 			linearize.Observe(versions, in, out)
 		case linearize.LeftOpen:
 			id = w.rec.NewClient()
-			time.Sleep(time.Duration(10+random.IntN(40)) * time.Millisecond) // pacing, not correctness
+			w.pause(random, 10, 40)
 		case linearize.Dropped:
-			time.Sleep(time.Duration(5+random.IntN(20)) * time.Millisecond)
+			w.pause(random, 5, 20)
 		}
+	}
+}
+
+// pause waits a random few milliseconds (pacing after a failure, not
+// correctness), or until the workload stops.
+func (w *workload) pause(random *rand.Rand, minMillis, spreadMillis int) {
+	select {
+	case <-time.After(time.Duration(minMillis+random.IntN(spreadMillis)) * time.Millisecond):
+	case <-w.stop:
 	}
 }
 
