@@ -265,7 +265,6 @@ func (s *Server) takeLostReply() bool {
 	return false
 }
 
-// reply writes a result or an error: the reply of every handler.
 // decodeBody decodes r's JSON body into into; on failure it writes a 400
 // invalid_argument and returns false.
 func decodeBody(w http.ResponseWriter, r *http.Request, into any) bool {
@@ -276,6 +275,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, into any) bool {
 	return true
 }
 
+// reply writes a result or an error: the reply of every handler.
 func reply(w http.ResponseWriter, index uint64, result any, err error) {
 	if err != nil {
 		writeError(w, err)
