@@ -1,7 +1,6 @@
 package proccluster
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,14 +21,8 @@ func (c *Cluster) Status(i int) (api.Status, error) {
 }
 
 func fetchStatus(base string) (api.Status, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
 	var st api.Status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/status", nil)
-	if err != nil {
-		return st, err
-	}
-	resp, err := statusClient.Do(req)
+	resp, err := statusClient.Get(base + "/v1/status")
 	if err != nil {
 		return st, err
 	}
