@@ -197,7 +197,7 @@ func checkQuorumAfterRemoval(st raft.Status, id uint64) error {
 			continue
 		}
 		remaining++
-		if pr := st.Progress[v]; v == st.ID || pr.RecentActive && pr.State == tracker.StateReplicate {
+		if healthy(st, v) {
 			active++
 		}
 	}
@@ -303,7 +303,12 @@ func (s *Server) removed() {
 // PeerHealthy reports whether this server, leading, sees member id as
 // recently active and replicating (what a removal's quorum check counts).
 func (s *Server) PeerHealthy(id uint64) bool {
-	st := s.main.Load().node.Status()
+	return healthy(s.main.Load().node.Status(), id)
+}
+
+// healthy reports whether the leader whose status st is counts member id
+// toward a quorum: itself, or recently active and replicating.
+func healthy(st raft.Status, id uint64) bool {
 	pr, ok := st.Progress[id]
 	return ok && (id == st.ID || pr.RecentActive && pr.State == tracker.StateReplicate)
 }
