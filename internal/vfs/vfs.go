@@ -12,6 +12,11 @@
 //   - Injected faults (Fault) make chosen calls fail with a chosen error, or
 //     sleep, so the code above can be driven through EIO, ENOSPC and a
 //     simulated power cut at any call.
+//
+// Journal carries the same rules to real processes: wrapped around the
+// operating system's FS (latchd --unsafe-sync-journal), it records what each
+// Sync and SyncDir made durable, and CutToJournal cuts a killed process's
+// data directory back to that, as CrashClone would.
 package vfs
 
 import (
