@@ -12,6 +12,9 @@
 //  2. HardState, entries and any snapshot marker are appended to the WAL with
 //     ONE fsync (wal.Save). Nothing that promises durability leaves before it:
 //     votes, MsgAppResp and every other message are sent only after it.
+//     A Ready whose hard state moved only the commit index, with no entries
+//     and no snapshot, writes and fsyncs nothing (raft.MustSync): the commit
+//     index is relearned from the leader after a restart.
 //  3. A received snapshot is installed (raft storage, then the state machine);
 //     new entries go to the in-memory raft log.
 //  4. Committed entries are applied in order through StateMachine.Apply, conf
@@ -19,8 +22,9 @@
 //     durable locally (it was persisted by this or an earlier Ready).
 //  5. Advance.
 //
-// Every SnapshotEvery applied entries the state machine is cloned in O(1) on
-// the Ready loop, the clone is written by snap.Store on a background
+// Every SnapshotEvery applied entries, and at the first chance after a conf
+// change (so a snapshot sent to a new member names it), the state machine is
+// cloned in O(1) on the Ready loop, the clone is written by snap.Store on a background
 // goroutine, and only then is the WAL marker written, the raft log compacted
 // and old WAL segments released. At most one snapshot is in flight.
 //
