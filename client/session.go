@@ -134,13 +134,8 @@ func (s *Session) nextSeq() uint64 { return s.seq.Add(1) }
 // and stops the keepalive. Done is closed even if the server cannot be
 // reached; the error then says so.
 func (s *Session) Close(ctx context.Context) error {
-	s.stop(ErrSessionClosed)
-	body, err := json.Marshal(api.SessionRequest{SessionID: s.id})
-	if err != nil {
-		return err
-	}
-	cl := &call{method: "POST", path: "/v1/session/close", body: body, policy: retrySafe, out: &api.Closed{}}
-	err = s.client.do(ctx, cl)
+	s.end(ErrSessionClosed)
+	_, err := postSafe[api.Closed](ctx, s.client, "/v1/session/close", api.SessionRequest{SessionID: s.id})
 	if errors.Is(err, &api.Error{Code: api.CodeSessionExpired}) || errors.Is(err, &api.Error{Code: api.CodeNotFound}) {
 		return nil
 	}
@@ -149,14 +144,11 @@ func (s *Session) Close(ctx context.Context) error {
 
 // Orphan stops the keepalive without closing the session: the server keeps
 // it (and its ephemeral nodes) until its timeout passes.
-func (s *Session) Orphan() { s.stop(ErrSessionOrphaned) }
-
-// stop ends the keepalive and the session (with reason). A batched
-// heartbeat already on its way may still carry the session's id.
-func (s *Session) stop(reason error) { s.end(reason) }
+func (s *Session) Orphan() { s.end(ErrSessionOrphaned) }
 
 // end records reason (the first one wins), closes Done and takes the
-// session out of its keepalive group.
+// session out of its keepalive group. A batched heartbeat already on its
+// way may still carry the session's id.
 func (s *Session) end(reason error) {
 	s.mu.Lock()
 	if s.err != nil {
