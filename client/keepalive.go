@@ -74,7 +74,7 @@ func (k *keepaliveSet) leave(s *Session) {
 	}
 }
 
-// membersOf returns g's sessions, or nil once g stopped.
+// membersOf returns g's sessions, none once g stopped (the last member left).
 func (k *keepaliveSet) membersOf(g *keepaliveGroup) []*Session {
 	k.mu.Lock()
 	defer k.mu.Unlock()
