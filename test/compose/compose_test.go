@@ -111,9 +111,8 @@ func otherVoter(name string) string {
 // one more), failing the test after maxOutage without progress.
 func waitAcked(t *testing.T, w *writer, n int) {
 	t.Helper()
-	_, before := w.mark()()
-	want := before + max(n, 1)
-	if !testcluster.WaitFor(maxOutage+time.Duration(n)*100*time.Millisecond, func() bool { _, now := w.mark()(); return now >= want }) {
+	want := w.ackedCount() + max(n, 1)
+	if !testcluster.WaitFor(maxOutage+time.Duration(n)*100*time.Millisecond, func() bool { return w.ackedCount() >= want }) {
 		t.Fatalf("writes did not progress: still below %d acknowledged", want)
 	}
 }

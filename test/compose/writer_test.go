@@ -85,6 +85,13 @@ func (w *writer) mark() func() (failed, acked int) {
 	}
 }
 
+// ackedCount returns how many writes were acknowledged so far.
+func (w *writer) ackedCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
 // snapshot returns a copy of the acknowledged writes and summary figures.
 func (w *writer) snapshot() (acked map[string]string, failures int, longest time.Duration, maxIndex uint64) {
 	w.mu.Lock()
