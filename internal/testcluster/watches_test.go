@@ -3,7 +3,6 @@ package testcluster
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -340,10 +339,24 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 	if during < before/4 {
 		t.Fatalf("writes slowed from %.0f/s to %.0f/s while a consumer was stuck", before, during)
 	}
-	// The follower still serves the session: a new stream works.
-	var st api.Status
-	if err := Do(ctx, http.MethodGet, c.URL(follower), "/v1/status", nil, nil, &st); err != nil {
+	// The follower still serves the session: a new stream works, and a
+	// watch registered again fires on it.
+	stream := openStream(t, c.URL(follower), s.SessionID)
+	again, err := AddWatch(ctx, c.URL(follower), api.WatchRequest{Path: "/after", SessionID: s.SessionID})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := Put(ctx, c.URL(leader), "/after", "v", ""); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ev, ok := stream.Next(time.Until(deadline))
+		if !ok {
+			t.Fatalf("the new stream after the disconnect ended or timed out (reason %q) before the event of watch %s", stream.Reason(), again.WatchID)
+		}
+		if ev.WatchID == again.WatchID {
+			break
+		}
 	}
 	c.EnsureSame(15 * time.Second)
 }
