@@ -112,14 +112,17 @@ func (n *Node) send(msgs []raftpb.Message) {
 // WAL with one fsync. A Ready that only moves the commit index writes
 // nothing: raft needs term, vote and entries durable (raft.MustSync), not
 // the commit index, which a restarted node learns again from the leader.
+// Nor does a Ready whose hard state is empty (unchanged) and that carries no
+// entries and no snapshot, such as one of messages alone.
 func (n *Node) persist(rd raft.Ready) error {
 	batch := wal.Batch{Group: n.cfg.Group, HardState: rd.HardState, Entries: rd.Entries}
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		md := rd.Snapshot.Metadata
 		batch.Snapshot = &wal.SnapshotMarker{Index: md.Index, Term: md.Term, Installed: true}
 	}
-	mustSync := raft.MustSync(rd.HardState, n.persistedHardState, len(rd.Entries))
-	if !mustSync && batch.Snapshot == nil {
+	// raft.MustSync reads an empty hard state as term 0 and vote 0, a change.
+	hardStateChanged := !raft.IsEmptyHardState(rd.HardState) && raft.MustSync(rd.HardState, n.persistedHardState, 0)
+	if len(rd.Entries) == 0 && !hardStateChanged && batch.Snapshot == nil {
 		return n.setHardState(rd.HardState)
 	}
 	start := time.Now()
