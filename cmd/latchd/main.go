@@ -24,6 +24,9 @@ import (
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // the usage is printed; asking for it is not a failure
+		}
 		fmt.Fprintln(os.Stderr, "latchd:", err)
 		os.Exit(1)
 	}
