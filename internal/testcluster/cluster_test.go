@@ -300,6 +300,21 @@ func TestRemovalRefusedWithoutQuorum(t *testing.T) {
 	}
 }
 
+// putKeys writes n keys prefix/k0, prefix/k1, ... through url and returns
+// their paths, failing the test unless every write is acknowledged.
+func putKeys(t *testing.T, ctx context.Context, url, prefix string, n int) []string {
+	t.Helper()
+	var paths []string
+	for i := range n {
+		path := fmt.Sprintf("%s/k%d", prefix, i)
+		if _, err := Put(ctx, url, path, "v", ""); err != nil {
+			t.Fatalf("put %s: %v", path, err)
+		}
+		paths = append(paths, path)
+	}
+	return paths
+}
+
 // TestPlantedNoSyncLosesWrites is the durability checker's planted bug:
 // with the WAL acknowledging before fsync, a power loss of every node loses
 // acknowledged writes, and the check that every acknowledged write survives
@@ -310,14 +325,7 @@ func TestPlantedNoSyncLosesWrites(t *testing.T) {
 			c := New(t, 3, Options{UnsafeNoSync: planted})
 			ctx := ctxT(t, 60*time.Second)
 			leader := c.WaitLeader(5 * time.Second)
-			var acked []string
-			for i := range 20 {
-				path := fmt.Sprintf("/durable/k%d", i)
-				if _, err := Put(ctx, c.URL(leader), path, "v", ""); err != nil {
-					t.Fatalf("put %s: %v", path, err)
-				}
-				acked = append(acked, path)
-			}
+			acked := putKeys(t, ctx, c.URL(leader), "/durable", 20)
 			for i := range c.Nodes {
 				c.Crash(i)
 			}
@@ -349,14 +357,7 @@ func TestFsyncErrorStopsServer(t *testing.T) {
 	c := New(t, 3, Options{})
 	ctx := ctxT(t, 60*time.Second)
 	leader := c.WaitLeader(5 * time.Second)
-	var acked []string
-	for i := range 10 {
-		p := fmt.Sprintf("/fsync/k%d", i)
-		if _, err := Put(ctx, c.URL(leader), p, "v", ""); err != nil {
-			t.Fatal(err)
-		}
-		acked = append(acked, p)
-	}
+	acked := putKeys(t, ctx, c.URL(leader), "/fsync", 10)
 	c.Nodes[leader].FS.Inject(vfs.Fault{Ops: vfs.OpSync, Err: syscall.EIO})
 	_, err := Put(ctx, c.URL(leader), "/fsync/after", "v", "")
 	if err == nil {
