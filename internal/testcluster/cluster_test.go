@@ -419,7 +419,10 @@ func TestSlowLeaderFsyncExpiresNoSession(t *testing.T) {
 		ids = append(ids, s.SessionID)
 	}
 	stop := make(chan struct{})
-	expired := make(chan string, len(ids))
+	var (
+		mu      sync.Mutex          // guards expired
+		expired = map[string]bool{} // ids a heartbeat answered as expired
+	)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // the clients: every 250ms, one batched heartbeat, trying each member until one answers
@@ -435,9 +438,11 @@ func TestSlowLeaderFsyncExpiresNoSession(t *testing.T) {
 				if err != nil {
 					continue // 503 from a member that cannot reach the leader: try the next
 				}
+				mu.Lock()
 				for _, id := range hb.Expired {
-					expired <- id
+					expired[id] = true
 				}
+				mu.Unlock()
 				break
 			}
 		}
@@ -453,7 +458,6 @@ func TestSlowLeaderFsyncExpiresNoSession(t *testing.T) {
 	remove()
 	close(stop)
 	wg.Wait()
-	close(expired)
 	for id := range expired {
 		t.Errorf("session %s expired although its client heartbeated throughout", id)
 	}
