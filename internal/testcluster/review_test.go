@@ -10,12 +10,12 @@ import (
 	"github.com/latch-io/latch/api"
 )
 
-// TestReviewLockWaiterOfClosedSession shows that an acquire whose own
-// session ends while it waits is not told so: it keeps waiting on its
-// predecessor for the whole wait_ms and then answers 409 lock_not_held
-// ("the session keeps its place"), although its queue node is gone and API.md
-// says a gone session is 410 session_expired.
-func TestReviewLockWaiterOfClosedSession(t *testing.T) {
+// TestLockWaiterOfClosedSession: an acquire whose own session ends while it
+// waits is told so promptly with 410 session_expired (API.md: a gone session
+// is session_expired), not left waiting on its predecessor for the whole
+// wait_ms to answer 409 lock_not_held as if the session kept its place; its
+// queue node is gone.
+func TestLockWaiterOfClosedSession(t *testing.T) {
 	c := New(t, 1, Steady(Options{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -59,13 +59,14 @@ func TestReviewLockWaiterOfClosedSession(t *testing.T) {
 	}
 }
 
-// TestReviewReadIndexContextCollision shows that ReadIndex request contexts
-// are not unique across servers: every server numbers its read rounds from 1,
-// and raft's leader ignores a ReadIndex whose context is already pending
-// (read_only.go addRequest), so the second follower's first read waits for
-// a resend (election timeout / 2). The same collision between a restarted
-// server and its own pre-crash request can hand it an old read index.
-func TestReviewReadIndexContextCollision(t *testing.T) {
+// TestReadIndexContextsUniqueAcrossServers: two followers' first
+// linearizable reads, sent at once, are both answered without a resend
+// (election timeout / 2). raft's leader ignores a ReadIndex whose context is
+// already pending (read_only.go addRequest), so contexts must be unique
+// across servers: if every server numbered its read rounds from 1, the
+// second follower's read would wait for the resend (and a restarted server
+// could be handed an old read index for its own pre-crash request).
+func TestReadIndexContextsUniqueAcrossServers(t *testing.T) {
 	c := New(t, 3, Steady(Options{}))
 	leader := c.WaitLeader(10 * time.Second)
 	followers := c.Others(leader)
