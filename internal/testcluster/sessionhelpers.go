@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -167,7 +168,7 @@ func OpenEventStream(base, session string) (*EventStream, error) {
 		defer close(s.done)
 		defer close(events)
 		defer response.Body.Close()
-		s.setReason(readSSE(response.Body, events))
+		s.setReason(readSSE(response.Body, func(ev api.Event) { events <- ev }))
 	}()
 	return s, nil
 }
@@ -175,9 +176,9 @@ func OpenEventStream(base, session string) (*EventStream, error) {
 // streamClient has no overall timeout: streams last as long as a test wants.
 var streamClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
-// readSSE parses Server-Sent Events into events until the stream ends, and
-// returns why: the data of an "end" event, or the read error.
-func readSSE(body interface{ Read([]byte) (int, error) }, events chan<- api.Event) string {
+// readSSE parses Server-Sent Events, passing each to deliver, until the
+// stream ends, and returns why: the data of an "end" event, or the read error.
+func readSSE(body io.Reader, deliver func(api.Event)) string {
 	scanner := bufio.NewScanner(body)
 	scanner.Buffer(make([]byte, 0, 4096), 1<<20)
 	kind := ""
@@ -199,7 +200,7 @@ func readSSE(body interface{ Read([]byte) (int, error) }, events chan<- api.Even
 			if err := json.Unmarshal([]byte(data), &ev); err != nil {
 				return fmt.Sprintf("bad event %q: %v", data, err)
 			}
-			events <- ev
+			deliver(ev)
 		case line == "":
 			kind = ""
 		}
@@ -289,17 +290,7 @@ func (s *StuckStream) Drain(timeout time.Duration) (events int, reason string, e
 	if err := s.conn.SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		return 0, "", err
 	}
-	counted := make(chan api.Event, 1024)
-	done := make(chan struct{})
-	go func() {
-		for range counted {
-			events++
-		}
-		close(done)
-	}()
-	end := readSSE(s.response.Body, counted)
-	close(counted)
-	<-done
+	end := readSSE(s.response.Body, func(api.Event) { events++ })
 	if reason, ok := strings.CutPrefix(end, "end: "); ok {
 		return events, reason, nil
 	}
