@@ -126,6 +126,17 @@ func (w *workload) pause(random *rand.Rand, minMillis, spreadMillis int) {
 	}
 }
 
+// waitSettled waits until the clients have settled n more operations
+// (recorded with a definite outcome) than when it was called.
+func (w *workload) waitSettled(n int, timeout time.Duration) bool {
+	settled := func() int {
+		recorded, unknown, _ := w.rec.Counts()
+		return recorded - unknown
+	}
+	target := settled() + n
+	return waitFor(timeout, func() bool { return settled() >= target })
+}
+
 func (w *workload) nextValue() string { return fmt.Sprintf("v%d", w.values.Add(1)) }
 
 // do runs one operation against url and records it.
@@ -267,7 +278,9 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	n.run(workloadDuration())
 	c.WaitLeader(10 * time.Second)
 	// A quiet tail of operations on the healed cluster.
-	time.Sleep(500 * time.Millisecond)
+	if !w.waitSettled(300, 20*time.Second) {
+		t.Fatalf("the healed cluster did not settle 300 more operations within 20s")
+	}
 	w.halt()
 
 	res := w.check(t, "faults", false)
