@@ -65,6 +65,15 @@ func (g *loggingGuard) Highest(resource string) uint64 {
 	return token
 }
 
+// newLoggingGuard returns a loggingGuard over a fencing.Memory, or over an
+// uncheckedGuard when unchecked (planted bug (c)).
+func newLoggingGuard(unchecked bool) *loggingGuard {
+	if unchecked {
+		return &loggingGuard{inner: uncheckedGuard{fencing.NewMemory()}}
+	}
+	return &loggingGuard{inner: fencing.NewMemory()}
+}
+
 // uncheckedGuard is planted bug (c): it skips the fencing check.
 type uncheckedGuard struct{ *fencing.Memory }
 
@@ -77,10 +86,7 @@ func (g uncheckedGuard) Accept(resource string, token uint64) error {
 
 func (w *locks) start(r *run) {
 	w.grants = map[uint64]string{}
-	w.guard = &loggingGuard{inner: fencing.NewMemory()}
-	if w.unchecked {
-		w.guard.inner = uncheckedGuard{fencing.NewMemory()}
-	}
+	w.guard = newLoggingGuard(w.unchecked)
 	for c := range lockClients {
 		r.wg.Add(1)
 		go w.client(r, c)

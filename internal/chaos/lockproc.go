@@ -114,10 +114,7 @@ func (w *lockProcs) start(r *run) {
 // handler that applies every write it is handed, wrapped in w.record.
 func (w *lockProcs) serve() error {
 	w.changed = make(chan struct{})
-	w.guard = &loggingGuard{inner: fencing.NewMemory()}
-	if w.unchecked {
-		w.guard.inner = uncheckedGuard{fencing.NewMemory()}
-	}
+	w.guard = newLoggingGuard(w.unchecked)
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
