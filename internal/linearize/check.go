@@ -82,19 +82,20 @@ func CheckOperations(history []porcupine.Operation, timeout time.Duration) (Resu
 // read that returned before the write was called is left alone (no
 // linearization exists; the search finds that). history is not modified.
 func pinObserved(history []porcupine.Operation) ([]porcupine.Operation, int) {
+	type written struct{ key, value string }
 	type observation struct {
 		version uint64
 		ret     int64 // earliest return of a read that saw the value
 	}
-	seen := map[string]observation{}
+	seen := map[written]observation{}
 	for _, op := range history {
 		in, out := op.Input.(Input), op.Output.(Output)
 		if in.Kind != Get || !out.Found {
 			continue
 		}
-		key := in.Key + "\x00" + out.Value
-		if o, ok := seen[key]; !ok || op.Return < o.ret {
-			seen[key] = observation{version: out.Version, ret: op.Return}
+		w := written{in.Key, out.Value}
+		if o, ok := seen[w]; !ok || op.Return < o.ret {
+			seen[w] = observation{version: out.Version, ret: op.Return}
 		}
 	}
 	out := make([]porcupine.Operation, len(history))
@@ -105,7 +106,7 @@ func pinObserved(history []porcupine.Operation) ([]porcupine.Operation, int) {
 		if in.Kind == Get || !result.Unknown {
 			continue
 		}
-		o, ok := seen[in.Key+"\x00"+in.Value]
+		o, ok := seen[written{in.Key, in.Value}]
 		if !ok || o.ret < op.Call {
 			continue
 		}
