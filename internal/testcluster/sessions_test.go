@@ -154,6 +154,7 @@ func TestSessionExpiryDeletesEphemeralsEverywhere(t *testing.T) {
 	paths := []string{"/eph/plain", seq.Path}
 
 	beats := startHeartbeats(c.URL(follower), s.SessionID, timeout/4)
+	defer beats.halt()
 	beats.waitBeats(t, 12, 20*time.Second) // three timeouts' worth
 	info, err := SessionInfo(ctx, c.URL(leader), s.SessionID, api.Linearizable, 0)
 	if err != nil || info.EphemeralCount != 2 {
