@@ -138,26 +138,34 @@ func (r *Report) Summary() string {
 	if len(r.Anomalies) > liveness {
 		verdict = fmt.Sprintf("%d SAFETY ANOMALIES", len(r.Anomalies)-liveness)
 	}
-	kills := r.Faults["kill-one"] + r.Faults["kill-leader"] + r.Faults["kill-minority"] + r.Faults["kill-all"] +
-		r.Faults["crash-unsynced-leader"] + r.Faults["crash-unsynced-all"]
-	partitions := 0
-	for k, v := range r.Faults {
-		if strings.HasPrefix(k, "partition-") {
-			partitions += v
-		}
-	}
+	kills := r.faultsNamed("kill-", "crash-unsynced-")
+	partitions := r.faultsNamed("partition-")
 	return fmt.Sprintf("seed %d: %d operations checked over %d runs: %s (%d Unknown), under %d partitions, "+
 		"%d kill -9 (%d losing unsynced data, %d members crashed so: %d bytes and %d files dropped), %d SIGSTOPs (%d of the leader, %d of lock-holding client processes), %d membership changes (%d leader transfers, %d members replaced); "+
 		"%d acknowledged writes lost of %d; %d stale-token writes accepted (%d overlapping holders caught by fencing; %d of %d resumed holder processes' stale writes refused); "+
 		"%d watch gaps, %d duplicates, %d reorders, %d uncommitted (%d events checked over %d watcher sessions, %d reconnects with known_index); "+
 		"%d ephemeral nodes leaked, %d deleted early; %d liveness failures; faults %v",
 		r.Seed, r.Operations, r.Runs, verdict, r.Unknown, partitions, kills,
-		r.Faults["crash-unsynced-leader"]+r.Faults["crash-unsynced-all"], r.UnsyncedCrashes, r.UnsyncedBytes, r.UnsyncedFiles,
-		r.Faults["pause-leader"]+r.Faults["pause-lock-holder"], r.Faults["pause-leader"], r.Faults["pause-lock-holder"],
-		r.Faults["transfer-leader"]+r.Faults["replace-member"], r.Faults["transfer-leader"], r.Faults["replace-member"],
+		r.faultsNamed("crash-unsynced-"), r.UnsyncedCrashes, r.UnsyncedBytes, r.UnsyncedFiles,
+		r.faultsNamed("pause-"), r.Faults["pause-leader"], r.Faults["pause-lock-holder"],
+		r.faultsNamed("transfer-leader", "replace-member"), r.Faults["transfer-leader"], r.Faults["replace-member"],
 		r.Lost, r.Acked, r.StaleWrites, r.Overlaps, r.ResumedRefused, r.ResumedStaleWrites,
 		r.WatchGaps, r.WatchDuplicates, r.WatchReorders, r.WatchUncommitted, r.WatchEvents, r.WatchSessions, r.WatchReconnects,
 		r.Leaked, r.Early, liveness, r.Faults)
+}
+
+// faultsNamed counts the faults whose kind starts with one of prefixes.
+func (r *Report) faultsNamed(prefixes ...string) int {
+	n := 0
+	for kind, count := range r.Faults {
+		for _, prefix := range prefixes {
+			if strings.HasPrefix(kind, prefix) {
+				n += count
+				break
+			}
+		}
+	}
+	return n
 }
 
 // run is the state of one Run.
