@@ -37,6 +37,7 @@ var layers = [][]string{
 	{"api"},
 	{"internal/vfs"},
 	{"internal/testseed"},
+	{"internal/buildinfo"},
 }
 
 // forbidden lists imports a package must never have, whatever the layers say.
