@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,17 +19,26 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/latch-io/latch/internal/buildinfo"
 	"github.com/latch-io/latch/internal/httpapi"
 	"github.com/latch-io/latch/internal/server"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return // the usage is printed; asking for it is not a failure
-		}
+	err := run(os.Args[1:])
+	var usage usageError
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		// the usage is printed; asking for it is not a failure
+	case errors.Is(err, errVersion):
+		fmt.Println(buildinfo.Read("latchd"))
+	case errors.As(err, &usage):
+		fmt.Fprintf(os.Stderr, "latchd: %v\nrun 'latchd --help' for usage\n", err)
+		os.Exit(exitUsage)
+	default:
 		fmt.Fprintln(os.Stderr, "latchd:", err)
-		os.Exit(1)
+		os.Exit(exitFailure)
 	}
 }
 
@@ -146,26 +156,17 @@ func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 	fs.IntVar(&cfg.MaxPending, "max-pending-proposals", 20000, "proposals waiting at once before writes get 429")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.BoolVar(&pprof, "enable-pprof", false, "serve Go profiles under /debug/pprof/ on the client address")
+	showVersion := fs.Bool("version", false, "print the version and the VCS revision, and exit")
 	fs.Usage = func() { usage(fs) }
+	fs.SetOutput(io.Discard) // flagError reports a bad flag once
 	if err := fs.Parse(args); err != nil {
-		return cfg, 0, false, err
+		return cfg, 0, false, flagError(fs, err)
 	}
-	if fs.NArg() > 0 {
-		return cfg, 0, false, fmt.Errorf("unexpected arguments %q", fs.Args())
+	if *showVersion {
+		return cfg, 0, false, errVersion
 	}
-	switch clusterState {
-	case "new":
-	case "existing":
-		cfg.Join = true
-	default:
-		return cfg, 0, false, fmt.Errorf("--initial-cluster-state %q is not new or existing", clusterState)
-	}
-	if initial != "" {
-		m, err := server.ParseInitialCluster(initial)
-		if err != nil {
-			return cfg, 0, false, err
-		}
-		cfg.InitialCluster = m
+	if err := validateFlags(fs, &cfg, initial, clusterState, logLevel); err != nil {
+		return cfg, 0, false, usageError{err}
 	}
 	return cfg, logLevel, pprof, nil
 }
