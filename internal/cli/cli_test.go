@@ -67,7 +67,7 @@ func TestCommands(t *testing.T) {
 		{"unknown command", "", []string{"frobnicate"}, ExitOther, "", "unknown command"},
 		{"bad output format", "", []string{"-o", "yaml", "ls"}, ExitOther, "", "want text or json"},
 		{"bad consistency", "", []string{"get", "--consistency", "eventual", "/x"}, ExitOther, "", "want linearizable or stale"},
-		{"ephemeral without session", "", []string{"put", "--ephemeral", "/e", "x"}, ExitOther, "", "WithSession"},
+		{"ephemeral without session", "", []string{"put", "--ephemeral", "/e", "x"}, ExitOther, "", "--ephemeral needs --session"},
 		{"status", "", []string{"status"}, ExitOK, "leader", ""},
 		{"members", "", []string{"members"}, ExitOK, "n2", ""},
 		{"session get missing", "", []string{"session", "get", "0xdead"}, ExitNotFound, "", "not_found"},

@@ -91,6 +91,9 @@ func (a *app) putCommand() *cobra.Command {
 				return err
 			}
 			if ephemeral {
+				if sessionID == "" {
+					return usagef("--ephemeral needs --session ID (make one with 'latchctl session create --keepalive')")
+				}
 				opts = append(opts, client.Ephemeral())
 			}
 			if sequential {
