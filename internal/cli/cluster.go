@@ -16,15 +16,20 @@ import (
 type endpointStatus struct {
 	Endpoint string      `json:"endpoint"`
 	Status   *api.Status `json:"status,omitempty"`
-	Error    string      `json:"error,omitempty"`
+	// LeaderName is the name of the member Status.LeaderID names, when
+	// Status lists it among its members.
+	LeaderName string `json:"leader_name,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 func (a *app) statusCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "show every endpoint's role, term, leader and indexes",
-		Long:  "status asks each endpoint for GET /v1/status; it fails (exit 4) only if none answers.",
-		Args:  cobra.NoArgs,
+		Long: "status asks each endpoint for GET /v1/status; it fails (exit 4) only if none answers.\n" +
+			"LEADER is the leader's member name and LEADER URL its client URL, as that endpoint sees\n" +
+			"them ('-' while it knows no leader); -o json adds leader_name beside each raw status.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				rows, err := collectStatus(ctx, c, a.endpoints)
@@ -48,6 +53,7 @@ func collectStatus(ctx context.Context, c *client.Client, endpoints []string) ([
 		if err != nil {
 			row.Error, lastErr = err.Error(), err
 		} else {
+			row.LeaderName = leaderName(status)
 			answered++
 		}
 		rows = append(rows, row)
@@ -58,16 +64,36 @@ func collectStatus(ctx context.Context, c *client.Client, endpoints []string) ([
 	return rows, nil
 }
 
+// leaderName returns the name of the leader s reports, its id if s does
+// not list that member, or "" if s knows no leader.
+func leaderName(s *api.Status) string {
+	for _, m := range s.Members {
+		if m.ID == s.LeaderID && m.Name != "" {
+			return m.Name
+		}
+	}
+	return s.LeaderID
+}
+
 func printStatus(w io.Writer, rows []endpointStatus) {
 	table := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(table, "ENDPOINT\tNAME\tROLE\tTERM\tLEADER\tCOMMIT\tAPPLIED\tERROR")
+	fmt.Fprintln(table, "ENDPOINT\tNAME\tROLE\tTERM\tLEADER\tLEADER URL\tCOMMIT\tAPPLIED\tERROR")
 	for _, row := range rows {
 		s := row.Status
 		if s == nil {
-			fmt.Fprintf(table, "%s\t-\t-\t-\t-\t-\t-\t%s\n", row.Endpoint, row.Error)
+			fmt.Fprintf(table, "%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", row.Endpoint, row.Error)
 			continue
 		}
-		fmt.Fprintf(table, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t\n", row.Endpoint, s.Name, s.Role, s.Term, s.LeaderID, s.CommitIndex, s.AppliedIndex)
+		fmt.Fprintf(table, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t\n", row.Endpoint, s.Name, s.Role, s.Term,
+			orDash(row.LeaderName), orDash(s.LeaderClient), s.CommitIndex, s.AppliedIndex)
 	}
 	_ = table.Flush()
+}
+
+// orDash shows an unknown value as "-".
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
