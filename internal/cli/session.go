@@ -14,9 +14,9 @@ import (
 func (a *app) sessionCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "session",
-		Short: "create, inspect and keep alive sessions",
+		Short: "create, inspect, keep alive and close sessions",
 	}
-	cmd.AddCommand(a.sessionCreateCommand(), a.sessionGetCommand(), a.sessionKeepaliveCommand())
+	cmd.AddCommand(a.sessionCreateCommand(), a.sessionGetCommand(), a.sessionKeepaliveCommand(), a.sessionCloseCommand())
 	return cmd
 }
 
@@ -109,6 +109,31 @@ func (a *app) sessionKeepaliveCommand() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&once, "once", false, "send one heartbeat and exit")
 	return cmd
+}
+
+func (a *app) sessionCloseCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "close ID",
+		Short: "close a session: its ephemeral nodes are deleted, its locks released, its candidacies withdrawn",
+		Long: "close ends session ID at once, as its timeout passing would: the server deletes its\n" +
+			"ephemeral nodes, releases its locks and withdraws its candidacies. A process still using\n" +
+			"the session finds it gone. It fails with exit code 2 when the session does not exist\n" +
+			"(never did, already closed, or expired).",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				s, err := c.ResumeSession(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if err := s.Close(ctx); err != nil {
+					return err
+				}
+				return a.print(map[string]any{"session_id": s.ID(), "closed": true},
+					func(w io.Writer) { fmt.Fprintf(w, "closed session %s\n", s.ID()) })
+			})
+		},
+	}
 }
 
 // keepAlive keeps s alive until ctx ends, then closes it.
