@@ -5,15 +5,22 @@
 // LATCH_ENDPOINTS environment variable, comma-separated; default
 // http://127.0.0.1:2379, the single-node latchd). Output is for people by
 // default and JSON with -o json. Errors go to stderr, and the exit code says
-// what kind of failure it was:
+// what kind of failure it was (exitCodesHelp, shown by 'latchctl --help'):
 //
 //	0  success
 //	1  usage error, or any other failure
-//	2  not found (node, session), or the session expired
-//	3  precondition failed (prev_version mismatch, node exists, has children; lock not held)
+//	2  not found (node, session, member), or the session expired
+//	3  precondition failed (prev_version mismatch, node exists, has children; lock not held; membership change refused)
 //	4  unavailable (no server reachable, no quorum, overloaded, timed out, session lost)
-//	5  lock or leadership lost while the command of 'lock' or 'elect' ran
-//	N  'lock' and 'elect' exit with their command's exit code (128+S if killed by signal S)
+//
+// 'lock' and 'elect' run a command and exit with its exit code (128+S if a
+// signal S killed it), so that their own outcomes cannot be mistaken for
+// the command's 1 to 4 they use the codes of timeout(1) and env(1):
+//
+//	124  the lock or leadership was lost while the command ran (it was stopped)
+//	125  latchctl failed before the command ran (usage, cluster unreachable, session lost, interrupted)
+//	126  the command was found but could not be started
+//	127  the command was not found
 //
 // Coordination commands:
 //
@@ -43,6 +50,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
+	"github.com/latch-io/latch/internal/buildinfo"
 )
 
 // Exit codes of latchctl.
@@ -53,6 +61,37 @@ const (
 	ExitPrecondition = 3
 	ExitUnavailable  = 4
 )
+
+// Exit codes of the commands that run a command ('lock', 'elect'), which
+// otherwise exit with their command's code.
+const (
+	ExitLost          = 124 // the lock or leadership was lost while the command ran
+	ExitHoldFailed    = 125 // latchctl failed before the command ran
+	ExitCannotRun     = 126 // the command was found but could not be started
+	ExitCommandAbsent = 127 // the command was not found
+)
+
+// exitCodesHelp ends 'latchctl --help'.
+const exitCodesHelp = `Exit codes:
+  0    success
+  1    usage error, or any other failure
+  2    not found (node, session, member), or the session expired
+  3    precondition failed (prev_version mismatch, node exists, has children;
+       lock not held; membership change refused)
+  4    unavailable (no server reachable, no quorum, overloaded, timed out,
+       session lost)
+'lock' and 'elect' exit with their command's own exit code (128+N if signal N
+killed it), and with these codes (as timeout(1) does) for their own outcomes:
+  124  the lock or leadership was lost while the command ran (it was stopped)
+  125  latchctl failed before the command ran (usage, cluster unreachable,
+       session lost, interrupted while waiting)
+  126  the command was found but could not be started
+  127  the command was not found
+A command that itself exits 124 to 127 cannot be told apart from these.`
+
+// annotationRunsCommand marks the commands that run a child command and
+// pass its exit code through.
+const annotationRunsCommand = "runs-command"
 
 // DefaultEndpoint is the client address of a default single-node latchd.
 const DefaultEndpoint = "http://127.0.0.1:2379"
@@ -80,17 +119,33 @@ func Run(ctx context.Context, args []string, stdio IO) int {
 	root.SetIn(stdio.Stdin)
 	root.SetOut(stdio.Stdout)
 	root.SetErr(stdio.Stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return ExitOK
 	}
 	fmt.Fprintf(stdio.Stderr, "latchctl: %v\n", err)
 	var usage usageError
-	if errors.As(err, &usage) || !app.ran {
+	isUsage := errors.As(err, &usage) || !app.ran
+	if isUsage {
 		fmt.Fprintln(stdio.Stderr, "run 'latchctl help' for usage")
+	}
+	switch {
+	case cmd != nil && cmd.Annotations[annotationRunsCommand] != "":
+		return runnerExitCode(err)
+	case isUsage:
 		return ExitOther
 	}
 	return exitCode(err)
+}
+
+// runnerExitCode maps the error of 'lock' or 'elect' to their exit codes:
+// the command's own, or one of 124-127.
+func runnerExitCode(err error) int {
+	var child *exitError
+	if errors.As(err, &child) {
+		return child.code
+	}
+	return ExitHoldFailed
 }
 
 // exitCode maps a command's error to latchctl's exit codes.
@@ -132,8 +187,12 @@ type app struct {
 
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "latchctl",
-		Short:         "latchctl talks to a latch cluster: keys, watches, locks, elections, sessions, status, load generation",
+		Use:   "latchctl",
+		Short: "latchctl talks to a latch cluster: keys, watches, locks, elections, sessions, status, load generation",
+		Long: "latchctl talks to a latch cluster: keys, watches, locks, elections, sessions, status,\n" +
+			"membership and load generation. --endpoints (or " + EnvEndpoints + ") lists client URLs\n" +
+			"of any members; default " + DefaultEndpoint + ".",
+		Version:       buildinfo.Read("latchctl").String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
@@ -147,7 +206,10 @@ func (a *app) rootCommand() *cobra.Command {
 	flags.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	flags.DurationVar(&a.dialTimeout, "dial-timeout", 2*time.Second, "timeout to connect to a server")
 	flags.DurationVar(&a.commandTimeout, "command-timeout", 10*time.Second, "timeout of a whole command (not bench or keepalive)")
-	root.AddCommand(a.getCommand(), a.putCommand(), a.rmCommand(), a.lsCommand(),
+	root.SetVersionTemplate("{{.Version}}\n")
+	// The exit codes end the root's help (not every command's).
+	root.SetUsageTemplate(root.UsageTemplate() + "{{if not .HasParent}}\n" + exitCodesHelp + "\n{{end}}")
+	root.AddCommand(a.versionCommand(), a.getCommand(), a.putCommand(), a.rmCommand(), a.lsCommand(),
 		a.statusCommand(), a.membersCommand(), a.leaderCommand(), a.sessionCommand(), a.benchCommand(),
 		a.watchCommand(), a.lockCommand(), a.electCommand(), a.lockStatusCommand(), a.electionStatusCommand(), a.sessionBenchCommand(), a.lockBenchCommand())
 	return root

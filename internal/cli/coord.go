@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -22,7 +23,8 @@ import (
 // command run by 'lock' and 'elect'.
 const EnvFencingToken = "LATCH_FENCING_TOKEN"
 
-// exitError makes Run exit with code (a child command's own exit code).
+// exitError makes Run exit with code: a child command's own exit code, or
+// one of ExitLost, ExitCannotRun and ExitCommandAbsent.
 type exitError struct {
 	code int
 	err  error
@@ -131,10 +133,12 @@ func (a *app) lockCommand() *cobra.Command {
 		Short: "run CMD while holding lock NAME, with " + EnvFencingToken + " in its environment",
 		Long: "lock waits for lock NAME, then runs CMD with the fencing token in " + EnvFencingToken + ".\n" +
 			"If the lock is lost (the session expired or could not be kept alive) CMD gets SIGTERM,\n" +
-			"then SIGKILL after --grace, and latchctl exits 5. An interrupt while waiting gives up the\n" +
+			"then SIGKILL after --grace, and latchctl exits 124. An interrupt while waiting gives up the\n" +
 			"place in the queue; while CMD runs, it is passed on as SIGTERM. Otherwise latchctl exits\n" +
-			"with CMD's exit code and releases the lock.",
-		Args: cobra.MinimumNArgs(2),
+			"with CMD's exit code and releases the lock. latchctl's own failures exit 125 (before CMD\n" +
+			"ran), 126 (CMD could not be started) or 127 (CMD not found); see 'latchctl --help'.",
+		Args:        cobra.MinimumNArgs(2),
+		Annotations: map[string]string{annotationRunsCommand: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
 				return usagef("want: latchctl lock NAME -- CMD [ARG...]")
@@ -160,9 +164,11 @@ func (a *app) electCommand() *cobra.Command {
 		Short: "campaign for ROLE and run CMD while leader, with " + EnvFencingToken + " in its environment",
 		Long: "elect joins the election of ROLE with --value and waits until it leads, then runs CMD\n" +
 			"with the leader's fencing token in " + EnvFencingToken + ". Losing the leadership stops CMD\n" +
-			"(SIGTERM, SIGKILL after --grace) and exits 5; otherwise latchctl exits with CMD's code\n" +
-			"and resigns.",
-		Args: cobra.MinimumNArgs(2),
+			"(SIGTERM, SIGKILL after --grace) and exits 124; otherwise latchctl exits with CMD's code\n" +
+			"and resigns. latchctl's own failures exit 125 (before CMD ran), 126 (CMD could not be\n" +
+			"started) or 127 (CMD not found); see 'latchctl --help'.",
+		Args:        cobra.MinimumNArgs(2),
+		Annotations: map[string]string{annotationRunsCommand: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
 				return usagef("want: latchctl elect ROLE -- CMD [ARG...]")
@@ -206,10 +212,6 @@ func (e electionHolder) Err() error {
 }
 
 func (e electionHolder) Release(ctx context.Context) error { return e.Resign(ctx) }
-
-// ExitLost is latchctl's exit code when the lock or leadership was lost
-// while CMD ran.
-const ExitLost = 5
 
 // runHolding gets a holder with take, runs the child while it holds and
 // gives it back.
@@ -257,7 +259,7 @@ func (a *app) runChild(ctx context.Context, argv []string, token uint64, lost <-
 	child.Stdin, child.Stdout, child.Stderr = a.io.Stdin, a.io.Stdout, a.io.Stderr
 	child.Env = append(os.Environ(), EnvFencingToken+"="+strconv.FormatUint(token, 10))
 	if err := child.Start(); err != nil {
-		return 0, false, fmt.Errorf("start %s: %w", argv[0], err)
+		return 0, false, &exitError{code: startFailureCode(err), err: fmt.Errorf("start %s: %w", argv[0], err)}
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- child.Wait() }()
@@ -277,6 +279,16 @@ func (a *app) runChild(ctx context.Context, argv []string, token uint64, lost <-
 		_ = child.Process.Kill()
 		return exitCodeOf(<-exited), wasLost, nil
 	}
+}
+
+// startFailureCode is the exit code for a child that could not be started:
+// ExitCommandAbsent if it does not exist, else ExitCannotRun (not
+// executable, not a program), as shells and env(1) answer.
+func startFailureCode(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return ExitCommandAbsent
+	}
+	return ExitCannotRun
 }
 
 // exitCodeOf returns a finished child's exit code: 128+N for signal N.

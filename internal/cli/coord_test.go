@@ -79,8 +79,8 @@ func TestLockCommand(t *testing.T) {
 		{"token in the environment", []string{"lock", "R", "--", "sh", "-c", "echo token=$" + EnvFencingToken}, ExitOK, "token="},
 		{"exit code propagated", []string{"lock", "R", "--", "sh", "-c", "exit 7"}, 7, ""},
 		{"election", []string{"elect", "db", "--value", "me", "--", "sh", "-c", "echo leader=$" + EnvFencingToken}, ExitOK, "leader="},
-		{"no command", []string{"lock", "R"}, ExitOther, ""},
-		{"missing dash", []string{"lock", "R", "true"}, ExitOther, ""},
+		{"no command", []string{"lock", "R"}, ExitHoldFailed, ""},
+		{"missing dash", []string{"lock", "R", "true"}, ExitHoldFailed, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

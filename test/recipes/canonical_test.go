@@ -15,7 +15,7 @@ const holderSessionTimeout = 2 * time.Second
 
 // exitLost is latchctl's exit code when the lock was lost while its
 // command ran (cli.ExitLost).
-const exitLost = 5
+const exitLost = 124
 
 // TestCanonicalPausedHolder plays DESIGN-NOTES.txt section 2's timeline
 // with real processes. Holder A is 'latchctl lock R --session-timeout 2s --
@@ -29,7 +29,7 @@ const exitLost = 5
 // Guarded, that stale write is refused with 409 and B's write stays the
 // resource's value; unguarded, the same stale write is applied after B's:
 // the double write that only the fencing guard prevents. Either way
-// latchctl then notices the loss and exits 5.
+// latchctl then notices the loss and exits 124.
 func TestCanonicalPausedHolder(t *testing.T) {
 	latchctl := buildLatchctl(t)
 	cluster := startCluster(t)
