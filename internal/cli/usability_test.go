@@ -213,3 +213,28 @@ func TestHelpAndVersion(t *testing.T) {
 		t.Errorf("version -o json = %+v (%v)", got, err)
 	}
 }
+
+// TestUsageErrorsPrintOnce checks that a bad command line is reported once,
+// on one line with a pointer to help, not around a usage text.
+func TestUsageErrorsPrintOnce(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"unknown flag", []string{"get", "--bogus", "/x"}, ExitOther, "latchctl: unknown flag: --bogus\nrun 'latchctl help' for usage\n"},
+		{"bad flag value", []string{"--dial-timeout", "soon", "ls"}, ExitOther,
+			"latchctl: invalid argument \"soon\" for \"--dial-timeout\" flag: time: invalid duration \"soon\"\nrun 'latchctl help' for usage\n"},
+		{"missing argument", []string{"session", "close"}, ExitOther, "latchctl: accepts 1 arg(s), received 0\nrun 'latchctl help' for usage\n"},
+		{"under lock", []string{"lock", "--bogus", "R", "--", "true"}, ExitHoldFailed, "latchctl: unknown flag: --bogus\nrun 'latchctl help' for usage\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := latchctl(t, nil, "", tt.args...)
+			if got.code != tt.code || got.stdout != "" || got.stderr != tt.stderr {
+				t.Fatalf("latchctl %q = %+v, want exit %d and only stderr %q", tt.args, got, tt.code, tt.stderr)
+			}
+		})
+	}
+}
