@@ -14,8 +14,9 @@
 //	4  unavailable (no server reachable, no quorum, overloaded, timed out, session lost)
 //
 // 'lock' and 'elect' run a command and exit with its exit code (128+S if a
-// signal S killed it), so that their own outcomes cannot be mistaken for
-// the command's 1 to 4 they use the codes of timeout(1) and env(1):
+// signal S killed it). Their own outcomes use the codes of timeout(1) and
+// env(1) instead of 1 to 4, so that a command's 2 is never taken for
+// latchctl's "not found":
 //
 //	124  the lock or leadership was lost while the command ran (it was stopped)
 //	125  latchctl failed before the command ran (usage, cluster unreachable, session lost, interrupted)
