@@ -6,10 +6,10 @@ import (
 	"net/http"
 )
 
-// Code is a stable, machine-readable error code of API.md's error table.
+// Code is a stable, machine-readable error code of docs/api.md's error table.
 type Code string
 
-// The error codes of API.md. Each maps to exactly one HTTP status (see Status).
+// The error codes of docs/api.md. Each maps to exactly one HTTP status (see Status).
 const (
 	CodeInvalidArgument    Code = "invalid_argument"
 	CodeNotFound           Code = "not_found"

@@ -12,7 +12,7 @@ const MaxPathLen = 1024
 // create appends to the requested name.
 const SequenceDigits = 10
 
-// ValidatePath reports whether p follows API.md's path rules: absolute,
+// ValidatePath reports whether p follows docs/api.md's path rules: absolute,
 // '/'-separated, no empty, "." or ".." segments, no trailing '/' except for
 // the root, at most MaxPathLen bytes, valid UTF-8 without control characters.
 // The error is an *Error with CodeInvalidArgument.

@@ -228,7 +228,7 @@ type LeaderTransferRequest struct {
 	To string `json:"to"`
 }
 
-// FormatID renders a session, member or watch id as API.md's opaque string
+// FormatID renders a session, member or watch id as docs/api.md's opaque string
 // ("0x" and 16 hex digits).
 func FormatID(id uint64) string { return fmt.Sprintf("0x%016x", id) }
 

@@ -31,7 +31,7 @@ type Config struct {
 	// NotifyJitter bounds the random delay a Watcher waits before handing
 	// each notification to its reader, so that a change to a key the whole
 	// fleet watches does not make every client re-read and re-watch in the
-	// same millisecond (DESIGN-NOTES.txt bottleneck 4). Default 50ms; a
+	// same millisecond (docs/design.md, watch herds). Default 50ms; a
 	// negative value turns it off. A watch may override it (WatchJitter).
 	NotifyJitter time.Duration
 	// ReconnectJitter bounds the random delay before a session's event

@@ -1,5 +1,5 @@
 // Package client is latch's public Go client: it talks to a latch cluster
-// over the HTTP/1.1 + JSON contract of API.md and hides which server it talks
+// over the HTTP/1.1 + JSON contract of docs/api.md and hides which server it talks
 // to.
 //
 // # What it owns
@@ -51,13 +51,13 @@
 // handed to its reader after a random delay below Config.NotifyJitter (or
 // the watch's WatchJitter), so a change to a key the whole fleet watches
 // does not become a synchronized stampede of re-reads and re-watches
-// (DESIGN-NOTES.txt bottlenecks 4 and 5). Every event's index raises the
+// (docs/design.md, "Load: herds and heartbeats"). Every event's index raises the
 // client's min_index, so a read made after a notification sees the change.
 //
 // # Locks and elections
 //
 // Session.AcquireLock, ReleaseLock, JoinElection, ResignElection and
-// Client.LockState, ElectionState are the raw calls of API.md; the
+// Client.LockState, ElectionState are the raw calls of docs/api.md; the
 // client/recipe package builds the blocking Lock and Election on them.
 //
 // The package imports only the standard library and api, never anything

@@ -1,4 +1,4 @@
-// Package clienttest is an in-memory fake of latch's HTTP API (API.md) for
+// Package clienttest is an in-memory fake of latch's HTTP API (docs/api.md) for
 // tests of code that uses the client: a Cluster of N Servers sharing one
 // state, each on its own loopback port, with faults a test can switch on
 // (a server down, failing the next requests with a chosen code and leader

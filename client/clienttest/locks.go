@@ -12,7 +12,7 @@ import (
 // Lock and election queues: ephemeral sequential children of
 // /locks/{name} (lock-NNNNNNNNNN) and /elections/{role}
 // (candidate-NNNNNNNNNN), the first one holding or leading, each token the
-// created index of its node, as in API.md.
+// created index of its node, as in docs/api.md.
 
 // queueMember is one node of a queue.
 type queueMember struct {
@@ -139,7 +139,7 @@ func (s *Server) handleLockAcquire(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// writeLockNotHeld writes API.md's 409 for an acquire that gave up.
+// writeLockNotHeld writes docs/api.md's 409 for an acquire that gave up.
 func writeLockNotHeld(w http.ResponseWriter, name string, position int, index uint64) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(api.CodeLockNotHeld.Status())

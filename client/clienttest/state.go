@@ -71,7 +71,7 @@ type putArgs struct {
 	sessionID                string
 }
 
-// liveSessionLocked returns API.md's 410 session_expired when session id
+// liveSessionLocked returns docs/api.md's 410 session_expired when session id
 // does not exist, and nil when it does.
 func (st *state) liveSessionLocked(id string) error {
 	if st.sessions[id] == nil {

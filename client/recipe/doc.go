@@ -1,6 +1,6 @@
 // Package recipe builds latch's blocking lock and leader election on the
-// client package, the ZooKeeper way described in DESIGN-NOTES.txt sections 2
-// and 3: a lock or a candidacy is an ephemeral sequential node of a Session
+// client package, the ZooKeeper way described in docs/design.md ("Why a
+// lock needs a fencing token"): a lock or a candidacy is an ephemeral sequential node of a Session
 // (/locks/{name}/lock-N, /elections/{role}/candidate-N), the lowest node
 // holds or leads, and the fencing token is the raft index at which that
 // node was created, strictly increasing from one holder to the next.

@@ -1,5 +1,5 @@
 // Package archtest holds the test that keeps latch's imports pointing one
-// way, as ARCHITECTURE.md lays the packages out.
+// way, as docs/design.md lays the packages out.
 package archtest
 
 import (

@@ -2,7 +2,7 @@
 // Run starts a cluster of latchd processes (internal/proccluster), runs
 // concurrent client workloads through the HTTP API, injects faults on a
 // schedule drawn from a seed, heals, waits for quiescence and then checks
-// the histories with the checkers of TESTING.md:
+// the histories with the checkers of docs/correctness.md:
 //
 //   - L: get/put/CAS on a few versioned registers, checked with Porcupine
 //     (internal/linearize); an Unknown verdict is a failure.
@@ -31,5 +31,5 @@
 // (leader transfer; a member removed, then a new one added as a learner in
 // its slot and promoted); and, where network namespaces work, partitions
 // (isolated leader, majority/minority, bridge, ring, one-way). A run ends
-// with Report.Summary, TESTING.md's summary line.
+// with Report.Summary, the summary line of docs/correctness.md.
 package chaos

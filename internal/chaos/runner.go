@@ -126,7 +126,7 @@ func (r *Report) Merge(other Report) {
 	r.Anomalies = append(r.Anomalies, other.Anomalies...)
 }
 
-// Summary is TESTING.md's summary line.
+// Summary is the run's one-line summary (docs/correctness.md).
 func (r *Report) Summary() string {
 	verdict := "all linearizable"
 	liveness := 0

@@ -54,7 +54,7 @@ func (o Op) String() string {
 // Precondition is the compare part of a compare-and-set write.
 type Precondition uint8
 
-// The preconditions of a write (API.md prev_version).
+// The preconditions of a write (docs/api.md prev_version).
 const (
 	PrecondAny     Precondition = iota // no condition (prev_version=any)
 	PrecondNone                        // the node must not exist (prev_version=none)

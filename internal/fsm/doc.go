@@ -12,7 +12,7 @@
 //
 // Requests the state machine refuses (a version mismatch, a missing node, an
 // expired session, an invalid path...) are results, not failures: Apply
-// returns them in Result.Err as *api.Error with the code of API.md and
+// returns them in Result.Err as *api.Error with the code of docs/api.md and
 // changes nothing but the applied index. A broken invariant of the caller
 // (an index that does not increase) panics.
 //

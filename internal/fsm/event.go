@@ -9,7 +9,7 @@ import (
 // EventKind is the kind of a watch event.
 type EventKind uint8
 
-// The watch events of API.md.
+// The watch events of docs/api.md.
 const (
 	EventCreated EventKind = iota
 	EventChanged
@@ -17,7 +17,7 @@ const (
 	EventChildrenChanged
 )
 
-// String returns the API.md name of k (api.EventCreated...).
+// String returns the docs/api.md name of k (api.EventCreated...).
 func (k EventKind) String() string {
 	switch k {
 	case EventCreated:

@@ -61,7 +61,7 @@ func (h *Handler) routes() {
 }
 
 // ServeHTTP routes node requests itself, because http.ServeMux would clean
-// (and redirect) the very paths that API.md says must be refused with 400.
+// (and redirect) the very paths that docs/api.md says must be refused with 400.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if path, ok := strings.CutPrefix(r.URL.Path, kvPrefix); ok || r.URL.Path == "/v1/kv" {
 		h.serveNode(w, r, "/"+path)
@@ -84,7 +84,7 @@ func (h *Handler) writeJSON(w http.ResponseWriter, index uint64, v any) {
 	}
 }
 
-// writeError writes err in API.md's error envelope; errors without an API
+// writeError writes err in docs/api.md's error envelope; errors without an API
 // code are internal and logged.
 func (h *Handler) writeError(w http.ResponseWriter, err error) {
 	var e *api.Error

@@ -15,7 +15,7 @@ import (
 )
 
 // TestBadInputChangesNothing sends malformed requests and checks each gets
-// API.md's error code and that none of them reached the log.
+// docs/api.md's error code and that none of them reached the log.
 func TestBadInputChangesNothing(t *testing.T) {
 	c := testcluster.New(t, 1, testcluster.Options{})
 	base := c.URL(0)

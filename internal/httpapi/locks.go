@@ -34,7 +34,7 @@ func (h *Handler) acquireLock(w http.ResponseWriter, r *http.Request) {
 	h.reply(w, lock, lock.Index, err)
 }
 
-// writeLockNotHeld writes API.md's 409 for an acquire that gave up: the error
+// writeLockNotHeld writes docs/api.md's 409 for an acquire that gave up: the error
 // envelope plus held:false, the position in the queue and the queue node.
 func (h *Handler) writeLockNotHeld(w http.ResponseWriter, e *api.Error, lock api.Lock) {
 	w.Header().Set("Content-Type", "application/json")

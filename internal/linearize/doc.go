@@ -1,4 +1,4 @@
-// Package linearize is latch's linearizability checker L (TESTING.md): a
+// Package linearize is latch's linearizability checker L (docs/correctness.md): a
 // Porcupine model of a versioned register per key, a thread-safe recorder of
 // client histories, and a checker that treats a timed-out search as failure.
 //

@@ -8,7 +8,7 @@ import (
 	"github.com/latch-io/latch/internal/fsm"
 )
 
-// PutRequest is a validated-at-the-edge PUT of API.md.
+// PutRequest is a validated-at-the-edge PUT of docs/api.md.
 type PutRequest struct {
 	Path         string
 	Value        []byte
@@ -20,7 +20,7 @@ type PutRequest struct {
 	RequestSeq   uint64
 }
 
-// DeleteRequest is a DELETE of API.md.
+// DeleteRequest is a DELETE of docs/api.md.
 type DeleteRequest struct {
 	Path         string
 	Precondition command.Precondition

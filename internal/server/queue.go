@@ -12,7 +12,7 @@ import (
 )
 
 // Locks and elections are queues of ephemeral sequential nodes under one
-// directory (API.md): /locks/{name}/lock-NNNNNNNNNN, /elections/{role}/candidate-NNNNNNNNNN.
+// directory (docs/api.md): /locks/{name}/lock-NNNNNNNNNN, /elections/{role}/candidate-NNNNNNNNNN.
 // The first node holds the lock or leads; every other waits on the node just
 // ahead of it only, so a release wakes exactly one waiter. The fencing token
 // is the raft index at which the node was created.

@@ -11,7 +11,7 @@ import (
 )
 
 // TestLockWaiterOfClosedSession: an acquire whose own session ends while it
-// waits is told so promptly with 410 session_expired (API.md: a gone session
+// waits is told so promptly with 410 session_expired (docs/api.md: a gone session
 // is session_expired), not left waiting on its predecessor for the whole
 // wait_ms to answer 409 lock_not_held as if the session kept its place; its
 // queue node is gone.

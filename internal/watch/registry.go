@@ -52,7 +52,7 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Spec is what a client asks to watch (API.md POST /v1/watch).
+// Spec is what a client asks to watch (docs/api.md POST /v1/watch).
 type Spec struct {
 	Path       string
 	Recursive  bool

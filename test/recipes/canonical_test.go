@@ -17,7 +17,7 @@ const holderSessionTimeout = 2 * time.Second
 // command ran (cli.ExitLost).
 const exitLost = 124
 
-// TestCanonicalPausedHolder plays DESIGN-NOTES.txt section 2's timeline
+// TestCanonicalPausedHolder plays docs/design.md's paused-holder timeline
 // with real processes. Holder A is 'latchctl lock R --session-timeout 2s --
 // writer': it acquires (token tA) and its writer writes once. The test
 // stops A's whole process group (SIGSTOP: latchctl and the writer), and B,

@@ -7,7 +7,7 @@
 //
 // What the tests show:
 //
-//   - TestCanonicalPausedHolder: the failure of DESIGN-NOTES.txt section 2. A
+//   - TestCanonicalPausedHolder: the paused-holder failure of docs/design.md. A
 //     holder paused with SIGSTOP past its session timeout loses the lock to a
 //     new holder with a higher token; when it resumes its stale write is
 //     refused by the guard (409) and the new holder's writes stand. The same
