@@ -134,6 +134,7 @@ func (s *Server) startTransport() error {
 		return fmt.Errorf("server: start peer transport: %w", err)
 	}
 	s.transport = tr
+	s.transportMetrics()
 	for name, addr := range s.cfg.InitialCluster {
 		if id := MemberID(name); id != s.id {
 			tr.AddPeer(id, addr)
