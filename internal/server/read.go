@@ -140,6 +140,8 @@ func (g *group) waitApplied(ctx context.Context, index uint64) error {
 		}
 		select {
 		case <-ch:
+		case <-g.node.Done():
+			return g.halted()
 		case <-ctx.Done():
 			return g.unavailable("index %d not applied here within the deadline (applied %d)", index, g.applied.Load())
 		}
@@ -149,6 +151,9 @@ func (g *group) waitApplied(ctx context.Context, index uint64) error {
 
 // barrier makes a read at the given consistency safe to serve locally.
 func (g *group) barrier(ctx context.Context, consistency string, minIndex uint64) error {
+	if err := g.halted(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, g.server.cfg.RequestTimeout)
 	defer cancel()
 	if consistency == api.Linearizable && !g.server.cfg.UnsafeLocalReads {
@@ -159,4 +164,19 @@ func (g *group) barrier(ctx context.Context, consistency string, minIndex uint64
 		minIndex = max(minIndex, index)
 	}
 	return g.waitApplied(ctx, minIndex)
+}
+
+// halted returns a 503 once the group's raft node has stopped (the server
+// is stopping, or stopped applying on a fatal error): its state is no
+// longer kept up to date and must not be served, not even as a stale read.
+func (g *group) halted() error {
+	select {
+	case <-g.node.Done():
+	default:
+		return nil
+	}
+	if err := g.node.Err(); err != nil {
+		return api.Errorf(api.CodeUnavailable, "this member stopped on a fatal error and serves nothing: %v", err)
+	}
+	return errStopping
 }

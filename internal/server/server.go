@@ -199,7 +199,7 @@ func (s *Server) watchNode(n *raftnode.Node) {
 			s.errMu.Lock()
 			s.err = err
 			s.errMu.Unlock()
-			s.log.Error("fatal storage error; the process must stop", "err", err)
+			s.log.Error("raft node stopped on a fatal error; the process must stop", "err", err)
 			go s.Close()
 		}
 	case <-s.stop:

@@ -59,10 +59,11 @@ func toAPIMembers(ms []command.Member) []api.Member {
 }
 
 // Ready reports whether the server knows a leader and has applied everything
-// it knows to be committed (the /readyz check).
+// it knows to be committed (the /readyz check); never once its raft node
+// stopped (a fatal error, such as a committed entry it cannot decode).
 func (s *Server) Ready() bool {
 	g := s.main.Load()
-	if g == nil {
+	if g == nil || g.halted() != nil {
 		return false
 	}
 	st := g.node.Status()
