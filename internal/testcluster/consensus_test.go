@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,5 +57,89 @@ func TestUndecodableEntryStopsEveryReplica(t *testing.T) {
 		if _, err := Get(ctx, c.URL(i), "/before", api.Stale); api.CodeOf(err) != api.CodeUnavailable {
 			t.Errorf("%s served a stale read after stopping: %v", n.Name, err)
 		}
+	}
+}
+
+// TestMembershipRepeatsAndAddresses: a repeated add of an identical member
+// answers the member, one with other addresses is 409; a repeated remove
+// answers success through any member, a never-member is 404; an add whose
+// name or addresses are unusable is 400 invalid_argument naming the field,
+// and changes nothing.
+func TestMembershipRepeatsAndAddresses(t *testing.T) {
+	c := New(t, 3, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leader := c.WaitLeader(10 * time.Second)
+	follower := c.Others(leader)[0]
+	add := func(base string, body map[string]any) (api.Member, error) {
+		var m api.Member
+		err := Do(ctx, http.MethodPost, base, "/v1/cluster/members", nil, body, &m)
+		return m, err
+	}
+
+	invalid := []struct {
+		name  string
+		body  map[string]any
+		field string
+	}{
+		{name: "peer url not host:port", body: map[string]any{"name": "n8", "peer_url": "notaurl", "client_url": "http://127.0.0.1:2379"}, field: "peer_url"},
+		{name: "client url not a URL", body: map[string]any{"name": "n8", "peer_url": "127.0.0.1:2380", "client_url": "alsonot"}, field: "client_url"},
+		{name: "both wrong", body: map[string]any{"name": "n8", "peer_url": "notaurl", "client_url": "alsonot"}, field: "peer_url"},
+		{name: "peer url without host", body: map[string]any{"name": "n8", "peer_url": ":2380"}, field: "peer_url"},
+		{name: "peer url port 0", body: map[string]any{"name": "n8", "peer_url": "h:0"}, field: "peer_url"},
+		{name: "peer url port too large", body: map[string]any{"name": "n8", "peer_url": "h:65536"}, field: "peer_url"},
+		{name: "peer url missing", body: map[string]any{"name": "n8"}, field: "peer_url"},
+		{name: "client url of another scheme", body: map[string]any{"name": "n8", "peer_url": "h:2380", "client_url": "ftp://h:2379"}, field: "client_url"},
+		{name: "client url with a path", body: map[string]any{"name": "n8", "peer_url": "h:2380", "client_url": "http://h:2379/v1"}, field: "client_url"},
+		{name: "client url without host", body: map[string]any{"name": "n8", "peer_url": "h:2380", "client_url": "http://:2379"}, field: "client_url"},
+		{name: "name missing", body: map[string]any{"peer_url": "h:2380"}, field: "name"},
+		{name: "name with =", body: map[string]any{"name": "n8=x", "peer_url": "h:2380"}, field: "name"},
+		{name: "name with a slash", body: map[string]any{"name": "n8/x", "peer_url": "h:2380"}, field: "name"},
+	}
+	for _, tt := range invalid {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := add(c.URL(leader), tt.body)
+			var apiErr *api.Error
+			if !errors.As(err, &apiErr) || apiErr.Code != api.CodeInvalidArgument || !strings.HasPrefix(apiErr.Message, tt.field+" ") {
+				t.Fatalf("add %v answered %v, want 400 invalid_argument naming %s", tt.body, err, tt.field)
+			}
+		})
+	}
+	if members := c.Status(leader).Members; len(members) != 3 {
+		t.Fatalf("refused adds changed the members: %+v", members)
+	}
+
+	n4 := map[string]any{"name": "n4", "peer_url": c.PeerURL("n4"), "client_url": "http://127.0.0.1:2379", "learner": true}
+	first, err := add(c.URL(leader), n4)
+	if err != nil || !first.Learner {
+		t.Fatalf("add n4: %+v, %v", first, err)
+	}
+	again, err := add(c.URL(leader), n4)
+	if err != nil || again.ID != first.ID || again.PeerURL != first.PeerURL {
+		t.Fatalf("repeated identical add: %+v, %v; want %+v", again, err, first)
+	}
+	for _, other := range []map[string]any{
+		{"name": "n4", "peer_url": "elsewhere:2380", "learner": true},
+		{"name": "n4", "peer_url": c.PeerURL("n4"), "client_url": "http://127.0.0.1:9999", "learner": true},
+	} {
+		if _, err := add(c.URL(leader), other); api.CodeOf(err) != api.CodePreconditionFailed {
+			t.Errorf("add of n4 with other addresses %v answered %v, want 409 precondition_failed", other, err)
+		}
+	}
+
+	for _, base := range []string{c.URL(leader), c.URL(leader), c.URL(follower)} {
+		var removed map[string]bool
+		if err := Do(ctx, http.MethodDelete, base, "/v1/cluster/members/n4", nil, nil, &removed); err != nil || !removed["removed"] {
+			t.Fatalf("remove n4 through %s: %v, %v; want success, repeats included", base, removed, err)
+		}
+	}
+	if err := Do(ctx, http.MethodDelete, c.URL(leader), "/v1/cluster/members/"+first.ID, nil, nil, nil); err != nil {
+		t.Errorf("repeated remove of n4 by id: %v", err)
+	}
+	if err := Do(ctx, http.MethodDelete, c.URL(leader), "/v1/cluster/members/n9", nil, nil, nil); api.CodeOf(err) != api.CodeNotFound {
+		t.Errorf("remove of a never-member answered %v, want 404", err)
+	}
+	if _, err := add(c.URL(leader), n4); api.CodeOf(err) != api.CodePreconditionFailed {
+		t.Errorf("re-add of a removed name answered %v, want 409", err)
 	}
 }
