@@ -196,11 +196,10 @@ func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, erro
 		return api.Member{}, err
 	}
 	if _, ok := st.Config.Learners[id]; !ok {
-		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "%s is not a learner", api.FormatID(id))
+		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "%s is not a learner", s.describeMember(id))
 	}
-	if pr := st.Progress[id]; pr.Match+promotionSlack < st.Commit || !pr.RecentActive {
-		return api.Member{}, api.Errorf(api.CodePreconditionFailed,
-			"learner %s has not caught up (log at %d, commit index %d, active %v)", api.FormatID(id), pr.Match, st.Commit, pr.RecentActive)
+	if err := s.checkCaughtUp(st, id); err != nil {
+		return api.Member{}, err
 	}
 	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode, NodeID: id}
 	if _, err := g.proposeConfChange(ctx, change, command.Member{}); err != nil {
@@ -209,6 +208,38 @@ func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, erro
 	m := s.memberByID(id)
 	m.Learner = false
 	return toAPIMembers([]command.Member{m})[0], nil
+}
+
+// checkCaughtUp refuses the promotion of learner id, with the reason, unless
+// the leader whose status st is has heard from it within the last election
+// timeout and its log is at most promotionSlack entries behind the commit
+// index. raft counts a member it just added as recently active before it
+// ever answered, so a learner that acknowledged nothing is never caught up.
+func (s *Server) checkCaughtUp(st raft.Status, id uint64) error {
+	pr := st.Progress[id]
+	switch {
+	case pr.Match == 0:
+		return api.Errorf(api.CodePreconditionFailed,
+			"learner %s has not caught up: it has acknowledged no entry to this leader yet (commit index %d); is its latchd running, started with --initial-cluster-state existing?",
+			s.describeMember(id), st.Commit)
+	case pr.Match+promotionSlack < st.Commit:
+		return api.Errorf(api.CodePreconditionFailed,
+			"learner %s has not caught up: its log is at %d, more than %d entries behind the commit index %d",
+			s.describeMember(id), pr.Match, promotionSlack, st.Commit)
+	case !pr.RecentActive:
+		return api.Errorf(api.CodePreconditionFailed,
+			"learner %s has not caught up: the leader has not heard from it within the last election timeout (its log is at %d, commit index %d)",
+			s.describeMember(id), pr.Match, st.Commit)
+	}
+	return nil
+}
+
+// describeMember names member id for messages: "n4 (0x...)", or the id alone.
+func (s *Server) describeMember(id uint64) string {
+	if m := s.memberByID(id); m.Name != "" {
+		return fmt.Sprintf("%s (%s)", m.Name, api.FormatID(id))
+	}
+	return api.FormatID(id)
 }
 
 // promoteWhenCaughtUp promotes learner id once it has caught up, giving up

@@ -156,14 +156,31 @@ func (g *group) barrier(ctx context.Context, consistency string, minIndex uint64
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.server.cfg.RequestTimeout)
 	defer cancel()
-	if consistency == api.Linearizable && !g.server.cfg.UnsafeLocalReads {
+	linearizable := consistency == api.Linearizable && !g.server.cfg.UnsafeLocalReads
+	if linearizable || g.beyondLocalCommit(minIndex) {
+		// The read index is the leader's commit index, confirmed by a
+		// quorum: every index any member acknowledged is at most it.
 		index, err := g.reads.wait(ctx)
 		if err != nil {
 			return err
 		}
-		minIndex = max(minIndex, index)
+		if minIndex > index {
+			return api.Errorf(api.CodeInvalidArgument,
+				"min_index %d is beyond the cluster's commit index %d: no write has that index yet", minIndex, index)
+		}
+		if linearizable {
+			minIndex = max(minIndex, index)
+		}
 	}
 	return g.waitApplied(ctx, minIndex)
+}
+
+// beyondLocalCommit reports whether minIndex is neither applied nor known
+// committed here. Only then can it be beyond what the cluster committed; a
+// follower's commit index may lag the leader's, so this alone refuses
+// nothing.
+func (g *group) beyondLocalCommit(minIndex uint64) bool {
+	return minIndex > g.applied.Load() && minIndex > g.node.Status().Commit
 }
 
 // halted returns a 503 once the group's raft node has stopped (the server

@@ -52,7 +52,8 @@ func toAPIMembers(ms []command.Member) []api.Member {
 	out := make([]api.Member, 0, len(ms))
 	for _, m := range ms {
 		out = append(out, api.Member{
-			ID: api.FormatID(m.ID), Name: m.Name, PeerURL: m.PeerURL, ClientURL: m.ClientURL, Learner: m.Learner,
+			ID: api.FormatID(m.ID), Name: m.Name, PeerURL: m.PeerURL, ClientURL: m.ClientURL,
+			Voter: !m.Learner, Learner: m.Learner,
 		})
 	}
 	return out

@@ -111,7 +111,7 @@ func TestMembershipRepeatsAndAddresses(t *testing.T) {
 
 	n4 := map[string]any{"name": "n4", "peer_url": c.PeerURL("n4"), "client_url": "http://127.0.0.1:2379", "learner": true}
 	first, err := add(c.URL(leader), n4)
-	if err != nil || !first.Learner {
+	if err != nil || !first.Learner || first.Voter {
 		t.Fatalf("add n4: %+v, %v", first, err)
 	}
 	again, err := add(c.URL(leader), n4)
@@ -141,5 +141,97 @@ func TestMembershipRepeatsAndAddresses(t *testing.T) {
 	}
 	if _, err := add(c.URL(leader), n4); api.CodeOf(err) != api.CodePreconditionFailed {
 		t.Errorf("re-add of a removed name answered %v, want 409", err)
+	}
+}
+
+// TestMemberRoleFields: every member in /v1/status and /v1/cluster/members
+// carries both "voter" and "learner", exactly one true.
+func TestMemberRoleFields(t *testing.T) {
+	c := New(t, 3, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leader := c.WaitLeader(10 * time.Second)
+	if err := Do(ctx, http.MethodPost, c.URL(leader), "/v1/cluster/members", nil,
+		map[string]any{"name": "n4", "peer_url": c.PeerURL("n4"), "learner": true}, nil); err != nil {
+		t.Fatalf("add learner n4: %v", err)
+	}
+	for _, path := range []string{"/v1/status", "/v1/cluster/members"} {
+		var reply struct {
+			Members []map[string]any `json:"members"`
+		}
+		if err := Do(ctx, http.MethodGet, c.URL(leader), path, nil, nil, &reply); err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		if len(reply.Members) != 4 {
+			t.Fatalf("GET %s lists %d members, want 4: %v", path, len(reply.Members), reply.Members)
+		}
+		for _, m := range reply.Members {
+			wantLearner := m["name"] == "n4"
+			if m["voter"] != !wantLearner || m["learner"] != wantLearner {
+				t.Errorf("GET %s: member %v: want voter %v and learner %v, both present", path, m, !wantLearner, wantLearner)
+			}
+		}
+	}
+}
+
+// TestPromoteNeverStartedLearner: promoting a learner whose latchd never
+// started is refused with the truth (it acknowledged nothing), not "active
+// true" (raft counts a member it just added as recently active).
+func TestPromoteNeverStartedLearner(t *testing.T) {
+	c := New(t, 3, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leader := c.WaitLeader(10 * time.Second)
+	if err := Do(ctx, http.MethodPost, c.URL(leader), "/v1/cluster/members", nil,
+		map[string]any{"name": "n4", "peer_url": c.PeerURL("n4"), "learner": true}, nil); err != nil {
+		t.Fatalf("add learner n4: %v", err)
+	}
+	err := Do(ctx, http.MethodPost, c.URL(leader), "/v1/cluster/members/n4/promote", nil, nil, nil)
+	var apiErr *api.Error
+	if !errors.As(err, &apiErr) || apiErr.Code != api.CodePreconditionFailed ||
+		!strings.Contains(apiErr.Message, "n4") || !strings.Contains(apiErr.Message, "acknowledged no entry") || strings.Contains(apiErr.Message, "active true") {
+		t.Fatalf("promote of a never-started learner answered %v; want 409 saying it acknowledged nothing", err)
+	}
+}
+
+// TestMinIndexBeyondCommit: a read whose min_index no write has reached yet
+// is refused at once with 400 invalid_argument, on the leader and on a
+// follower, stale or linearizable; one the cluster committed but a lagging
+// follower has not applied still waits and succeeds.
+func TestMinIndexBeyondCommit(t *testing.T) {
+	c := New(t, 3, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leader := c.WaitLeader(10 * time.Second)
+	follower := c.Others(leader)[0]
+	written, err := Put(ctx, c.URL(leader), "/m", "v1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	beyond := written.Index + 1000
+	for _, i := range []int{leader, follower} {
+		for _, consistency := range []string{api.Stale, api.Linearizable} {
+			started := time.Now()
+			_, err := GetAt(ctx, c.URL(i), "/m", consistency, beyond)
+			var apiErr *api.Error
+			if !errors.As(err, &apiErr) || apiErr.Code != api.CodeInvalidArgument || !strings.Contains(apiErr.Message, "beyond the cluster's commit index") {
+				t.Errorf("%s %s read at min_index %d answered %v; want 400 invalid_argument", c.Nodes[i].Name, consistency, beyond, err)
+			}
+			if took := time.Since(started); took > time.Second {
+				t.Errorf("%s %s read at min_index %d took %v; want an answer at once", c.Nodes[i].Name, consistency, beyond, took)
+			}
+		}
+	}
+
+	// The follower hears of new commits late: a min_index committed but
+	// not yet known here must wait, not be refused.
+	c.Net.SetDelay(c.Nodes[leader].ID, c.Nodes[follower].ID, 200*time.Millisecond)
+	defer c.Net.Heal()
+	written, err = Put(ctx, c.URL(leader), "/m", "v2", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := GetAt(ctx, c.URL(follower), "/m", api.Stale, written.Index); err != nil || got.Value != "v2" {
+		t.Fatalf("stale read on a lagging follower at committed min_index %d: %+v, %v; want v2", written.Index, got, err)
 	}
 }
