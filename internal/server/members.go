@@ -356,12 +356,14 @@ func (s *Server) handOver(ctx context.Context, g *group, st raft.Status) error {
 	return s.transferTo(ctx, g, candidates[0])
 }
 
-// TransferLeadership moves leadership to the voter to and waits for it.
+// TransferLeadership moves leadership to the voter to and waits for it. On a
+// follower, raft forwards the request to the leader (with the transferee in
+// the message's From, which the transport lets through for this one type).
 func (s *Server) TransferLeadership(ctx context.Context, to uint64) error {
 	g := s.main.Load()
 	st := g.node.Status()
 	if _, ok := st.Config.Voters.IDs()[to]; !ok {
-		return api.Errorf(api.CodeInvalidArgument, "%s is not a voter", api.FormatID(to))
+		return api.Errorf(api.CodeInvalidArgument, "%s is not a voter", s.describeMember(to))
 	}
 	if st.Lead == to {
 		return nil
@@ -377,7 +379,7 @@ func (s *Server) transferTo(ctx context.Context, g *group, to uint64) error {
 		select {
 		case <-time.After(s.electionTimeout() / 4):
 		case <-ctx.Done():
-			return g.unavailable("leadership did not move to %s in time", api.FormatID(to))
+			return g.unavailable("leadership did not move to %s in time", s.describeMember(to))
 		}
 	}
 	return nil
