@@ -195,13 +195,16 @@ type ElectionState struct {
 	Index      uint64  `json:"index"`
 }
 
-// Member is one server of the cluster.
+// Member is one server of the cluster. Voter and Learner are always both
+// present and exactly one is true: a voter votes in elections and counts
+// toward the commit quorum; a learner only receives the log.
 type Member struct {
 	ID        string `json:"id"`
 	Name      string `json:"name"`
 	PeerURL   string `json:"peer_url"`
 	ClientURL string `json:"client_url,omitempty"`
-	Learner   bool   `json:"learner,omitempty"`
+	Voter     bool   `json:"voter"`
+	Learner   bool   `json:"learner"`
 }
 
 // Status is the reply to GET /v1/status.

@@ -15,8 +15,10 @@ import (
 // retry meets the effect of an earlier attempt (a lost reply):
 //   - AddMember of a member that exists with the same name and peer URL
 //     returns that member;
-//   - RemoveMember of a member that existed before the call and is gone
-//     after it succeeds;
+//   - RemoveMember of a member that was removed succeeds (the server
+//     answers the repeat with success while it remembers the removal; and a
+//     member that existed before the call and is gone after it counts as
+//     removed);
 //   - PromoteMember of a member that is already a voter succeeds.
 
 // AddMemberRequest is the body of POST /v1/cluster/members.
@@ -92,12 +94,18 @@ func lookupMember(members []api.Member, nameOrID string) *api.Member {
 // CodePreconditionFailed when the voters left could not form a healthy
 // quorum; removing the leader hands leadership to another voter first. The
 // removed server stops by itself.
+//
+// Removing a member that was already removed succeeds: the server answers
+// the repeat with success while it remembers the removal (since it
+// started), and the client also counts as removed a member that existed
+// when the call began and is unknown at its end.
 func (c *Client) RemoveMember(ctx context.Context, nameOrID string) error {
-	if _, err := c.FindMember(ctx, nameOrID); err != nil {
-		return err
+	_, findErr := c.FindMember(ctx, nameOrID)
+	if findErr != nil && !errors.Is(findErr, ErrMemberNotFound) {
+		return findErr
 	}
 	err := c.do(ctx, &call{method: "DELETE", path: "/v1/cluster/members/" + nameOrID})
-	if api.CodeOf(err) == api.CodeNotFound {
+	if api.CodeOf(err) == api.CodeNotFound && findErr == nil {
 		// It existed when the call began: an earlier attempt removed it
 		// (removing the leader loses the old leader's reply when it stops).
 		return nil

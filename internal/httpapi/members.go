@@ -27,10 +27,7 @@ func (h *Handler) addMember(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) removeMember(w http.ResponseWriter, r *http.Request) {
-	id, err := h.server.MemberIDByName(r.Context(), r.PathValue("id"))
-	if err == nil {
-		err = h.server.RemoveMember(r.Context(), id)
-	}
+	err := h.server.RemoveMemberNamed(r.Context(), r.PathValue("id"))
 	h.reply(w, map[string]bool{"removed": true}, h.server.AppliedIndex(), err)
 }
 

@@ -30,5 +30,8 @@
 //
 // An error from the WAL or the snapshot store is fatal: the node stops and
 // reports it on Done/Err, and the process must exit (an fsync is never
-// retried: the page cache may already have dropped the data).
+// retried: the page cache may already have dropped the data). So is an
+// error from the state machine's Apply or ApplyConfChange (a committed entry
+// this binary cannot decode): skipping it would let replicas diverge, so the
+// node stops before applying anything after it.
 package raftnode

@@ -178,13 +178,17 @@ func (n *Node) apply(entries []raftpb.Entry) error {
 		if e.Type == raftpb.EntryNormal {
 			continue
 		}
-		n.cfg.Machine.Apply(entries[run:i])
+		if err := n.cfg.Machine.Apply(entries[run:i]); err != nil {
+			return err
+		}
 		if err := n.applyConfChange(e); err != nil {
 			return err
 		}
 		run = i + 1
 	}
-	n.cfg.Machine.Apply(entries[run:])
+	if err := n.cfg.Machine.Apply(entries[run:]); err != nil {
+		return err
+	}
 	if last := entries[len(entries)-1].Index; last > n.appliedIndex {
 		n.appliedIndex = last
 	}
@@ -211,6 +215,5 @@ func (n *Node) applyConfChange(e raftpb.Entry) error {
 	cs := n.raft.ApplyConfChange(cc)
 	n.confState = *cs
 	n.snapshotDue = true
-	n.cfg.Machine.ApplyConfChange(e.Index, cc, *cs)
-	return nil
+	return n.cfg.Machine.ApplyConfChange(e.Index, cc, *cs)
 }

@@ -22,11 +22,13 @@ import (
 // called only from the node's Ready loop goroutine, in log order.
 type StateMachine interface {
 	// Apply applies committed normal entries (empty ones included: they only
-	// advance the applied index).
-	Apply(entries []raftpb.Entry)
+	// advance the applied index). An error means an entry cannot be applied
+	// (this binary cannot decode it): the entries before it are applied, none
+	// after, and the node stops with that error, which is fatal.
+	Apply(entries []raftpb.Entry) error
 	// ApplyConfChange records a committed membership change at index; cs is the
-	// configuration after it.
-	ApplyConfChange(index uint64, cc raftpb.ConfChangeV2, cs raftpb.ConfState)
+	// configuration after it. An error is fatal, as for Apply.
+	ApplyConfChange(index uint64, cc raftpb.ConfChangeV2, cs raftpb.ConfState) error
 	// Snapshot returns a writer of the state as of the last applied entry. It
 	// must take O(1) on the Ready loop; the returned func runs on another
 	// goroutine while Apply continues.

@@ -18,10 +18,10 @@ import (
 
 type nopMachine struct{}
 
-func (nopMachine) Apply([]raftpb.Entry)                                          {}
-func (nopMachine) ApplyConfChange(uint64, raftpb.ConfChangeV2, raftpb.ConfState) {}
-func (nopMachine) Snapshot() func(io.Writer) error                               { return func(io.Writer) error { return nil } }
-func (nopMachine) Restore(snap.Meta, io.Reader) error                            { return nil }
+func (nopMachine) Apply([]raftpb.Entry) error                                          { return nil }
+func (nopMachine) ApplyConfChange(uint64, raftpb.ConfChangeV2, raftpb.ConfState) error { return nil }
+func (nopMachine) Snapshot() func(io.Writer) error                                     { return func(io.Writer) error { return nil } }
+func (nopMachine) Restore(snap.Meta, io.Reader) error                                  { return nil }
 
 type nopHandler struct{}
 

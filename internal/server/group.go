@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -63,55 +65,97 @@ func newGroup(s *Server, id uint64) *group {
 }
 
 // Apply applies committed entries to the state machine and answers the
-// waiters of the proposals among them.
-func (g *group) Apply(entries []raftpb.Entry) {
+// waiters of the proposals among them. An entry that does not decode stops
+// it: the entries before it are applied and published, none after, and the
+// error (an *UndecodableEntryError) stops the node, then the server.
+func (g *group) Apply(entries []raftpb.Entry) error {
 	if len(entries) == 0 {
-		return
+		return nil
 	}
 	outcomes := make([]outcome, 0, len(entries))
 	var events []fsm.Event
+	var failure error
+	last := uint64(0) // the last entry applied
 	g.mu.Lock()
 	for _, e := range entries {
-		if len(e.Data) == 0 {
-			g.fsm.Advance(e.Index)
-			continue
-		}
-		cmd, err := command.Unmarshal(e.Data)
+		o, evs, err := g.applyEntryLocked(e)
 		if err != nil {
-			// Every replica skips it the same way, so they stay equal.
-			g.server.log.Error("skipping undecodable committed entry", "group", g.id, "index", e.Index, "err", err)
-			g.fsm.Advance(e.Index)
-			continue
+			failure = err
+			break
 		}
-		if cmd.Op == command.OpSessionExpire && cmd.LeaderTerm != e.Term {
-			// Decided by a leader of another term (a deposed one whose
-			// proposal raft forwarded): void, on every replica alike.
-			g.fsm.Advance(e.Index)
-			outcomes = append(outcomes, outcome{id: cmd.ID, index: e.Index, err: errVoidExpiry})
-			continue
-		}
-		res, evs := g.fsm.Apply(e.Index, &cmd)
-		g.trackApplied(&cmd, res)
+		last = e.Index
 		events = append(events, evs...)
-		outcomes = append(outcomes, outcome{id: cmd.ID, index: e.Index, result: res})
+		if o.id != 0 {
+			outcomes = append(outcomes, o)
+		}
 	}
 	// Published under the write lock, so a watch registered under the read
 	// lock sees history and state at the same index.
 	g.watches.Publish(events)
 	g.mu.Unlock()
 	g.deletions.deleted(events)
-	g.publishApplied(entries[len(entries)-1].Index)
+	if last != 0 {
+		g.publishApplied(last)
+		g.server.metrics.applied(last)
+	}
 	for _, o := range outcomes {
 		g.waiters.resolve(o)
 	}
-	g.server.metrics.applied(entries[len(entries)-1].Index)
+	return failure
 }
+
+// applyEntryLocked applies one committed normal entry; g.mu must be held.
+// It returns the outcome for the entry's waiter (id 0: none) and the
+// events, or an error if the entry does not decode, having changed nothing.
+func (g *group) applyEntryLocked(e raftpb.Entry) (outcome, []fsm.Event, error) {
+	if len(e.Data) == 0 {
+		g.fsm.Advance(e.Index)
+		return outcome{}, nil, nil
+	}
+	cmd, err := command.Unmarshal(e.Data)
+	if err != nil {
+		// Skipping it would be safe only if every replica failed alike; one
+		// running another binary may decode it and diverge. Stop instead.
+		return outcome{}, nil, &UndecodableEntryError{Group: g.id, Index: e.Index, Err: err}
+	}
+	if cmd.Op == command.OpSessionExpire && cmd.LeaderTerm != e.Term {
+		// Decided by a leader of another term (a deposed one whose
+		// proposal raft forwarded): void, on every replica alike.
+		g.fsm.Advance(e.Index)
+		return outcome{id: cmd.ID, index: e.Index, err: errVoidExpiry}, nil, nil
+	}
+	res, evs := g.fsm.Apply(e.Index, &cmd)
+	g.trackApplied(&cmd, res)
+	return outcome{id: cmd.ID, index: e.Index, result: res}, evs, nil
+}
+
+// ErrUndecodableEntry matches (errors.Is) every *UndecodableEntryError.
+var ErrUndecodableEntry = errors.New("server: committed entry does not decode")
+
+// UndecodableEntryError is the fatal error of a replica that met a committed
+// entry it cannot decode (written by a binary with another command format,
+// or corrupt): it stopped before applying it.
+type UndecodableEntryError struct {
+	Group uint64 // the consensus group
+	Index uint64 // the entry's raft index
+	Err   error  // why it does not decode
+}
+
+func (e *UndecodableEntryError) Error() string {
+	return fmt.Sprintf("server: committed entry at raft index %d (group %d) does not decode, so this replica stopped before applying it: %v", e.Index, e.Group, e.Err)
+}
+
+// Unwrap returns ErrUndecodableEntry and the decoding error.
+func (e *UndecodableEntryError) Unwrap() []error { return []error{ErrUndecodableEntry, e.Err} }
 
 // ApplyConfChange records membership changes: peers get a transport route
 // and a member record in the state machine at the same index on every
 // replica; the proposer's waiter, if on this server, gets the index.
-func (g *group) ApplyConfChange(index uint64, cc raftpb.ConfChangeV2, cs raftpb.ConfState) {
-	context, _ := decodeConfContext(cc.Context)
+func (g *group) ApplyConfChange(index uint64, cc raftpb.ConfChangeV2, cs raftpb.ConfState) error {
+	context, err := decodeConfContext(cc.Context)
+	if err != nil {
+		return &UndecodableEntryError{Group: g.id, Index: index, Err: fmt.Errorf("conf change context: %w", err)}
+	}
 	g.mu.Lock()
 	// latch proposes one change per entry (the state machine takes one
 	// command per index); raft's bootstrap entries are single changes too.
@@ -132,6 +176,7 @@ func (g *group) ApplyConfChange(index uint64, cc raftpb.ConfChangeV2, cs raftpb.
 			go g.server.removed()
 		}
 	}
+	return nil
 }
 
 // applyMemberChange must be called with g.mu held.

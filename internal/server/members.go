@@ -4,8 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
+	"net/url"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -84,18 +90,21 @@ func (g *group) proposeConfChange(ctx context.Context, change raftpb.ConfChangeS
 }
 
 // AddMember adds a member as a learner. With promote, the leader promotes it
-// to voter in the background once it has caught up.
+// to voter in the background once it has caught up. Adding a member that
+// exists with the same name, peer URL and client URL (if given) is a repeat
+// that already took effect: it answers the member as it is now. A member of
+// that name with other addresses is 409 precondition_failed.
 func (s *Server) AddMember(ctx context.Context, m api.Member, promote bool) (api.Member, error) {
+	if err := validateNewMember(m); err != nil {
+		return api.Member{}, err
+	}
 	g := s.main.Load()
 	if _, err := g.leaderStatus(); err != nil {
 		return api.Member{}, err
 	}
-	if m.Name == "" || m.PeerURL == "" {
-		return api.Member{}, api.Errorf(api.CodeInvalidArgument, "a member needs a name and a peer_url")
-	}
 	id := MemberID(m.Name)
 	if existing := s.memberByID(id); existing.ID != 0 {
-		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "member %q (%s) already exists", m.Name, api.FormatID(id))
+		return s.repeatedAdd(g, existing, m, promote)
 	}
 	if s.removedPeers.has(id) {
 		// Member ids are derived from names, and raft must never see an id again.
@@ -112,6 +121,73 @@ func (s *Server) AddMember(ctx context.Context, m api.Member, promote bool) (api
 	return toAPIMembers([]command.Member{member})[0], nil
 }
 
+// repeatedAdd answers an add of a name that is already a member: the member
+// if the addresses are the same (and, with promote, it is promoted once
+// caught up if still a learner), else 409.
+func (s *Server) repeatedAdd(g *group, existing command.Member, m api.Member, promote bool) (api.Member, error) {
+	if existing.PeerURL != m.PeerURL || m.ClientURL != "" && existing.ClientURL != m.ClientURL {
+		return api.Member{}, api.Errorf(api.CodePreconditionFailed,
+			"member %q (%s) already exists with peer_url %q and client_url %q", existing.Name, api.FormatID(existing.ID), existing.PeerURL, existing.ClientURL)
+	}
+	if promote && existing.Learner {
+		s.goBackground(func() { s.promoteWhenCaughtUp(g, existing.ID) })
+	}
+	return toAPIMembers([]command.Member{existing})[0], nil
+}
+
+// maxMemberName bounds a member's name.
+const maxMemberName = 128
+
+// validateNewMember checks what a member needs to be usable: a name that
+// fits in --initial-cluster and in a URL path, a peer address the transport
+// can dial, and a client URL clients can be pointed at.
+func validateNewMember(m api.Member) error {
+	if m.Name == "" || len(m.Name) > maxMemberName || strings.ContainsFunc(m.Name, badNameRune) {
+		return api.Errorf(api.CodeInvalidArgument,
+			"name %q must be 1 to %d characters without '=', ',', '/', spaces or control characters", m.Name, maxMemberName)
+	}
+	if err := checkHostPort(strings.TrimPrefix(strings.TrimPrefix(m.PeerURL, "http://"), "tcp://")); err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "peer_url %q is not host:port: %v", m.PeerURL, err)
+	}
+	if m.ClientURL == "" {
+		return nil
+	}
+	u, err := url.Parse(m.ClientURL)
+	if err == nil && u.Scheme != "http" && u.Scheme != "https" {
+		err = errors.New("the scheme must be http or https")
+	}
+	if err == nil && (u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || u.Opaque != "") {
+		err = errors.New("nothing may follow host:port")
+	}
+	if err == nil {
+		err = checkHostPort(u.Host)
+	}
+	if err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "client_url %q is not http://host:port or https://host:port: %v", m.ClientURL, err)
+	}
+	return nil
+}
+
+func badNameRune(r rune) bool {
+	return r == '=' || r == ',' || r == '/' || unicode.IsSpace(r) || unicode.IsControl(r)
+}
+
+// checkHostPort checks that addr is host:port with a non-empty host and a
+// port in 1..65535.
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return errors.New("the host is empty")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("port %q is not in 1..65535", port)
+	}
+	return nil
+}
+
 // PromoteMember makes a caught-up learner a voter.
 func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, error) {
 	g := s.main.Load()
@@ -120,11 +196,10 @@ func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, erro
 		return api.Member{}, err
 	}
 	if _, ok := st.Config.Learners[id]; !ok {
-		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "%s is not a learner", api.FormatID(id))
+		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "%s is not a learner", s.describeMember(id))
 	}
-	if pr := st.Progress[id]; pr.Match+promotionSlack < st.Commit || !pr.RecentActive {
-		return api.Member{}, api.Errorf(api.CodePreconditionFailed,
-			"learner %s has not caught up (log at %d, commit index %d, active %v)", api.FormatID(id), pr.Match, st.Commit, pr.RecentActive)
+	if err := s.checkCaughtUp(st, id); err != nil {
+		return api.Member{}, err
 	}
 	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode, NodeID: id}
 	if _, err := g.proposeConfChange(ctx, change, command.Member{}); err != nil {
@@ -135,14 +210,46 @@ func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, erro
 	return toAPIMembers([]command.Member{m})[0], nil
 }
 
+// checkCaughtUp refuses the promotion of learner id, with the reason, unless
+// the leader whose status st is has heard from it within the last election
+// timeout and its log is at most promotionSlack entries behind the commit
+// index. raft counts a member it just added as recently active before it
+// ever answered, so a learner that acknowledged nothing is never caught up.
+func (s *Server) checkCaughtUp(st raft.Status, id uint64) error {
+	pr := st.Progress[id]
+	switch {
+	case pr.Match == 0:
+		return api.Errorf(api.CodePreconditionFailed,
+			"learner %s has not caught up: it has acknowledged no entry to this leader yet (commit index %d); is its latchd running, started with --initial-cluster-state existing?",
+			s.describeMember(id), st.Commit)
+	case pr.Match+promotionSlack < st.Commit:
+		return api.Errorf(api.CodePreconditionFailed,
+			"learner %s has not caught up: its log is at %d, more than %d entries behind the commit index %d",
+			s.describeMember(id), pr.Match, promotionSlack, st.Commit)
+	case !pr.RecentActive:
+		return api.Errorf(api.CodePreconditionFailed,
+			"learner %s has not caught up: the leader has not heard from it within the last election timeout (its log is at %d, commit index %d)",
+			s.describeMember(id), pr.Match, st.Commit)
+	}
+	return nil
+}
+
+// describeMember names member id for messages: "n4 (0x...)", or the id alone.
+func (s *Server) describeMember(id uint64) string {
+	if m := s.memberByID(id); m.Name != "" {
+		return fmt.Sprintf("%s (%s)", m.Name, api.FormatID(id))
+	}
+	return api.FormatID(id)
+}
+
 // promoteWhenCaughtUp promotes learner id once it has caught up, giving up
 // after a few minutes or when this server stops leading.
 func (s *Server) promoteWhenCaughtUp(g *group, id uint64) {
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
 		_, err := s.PromoteMember(context.Background(), id)
-		if err == nil || api.CodeOf(err) == api.CodeUnavailable && g.leader.Load() != s.id {
-			return
+		if err == nil || api.CodeOf(err) == api.CodeUnavailable && g.leader.Load() != s.id || !s.memberByID(id).Learner {
+			return // promoted (here or by another call), removed, or no longer leading
 		}
 		select {
 		case <-time.After(100 * time.Millisecond):
@@ -151,6 +258,28 @@ func (s *Server) promoteWhenCaughtUp(g *group, id uint64) {
 		}
 	}
 	s.log.Warn("learner did not catch up in time; not promoted", "member", api.FormatID(id))
+}
+
+// RemoveMemberNamed removes the member nameOrID (see RemoveMember). A
+// member this server applied the removal of (since it started) is already
+// removed: the repeat succeeds, on any member.
+func (s *Server) RemoveMemberNamed(ctx context.Context, nameOrID string) error {
+	id, err := s.MemberIDByName(ctx, nameOrID)
+	if api.CodeOf(err) == api.CodeNotFound && s.wasRemoved(nameOrID) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.RemoveMember(ctx, id)
+}
+
+// wasRemoved reports whether nameOrID names a member this server saw removed.
+func (s *Server) wasRemoved(nameOrID string) bool {
+	if id, err := api.ParseID(nameOrID); err == nil && s.removedPeers.has(id) {
+		return true
+	}
+	return s.removedPeers.has(MemberID(nameOrID))
 }
 
 // RemoveMember removes a member, refusing if the voters left could not form
@@ -227,12 +356,14 @@ func (s *Server) handOver(ctx context.Context, g *group, st raft.Status) error {
 	return s.transferTo(ctx, g, candidates[0])
 }
 
-// TransferLeadership moves leadership to the voter to and waits for it.
+// TransferLeadership moves leadership to the voter to and waits for it. On a
+// follower, raft forwards the request to the leader (with the transferee in
+// the message's From, which the transport lets through for this one type).
 func (s *Server) TransferLeadership(ctx context.Context, to uint64) error {
 	g := s.main.Load()
 	st := g.node.Status()
 	if _, ok := st.Config.Voters.IDs()[to]; !ok {
-		return api.Errorf(api.CodeInvalidArgument, "%s is not a voter", api.FormatID(to))
+		return api.Errorf(api.CodeInvalidArgument, "%s is not a voter", s.describeMember(to))
 	}
 	if st.Lead == to {
 		return nil
@@ -248,7 +379,7 @@ func (s *Server) transferTo(ctx context.Context, g *group, to uint64) error {
 		select {
 		case <-time.After(s.electionTimeout() / 4):
 		case <-ctx.Done():
-			return g.unavailable("leadership did not move to %s in time", api.FormatID(to))
+			return g.unavailable("leadership did not move to %s in time", s.describeMember(to))
 		}
 	}
 	return nil

@@ -9,8 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/internal/transport"
 )
 
 // The server is the transport's Handler and Snapshots: it routes each frame
@@ -116,4 +119,31 @@ func (s *Server) tellRemoved(id uint64) {
 	if s.removedPeers.due(id, time.Now()) {
 		s.transport.Send(relayGroup, []raftpb.Message{{Type: raftpb.MsgUnreachable, From: s.id, To: id}})
 	}
+}
+
+// transportMetrics registers the peer transport's counters, when it keeps
+// them (the TCP transport does; the test fake does not).
+func (s *Server) transportMetrics() {
+	stats, ok := s.transport.(interface{ Stats() transport.Stats })
+	if !ok {
+		return
+	}
+	counter := func(name, help string, value func(transport.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(value(stats.Stats())) })
+	}
+	s.metrics.registry.MustRegister(
+		counter("latch_transport_frames_rejected_total",
+			"Inbound peer connections closed for a bad handshake or a corrupt or oversized frame.",
+			func(st transport.Stats) uint64 { return st.FramesRejected }),
+		counter("latch_transport_messages_misaddressed_total",
+			"Inbound peer messages dropped because raft cannot have sent them on their connection.",
+			func(st transport.Stats) uint64 { return st.MessagesMisaddressed }),
+		counter("latch_transport_messages_dropped_total",
+			"Outbound peer messages dropped: queue full, peer down, unknown or removed.",
+			func(st transport.Stats) uint64 { return st.MessagesDropped }),
+		counter("latch_transport_connections_failed_total",
+			"Peer dials, handshakes or connections that failed.",
+			func(st transport.Stats) uint64 { return st.ConnectionsFailed }),
+	)
 }

@@ -140,6 +140,8 @@ func (g *group) waitApplied(ctx context.Context, index uint64) error {
 		}
 		select {
 		case <-ch:
+		case <-g.node.Done():
+			return g.halted()
 		case <-ctx.Done():
 			return g.unavailable("index %d not applied here within the deadline (applied %d)", index, g.applied.Load())
 		}
@@ -149,14 +151,49 @@ func (g *group) waitApplied(ctx context.Context, index uint64) error {
 
 // barrier makes a read at the given consistency safe to serve locally.
 func (g *group) barrier(ctx context.Context, consistency string, minIndex uint64) error {
+	if err := g.halted(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, g.server.cfg.RequestTimeout)
 	defer cancel()
-	if consistency == api.Linearizable && !g.server.cfg.UnsafeLocalReads {
+	linearizable := consistency == api.Linearizable && !g.server.cfg.UnsafeLocalReads
+	if linearizable || g.beyondLocalCommit(minIndex) {
+		// The read index is the leader's commit index, confirmed by a
+		// quorum: every index any member acknowledged is at most it.
 		index, err := g.reads.wait(ctx)
 		if err != nil {
 			return err
 		}
-		minIndex = max(minIndex, index)
+		if minIndex > index {
+			return api.Errorf(api.CodeInvalidArgument,
+				"min_index %d is beyond the cluster's commit index %d: no write has that index yet", minIndex, index)
+		}
+		if linearizable {
+			minIndex = max(minIndex, index)
+		}
 	}
 	return g.waitApplied(ctx, minIndex)
+}
+
+// beyondLocalCommit reports whether minIndex is neither applied nor known
+// committed here. Only then can it be beyond what the cluster committed; a
+// follower's commit index may lag the leader's, so this alone refuses
+// nothing.
+func (g *group) beyondLocalCommit(minIndex uint64) bool {
+	return minIndex > g.applied.Load() && minIndex > g.node.Status().Commit
+}
+
+// halted returns a 503 once the group's raft node has stopped (the server
+// is stopping, or stopped applying on a fatal error): its state is no
+// longer kept up to date and must not be served, not even as a stale read.
+func (g *group) halted() error {
+	select {
+	case <-g.node.Done():
+	default:
+		return nil
+	}
+	if err := g.node.Err(); err != nil {
+		return api.Errorf(api.CodeUnavailable, "this member stopped on a fatal error and serves nothing: %v", err)
+	}
+	return errStopping
 }

@@ -134,6 +134,7 @@ func (s *Server) startTransport() error {
 		return fmt.Errorf("server: start peer transport: %w", err)
 	}
 	s.transport = tr
+	s.transportMetrics()
 	for name, addr := range s.cfg.InitialCluster {
 		if id := MemberID(name); id != s.id {
 			tr.AddPeer(id, addr)
@@ -198,7 +199,7 @@ func (s *Server) watchNode(n *raftnode.Node) {
 			s.errMu.Lock()
 			s.err = err
 			s.errMu.Unlock()
-			s.log.Error("fatal storage error; the process must stop", "err", err)
+			s.log.Error("raft node stopped on a fatal error; the process must stop", "err", err)
 			go s.Close()
 		}
 	case <-s.stop:

@@ -52,17 +52,19 @@ func toAPIMembers(ms []command.Member) []api.Member {
 	out := make([]api.Member, 0, len(ms))
 	for _, m := range ms {
 		out = append(out, api.Member{
-			ID: api.FormatID(m.ID), Name: m.Name, PeerURL: m.PeerURL, ClientURL: m.ClientURL, Learner: m.Learner,
+			ID: api.FormatID(m.ID), Name: m.Name, PeerURL: m.PeerURL, ClientURL: m.ClientURL,
+			Voter: !m.Learner, Learner: m.Learner,
 		})
 	}
 	return out
 }
 
 // Ready reports whether the server knows a leader and has applied everything
-// it knows to be committed (the /readyz check).
+// it knows to be committed (the /readyz check); never once its raft node
+// stopped (a fatal error, such as a committed entry it cannot decode).
 func (s *Server) Ready() bool {
 	g := s.main.Load()
-	if g == nil {
+	if g == nil || g.halted() != nil {
 		return false
 	}
 	st := g.node.Status()

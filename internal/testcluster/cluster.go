@@ -144,8 +144,9 @@ func (c *Cluster) AddNode(name string) int {
 	return len(c.Nodes) - 1
 }
 
-// PeerURL is the fake peer address of a member called name.
-func (c *Cluster) PeerURL(name string) string { return "fake-peer-" + name }
+// PeerURL is the fake peer address of a member called name (host:port, as
+// the server requires of a member it adds; the fake network ignores it).
+func (c *Cluster) PeerURL(name string) string { return "fake-peer-" + name + ":2380" }
 
 // Crash stops node i as a power loss would: whatever it had not fsynced is
 // gone. From the moment of the crash its disk refuses every operation, so

@@ -27,7 +27,10 @@
 //     gaps where messages were dropped; never duplicated.
 //   - Every MsgSnap passed to Send ends in exactly one ReportSnapshot.
 //   - Input from the network never panics: a corrupt or oversized frame or
-//     a bad handshake closes that connection with a logged error.
+//     a bad handshake closes that connection with a logged error. A
+//     well-formed message that raft cannot have sent on its connection (see
+//     TCP.misaddressed) is dropped and counted; the connection, which
+//     carries replication, stays up.
 //   - A connection whose handshake names another cluster id, or another
 //     node id than ours, is refused.
 //   - A snapshot body is never held whole in memory: at most one chunk is

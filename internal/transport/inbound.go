@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // acceptLoop accepts peer connections until the listener is closed.
@@ -107,9 +109,12 @@ func (t *TCP) readMessages(conn net.Conn, reader *bufio.Reader, from uint64) {
 			t.logger.Debug("peer stream ended", "peer", from, "err", err)
 			return
 		}
-		if m.From != from || m.To != t.cfg.ID {
-			t.reject(conn, "message addressed inconsistently", ErrCorrupt, "peer", from, "from", m.From, "to", m.To)
-			return
+		if why := t.misaddressed(&m, from); why != "" {
+			// One message raft cannot have sent on this connection is
+			// dropped; the stream, which carries replication, stays up.
+			t.counters.messagesMisaddressed.Add(1)
+			t.logger.Warn("dropping misaddressed peer message: "+why, "peer", from, "type", m.Type, "from", m.From, "to", m.To)
+			continue
 		}
 		t.counters.messagesReceived.Add(1)
 		t.counters.bytesReceived.Add(uint64(size))
@@ -117,6 +122,22 @@ func (t *TCP) readMessages(conn net.Conn, reader *bufio.Reader, from uint64) {
 			t.logger.Debug("process failed", "peer", from, "group", group, "type", m.Type, "err", err)
 		}
 	}
+}
+
+// misaddressed says why m, read from the message connection of peer from,
+// cannot have been sent by raft on it, or returns "" if it can. Raft stamps
+// its own id in From, with one exception: a follower forwards a leadership
+// transfer request (MsgTransferLeader) to the leader with the transferee,
+// not itself, in From (proposals and read-index requests it forwards carry
+// its own id).
+func (t *TCP) misaddressed(m *raftpb.Message, from uint64) string {
+	switch {
+	case m.To != t.cfg.ID:
+		return "addressed to another node"
+	case m.From != from && m.Type != raftpb.MsgTransferLeader:
+		return "sender is not the connection's peer"
+	}
+	return ""
 }
 
 // inboundStream is a message connection being read.

@@ -284,22 +284,24 @@ func (t *TCP) clientHandshake(conn net.Conn, id uint64, kind uint8) error {
 type counters struct {
 	messagesSent, bytesSent, messagesDropped       atomic.Uint64
 	messagesReceived, bytesReceived                atomic.Uint64
+	messagesMisaddressed                           atomic.Uint64
 	connectionsFailed, framesRejected              atomic.Uint64
 	snapshotsSent, snapshotsFailed, snapshotsRecvd atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		MessagesSent:      c.messagesSent.Load(),
-		BytesSent:         c.bytesSent.Load(),
-		MessagesDropped:   c.messagesDropped.Load(),
-		MessagesReceived:  c.messagesReceived.Load(),
-		BytesReceived:     c.bytesReceived.Load(),
-		ConnectionsFailed: c.connectionsFailed.Load(),
-		FramesRejected:    c.framesRejected.Load(),
-		SnapshotsSent:     c.snapshotsSent.Load(),
-		SnapshotsFailed:   c.snapshotsFailed.Load(),
-		SnapshotsReceived: c.snapshotsRecvd.Load(),
+		MessagesSent:         c.messagesSent.Load(),
+		BytesSent:            c.bytesSent.Load(),
+		MessagesDropped:      c.messagesDropped.Load(),
+		MessagesReceived:     c.messagesReceived.Load(),
+		BytesReceived:        c.bytesReceived.Load(),
+		ConnectionsFailed:    c.connectionsFailed.Load(),
+		FramesRejected:       c.framesRejected.Load(),
+		MessagesMisaddressed: c.messagesMisaddressed.Load(),
+		SnapshotsSent:        c.snapshotsSent.Load(),
+		SnapshotsFailed:      c.snapshotsFailed.Load(),
+		SnapshotsReceived:    c.snapshotsRecvd.Load(),
 	}
 }
 

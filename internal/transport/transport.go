@@ -72,9 +72,14 @@ type Stats struct {
 	BytesReceived     uint64 // frame bytes read, headers included
 	ConnectionsFailed uint64 // dials, handshakes or connections that failed
 	FramesRejected    uint64 // inbound connections closed for a corrupt or oversized frame or bad handshake
-	SnapshotsSent     uint64 // snapshots acknowledged by their receiver
-	SnapshotsFailed   uint64 // snapshots whose sending failed
-	SnapshotsReceived uint64 // snapshots stored and processed
+	// MessagesMisaddressed counts well-formed inbound messages dropped, their
+	// connection kept, because raft cannot have sent them on it: addressed to
+	// another node, or from a node other than the connection's peer (a
+	// forwarded MsgTransferLeader excepted).
+	MessagesMisaddressed uint64
+	SnapshotsSent        uint64 // snapshots acknowledged by their receiver
+	SnapshotsFailed      uint64 // snapshots whose sending failed
+	SnapshotsReceived    uint64 // snapshots stored and processed
 }
 
 // Config configures a TCP transport. ID, ClusterID, Handler and one of
