@@ -208,9 +208,9 @@ func TestPut(t *testing.T) {
 			cmd: putSequential("/q/a-"), wantNode: NodeMeta{"/q/a-0000000001", 1, 3, 3},
 		},
 		{
-			name: "a recreated parent never reuses a sequential name",
+			name:  "a recreated parent never reuses a sequential name",
 			setup: []command.Command{putSequential("/q/a-"), putSequential("/q/a-"), putSequential("/q/a-"), delRecursive("/q")},
-			cmd: putSequential("/q/a-"), wantNode: NodeMeta{"/q/a-0000000005", 1, 5, 5},
+			cmd:   putSequential("/q/a-"), wantNode: NodeMeta{"/q/a-0000000005", 1, 5, 5},
 		},
 		{
 			name: "version 1: a sequential name taken by a plain node is refused", setup: []command.Command{legacy(put("/q/a-0000000000", ""))}, cmd: legacy(putSequential("/q/a-")),
