@@ -47,8 +47,8 @@ const (
 	OpMemberRemove            // remove the member with Member.ID
 	// OpEnqueue joins a lock or election queue: Path is "{dir}/{prefix}".
 	// If SessionID already owns an ephemeral node "{dir}/{prefix}NNNNNNNNNN",
-	// the result is that node and nothing changes; otherwise it is an
-	// ephemeral sequential put. So retried or concurrent joins of one
+	// the result is that node, given Value if that differs (version 2; in
+	// version 1 nothing changes); otherwise it is an ephemeral sequential put. So retried or concurrent joins of one
 	// session never make two nodes.
 	OpEnqueue
 	opCount // first invalid op

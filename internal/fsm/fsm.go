@@ -155,7 +155,7 @@ func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 	if cmd.SessionID != 0 {
 		s, ok := f.sessions.Get(session{id: cmd.SessionID})
 		if !ok {
-			return refuse(api.Errorf(api.CodeSessionExpired, "session %#x is expired or unknown", cmd.SessionID))
+			return refuse(api.Errorf(api.CodeSessionExpired, "session %s is expired or unknown", api.FormatID(cmd.SessionID)))
 		}
 		if exactlyOnce {
 			if result, seen, err := s.dedup.lookup(cmd.RequestSeq); err != nil {

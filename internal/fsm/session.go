@@ -137,7 +137,7 @@ func (f *FSM) createSession(index uint64, cmd *command.Command) Result {
 // closeSession applies OpSessionClose.
 func (f *FSM) closeSession(index, id uint64) (Result, []Event) {
 	if _, ok := f.sessions.Get(session{id: id}); !ok {
-		return refuse(api.Errorf(api.CodeSessionExpired, "session %#x is expired or unknown", id))
+		return refuse(api.Errorf(api.CodeSessionExpired, "session %s is expired or unknown", api.FormatID(id)))
 	}
 	return Result{}, f.endSession(index, id, nil)
 }
