@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
+	"github.com/latch-io/latch/client/recipe"
 )
 
 // Regression tests of issue 11 for the state machine's rules: plain writes
@@ -329,4 +332,42 @@ func TestLockAndElectionContract(t *testing.T) {
 		t.Errorf("acquire of lock a/b: %v, want invalid_argument naming the name", err)
 	}
 	c.EnsureSame(10 * time.Second)
+}
+
+// TestLostLockNamesItsSessionOnce: the reason a lock was lost names the
+// session once, not once per layer that wrapped it.
+func TestLostLockNamesItsSessionOnce(t *testing.T) {
+	c := New(t, 3, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.New(client.Config{Endpoints: c.URLs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	s, err := cl.NewSession(ctx, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock := recipe.NewLock(s, "lost")
+	if _, err := lock.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lost := lock.Lost()
+	// Another party ends the session; the client hears it at its next heartbeat.
+	if err := Do(ctx, http.MethodPost, c.URL(1), "/v1/session/close", nil, api.SessionRequest{SessionID: s.ID()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-ctx.Done():
+		t.Fatal("the lock was not reported lost after its session was closed")
+	}
+	err = lock.Err()
+	if !errors.Is(err, recipe.ErrLost) {
+		t.Fatalf("lock.Err() = %v, want ErrLost", err)
+	}
+	if n := strings.Count(err.Error(), s.ID()); n != 1 {
+		t.Fatalf("lost lock's message names session %s %d times, want once: %q", s.ID(), n, err)
+	}
 }
