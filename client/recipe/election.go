@@ -154,7 +154,8 @@ func leaderInfo(state *api.ElectionState) LeaderInfo {
 const observeRetry = 100 * time.Millisecond
 
 // Observe returns a channel of the role's leaders, first the current one,
-// then each change, in order: fencing tokens only grow, and a zero
+// then each change, in order: fencing tokens only grow, a leader that
+// joins again with a new value is reported again with it, and a zero
 // LeaderInfo marks a moment without candidates. It watches the role's
 // candidates (one persistent watch over the session's stream) and re-reads
 // the leader after each notification, which the client delays by its
@@ -172,7 +173,8 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 	defer close(out)
 	last, emitted := LeaderInfo{}, false
 	emit := func(info LeaderInfo) bool {
-		changed := !emitted || info.FencingToken > last.FencingToken || (info.FencingToken == 0 && last.FencingToken != 0)
+		changed := !emitted || info.FencingToken > last.FencingToken || (info.FencingToken == 0 && last.FencingToken != 0) ||
+			(info.FencingToken == last.FencingToken && info.Value != last.Value) // the leader joined again with a new value
 		if !changed {
 			return true
 		}
