@@ -35,7 +35,7 @@ func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, w
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
-		members, _, index := g.queue(dir, lockPrefix)
+		members, _, index := g.queue(dir, lockQueue.prefix)
 		ahead, predecessor, found := position(members, mine.Path)
 		switch {
 		case !found:
@@ -72,7 +72,7 @@ func (s *Server) ReleaseLock(ctx context.Context, name string, session, token ui
 				return api.Released{}, err
 			}
 		}
-		m, found := g.queuedBy(dir, lockPrefix, session, token)
+		m, found := g.queuedBy(dir, lockQueue.prefix, session, token)
 		if !found {
 			if attempt > 0 {
 				return api.Released{}, api.Errorf(api.CodeLockNotHeld, "session %s holds no place in lock %q with token %d", api.FormatID(session), name, token)
@@ -129,7 +129,7 @@ func (s *Server) LockState(ctx context.Context, name string, opts ReadOptions) (
 	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
 		return api.LockState{}, err
 	}
-	members, exists, index := g.queue(dir, lockPrefix)
+	members, exists, index := g.queue(dir, lockQueue.prefix)
 	if !exists {
 		return api.LockState{}, notFound(lockQueue, name)
 	}
@@ -162,7 +162,7 @@ func (s *Server) JoinElection(ctx context.Context, role string, session uint64, 
 	if err != nil {
 		return api.Candidacy{}, err
 	}
-	members, _, index := g.queue(dir, candidatePrefix)
+	members, _, index := g.queue(dir, electionQueue.prefix)
 	ahead, predecessor, found := position(members, mine.Path)
 	if !found {
 		return api.Candidacy{}, api.Errorf(api.CodeSessionExpired, "the session's candidacy for %q is gone (session ended)", role)
@@ -184,7 +184,7 @@ func (s *Server) ResignElection(ctx context.Context, role string, session uint64
 	if err := g.barrier(ctx, api.Linearizable, 0); err != nil {
 		return api.Resigned{}, err
 	}
-	members, _, _ := g.queue(dir, candidatePrefix)
+	members, _, _ := g.queue(dir, electionQueue.prefix)
 	for _, m := range members {
 		if m.owner == session {
 			index, err := g.deleteOwned(ctx, m, session)
@@ -209,7 +209,7 @@ func (s *Server) ElectionState(ctx context.Context, role string, opts ReadOption
 	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
 		return api.ElectionState{}, err
 	}
-	members, exists, index := g.queue(dir, candidatePrefix)
+	members, exists, index := g.queue(dir, electionQueue.prefix)
 	if !exists {
 		return api.ElectionState{}, notFound(electionQueue, role)
 	}
