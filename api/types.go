@@ -68,6 +68,9 @@ type SessionCreateRequest struct {
 
 // Session describes a session: the reply to create and to GET /v1/session/{id}.
 type Session struct {
+	// SessionID is 64 random bits chosen by the server (FormatID). It is a
+	// secret: whoever knows it can write, heartbeat, release and close as
+	// the session, so keep it out of logs and shared places.
 	SessionID      string `json:"session_id"`
 	TimeoutMs      uint64 `json:"timeout_ms"`
 	EphemeralCount int    `json:"ephemeral_count"`

@@ -48,7 +48,9 @@ func (s *Session) ReleaseLock(ctx context.Context, name string, token uint64) (*
 	return sessionPostSafe[api.Released](ctx, s, "/v1/lock/release", api.LockRequest{Name: name, SessionID: s.id, FencingToken: token})
 }
 
-// LockState reads lock name's holder and the number of waiters.
+// LockState reads lock name's holder (nil when nobody holds it) and the
+// number of waiters. A lock nobody ever queued for is an *api.Error with
+// api.CodeNotFound.
 func (c *Client) LockState(ctx context.Context, name string) (*api.LockState, error) {
 	var reply api.LockState
 	cl := &call{method: "GET", path: "/v1/lock/" + url.PathEscape(name), out: &reply}
@@ -59,8 +61,9 @@ func (c *Client) LockState(ctx context.Context, name string) (*api.LockState, er
 }
 
 // JoinElection enters session s as a candidate for role with value, or
-// returns the candidacy it already has (value is then not changed). It does
-// not wait: a candidate that does not lead watches Watching, the path of the
+// returns the candidacy it already has, its place and fencing token kept and
+// its value replaced by value (a leader announces a new value this way). It
+// does not wait: a candidate that does not lead watches Watching, the path of the
 // candidate just ahead of it.
 func (s *Session) JoinElection(ctx context.Context, role, value string) (*api.Candidacy, error) {
 	return sessionPostSafe[api.Candidacy](ctx, s, "/v1/election/join", api.ElectionRequest{Role: role, SessionID: s.id, Value: value})
@@ -73,7 +76,8 @@ func (s *Session) ResignElection(ctx context.Context, role string) (*api.Resigne
 }
 
 // ElectionState reads role's leader (nil when there is none) and the number
-// of candidates.
+// of candidates. A role nobody ever joined is an *api.Error with
+// api.CodeNotFound.
 func (c *Client) ElectionState(ctx context.Context, role string) (*api.ElectionState, error) {
 	var reply api.ElectionState
 	cl := &call{method: "GET", path: "/v1/election/" + url.PathEscape(role), out: &reply}

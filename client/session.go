@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,7 +194,11 @@ func (s *Session) heartbeatAnswered(err error, sent, now time.Time) {
 func (s *Session) fatalHeartbeatError(err error, sinceAlive time.Duration) error {
 	var apiErr *api.Error
 	if errors.As(err, &apiErr) && (apiErr.Code == api.CodeSessionExpired || apiErr.Code == api.CodeNotFound) {
-		return &api.Error{Code: api.CodeSessionExpired, Message: fmt.Sprintf("session %s: %s", s.id, apiErr.Message)}
+		message := apiErr.Message
+		if !strings.Contains(message, s.id) { // the server's message names it as a rule
+			message = fmt.Sprintf("session %s: %s", s.id, message)
+		}
+		return &api.Error{Code: api.CodeSessionExpired, Message: message}
 	}
 	if sinceAlive >= s.timeout {
 		return fmt.Errorf("%w (session %s, last error: %w)", ErrSessionLost, s.id, err)

@@ -38,12 +38,20 @@ func (st *state) queueLocked(dir string) []queueMember {
 	return members
 }
 
-// enqueueLocked returns session's member of dir, creating it if needed.
+// enqueueLocked returns session's member of dir, creating it if needed; an
+// existing member gets value, as the real server does.
 func (st *state) enqueueLocked(dir, prefix, session, value string) (queueMember, error) {
 	for _, m := range st.queueLocked(dir) {
-		if m.owner == session {
-			return m, nil
+		if m.owner != session {
+			continue
 		}
+		if m.value != value {
+			if _, err := st.putLocked(putArgs{path: m.path, value: value, ephemeral: true, sessionID: session}); err != nil {
+				return queueMember{}, err
+			}
+			m.value = value
+		}
+		return m, nil
 	}
 	node, err := st.putLocked(putArgs{path: dir + "/" + prefix, value: value, ephemeral: true, sequential: true, sessionID: session})
 	if err != nil {
@@ -187,6 +195,10 @@ func (s *Server) handleLockState(w http.ResponseWriter, r *http.Request) {
 	st := s.cluster.state
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.nodes[dir] == nil {
+		writeError(w, api.Errorf(api.CodeNotFound, "lock %q not found", r.PathValue("name")))
+		return
+	}
 	out := &api.LockState{Index: st.index}
 	if members := st.queueLocked(dir); len(members) > 0 {
 		out.Holder = &api.Holder{SessionID: members[0].owner, FencingToken: members[0].token, Path: members[0].path}
@@ -250,6 +262,10 @@ func (s *Server) handleElectionState(w http.ResponseWriter, r *http.Request) {
 	st := s.cluster.state
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.nodes[dir] == nil {
+		writeError(w, api.Errorf(api.CodeNotFound, "election %q not found", r.PathValue("role")))
+		return
+	}
 	members := st.queueLocked(dir)
 	out := &api.ElectionState{Candidates: len(members), Index: st.index}
 	if len(members) > 0 {

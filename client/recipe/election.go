@@ -42,7 +42,7 @@ func (e *Election) Role() string { return e.role }
 func (e *Election) dir() string { return "/elections/" + e.role }
 
 // Campaign joins the election with value (or keeps the candidacy the
-// session has, and its value) and blocks until this session leads, then
+// session has, its place and token, and gives it value) and blocks until this session leads, then
 // returns its fencing token. A candidate that does not lead watches only the
 // candidate just ahead of it and asks again when that one goes, so a
 // leader's death wakes one candidate. When ctx ends first, Campaign
@@ -122,7 +122,7 @@ func (e *Election) Lost() <-chan struct{} {
 // Leader reads the role's current leader; ErrNoLeader when it has no
 // candidate.
 func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
-	state, err := e.session.Client().ElectionState(ctx, e.role)
+	state, err := e.state(ctx)
 	if err != nil {
 		return LeaderInfo{}, fmt.Errorf("recipe: leader of %s: %w", e.role, err)
 	}
@@ -130,6 +130,16 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 		return LeaderInfo{Index: state.Index}, ErrNoLeader
 	}
 	return leaderInfo(state), nil
+}
+
+// state reads the role's election state. A role nobody ever joined (404)
+// is a state without a leader, at index 0 (unknown).
+func (e *Election) state(ctx context.Context) (*api.ElectionState, error) {
+	state, err := e.session.Client().ElectionState(ctx, e.role)
+	if err != nil && api.CodeOf(err) == api.CodeNotFound {
+		return &api.ElectionState{}, nil
+	}
+	return state, err
 }
 
 func leaderInfo(state *api.ElectionState) LeaderInfo {
@@ -144,7 +154,8 @@ func leaderInfo(state *api.ElectionState) LeaderInfo {
 const observeRetry = 100 * time.Millisecond
 
 // Observe returns a channel of the role's leaders, first the current one,
-// then each change, in order: fencing tokens only grow, and a zero
+// then each change, in order: fencing tokens only grow, a leader that
+// joins again with a new value is reported again with it, and a zero
 // LeaderInfo marks a moment without candidates. It watches the role's
 // candidates (one persistent watch over the session's stream) and re-reads
 // the leader after each notification, which the client delays by its
@@ -162,7 +173,8 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 	defer close(out)
 	last, emitted := LeaderInfo{}, false
 	emit := func(info LeaderInfo) bool {
-		changed := !emitted || info.FencingToken > last.FencingToken || (info.FencingToken == 0 && last.FencingToken != 0)
+		changed := !emitted || info.FencingToken > last.FencingToken || (info.FencingToken == 0 && last.FencingToken != 0) ||
+			(info.FencingToken == last.FencingToken && info.Value != last.Value) // the leader joined again with a new value
 		if !changed {
 			return true
 		}
@@ -175,7 +187,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 		}
 	}
 	for ctx.Err() == nil {
-		state, err := e.session.Client().ElectionState(ctx, e.role)
+		state, err := e.state(ctx)
 		if err != nil {
 			if !e.pause(ctx, observeRetry) {
 				return
@@ -185,12 +197,28 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 		if !emit(leaderInfo(state)) {
 			return
 		}
-		w, err := e.session.Watch(ctx, e.dir(), client.WatchRecursive(), client.Persistent(), client.KnownIndex(state.Index))
+		opts := []client.WatchOption{client.WatchRecursive(), client.Persistent()}
+		if state.Index != 0 {
+			opts = append(opts, client.KnownIndex(state.Index))
+		}
+		w, err := e.session.Watch(ctx, e.dir(), opts...)
 		if err != nil {
 			if client.IsSessionGone(err) || errors.Is(err, client.ErrSessionClosed) || !e.pause(ctx, observeRetry) {
 				return
 			}
 			continue
+		}
+		if state.Index == 0 {
+			// The role did not exist when read, so the watch has no index
+			// to catch up from: read again now that it is registered.
+			again, err := e.state(ctx)
+			if err != nil || !emit(leaderInfo(again)) {
+				w.Close()
+				if err == nil || !e.pause(ctx, observeRetry) {
+					return
+				}
+				continue
+			}
 		}
 		if !e.follow(ctx, w, emit) {
 			return
@@ -203,7 +231,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 func (e *Election) follow(ctx context.Context, w *client.Watcher, emit func(LeaderInfo) bool) bool {
 	defer w.Close()
 	for range w.Events() {
-		state, err := e.session.Client().ElectionState(ctx, e.role)
+		state, err := e.state(ctx)
 		if err != nil {
 			return ctx.Err() == nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/latch-io/latch/api"
@@ -50,9 +51,20 @@ func newHolding(s *client.Session, token uint64, path string, index uint64) *hol
 func (h *holding) watchSession() {
 	select {
 	case <-h.session.Done():
-		h.end(fmt.Errorf("%w: session %s ended: %w", ErrLost, h.session.ID(), h.session.Err()))
+		h.end(sessionEnded(h.session))
 	case <-h.ctx.Done():
 	}
+}
+
+// sessionEnded is the reason of a holding ended by its session's end. It
+// names the session once: most reasons (the server's word on an expiry)
+// already do.
+func sessionEnded(s *client.Session) error {
+	reason := s.Err()
+	if strings.Contains(reason.Error(), s.ID()) {
+		return fmt.Errorf("%w: the session ended: %w", ErrLost, reason)
+	}
+	return fmt.Errorf("%w: session %s ended: %w", ErrLost, s.ID(), reason)
 }
 
 // watchNode starts, once, a watch that ends the holding when its node is

@@ -236,6 +236,9 @@ func campaignAsync(ctx context.Context, el *Election, value string) <-chan campa
 func (e *env) candidates(t *testing.T, role string) int {
 	t.Helper()
 	state, err := e.client.ElectionState(context.Background(), role)
+	if api.CodeOf(err) == api.CodeNotFound && err != nil {
+		return 0 // nobody has joined yet
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,5 +364,41 @@ func TestObserveOrder(t *testing.T) {
 		if seen[i].Value != want[i].Value || seen[i].FencingToken != want[i].FencingToken {
 			t.Fatalf("observed %+v, want the values and tokens of %+v", seen, want)
 		}
+	}
+}
+
+// TestObserveReportsANewValueOfTheLeader: a leader that campaigns again
+// with a new value (a repeated join replaces it) is observed with it.
+func TestObserveReportsANewValueOfTheLeader(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leaders := NewElection(e.session(t, 10*time.Second), "db").Observe(ctx)
+	next := func() LeaderInfo {
+		t.Helper()
+		select {
+		case info := <-leaders:
+			return info
+		case <-time.After(10 * time.Second):
+			t.Fatal("no leader change observed within 10s")
+		}
+		return LeaderInfo{}
+	}
+	if first := next(); first.FencingToken != 0 {
+		t.Fatalf("first observation = %+v, want no leader", first)
+	}
+	leader := NewElection(e.session(t, 10*time.Second), "db")
+	token, err := leader.Campaign(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got.Value != "old" || got.FencingToken != token {
+		t.Fatalf("observed %+v, want value old with token %d", got, token)
+	}
+	if again, err := leader.Campaign(ctx, "new"); err != nil || again != token {
+		t.Fatalf("second Campaign = %d, %v; want the same token %d", again, err, token)
+	}
+	if got := next(); got.Value != "new" || got.FencingToken != token {
+		t.Fatalf("observed %+v, want value new with the same token %d", got, token)
 	}
 }

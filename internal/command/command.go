@@ -4,7 +4,10 @@
 //
 // The encoding is compact, binary and versioned: the first byte is the format
 // version (FormatVersion), so a future format can be introduced while old log
-// entries and snapshots stay readable. Decoding is strict and canonical: every
+// entries and snapshots stay readable. The version also names the rules the
+// state machine applies the command with: a command decoded from an older
+// version keeps Format, and internal/fsm applies it exactly as the binary
+// that wrote it did, so existing logs replay to the same state. Decoding is strict and canonical: every
 // input that Unmarshal accepts re-encodes to exactly the same bytes, and any
 // other input (truncated, trailing bytes, unknown op, unknown flag, a field
 // marked present but zero, a non-minimal varint) is an error wrapping
@@ -17,8 +20,17 @@ import (
 	"fmt"
 )
 
-// FormatVersion is the first byte of every encoded command.
-const FormatVersion byte = 1
+// FormatVersion is the first byte of every command this binary encodes.
+//
+// Version 2 changed no field, only rules of the state machine: a sequential
+// create skips names already taken instead of failing; a node's sequence
+// counter starts at the index that created it, so a parent deleted and made
+// again never hands out a name twice; OpEnqueue of a session already queued
+// updates its node's value.
+const FormatVersion byte = 2
+
+// FormatV1 is the first version: the rules before version 2.
+const FormatV1 byte = 1
 
 // Op is the kind of a replicated command.
 type Op uint8
@@ -28,15 +40,15 @@ const (
 	OpNoop          Op = iota // no state change; only the applied index moves
 	OpPut                     // create or update the node at Path
 	OpDelete                  // delete the node at Path (and its subtree if Recursive)
-	OpSessionCreate           // create a session whose id is the entry's index
+	OpSessionCreate           // create session SessionID (chosen by the proposer), or, without one, the entry's index
 	OpSessionClose            // close SessionID and delete its ephemeral nodes
 	OpSessionExpire           // expire every session in Sessions in one entry
 	OpMemberSet               // insert or replace Member
 	OpMemberRemove            // remove the member with Member.ID
 	// OpEnqueue joins a lock or election queue: Path is "{dir}/{prefix}".
 	// If SessionID already owns an ephemeral node "{dir}/{prefix}NNNNNNNNNN",
-	// the result is that node and nothing changes; otherwise it is an
-	// ephemeral sequential put. So retried or concurrent joins of one
+	// the result is that node, given Value if that differs (version 2; in
+	// version 1 nothing changes); otherwise it is an ephemeral sequential put. So retried or concurrent joins of one
 	// session never make two nodes.
 	OpEnqueue
 	opCount // first invalid op
@@ -75,6 +87,10 @@ type Member struct {
 // the others are zero.
 type Command struct {
 	Op Op
+	// Format is the version the command was decoded from when it is older
+	// than FormatVersion (FormatV1); 0 means FormatVersion. Marshal writes
+	// it back, so a decoded command re-encodes to the same bytes.
+	Format byte
 	// ID is chosen by the proposer to match the applied entry to its waiter.
 	// The state machine ignores it.
 	ID           uint64
@@ -86,7 +102,9 @@ type Command struct {
 	Sequential   bool
 	Recursive    bool
 	// SessionID and RequestSeq, both non-zero, make a write exactly-once:
-	// a retry with the same pair returns the first result.
+	// a retry with the same pair returns the first result. On
+	// OpSessionCreate, SessionID is the new session's id, drawn at random by
+	// the proposer (0, in old entries: the id is the entry's index).
 	SessionID  uint64
 	RequestSeq uint64
 	TimeoutMs  uint64   // OpSessionCreate: the session timeout, already clamped by the server
@@ -170,7 +188,7 @@ func (c *Command) Size() int {
 // slice. It allocates only if dst lacks capacity.
 func (c *Command) AppendMarshal(dst []byte) []byte {
 	mask := c.presence()
-	dst = append(dst, FormatVersion, byte(c.Op), c.flags(), byte(c.Precondition))
+	dst = append(dst, c.formatVersion(), byte(c.Op), c.flags(), byte(c.Precondition))
 	dst = binary.AppendUvarint(dst, mask)
 	dst = appendOptionalUvarint(dst, c.ID)
 	dst = appendOptionalString(dst, c.Path)
@@ -195,6 +213,18 @@ func (c *Command) AppendMarshal(dst []byte) []byte {
 	dst = appendOptionalUvarint(dst, c.LeaderTerm)
 	return dst
 }
+
+// formatVersion returns the version byte c is encoded with.
+func (c *Command) formatVersion() byte {
+	if c.Format == 0 {
+		return FormatVersion
+	}
+	return c.Format
+}
+
+// Legacy reports whether c was decoded from format version 1 and so is
+// applied with the rules of version 1.
+func (c *Command) Legacy() bool { return c.Format == FormatV1 }
 
 func (c *Command) flags() byte {
 	var f byte
@@ -245,7 +275,11 @@ func Unmarshal(data []byte) (Command, error) {
 	if len(data) == 0 {
 		return c, fmt.Errorf("%w: empty", ErrMalformed)
 	}
-	if data[0] != FormatVersion {
+	switch data[0] {
+	case FormatVersion:
+	case FormatV1:
+		c.Format = FormatV1
+	default:
 		return c, fmt.Errorf("%w %d", ErrUnknownVersion, data[0])
 	}
 	if len(data) < headerLen {

@@ -64,7 +64,7 @@ func TestUnmarshalRejects(t *testing.T) {
 		want error
 	}{
 		{"empty", nil, ErrMalformed},
-		{"unknown version", []byte{2, 1, 0, 0, 0}, ErrUnknownVersion},
+		{"unknown version", []byte{FormatVersion + 1, 1, 0, 0, 0}, ErrUnknownVersion},
 		{"version zero", []byte{0}, ErrUnknownVersion},
 		{"short header", []byte{FormatVersion, 1}, ErrMalformed},
 		{"unknown op", []byte{FormatVersion, byte(opCount), 0, 0, 0}, ErrMalformed},
@@ -86,6 +86,34 @@ func TestUnmarshalRejects(t *testing.T) {
 			_, err := Unmarshal(tt.data)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("Unmarshal(%x) = %v, want %v", tt.data, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestVersion1Decodes checks that a command written by a version-1 binary
+// (the log and snapshots of existing clusters) still decodes, is marked
+// Legacy so the state machine applies version 1's rules, and re-encodes to
+// the same bytes.
+func TestVersion1Decodes(t *testing.T) {
+	for _, tt := range sampleCommands {
+		t.Run(tt.name, func(t *testing.T) {
+			data := tt.command.Marshal()
+			data[0] = FormatV1
+			got, err := Unmarshal(data)
+			if err != nil {
+				t.Fatalf("Unmarshal of version 1: %v", err)
+			}
+			if !got.Legacy() || got.Format != FormatV1 {
+				t.Errorf("decoded Format %d, Legacy %v; want version 1", got.Format, got.Legacy())
+			}
+			want := tt.command
+			want.Format = FormatV1
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("round trip:\n got %+v\nwant %+v", got, want)
+			}
+			if again := got.Marshal(); !bytes.Equal(again, data) {
+				t.Errorf("re-encodes to %x, want %x", again, data)
 			}
 		})
 	}

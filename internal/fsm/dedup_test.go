@@ -20,9 +20,9 @@ func TestExactlyOnce(t *testing.T) {
 		{
 			name: "a retry returns the first result and applies nothing",
 			steps: []dedupStep{
-				{cmd: withSeq(putSequential("/q/l-"), s, 1), wantPath: "/q/l-0000000000"},
-				{cmd: withSeq(putSequential("/q/l-"), s, 1), wantPath: "/q/l-0000000000", duplicate: true},
-				{cmd: withSeq(putSequential("/q/l-"), s, 2), wantPath: "/q/l-0000000001"},
+				{cmd: withSeq(putSequential("/q/l-"), s, 1), wantPath: "/q/l-0000000002"},
+				{cmd: withSeq(putSequential("/q/l-"), s, 1), wantPath: "/q/l-0000000002", duplicate: true},
+				{cmd: withSeq(putSequential("/q/l-"), s, 2), wantPath: "/q/l-0000000003"},
 			},
 		},
 		{
@@ -54,8 +54,8 @@ func TestExactlyOnce(t *testing.T) {
 		{
 			name: "request_seq 0 is not deduplicated",
 			steps: []dedupStep{
-				{cmd: withSeq(putSequential("/q/l-"), s, 0), wantPath: "/q/l-0000000000"},
-				{cmd: withSeq(putSequential("/q/l-"), s, 0), wantPath: "/q/l-0000000001"},
+				{cmd: withSeq(putSequential("/q/l-"), s, 0), wantPath: "/q/l-0000000002"},
+				{cmd: withSeq(putSequential("/q/l-"), s, 0), wantPath: "/q/l-0000000003"},
 			},
 		},
 	}
@@ -152,10 +152,10 @@ func TestExactlyOnceSurvivesSnapshotAndClone(t *testing.T) {
 			})
 		}
 	}
-	if _, err := clone.Get("/q/l-0000000001"); err == nil {
+	if _, err := clone.Get("/q/l-0000000003"); err == nil {
 		t.Errorf("the clone sees a write made after it")
 	}
-	if r, _ := clone.Apply(h.index+1, ptr(withSeq(putSequential("/q/l-"), 1, 3))); r.Node.Path != "/q/l-0000000001" {
+	if r, _ := clone.Apply(h.index+1, ptr(withSeq(putSequential("/q/l-"), 1, 3))); r.Node.Path != "/q/l-0000000003" {
 		t.Errorf("the clone's window holds seq 3 applied to the original: %+v", r)
 	}
 }

@@ -6,7 +6,10 @@
 // order through Apply, and must reach the same state. So Apply is
 // deterministic: it reads no clock, draws no random numbers, does no I/O and
 // never lets map iteration order reach a result, an event or a snapshot.
-// Anything time-like is decided by the proposer and carried in the command.
+// Anything time-like or random (a session's id) is decided by the proposer
+// and carried in the command. A command keeps the format version it was
+// written with (internal/command), and Apply applies it by that version's
+// rules, so a log written by an older binary replays to the same state.
 // Hash fingerprints the whole replicated state, so tests can check that
 // replicas which applied the same index are identical.
 //

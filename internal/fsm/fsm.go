@@ -59,8 +59,9 @@ type Result struct {
 	// Node is the node written (OpPut, with the final sequential path) or
 	// deleted (OpDelete).
 	Node NodeMeta
-	// SessionID and TimeoutMs describe the session made by OpSessionCreate;
-	// its id is the index of the create entry.
+	// SessionID and TimeoutMs describe the session made by OpSessionCreate:
+	// its id is the command's SessionID (the create entry's index in old
+	// entries without one).
 	SessionID uint64
 	TimeoutMs uint64
 }
@@ -98,7 +99,7 @@ func (f *FSM) Apply(index uint64, cmd *command.Command) (Result, []Event) {
 	case command.OpPut, command.OpDelete, command.OpEnqueue:
 		return f.applyWrite(index, cmd)
 	case command.OpSessionCreate:
-		return f.createSession(index, cmd.TimeoutMs), nil
+		return f.createSession(index, cmd), nil
 	case command.OpSessionClose:
 		return f.closeSession(index, cmd.SessionID)
 	case command.OpSessionExpire:
@@ -154,7 +155,7 @@ func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 	if cmd.SessionID != 0 {
 		s, ok := f.sessions.Get(session{id: cmd.SessionID})
 		if !ok {
-			return refuse(api.Errorf(api.CodeSessionExpired, "session %#x is expired or unknown", cmd.SessionID))
+			return refuse(api.Errorf(api.CodeSessionExpired, "session %s is expired or unknown", api.FormatID(cmd.SessionID)))
 		}
 		if exactlyOnce {
 			if result, seen, err := s.dedup.lookup(cmd.RequestSeq); err != nil {

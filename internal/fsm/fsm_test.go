@@ -173,29 +173,62 @@ func TestPut(t *testing.T) {
 		},
 		{
 			name: "sequential appends the parent's counter", setup: []command.Command{putSequential("/q/lock-")}, cmd: putSequential("/q/lock-"),
-			wantNode:   NodeMeta{"/q/lock-0000000001", 1, 2, 2},
-			wantEvents: []Event{ev(EventCreated, "/q/lock-0000000001", 1), ev(EventChildrenChanged, "/q", 1)},
-			check:      wantNode("/q/lock-0000000000", "", 1, 1, 1),
+			wantNode:   NodeMeta{"/q/lock-0000000002", 1, 2, 2},
+			wantEvents: []Event{ev(EventCreated, "/q/lock-0000000002", 1), ev(EventChildrenChanged, "/q", 1)},
+			check:      wantNode("/q/lock-0000000001", "", 1, 1, 1), // /q, made at index 1, counts from 1
 		},
 		{
 			name: "sequential counter is per parent", setup: []command.Command{putSequential("/q/a-"), putSequential("/q/a-")}, cmd: putSequential("/r/a-"),
-			wantNode: NodeMeta{"/r/a-0000000000", 1, 3, 3},
+			wantNode: NodeMeta{"/r/a-0000000003", 1, 3, 3},
 			wantEvents: []Event{
 				ev(EventCreated, "/r", 1), ev(EventChildrenChanged, "/", 0),
-				ev(EventCreated, "/r/a-0000000000", 1), ev(EventChildrenChanged, "/r", 1),
+				ev(EventCreated, "/r/a-0000000003", 1), ev(EventChildrenChanged, "/r", 1),
 			},
 		},
 		{
 			name: "sequential counter is shared by all names under a parent", setup: []command.Command{putSequential("/q/a-")}, cmd: putSequential("/q/b-"),
-			wantNode: NodeMeta{"/q/b-0000000001", 1, 2, 2},
+			wantNode: NodeMeta{"/q/b-0000000002", 1, 2, 2},
 		},
 		{
 			name: "plain creates do not advance the counter", setup: []command.Command{putSequential("/q/a-"), put("/q/x", "")}, cmd: putSequential("/q/a-"),
-			wantNode: NodeMeta{"/q/a-0000000001", 1, 3, 3},
+			wantNode: NodeMeta{"/q/a-0000000002", 1, 3, 3},
 		},
 		{
-			name: "sequential name taken by a plain node", setup: []command.Command{put("/q/a-0000000000", "")}, cmd: putSequential("/q/a-"),
+			name: "sequential names taken by plain nodes are skipped", setup: []command.Command{put("/q", ""), put("/q/a-0000000001", ""), put("/q/a-0000000002", "")},
+			cmd: putSequential("/q/a-"), wantNode: NodeMeta{"/q/a-0000000003", 1, 4, 4},
+			check: func(t *testing.T, h *harness) {
+				r := h.mustApply(putSequential("/q/b-"))
+				if r.Node.Path != "/q/b-0000000004" {
+					t.Errorf("next sequential create made %q, want /q/b-0000000004 (the counter moved past the skipped names)", r.Node.Path)
+				}
+			},
+		},
+		{
+			name: "a name taken under another prefix is not skipped", setup: []command.Command{put("/q", ""), put("/q/b-0000000001", "")},
+			cmd: putSequential("/q/a-"), wantNode: NodeMeta{"/q/a-0000000001", 1, 3, 3},
+		},
+		{
+			name:  "a recreated parent never reuses a sequential name",
+			setup: []command.Command{putSequential("/q/a-"), putSequential("/q/a-"), putSequential("/q/a-"), delRecursive("/q")},
+			cmd:   putSequential("/q/a-"), wantNode: NodeMeta{"/q/a-0000000005", 1, 5, 5},
+		},
+		{
+			name: "version 1: a sequential name taken by a plain node is refused", setup: []command.Command{legacy(put("/q/a-0000000000", ""))}, cmd: legacy(putSequential("/q/a-")),
 			wantCode: api.CodePreconditionFailed,
+		},
+		{
+			name: "version 1: a new parent counts from 0", setup: []command.Command{legacy(putSequential("/q/a-")), legacy(delRecursive("/q"))},
+			cmd: legacy(putSequential("/q/a-")), wantNode: NodeMeta{"/q/a-0000000000", 1, 3, 3},
+			check: func(t *testing.T, h *harness) {
+				r := h.mustApply(legacy(putSequential("/q/a-")))
+				if r.Node.Path != "/q/a-0000000001" {
+					t.Errorf("next version 1 sequential create made %q, want /q/a-0000000001", r.Node.Path)
+				}
+			},
+		},
+		{
+			name: "version 1: a plain parent counts from 0", setup: []command.Command{legacy(put("/q", ""))},
+			cmd: legacy(putSequential("/q/a-")), wantNode: NodeMeta{"/q/a-0000000000", 1, 2, 2},
 		},
 		{name: "sequential root", cmd: putSequential("/"), wantCode: api.CodeInvalidArgument},
 		{name: "sequential path over the limit", cmd: putSequential(longName), wantCode: api.CodeInvalidArgument},
@@ -254,7 +287,7 @@ func TestEphemeral(t *testing.T) {
 		{
 			name: "sequential ephemeral lock node", setup: []command.Command{createSession(1000), put("/locks/R", "")},
 			cmd:      command.Command{Op: command.OpPut, Path: "/locks/R/lock-", Ephemeral: true, Sequential: true, SessionID: 1},
-			wantNode: NodeMeta{"/locks/R/lock-0000000000", 1, 3, 3},
+			wantNode: NodeMeta{"/locks/R/lock-0000000002", 1, 3, 3},
 		},
 	})
 }
@@ -507,16 +540,16 @@ func TestEnqueue(t *testing.T) {
 	runApplyCases(t, []applyCase{
 		{
 			name: "first join creates an ephemeral sequential node", setup: twoSessions, cmd: enqueue("/locks/R/lock-", 1),
-			wantNode: NodeMeta{"/locks/R/lock-0000000000", 1, 3, 3},
+			wantNode: NodeMeta{"/locks/R/lock-0000000003", 1, 3, 3},
 			check: func(t *testing.T, h *harness) {
-				if n, _ := h.f.Get("/locks/R/lock-0000000000"); n.Owner != 1 || string(n.Value) != "me" {
+				if n, _ := h.f.Get("/locks/R/lock-0000000003"); n.Owner != 1 || string(n.Value) != "me" {
 					t.Errorf("node %+v", n)
 				}
 			},
 		},
 		{
 			name: "a second join of the session returns its place", setup: append(twoSessions, enqueue("/locks/R/lock-", 2), enqueue("/locks/R/lock-", 1)),
-			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000001", 1, 4, 4}, wantEvents: []Event{},
+			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000004", 1, 4, 4}, wantEvents: []Event{},
 			check: func(t *testing.T, h *harness) {
 				if names, _ := h.f.Children("/locks/R"); len(names) != 2 {
 					t.Errorf("queue %v, want two nodes", names)
@@ -525,22 +558,44 @@ func TestEnqueue(t *testing.T) {
 		},
 		{
 			name: "another session queues behind", setup: append(twoSessions, enqueue("/locks/R/lock-", 1)),
-			cmd: enqueue("/locks/R/lock-", 2), wantNode: NodeMeta{"/locks/R/lock-0000000001", 1, 4, 4},
+			cmd: enqueue("/locks/R/lock-", 2), wantNode: NodeMeta{"/locks/R/lock-0000000004", 1, 4, 4},
 		},
 		{
 			name: "the session's node in another queue does not count", setup: append(twoSessions, enqueue("/locks/Q/lock-", 1), enqueue("/locks/R0/lock-", 1)),
-			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000000", 1, 5, 5},
+			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000005", 1, 5, 5},
 		},
 		{
 			name: "a plain ephemeral node with the prefix does not count", setup: append(twoSessions, putEphemeral("/locks/R/lock-x", "", 1)),
-			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000000", 1, 4, 4},
+			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000003", 1, 4, 4},
 		},
 		{
-			name: "after release the session joins again at the end", setup: append(twoSessions, enqueue("/locks/R/lock-", 1), del("/locks/R/lock-0000000000")),
-			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000001", 1, 5, 5},
+			name: "after release the session joins again at the end", setup: append(twoSessions, enqueue("/locks/R/lock-", 1), del("/locks/R/lock-0000000003")),
+			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000004", 1, 5, 5},
+		},
+		{
+			name: "a second join with a new value updates the node", setup: append(twoSessions, enqueue("/locks/R/lock-", 1)),
+			cmd: withValue(enqueue("/locks/R/lock-", 1), "new"), wantNode: NodeMeta{"/locks/R/lock-0000000003", 2, 3, 4},
+			wantEvents: []Event{ev(EventChanged, "/locks/R/lock-0000000003", 2)},
+			check:      wantNode("/locks/R/lock-0000000003", "new", 2, 3, 4),
+		},
+		{
+			name: "version 1: a second join with a new value changes nothing", setup: append(twoSessions, enqueue("/locks/R/lock-", 1)),
+			cmd: legacy(withValue(enqueue("/locks/R/lock-", 1), "new")), wantNode: NodeMeta{"/locks/R/lock-0000000003", 1, 3, 3}, wantEvents: []Event{},
+			check: wantNode("/locks/R/lock-0000000003", "me", 1, 3, 3),
 		},
 		{name: "without a session", cmd: enqueue("/locks/R/lock-", 0), wantCode: api.CodeInvalidArgument},
 		{name: "with an expired session", cmd: enqueue("/locks/R/lock-", 7), wantCode: api.CodeSessionExpired},
 		{name: "invalid path", setup: twoSessions, cmd: enqueue("/locks//lock-", 1), wantCode: api.CodeInvalidArgument},
 	})
+}
+
+// legacy marks c as decoded from command format version 1.
+func legacy(c command.Command) command.Command {
+	c.Format = command.FormatV1
+	return c
+}
+
+func withValue(c command.Command, value string) command.Command {
+	c.Value = []byte(value)
+	return c
 }

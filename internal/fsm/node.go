@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"strings"
 
 	"github.com/latch-io/latch/api"
@@ -17,15 +18,10 @@ func (f *FSM) put(index uint64, cmd *command.Command) (Result, []Event) {
 	if err != nil {
 		return refuse(err)
 	}
-	path := cmd.Path
+	path, sequence := cmd.Path, uint64(0)
 	if cmd.Sequential {
-		var next uint64 // a parent made by this put starts at 0
-		if len(missing) == 0 {
-			next = parent.sequence
-		}
-		path = sequentialPath(cmd.Path, next)
-		if len(path) > api.MaxPathLen {
-			return refuse(api.Errorf(api.CodeInvalidArgument, "sequential path %q is over %d bytes", path, api.MaxPathLen))
+		if path, sequence, err = f.sequentialName(index, cmd, parent, len(missing) == 0); err != nil {
+			return refuse(err)
 		}
 	}
 	var existing entry
@@ -39,7 +35,50 @@ func (f *FSM) put(index uint64, cmd *command.Command) (Result, []Event) {
 	if exists {
 		return f.update(index, cmd, existing)
 	}
-	return f.create(index, cmd, path, parent, missing)
+	return f.create(index, cmd, path, sequence, parent, missing)
+}
+
+// sequentialName returns the name of a sequential create under parent
+// (which exists, or is made by this put if !parentExists) and the sequence
+// number it takes. Under version 2 (see command.FormatVersion) the name is
+// the first one from the parent's counter on that no node has taken, and a
+// parent made by this put counts from index; under version 1 it is the
+// counter's value whether taken or not, and a new parent counts from 0.
+func (f *FSM) sequentialName(index uint64, cmd *command.Command, parent entry, parentExists bool) (string, uint64, *api.Error) {
+	next := newSequence(index, cmd) // a parent made by this put
+	if parentExists {
+		next = parent.sequence
+	}
+	for {
+		path := sequentialPath(cmd.Path, next)
+		if len(path) > api.MaxPathLen {
+			return "", 0, api.Errorf(api.CodeInvalidArgument, "sequential path %q is over %d bytes", path, api.MaxPathLen)
+		}
+		if !parentExists || cmd.Legacy() {
+			return path, next, nil
+		}
+		if _, taken := f.lookup(path); !taken {
+			return path, next, nil
+		}
+		// Taken by a plain create: skip it. Each skipped name is a node of
+		// this parent made by an entry of its own, so the counter still
+		// advances by at most one per entry (see newSequence).
+		next++
+	}
+}
+
+// newSequence is the counter of a node created at index: the first suffix
+// its sequential children get. Under version 2 it is index: a node's
+// counter only advances, by at most one per log entry (a sequential create
+// takes one number, a plain create can make one skip it), so every number
+// an earlier node at the same path handed out is below the index that
+// deleted it, itself below index. Names are then never reused, with no
+// memory of deleted paths. Under version 1 it is 0.
+func newSequence(index uint64, cmd *command.Command) uint64 {
+	if cmd.Legacy() {
+		return 0
+	}
+	return index
 }
 
 // checkPut validates what a put can check without reading the tree.
@@ -116,20 +155,21 @@ func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Eve
 }
 
 // create makes the node at path under parent, first making the missing
-// ancestors (top-down) between them.
-func (f *FSM) create(index uint64, cmd *command.Command, path string, parent entry, missing []string) (Result, []Event) {
+// ancestors (top-down) between them. sequence is the number a sequential
+// create took: its parent's counter moves past it.
+func (f *FSM) create(index uint64, cmd *command.Command, path string, sequence uint64, parent entry, missing []string) (Result, []Event) {
 	events := make([]Event, 0, 2*(len(missing)+1))
 	data := parent.edit()
 	data.children++
 	if cmd.Sequential && len(missing) == 0 {
-		data.sequence++
+		data.sequence = sequence + 1
 	}
 	f.nodes.Set(parent)
 	for i, p := range missing {
 		events = append(events, createdEvents(index, p, parent)...)
-		data := &nodeData{version: 1, created: index, modified: index, children: 1}
+		data := &nodeData{version: 1, created: index, modified: index, children: 1, sequence: newSequence(index, cmd)}
 		if cmd.Sequential && i == len(missing)-1 {
-			data.sequence = 1
+			data.sequence = sequence + 1
 		}
 		parent = entry{path: p, nodeData: data}
 		f.nodes.Set(parent)
@@ -139,7 +179,7 @@ func (f *FSM) create(index uint64, cmd *command.Command, path string, parent ent
 		owner = cmd.SessionID
 		f.addEphemeral(owner, path)
 	}
-	e := entry{path: path, nodeData: &nodeData{value: cloneBytes(cmd.Value), version: 1, created: index, modified: index, owner: owner}}
+	e := entry{path: path, nodeData: &nodeData{value: cloneBytes(cmd.Value), version: 1, created: index, modified: index, owner: owner, sequence: newSequence(index, cmd)}}
 	f.nodes.Set(e)
 	events = append(events, createdEvents(index, path, parent)...)
 	return Result{Node: e.meta()}, events
@@ -233,8 +273,9 @@ func asAPIError(err error) *api.Error {
 	return api.Errorf(api.CodeInvalidArgument, "%v", err)
 }
 
-// enqueue applies OpEnqueue: the session's existing node of the queue, or a
-// new ephemeral sequential node. cmd.SessionID is a live session (applyWrite
+// enqueue applies OpEnqueue: the session's existing node of the queue (with
+// cmd.Value, if that differs, from version 2 on), or a new ephemeral
+// sequential node. cmd.SessionID is a live session (applyWrite
 // checked it) or 0.
 func (f *FSM) enqueue(index uint64, cmd *command.Command) (Result, []Event) {
 	if cmd.SessionID == 0 {
@@ -244,7 +285,10 @@ func (f *FSM) enqueue(index uint64, cmd *command.Command) (Result, []Event) {
 		return refuse(asAPIError(err))
 	}
 	if e, ok := f.queuedNode(cmd.SessionID, cmd.Path); ok {
-		return Result{Node: e.meta()}, nil
+		if cmd.Legacy() || bytes.Equal(e.value, cmd.Value) {
+			return Result{Node: e.meta()}, nil
+		}
+		return f.update(index, cmd, e) // a new value for the same place
 	}
 	put := *cmd
 	put.Ephemeral, put.Sequential = true, true

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
 )
 
 // DedupWindow is how many recent request sequence numbers each session
@@ -14,7 +15,7 @@ const DedupWindow = 128
 
 // session is a live session as stored in the sessions B-tree, by value.
 type session struct {
-	id         uint64 // the index of the entry that created it
+	id         uint64 // random, drawn by the proposer (the create entry's index in old entries)
 	timeoutMs  uint64
 	ephemerals int // number of ephemeral nodes it owns
 	// dedup is nil until the session's first exactly-once write. It is
@@ -117,16 +118,26 @@ func (f *FSM) remember(id, seq uint64, result Result) {
 	f.sessions.Set(s)
 }
 
-// createSession applies OpSessionCreate: the session's id is index.
-func (f *FSM) createSession(index, timeoutMs uint64) Result {
-	f.sessions.Set(session{id: index, timeoutMs: timeoutMs})
-	return Result{SessionID: index, TimeoutMs: timeoutMs}
+// createSession applies OpSessionCreate. The id is the one the proposer
+// drew (cmd.SessionID); an entry without one, written by an older binary,
+// keeps the old rule: the id is index. An id already live is refused, so
+// the proposer draws another.
+func (f *FSM) createSession(index uint64, cmd *command.Command) Result {
+	id := cmd.SessionID
+	if id == 0 {
+		id = index
+	}
+	if _, taken := f.sessions.Get(session{id: id}); taken {
+		return Result{Err: api.Errorf(api.CodePreconditionFailed, "session id %s is taken", api.FormatID(id))}
+	}
+	f.sessions.Set(session{id: id, timeoutMs: cmd.TimeoutMs})
+	return Result{SessionID: id, TimeoutMs: cmd.TimeoutMs}
 }
 
 // closeSession applies OpSessionClose.
 func (f *FSM) closeSession(index, id uint64) (Result, []Event) {
 	if _, ok := f.sessions.Get(session{id: id}); !ok {
-		return refuse(api.Errorf(api.CodeSessionExpired, "session %#x is expired or unknown", id))
+		return refuse(api.Errorf(api.CodeSessionExpired, "session %s is expired or unknown", api.FormatID(id)))
 	}
 	return Result{}, f.endSession(index, id, nil)
 }

@@ -74,11 +74,11 @@ func TestSnapshotRoundTrip(t *testing.T) {
 }
 
 func TestSnapshotSequenceCounterSurvives(t *testing.T) {
-	h := buildState(t, []command.Command{putSequential("/q/s-"), putSequential("/q/s-"), del("/q/s-0000000001")})
+	h := buildState(t, []command.Command{putSequential("/q/s-"), putSequential("/q/s-"), del("/q/s-0000000002")})
 	restored := restore(t, snapshotBytes(t, h.f))
 	r, _ := restored.Apply(h.index+1, ptr(putSequential("/q/s-")))
-	if r.Node.Path != "/q/s-0000000002" {
-		t.Errorf("sequential create after restore made %q, want /q/s-0000000002", r.Node.Path)
+	if r.Node.Path != "/q/s-0000000003" {
+		t.Errorf("sequential create after restore made %q, want /q/s-0000000003", r.Node.Path)
 	}
 }
 

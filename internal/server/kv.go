@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
@@ -46,6 +47,9 @@ func (s *Server) Put(ctx context.Context, r PutRequest) (api.Node, error) {
 	}
 	if r.Ephemeral && r.SessionID == 0 {
 		return api.Node{}, api.Errorf(api.CodeInvalidArgument, "an ephemeral node needs a session_id")
+	}
+	if err := refusePlainQueueWrite(r.Path); err != nil {
+		return api.Node{}, err
 	}
 	cmd := &command.Command{
 		Op: command.OpPut, Path: r.Path, Value: r.Value,
@@ -132,4 +136,20 @@ func (s *Server) Children(ctx context.Context, path string, opts ReadOptions) (a
 		names = []string{}
 	}
 	return api.Children{Path: path, Children: names, Index: index}, nil
+}
+
+// refusePlainQueueWrite refuses a PUT at or under /locks or /elections:
+// those trees belong to the lock and election endpoints, and a node written
+// there by hand could otherwise hold a lock, jump a queue or make the
+// directory unusable (an ephemeral directory cannot have children). DELETE
+// stays allowed: deleting a queue node ends that place, as its session's end
+// would.
+func refusePlainQueueWrite(path string) error {
+	for _, root := range []string{locksRoot, electionsRoot} {
+		if path == root || strings.HasPrefix(path, root+"/") {
+			return api.Errorf(api.CodeInvalidArgument,
+				"%s is reserved for locks and elections: write there through /v1/lock and /v1/election, not /v1/kv", path)
+		}
+	}
+	return nil
 }

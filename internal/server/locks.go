@@ -20,7 +20,7 @@ const (
 // index of the session's queue node. Not held in time: 409 lock_not_held with
 // the position; the session keeps its place and may call again.
 func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, wait time.Duration) (api.Lock, error) {
-	dir, err := queueDir(locksRoot, name)
+	dir, err := queueDir(lockQueue, name)
 	if err != nil {
 		return api.Lock{}, err
 	}
@@ -35,7 +35,7 @@ func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, w
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
-		members, index := g.queue(dir)
+		members, _, index := g.queue(dir, lockQueue.prefix)
 		ahead, predecessor, found := position(members, mine.Path)
 		switch {
 		case !found:
@@ -61,7 +61,7 @@ func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, w
 // view can only make it fail, and then the lookup is repeated after a
 // linearizable barrier.
 func (s *Server) ReleaseLock(ctx context.Context, name string, session, token uint64) (api.Released, error) {
-	dir, err := queueDir(locksRoot, name)
+	dir, err := queueDir(lockQueue, name)
 	if err != nil {
 		return api.Released{}, err
 	}
@@ -72,7 +72,7 @@ func (s *Server) ReleaseLock(ctx context.Context, name string, session, token ui
 				return api.Released{}, err
 			}
 		}
-		m, found := g.queuedBy(dir, session, token)
+		m, found := g.queuedBy(dir, lockQueue.prefix, session, token)
 		if !found {
 			if attempt > 0 {
 				return api.Released{}, api.Errorf(api.CodeLockNotHeld, "session %s holds no place in lock %q with token %d", api.FormatID(session), name, token)
@@ -91,8 +91,8 @@ func (s *Server) ReleaseLock(ctx context.Context, name string, session, token ui
 }
 
 // queuedBy finds the session's node in the queue dir (with token, if not 0).
-func (g *group) queuedBy(dir string, session, token uint64) (queueMember, bool) {
-	members, _ := g.queue(dir)
+func (g *group) queuedBy(dir, prefix string, session, token uint64) (queueMember, bool) {
+	members, _, _ := g.queue(dir, prefix)
 	for _, m := range members {
 		if m.owner == session && (token == 0 || m.token == token) {
 			return m, true
@@ -117,9 +117,11 @@ func (g *group) deleteOwned(ctx context.Context, m queueMember, session uint64) 
 	return index, nil
 }
 
-// LockState reports a lock's holder and how many wait.
+// LockState reports a lock's holder and how many wait: not_found if the lock
+// was never used (its directory does not exist), a null holder if nobody
+// holds or waits for it now.
 func (s *Server) LockState(ctx context.Context, name string, opts ReadOptions) (api.LockState, error) {
-	dir, err := queueDir(locksRoot, name)
+	dir, err := queueDir(lockQueue, name)
 	if err != nil {
 		return api.LockState{}, err
 	}
@@ -127,7 +129,10 @@ func (s *Server) LockState(ctx context.Context, name string, opts ReadOptions) (
 	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
 		return api.LockState{}, err
 	}
-	members, index := g.queue(dir)
+	members, exists, index := g.queue(dir, lockQueue.prefix)
+	if !exists {
+		return api.LockState{}, notFound(lockQueue, name)
+	}
 	out := api.LockState{Index: index}
 	if len(members) > 0 {
 		m := members[0]
@@ -137,10 +142,12 @@ func (s *Server) LockState(ctx context.Context, name string, opts ReadOptions) (
 	return out, nil
 }
 
-// JoinElection enters the session as a candidate for role (or returns its
-// existing candidacy). It does not wait: the client watches `watching`.
+// JoinElection enters the session as a candidate for role, or returns its
+// existing candidacy with its value replaced by value (the place in the
+// queue, and so the fencing token, are kept). It does not wait: the client
+// watches `watching`.
 func (s *Server) JoinElection(ctx context.Context, role string, session uint64, value []byte) (api.Candidacy, error) {
-	dir, err := queueDir(electionsRoot, role)
+	dir, err := queueDir(electionQueue, role)
 	if err != nil {
 		return api.Candidacy{}, err
 	}
@@ -155,7 +162,7 @@ func (s *Server) JoinElection(ctx context.Context, role string, session uint64, 
 	if err != nil {
 		return api.Candidacy{}, err
 	}
-	members, index := g.queue(dir)
+	members, _, index := g.queue(dir, electionQueue.prefix)
 	ahead, predecessor, found := position(members, mine.Path)
 	if !found {
 		return api.Candidacy{}, api.Errorf(api.CodeSessionExpired, "the session's candidacy for %q is gone (session ended)", role)
@@ -169,7 +176,7 @@ func (s *Server) JoinElection(ctx context.Context, role string, session uint64, 
 
 // ResignElection withdraws the session's candidacy for role.
 func (s *Server) ResignElection(ctx context.Context, role string, session uint64) (api.Resigned, error) {
-	dir, err := queueDir(electionsRoot, role)
+	dir, err := queueDir(electionQueue, role)
 	if err != nil {
 		return api.Resigned{}, err
 	}
@@ -177,7 +184,7 @@ func (s *Server) ResignElection(ctx context.Context, role string, session uint64
 	if err := g.barrier(ctx, api.Linearizable, 0); err != nil {
 		return api.Resigned{}, err
 	}
-	members, _ := g.queue(dir)
+	members, _, _ := g.queue(dir, electionQueue.prefix)
 	for _, m := range members {
 		if m.owner == session {
 			index, err := g.deleteOwned(ctx, m, session)
@@ -190,9 +197,11 @@ func (s *Server) ResignElection(ctx context.Context, role string, session uint64
 	return api.Resigned{}, api.Errorf(api.CodeNotFound, "session %s is not a candidate for %q", api.FormatID(session), role)
 }
 
-// ElectionState reports the leader of role and how many candidates there are.
+// ElectionState reports the leader of role and how many candidates there
+// are: not_found if the role was never joined (its directory does not
+// exist), a null leader if it has no candidate now.
 func (s *Server) ElectionState(ctx context.Context, role string, opts ReadOptions) (api.ElectionState, error) {
-	dir, err := queueDir(electionsRoot, role)
+	dir, err := queueDir(electionQueue, role)
 	if err != nil {
 		return api.ElectionState{}, err
 	}
@@ -200,11 +209,20 @@ func (s *Server) ElectionState(ctx context.Context, role string, opts ReadOption
 	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
 		return api.ElectionState{}, err
 	}
-	members, index := g.queue(dir)
+	members, exists, index := g.queue(dir, electionQueue.prefix)
+	if !exists {
+		return api.ElectionState{}, notFound(electionQueue, role)
+	}
 	out := api.ElectionState{Index: index, Candidates: len(members)}
 	if len(members) > 0 {
 		m := members[0]
 		out.Leader = &api.Leader{SessionID: api.FormatID(m.owner), Value: string(m.value), FencingToken: m.token}
 	}
 	return out, nil
+}
+
+// notFound is the error of a state read of a lock or election whose
+// directory does not exist.
+func notFound(kind queueKind, name string) error {
+	return api.Errorf(api.CodeNotFound, "%s %q not found", kind.what, name)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,24 @@ import (
 // The first node holds the lock or leads; every other waits on the node just
 // ahead of it only, so a release wakes exactly one waiter. The fencing token
 // is the raft index at which the node was created.
+//
+// Only queue nodes count: ephemeral nodes (so owned by a live session) named
+// prefix plus a sequence number. Anything else in the directory (which only
+// data written before plain writes there were refused can hold, see
+// refusePlainQueueWrite) is ignored, so it can neither hold nor block.
+
+// queueKind is what differs between the lock and the election queues.
+type queueKind struct {
+	root   string // the directory of every queue of the kind
+	prefix string // the name prefix of a queue node
+	noun   string // what the request calls the queue: "name" or "role"
+	what   string // what a queue is, for messages: "lock" or "election"
+}
+
+var (
+	lockQueue     = queueKind{root: locksRoot, prefix: lockPrefix, noun: "name", what: "lock"}
+	electionQueue = queueKind{root: electionsRoot, prefix: candidatePrefix, noun: "role", what: "election"}
+)
 
 // queueMember is one node of a lock or election queue.
 type queueMember struct {
@@ -28,16 +47,38 @@ type queueMember struct {
 }
 
 // queueDir validates a lock name or election role (one path segment) and
-// returns its directory under root.
-func queueDir(root, name string) (string, error) {
+// returns its directory.
+func queueDir(kind queueKind, name string) (string, error) {
 	if name == "" || strings.Contains(name, "/") {
-		return "", api.Errorf(api.CodeInvalidArgument, "name %q must be one non-empty path segment", name)
+		return "", api.Errorf(api.CodeInvalidArgument, "%s %q must be one non-empty path segment", kind.noun, name)
 	}
-	dir := root + "/" + name
+	dir := kind.root + "/" + name
 	if err := api.ValidatePath(dir); err != nil {
+		var e *api.Error
+		if errors.As(err, &e) {
+			return "", api.Errorf(api.CodeInvalidArgument, "%s %q is not valid: %s", kind.noun, name, e.Message)
+		}
 		return "", err
 	}
 	return dir, nil
+}
+
+// isQueueNode reports whether the node named name, owned by owner (0 for a
+// persistent node), is a node of a queue whose nodes are named prefix+N.
+func isQueueNode(name string, owner uint64, prefix string) bool {
+	if owner == 0 || !strings.HasPrefix(name, prefix) {
+		return false
+	}
+	digits := name[len(prefix):]
+	if len(digits) < api.SequenceDigits {
+		return false
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // enqueue adds the session to the queue in dir, or returns its existing place:
@@ -57,17 +98,18 @@ func (g *group) enqueue(ctx context.Context, dir, prefix string, session uint64,
 	return res.Node, nil
 }
 
-// queue lists the members of dir in order and the applied index read.
-func (g *group) queue(dir string) ([]queueMember, uint64) {
-	var members []queueMember
-	index := g.view(func(f *fsm.FSM) {
+// queue lists the queue nodes of dir (see isQueueNode) in order, whether
+// dir exists, and the applied index read.
+func (g *group) queue(dir, prefix string) (members []queueMember, exists bool, index uint64) {
+	index = g.view(func(f *fsm.FSM) {
 		names, err := f.Children(dir)
 		if err != nil {
 			return
 		}
+		exists = true
 		for _, name := range names {
 			n, err := f.Get(api.Join(dir, name))
-			if err != nil {
+			if err != nil || !isQueueNode(name, n.Owner, prefix) {
 				continue
 			}
 			members = append(members, queueMember{
@@ -76,7 +118,7 @@ func (g *group) queue(dir string) ([]queueMember, uint64) {
 			})
 		}
 	})
-	return members, index
+	return members, exists, index
 }
 
 // position returns how many members are ahead of path and the one just

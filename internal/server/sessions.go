@@ -3,7 +3,9 @@ package server
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -195,19 +197,50 @@ func (g *group) trackApplied(cmd *command.Command, res fsm.Result) {
 	}
 }
 
-// CreateSession creates a session with the timeout clamped to the server's range.
+// CreateSession creates a session with the timeout clamped to the server's
+// range. Its id is 64 random bits drawn here and carried in the command (the
+// state machine draws nothing): an id is a bearer secret, since whoever
+// knows it can act for the session. The state machine refuses an id that a
+// live session has, and then another is drawn.
 func (s *Server) CreateSession(ctx context.Context, timeoutMs uint64) (api.Session, error) {
 	timeout := time.Duration(timeoutMs) * time.Millisecond
 	timeout = min(max(timeout, s.cfg.MinSessionTTL), s.cfg.MaxSessionTTL)
-	cmd := &command.Command{Op: command.OpSessionCreate, TimeoutMs: uint64(timeout.Milliseconds())}
-	res, index, err := s.main.Load().propose(ctx, cmd)
-	if err != nil {
-		return api.Session{}, err
+	for attempt := 1; ; attempt++ {
+		id, err := newSessionID()
+		if err != nil {
+			return api.Session{}, err
+		}
+		cmd := &command.Command{Op: command.OpSessionCreate, SessionID: id, TimeoutMs: uint64(timeout.Milliseconds())}
+		res, index, err := s.main.Load().propose(ctx, cmd)
+		if err != nil {
+			return api.Session{}, err
+		}
+		if api.CodeOf(res.Err) == api.CodePreconditionFailed && attempt < maxSessionIDDraws {
+			continue // the id is taken: draw again
+		}
+		if res.Err != nil {
+			return api.Session{}, res.Err
+		}
+		return api.Session{SessionID: api.FormatID(res.SessionID), TimeoutMs: res.TimeoutMs, Index: index}, nil
 	}
-	if res.Err != nil {
-		return api.Session{}, res.Err
+}
+
+// maxSessionIDDraws bounds the ids one CreateSession tries; with 64 random
+// bits a second draw is already astronomically rare.
+const maxSessionIDDraws = 4
+
+// newSessionID returns 64 random bits from crypto/rand, never 0 (which
+// means "no session" in commands).
+func newSessionID() (uint64, error) {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("server: draw a session id: %w", err)
+		}
+		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
+			return id, nil
+		}
 	}
-	return api.Session{SessionID: api.FormatID(res.SessionID), TimeoutMs: res.TimeoutMs, Index: index}, nil
 }
 
 // CloseSession ends a session and deletes its ephemeral nodes in one entry.
