@@ -64,6 +64,13 @@ func methodLabel(method string) string {
 // statusRecorder is a ResponseWriter that remembers the status code it
 // sent. It keeps the writer's Flush (event streams need it) and unwraps for
 // http.ResponseController.
+//
+// It hides the net/http writer's unexported hook that http.MaxBytesReader
+// calls when a body goes over its limit, by which the server closes the
+// connection instead of reading the rest of the body. So a 413 closes the
+// connection itself ("Connection: close" before the header is written,
+// which the server honours the same way): the rest of an oversized body is
+// not read before the reply.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int // 0 until the header is written
@@ -72,6 +79,9 @@ type statusRecorder struct {
 func (s *statusRecorder) WriteHeader(code int) {
 	if s.status == 0 && code >= 200 {
 		s.status = code
+		if code == http.StatusRequestEntityTooLarge {
+			s.Header().Set("Connection", "close")
+		}
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
