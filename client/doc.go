@@ -39,10 +39,13 @@
 // Session.Watch registers a watch and returns a Watcher whose Events
 // channel delivers notifications in index order without duplicates. A
 // session has one event stream (GET /v1/session/{id}/events); its watchHub
-// goroutine opens it on one server and registers every watch of the
-// session on that same server, because watches are server-local. When the
+// goroutine opens it on one server and, once the reply's headers arrived,
+// registers every watch of the session on that same server, because
+// watches are server-local: a server accepts a watch only for a session
+// whose stream it has attached (409 precondition_failed otherwise). When the
 // stream ends (the server crashed, dropped the session's watches as a slow
-// consumer, or was replaced) the hub waits a random delay below
+// consumer, or was replaced), or the server refuses a registration for want
+// of the stream (it ended the stream just before), the hub waits a random delay below
 // Config.ReconnectJitter (then a growing jittered backoff if connecting
 // keeps failing), opens the stream on some server and registers every
 // watch that has not fired again with known_index set to the highest index

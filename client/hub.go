@@ -18,9 +18,11 @@ import (
 
 // watchHub runs a session's event stream and the registrations of its
 // watches. One goroutine (run) owns the connection: it opens the stream on
-// one server, registers every watch there (watches are server-local, so the
-// stream and the registrations must share a server), and when the stream
-// ends picks a server again after a jittered delay and re-registers every
+// one server, waits for its reply headers (the server has attached the
+// stream then), registers every watch there (watches are server-local, and
+// a server accepts them only for a session whose stream it has attached),
+// and when the stream ends, or the server refuses a registration for want
+// of the stream, picks a server again after a delay and re-registers every
 // watch that has not fired, with its known index. A reader goroutine per
 // connection parses the stream and dispatches events by watch_id.
 type watchHub struct {
@@ -54,6 +56,10 @@ type watchHub struct {
 	lastStreamIndex uint64
 	// closedErr is set when the session ended; no watcher is added after.
 	closedErr error
+
+	// refusals counts the connections in a row that ended with errNoStream;
+	// owned by run.
+	refusals int
 }
 
 // maxOrphans bounds the events kept for registrations still in flight.
@@ -62,6 +68,19 @@ const maxOrphans = 1024
 // healthyStream is how long a stream must have lasted for its end to be
 // followed by a jittered reconnect rather than a growing backoff.
 const healthyStream = time.Second
+
+// errNoStream: the server refused a registration because the session's
+// stream is not attached there (it ended it, or a newer stream replaced it,
+// before the registration arrived). The hub opens the stream again and
+// registers everything anew, with known indexes.
+var errNoStream = errors.New("client: the server has no event stream of the session for the watch")
+
+// maxNoStreamRefusals bounds the connections in a row whose registration
+// was refused with errNoStream: past it the watcher being registered ends
+// with the server's error (something between the client and the servers,
+// like a load balancer, sends the stream and the registrations to
+// different members), rather than reconnecting forever.
+const maxNoStreamRefusals = 5
 
 func newWatchHub(s *Session) *watchHub {
 	return &watchHub{session: s, kick: make(chan struct{}, 1), byID: map[string]*Watcher{}, dead: map[string]bool{}}
@@ -160,7 +179,7 @@ func (h *watchHub) run() {
 			attempt = 1
 			continue
 		}
-		if !errors.Is(err, errStreamEnd) {
+		if !errors.Is(err, errStreamEnd) && !errors.Is(err, errNoStream) {
 			client.endpoints.markDown(endpoint)
 		}
 		attempt++
@@ -270,9 +289,19 @@ func (h *watchHub) registerPending(conn *connection) error {
 			if isConnectionError(err) || h.sessionEnded() {
 				return err
 			}
+			// precondition_failed is the server's only refusal of this
+			// kind: the session has no stream there.
+			if api.CodeOf(err) == api.CodePreconditionFailed {
+				h.refusals++
+				if h.refusals < maxNoStreamRefusals {
+					return fmt.Errorf("%w: %w", errNoStream, err)
+				}
+			}
+			h.refusals = 0
 			w.end(fmt.Errorf("client: watch %s: %w", w.path, err))
 			continue
 		}
+		h.refusals = 0
 		h.registered(conn, w, reply)
 	}
 }

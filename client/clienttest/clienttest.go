@@ -15,7 +15,8 @@
 // and every successful reply carries X-Latch-Index.
 //
 // Watches are server-local as in latch: a watch lives on the server that
-// registered it and fires on that server's stream of the session. When a
+// registered it and fires on that server's stream of the session, and a
+// server accepts one only while the session's stream is open there. When a
 // stream ends (the client leaves, EndStreams, Stop, a newer stream, the
 // session's end) that server drops the session's watches and queued events,
 // and the client must re-register with known_index.

@@ -20,6 +20,9 @@ type Registration struct {
 // guarded by state.mu.
 type registry struct {
 	sessions map[string]*watchSession
+	// refuse is how many more registrations to refuse as if the session
+	// had no stream here (RefuseNextWatches).
+	refuse int
 }
 
 type watchSession struct {
@@ -144,6 +147,8 @@ func (st *state) changedSinceLocked(w *watch, index uint64) (api.Event, bool) {
 	return api.Event{}, false
 }
 
+// handleWatch registers a watch, as latch does only for a session whose
+// event stream is open on this server.
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	var req api.WatchRequest
 	if !decodeBody(w, r, &req) {
@@ -160,11 +165,19 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	reg := st.registryLocked(s.name)
+	if ws := reg.sessions[req.SessionID]; ws == nil || ws.stream == nil || reg.refuse > 0 {
+		reg.refuse = max(reg.refuse-1, 0)
+		writeError(w, api.Errorf(api.CodePreconditionFailed,
+			"session %s has no event stream open on member %s: open GET /v1/session/%s/events on this member first",
+			req.SessionID, s.name, req.SessionID))
+		return
+	}
 	st.lastWatch++
 	at := st.index
 	wt := &watch{id: api.FormatID(st.lastWatch), path: req.Path, recursive: req.Recursive,
 		persistent: req.Persistent, after: max(at, req.KnownIndex)}
-	ws := st.registryLocked(s.name).sessionLocked(req.SessionID)
+	ws := reg.sessionLocked(req.SessionID)
 	fired := false
 	if req.KnownIndex > 0 && req.KnownIndex < at {
 		if ev, changed := st.changedSinceLocked(wt, req.KnownIndex); changed {
@@ -268,6 +281,16 @@ func (c *Cluster) EndStreams(reason string) {
 	for _, r := range c.state.registries {
 		r.endAllLocked(reason)
 	}
+}
+
+// RefuseNextWatches makes server i refuse the next n watch registrations
+// with latch's 409 precondition_failed for a session without an event
+// stream there, although the session's stream is open: as when the server
+// ended the stream just before the registration arrived.
+func (c *Cluster) RefuseNextWatches(i, n int) {
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	c.state.registryLocked(c.servers[i].name).refuse += n
 }
 
 // Registrations returns every watch registration accepted so far.

@@ -102,6 +102,11 @@ type watcher struct {
 	sessions     []*watchSession
 	reconnects   int
 	staleEvents  int // events of a watch this client had cancelled (left on a member it could not reach)
+	// refusals are registrations the member refused because the session's
+	// stream was no longer attached there (the member ended it between the
+	// open and the registration); the watcher then moves on and registers
+	// again, on a freshly opened stream, with its known index.
+	refusals int
 }
 
 // watchSession is what one session's watcher registered and received.
@@ -245,10 +250,13 @@ func (wt *watcher) leave(r *run, ws *watchSession) {
 
 // connect opens the session's stream on member, then registers the watch
 // there (after cancelling what this session left there), in the order the
-// client library uses: events go to whichever stream of the session the
-// server has attached, and a stream this watcher just abandoned on member
-// may still be attached for a moment, taking a catch-up event with it if
-// the watch were registered first.
+// client library uses: a member accepts a watch only for a session whose
+// stream it has attached (else 409 precondition_failed), events go to
+// whichever stream of the session the server has attached, and a stream
+// this watcher just abandoned on member may still be attached for a moment,
+// taking a catch-up event with it if the watch were registered first. On a
+// refusal it closes the stream and returns the error; the loop connects
+// again, to a member picked anew, with the same known index.
 func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	for _, id := range ws.byMember[member] {
 		ctx, cancel := requestContext()
@@ -280,8 +288,11 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 		Path: wt.path, Recursive: wt.recursive, SessionID: ws.s.id, KnownIndex: known, Persistent: true,
 	}, &reply)
 	cancel()
-	if code(err) == api.CodeSessionExpired {
+	switch code(err) {
+	case api.CodeSessionExpired:
 		ws.ended = true
+	case api.CodePreconditionFailed:
+		wt.refusals++
 	}
 	if err != nil {
 		conn.cancel()
@@ -432,10 +443,11 @@ func (w *watches) check(r *run) error {
 	acked := w.acked
 	w.mu.Unlock()
 	w.checkCommitted(r, acked, final)
-	events, sessions, reconnects, stale := 0, 0, 0, 0
+	events, sessions, reconnects, stale, refusals := 0, 0, 0, 0, 0
 	for _, wt := range w.watchers {
 		reconnects += wt.reconnects
 		stale += wt.staleEvents
+		refusals += wt.refusals
 		for _, ws := range wt.sessions {
 			sessions++
 			events += len(ws.events)
@@ -446,8 +458,8 @@ func (w *watches) check(r *run) error {
 	r.report.WatchEvents += events
 	r.report.WatchSessions += sessions
 	r.report.WatchReconnects += reconnects
-	r.logf("chaos W: %d events over %d watcher sessions, %d reconnects (%d events of cancelled watches ignored), %d acknowledged writes",
-		events, sessions, reconnects, stale, len(acked))
+	r.logf("chaos W: %d events over %d watcher sessions, %d reconnects (%d events of cancelled watches ignored, %d registrations refused for want of a stream), %d acknowledged writes",
+		events, sessions, reconnects, stale, refusals, len(acked))
 	return nil
 }
 

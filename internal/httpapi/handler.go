@@ -63,6 +63,7 @@ func (h *Handler) routes() {
 // ServeHTTP routes node requests itself, because http.ServeMux would clean
 // (and redirect) the very paths that docs/api.md says must be refused with 400.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer h.instrument(&w, r)()
 	if path, ok := strings.CutPrefix(r.URL.Path, kvPrefix); ok || r.URL.Path == "/v1/kv" {
 		h.serveNode(w, r, "/"+path)
 		return

@@ -57,7 +57,7 @@ func newGroup(s *Server, id uint64) *group {
 		sessions:  newSessionTracker(),
 		deletions: newDeletionWaiters(),
 		watches: watch.New(watch.Options{
-			MaxPerSession: s.cfg.MaxWatchesPerSession, QueueLen: s.cfg.WatchQueueLen,
+			MaxPerSession: s.cfg.MaxWatchesPerSession, QueueLen: s.cfg.WatchQueueLen, RequireStream: true,
 		}),
 	}
 	g.reads = newReadBatcher(g)

@@ -2,12 +2,15 @@ package server
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/raftnode"
 )
 
@@ -27,6 +30,15 @@ type metrics struct {
 	applyDuration    prometheus.Histogram
 	snapshotDuration prometheus.Histogram
 	snapshotsFailed  prometheus.Counter
+
+	// Sessions ended or made by the entries this member applied.
+	sessionsCreated prometheus.Counter
+	sessionsClosed  prometheus.Counter
+	sessionsExpired prometheus.Counter
+
+	// The client API's requests (ObserveRequest).
+	httpRequests *prometheus.CounterVec
+	httpDuration *prometheus.HistogramVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -61,6 +73,9 @@ func newMetrics(s *Server) *metrics {
 			return 0
 		})
 	m.registry.MustRegister(lockWakeups)
+	m.addSessionMetrics(s)
+	m.registry.MustRegister(watchCollector{s})
+	m.addHTTPMetrics()
 	m.registry.MustRegister(m.term, m.hasLeader, m.leaderChanges, m.commitIndex, m.appliedIndex,
 		m.proposalsPending, m.proposalsFailed, m.walFsync, m.entriesPerSave, m.applyDuration, m.snapshotDuration, m.snapshotsFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -101,4 +116,134 @@ func (m *metrics) leaderChanged(leader, term uint64) {
 // MetricsHandler serves the server's metrics in the Prometheus format.
 func (s *Server) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})
+}
+
+// addSessionMetrics registers the session series. The counters count the
+// entries this member applied since it started (a restart replays the log
+// after its last snapshot, so they may count again what they counted before
+// it); the gauge is the state machine's.
+func (m *metrics) addSessionMetrics(s *Server) {
+	m.sessionsCreated = prometheus.NewCounter(prometheus.CounterOpts{Name: "latch_sessions_created_total",
+		Help: "Sessions created by the entries this member applied since it started."})
+	m.sessionsClosed = prometheus.NewCounter(prometheus.CounterOpts{Name: "latch_sessions_closed_total",
+		Help: "Sessions closed by their clients, in the entries this member applied since it started."})
+	m.sessionsExpired = prometheus.NewCounter(prometheus.CounterOpts{Name: "latch_sessions_expired_total",
+		Help: "Sessions expired for want of heartbeats, in the entries this member applied since it started."})
+	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "latch_sessions_live", Help: "Live sessions in the state this member applied."},
+		func() float64 {
+			g := s.main.Load()
+			if g == nil {
+				return 0
+			}
+			g.mu.RLock()
+			defer g.mu.RUnlock()
+			return float64(g.fsm.SessionCount())
+		})
+	m.registry.MustRegister(m.sessionsCreated, m.sessionsClosed, m.sessionsExpired, live)
+}
+
+// sessionsApplied counts the sessions that cmd, just applied with result
+// res, created or ended. Called by trackApplied before the tracker forgets
+// the ended sessions: an expiry entry names sessions that may have ended
+// already (closed meanwhile), which the state machine skips, and the
+// tracker, which holds exactly the live sessions, tells them apart.
+func (m *metrics) sessionsApplied(g *group, cmd *command.Command, res fsm.Result) {
+	switch cmd.Op {
+	case command.OpSessionCreate:
+		if res.Err == nil {
+			m.sessionsCreated.Inc()
+		}
+	case command.OpSessionClose:
+		if res.Err == nil {
+			m.sessionsClosed.Inc()
+		}
+	case command.OpSessionExpire:
+		m.sessionsExpired.Add(float64(g.sessions.countTracked(cmd.Sessions)))
+	}
+}
+
+// countTracked returns how many of ids the tracker holds.
+func (t *sessionTracker) countTracked(ids []uint64) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if _, ok := t.deadlines[id]; ok {
+			n++
+		}
+	}
+	return n
+}
+
+// watchCollector reports the watch registry's figures, read once per
+// scrape.
+type watchCollector struct{ s *Server }
+
+var (
+	watchesRegisteredDesc = prometheus.NewDesc("latch_watches_registered",
+		"Watches registered on this member (watches are local to the member that registered them).", nil, nil)
+	watchRegistrationsDesc = prometheus.NewDesc("latch_watch_registrations_total",
+		"Watch registrations this member accepted.", nil, nil)
+	watchRefusalsDesc = prometheus.NewDesc("latch_watch_registrations_refused_total",
+		"Watch registrations this member refused, by reason (no_stream: the session had no event stream open here).", []string{"reason"}, nil)
+	watchesDroppedDesc = prometheus.NewDesc("latch_watches_dropped_total",
+		"Watches dropped with their session's queue because the session fell behind (slow consumer) or the state was restored from a snapshot; clients re-register them.", nil, nil)
+	watchDisconnectsDesc = prometheus.NewDesc("latch_watch_sessions_disconnected_total",
+		"Sessions whose watches and queued events were dropped (slow consumer or snapshot restore).", nil, nil)
+	watchFiredDesc = prometheus.NewDesc("latch_watch_events_fired_total",
+		"Watch events queued for sessions' event streams.", nil, nil)
+	watchDeliveredDesc = prometheus.NewDesc("latch_watch_events_delivered_total",
+		"Watch events handed to sessions' event streams.", nil, nil)
+	watchQueuedDesc = prometheus.NewDesc("latch_watch_events_queued",
+		"Watch events queued and not yet delivered, over all sessions.", nil, nil)
+	streamsOpenDesc = prometheus.NewDesc("latch_event_streams_open",
+		"Sessions' event streams (GET /v1/session/{id}/events) attached on this member.", nil, nil)
+)
+
+func (c watchCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{watchesRegisteredDesc, watchRegistrationsDesc, watchRefusalsDesc, watchesDroppedDesc,
+		watchDisconnectsDesc, watchFiredDesc, watchDeliveredDesc, watchQueuedDesc, streamsOpenDesc} {
+		ch <- d
+	}
+}
+
+func (c watchCollector) Collect(ch chan<- prometheus.Metric) {
+	g := c.s.main.Load()
+	if g == nil {
+		return
+	}
+	st := g.watches.Stats()
+	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
+	ch <- prometheus.MustNewConstMetric(watchesRegisteredDesc, gauge, float64(st.Watches))
+	ch <- prometheus.MustNewConstMetric(watchRegistrationsDesc, counter, float64(st.WatchesAdded))
+	ch <- prometheus.MustNewConstMetric(watchRefusalsDesc, counter, float64(st.RefusedNoStream), "no_stream")
+	ch <- prometheus.MustNewConstMetric(watchesDroppedDesc, counter, float64(st.WatchesDropped))
+	ch <- prometheus.MustNewConstMetric(watchDisconnectsDesc, counter, float64(st.SessionsDisconnected))
+	ch <- prometheus.MustNewConstMetric(watchFiredDesc, counter, float64(st.EventsFired))
+	ch <- prometheus.MustNewConstMetric(watchDeliveredDesc, counter, float64(st.EventsDelivered))
+	ch <- prometheus.MustNewConstMetric(watchQueuedDesc, gauge, float64(st.Queued))
+	ch <- prometheus.MustNewConstMetric(streamsOpenDesc, gauge, float64(st.Streams))
+}
+
+// addHTTPMetrics registers the client API's request series.
+func (m *metrics) addHTTPMetrics() {
+	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "latch_http_requests_total",
+		Help: "Client API requests served, by method, route pattern and status code; an event stream counts when it ends."},
+		[]string{"method", "route", "code"})
+	m.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "latch_http_request_duration_seconds",
+		Help:    "Client API request latency, by method and route pattern, from the request's arrival to the handler's return; event streams are not included (see latch_event_streams_open).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, // 0.5ms .. ~16s
+		[]string{"method", "route"})
+	m.registry.MustRegister(m.httpRequests, m.httpDuration)
+}
+
+// ObserveRequest records one served client API request: method (one of a
+// bounded set), route (the route's pattern, never the raw path), the status
+// code, and how long it took; a streamed reply (an event stream, which lasts
+// as long as its client wants) is counted without its duration.
+func (s *Server) ObserveRequest(method, route string, code int, took time.Duration, streamed bool) {
+	s.metrics.httpRequests.WithLabelValues(method, route, strconv.Itoa(code)).Inc()
+	if !streamed {
+		s.metrics.httpDuration.WithLabelValues(method, route).Observe(took.Seconds())
+	}
 }

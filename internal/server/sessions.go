@@ -181,6 +181,7 @@ func (t *sessionTracker) takeRelay() []uint64 {
 
 // trackApplied updates the tracker after a command was applied.
 func (g *group) trackApplied(cmd *command.Command, res fsm.Result) {
+	g.server.metrics.sessionsApplied(g, cmd, res)
 	switch cmd.Op {
 	case command.OpSessionCreate:
 		if res.Err == nil {

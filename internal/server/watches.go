@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/watch"
@@ -9,7 +10,11 @@ import (
 
 // Watch registers a watch for a live session on this server. It fires at
 // apply time here, whatever this server's role; with KnownIndex it fires at
-// once if what it watches changed after that index.
+// once if what it watches changed after that index. Watches are local to
+// the server that registers them and their events go only to the session's
+// event stream on it, so the session must have its stream attached here:
+// otherwise the registration is refused with precondition_failed (it would
+// be accepted silently and its events never reach a stream open elsewhere).
 func (s *Server) Watch(ctx context.Context, session uint64, spec watch.Spec) (api.Watch, error) {
 	if err := api.ValidatePath(spec.Path); err != nil {
 		return api.Watch{}, err
@@ -31,6 +36,9 @@ func (s *Server) Watch(ctx context.Context, session uint64, spec watch.Spec) (ap
 	}
 	at := g.fsm.Applied()
 	id, err := g.watches.Add(session, spec, at, current)
+	if errors.Is(err, watch.ErrNoStream) {
+		return api.Watch{}, s.errNoStream(session)
+	}
 	if err != nil {
 		return api.Watch{}, err
 	}
@@ -54,6 +62,15 @@ func (s *Server) Events(ctx context.Context, session uint64) (*watch.Stream, uin
 		return nil, 0, errSessionGone(session)
 	}
 	return g.watches.Stream(session), g.applied.Load(), nil
+}
+
+// errNoStream refuses a watch for a session without an event stream here.
+func (s *Server) errNoStream(session uint64) error {
+	id := api.FormatID(session)
+	return api.Errorf(api.CodePreconditionFailed,
+		"session %s has no event stream open on member %s, and a watch fires only into the stream on the member that registered it: "+
+			"open GET /v1/session/%s/events on this member first, or register the watch on the member where the stream is open",
+		id, s.cfg.Name, id)
 }
 
 func errSessionGone(session uint64) error {

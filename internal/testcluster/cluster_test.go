@@ -185,6 +185,7 @@ func TestWatchOnFollower(t *testing.T) {
 	follower := (leader + 1) % 3
 	url := c.URL(follower)
 	session := createSession(t, ctx, url, 10*time.Second).SessionID
+	stream := openStream(t, url, session) // watches are accepted only where the session's stream is
 	var w1, w2 api.Watch
 	if err := Do(ctx, "POST", url, "/v1/watch", nil, api.WatchRequest{Path: "/w/x", SessionID: session}, &w1); err != nil {
 		t.Fatal(err)
@@ -192,7 +193,6 @@ func TestWatchOnFollower(t *testing.T) {
 	if err := Do(ctx, "POST", url, "/v1/watch", nil, api.WatchRequest{Path: "/w", Recursive: true, Persistent: true, SessionID: session}, &w2); err != nil {
 		t.Fatal(err)
 	}
-	stream := openStream(t, url, session)
 	for _, p := range []string{"/w/x", "/w/x", "/w/y"} {
 		if _, err := Put(ctx, c.URL(leader), p, "v", ""); err != nil {
 			t.Fatal(err)

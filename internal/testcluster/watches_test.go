@@ -309,17 +309,17 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := createSession(t, ctx, c.URL(follower), 20*time.Second)
+	stuck, err := OpenStuckStream(c.URL(follower), s.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
 	for range watches {
 		spec := api.WatchRequest{Path: "/slow", Recursive: true, Persistent: true, SessionID: s.SessionID}
 		if _, err := AddWatch(ctx, c.URL(follower), spec); err != nil {
 			t.Fatal(err)
 		}
 	}
-	stuck, err := OpenStuckStream(c.URL(follower), s.SessionID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stuck.Close()
 	during, err := writeRate(ctx, c.URL(leader), "/slow", workers, phase)
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,9 @@
 // queue of undelivered events with the stream that drains it.
 //
 // Watches never touch the raft log. A server registers them for the clients
-// that talk to it (follower, learner or leader alike) and fires them from its
-// own apply path: the apply loop calls Publish with the events of each applied
+// that talk to it (follower, learner or leader alike), only for a session
+// whose stream it has attached (Options.RequireStream: events could reach
+// no other stream), and fires them from its own apply path: the apply loop calls Publish with the events of each applied
 // entry while it holds the state machine's write lock, and the HTTP layer
 // calls Add under the read lock, so Add sees a history consistent with the
 // state it read.

@@ -3,6 +3,7 @@ package watch
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -32,11 +33,23 @@ func slowConsumerReason(undelivered int) string {
 	return fmt.Sprintf("slow consumer: %d events undelivered; re-register with known_index", undelivered)
 }
 
+// ErrNoStream is Add's refusal, with Options.RequireStream, of a watch for a
+// session that has no stream attached: its events could reach the session
+// only through a stream opened here later, and a client whose stream is on
+// another server would never see them.
+var ErrNoStream = errors.New("watch: the session has no event stream attached here")
+
 // Options configures a Registry. Zero fields take their defaults.
 type Options struct {
 	MaxPerSession int // watches a session may hold (default 1,000); over it Add returns *api.Error overloaded
 	QueueLen      int // undelivered events buffered per session (default 1,024)
 	HistoryLen    int // recent events kept for known_index checks (default 16,384)
+	// RequireStream makes Add refuse, with ErrNoStream, a watch for a
+	// session without an attached stream (see Registry.Stream). A server
+	// sets it: watches are local to it, so a registration is accepted only
+	// where the session's stream is. Without it a watch's events wait in
+	// the session's queue for its next stream.
+	RequireStream bool
 }
 
 func (o Options) withDefaults() Options {
@@ -78,6 +91,9 @@ type Stats struct {
 	EventsFired          uint64 // events queued for delivery since New
 	EventsDelivered      uint64 // events received by stream consumers since New
 	SessionsDisconnected uint64 // slow consumers (and snapshot restores) that lost their watches
+	WatchesAdded         uint64 // registrations accepted since New
+	WatchesDropped       uint64 // watches dropped with a disconnected session since New
+	RefusedNoStream      uint64 // registrations refused with ErrNoStream since New
 }
 
 // Registry is a server's set of watches. It is safe for concurrent use.
@@ -100,7 +116,7 @@ type Registry struct {
 	recursive map[string]*watchList // recursive watches by their root path
 	watches   int                   // registered watches over all sessions
 	history   history
-	stats     Stats // EventsFired and SessionsDisconnected; the rest is computed by Stats
+	stats     Stats // the counters but EventsDelivered; the rest is computed by Stats
 
 	// queuedEvents and deliveredEvents are counted by pumps too, which do
 	// not take mu.
@@ -144,18 +160,27 @@ func New(opts Options) *Registry {
 // path and version of the latest matching change when the history has it,
 // else CHANGED (DELETED if the node does not exist) on spec.Path with
 // current.Version. A one-shot watch that fires at once is not kept; its id is
-// returned all the same. The error is an *api.Error: invalid_argument for a
-// bad path, overloaded over Options.MaxPerSession.
+// returned all the same. The error is an *api.Error (invalid_argument for a
+// bad path, overloaded over Options.MaxPerSession), or ErrNoStream with
+// Options.RequireStream when no stream of session is attached: the check
+// and the registration happen under the lock that Stream and Stream.Close
+// take, so an accepted watch's events, its catch-up event included, go to
+// a stream that was attached when it was registered.
 func (r *Registry) Add(session uint64, spec Spec, at uint64, current Current) (id uint64, err error) {
 	if err := api.ValidatePath(spec.Path); err != nil {
 		return 0, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.opts.RequireStream && !r.attachedLocked(session) {
+		r.stats.RefusedNoStream++
+		return 0, ErrNoStream
+	}
 	s := r.sessionLocked(session)
 	if len(s.watches) >= r.opts.MaxPerSession {
 		return 0, api.Errorf(api.CodeOverloaded, "session %s holds %d watches, the limit", api.FormatID(session), len(s.watches))
 	}
+	r.stats.WatchesAdded++
 	r.nextID++
 	w := &watch{
 		id:         r.nextID,
@@ -248,6 +273,17 @@ func (r *Registry) Stats() Stats {
 	return stats
 }
 
+// attachedLocked reports whether session has a stream attached.
+func (r *Registry) attachedLocked(session uint64) bool {
+	s := r.sessions[session]
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stream != nil
+}
+
 // sessionLocked returns the record of session id, creating it.
 func (r *Registry) sessionLocked(id uint64) *session {
 	s := r.sessions[id]
@@ -296,6 +332,7 @@ func (r *Registry) enqueueLocked(s *session, id uint64, event fsm.Event) bool {
 // one.
 func (r *Registry) disconnectLocked(s *session, reason string) {
 	r.stats.SessionsDisconnected++
+	r.stats.WatchesDropped += uint64(len(s.watches))
 	r.dropWatchesLocked(s)
 	s.mu.Lock()
 	defer s.mu.Unlock()
