@@ -33,7 +33,8 @@ func main() {
 }
 
 func run(args []string) error {
-	cfg, logLevel, pprof, err := parseFlags(args)
+	limits := httpapi.DefaultLimits()
+	cfg, logLevel, pprof, err := parseFlags(args, &limits)
 	if err != nil {
 		return err
 	}
@@ -54,11 +55,7 @@ func run(args []string) error {
 	if pprof {
 		handler = withProfiling(handler)
 	}
-	httpServer := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       5 * time.Minute,
-	}
+	httpServer := httpapi.NewServer(handler, limits, logger)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpServer.Serve(ln) }()
 	logger.Info("latchd serving", "name", cfg.Name, "client", cfg.ClientAddr, "peer", cfg.PeerAddr, "data", cfg.DataDir)
@@ -114,7 +111,7 @@ func usage(fs *flag.FlagSet) {
 	shown.PrintDefaults()
 }
 
-func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
+func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Level, bool, error) {
 	fs := flag.NewFlagSet("latchd", flag.ContinueOnError)
 	var (
 		cfg          server.Config
@@ -146,12 +143,16 @@ func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 	fs.IntVar(&cfg.MaxPending, "max-pending-proposals", 20000, "proposals waiting at once before writes get 429")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.BoolVar(&pprof, "enable-pprof", false, "serve Go profiles under /debug/pprof/ on the client address")
+	limits.AddFlags(fs)
 	fs.Usage = func() { usage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return cfg, 0, false, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, 0, false, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := limits.Validate(); err != nil {
+		return cfg, 0, false, err
 	}
 	switch clusterState {
 	case "new":
