@@ -133,8 +133,8 @@ func hex4(b []byte) (rune, bool) {
 }
 
 // checkObject walks data's tokens: one object whose keys are among fields
-// (exact case) and unique, whose values are not null, whose numbers (at any
-// depth) are integers in [0, api.MaxInteger], and nothing after it.
+// (exact case) and unique, with no null and no number that is not an
+// integer in [0, api.MaxInteger] at any depth, and nothing after it.
 func checkObject(data []byte, fields []string) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -160,7 +160,7 @@ func checkObject(data []byte, fields []string) error {
 				key, strings.Join(fields, ", "))
 		}
 		seen[key] = true
-		if err := checkValue(dec, key, true); err != nil {
+		if err := checkValue(dec, key, 0); err != nil {
 			return err
 		}
 	}
@@ -173,28 +173,36 @@ func checkObject(data []byte, fields []string) error {
 	return nil
 }
 
-// checkValue reads one value of field; top says it is the field's own value
-// rather than something nested in it.
-func checkValue(dec *json.Decoder, field string, top bool) error {
+// maxDepth bounds the nesting inside a field's value (the API's bodies
+// nest one array at most), so a deep body cannot exhaust the stack.
+const maxDepth = 8
+
+// checkValue reads one value of field, nested depth levels inside it (0:
+// the field's own value).
+func checkValue(dec *json.Decoder, field string, depth int) error {
+	if depth > maxDepth {
+		return api.Errorf(api.CodeInvalidArgument, "bad JSON body: %s nests deeper than %d levels", field, maxDepth)
+	}
 	tok, err := dec.Token()
 	if err != nil {
 		return api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err)
 	}
 	switch t := tok.(type) {
 	case nil:
-		if top {
+		if depth == 0 {
 			return api.Errorf(api.CodeInvalidArgument, "bad JSON body: %s is null; leave it out or give a value", field)
 		}
+		return api.Errorf(api.CodeInvalidArgument, "bad JSON body: %s holds a null", field)
 	case json.Number:
 		return checkNumber(field, t)
 	case json.Delim:
-		return checkNested(dec, field, t)
+		return checkNested(dec, field, t, depth)
 	}
 	return nil
 }
 
 // checkNested reads the rest of an object or array opened by delim.
-func checkNested(dec *json.Decoder, field string, delim json.Delim) error {
+func checkNested(dec *json.Decoder, field string, delim json.Delim, depth int) error {
 	seen := map[string]bool{}
 	for dec.More() {
 		if delim == '{' {
@@ -208,7 +216,7 @@ func checkNested(dec *json.Decoder, field string, delim json.Delim) error {
 			}
 			seen[key] = true
 		}
-		if err := checkValue(dec, field, false); err != nil {
+		if err := checkValue(dec, field, depth+1); err != nil {
 			return err
 		}
 	}
