@@ -121,7 +121,7 @@ func NewServer(h http.Handler, limits Limits, log *slog.Logger) *Server {
 			ReadHeaderTimeout: limits.HeaderTimeout,
 			IdleTimeout:       limits.IdleTimeout,
 			MaxHeaderBytes:    limits.MaxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 		limits: limits,
 		log:    log,
