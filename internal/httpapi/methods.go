@@ -22,7 +22,8 @@ func (h *Handler) allowedMethods(r *http.Request, literal bool) []string {
 		*probe = *r
 		probe.Method = m
 		_, pattern := h.mux.Handler(probe)
-		if pattern == "" || pattern == "/" || literal && strings.Contains(pattern, "{") {
+		if pattern == "" || pattern == "/" || literal && strings.Contains(pattern, "{") ||
+			m == http.MethodHead && strings.HasSuffix(pattern, "/events") {
 			continue
 		}
 		allowed = append(allowed, m)

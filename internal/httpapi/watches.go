@@ -54,7 +54,14 @@ func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
 // events streams a session's watch events as Server-Sent Events: one JSON
 // api.Event per "data:" line, and a last "event: end" whose data gives the
 // reason when the server ends the stream.
+//
+// HEAD is refused: a stream without a body would replace the session's
+// real one.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead {
+		h.methodNotAllowed(w, r, []string{http.MethodGet})
+		return
+	}
 	session, err := parseID("session id", r.PathValue("id"))
 	if err != nil {
 		h.badPathID(w, r, err)

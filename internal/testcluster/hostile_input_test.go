@@ -258,6 +258,8 @@ func TestErrorsConsistent(t *testing.T) {
 		{"GET heartbeat", "GET", "/v1/session/heartbeat", "", api.CodeMethodNotAllowed, "POST", "use POST"},
 		{"DELETE healthz", "DELETE", "/healthz", "", api.CodeMethodNotAllowed, "GET, HEAD", "DELETE /healthz"},
 		{"garbage but valid method", "FROB", "/v1/status", "", api.CodeMethodNotAllowed, "GET, HEAD", "FROB"},
+		{"HEAD an event stream", "HEAD", "/v1/session/" + closed.SessionID + "/events", "", api.CodeMethodNotAllowed, "GET", ""},
+		{"POST an event stream", "POST", "/v1/session/" + closed.SessionID + "/events", "", api.CodeMethodNotAllowed, "GET", "use GET"},
 		{"kv without a path", "GET", "/v1/kv", "", api.CodeInvalidArgument, "", "missing node path"},
 		{"watch without session_id", "POST", "/v1/watch", `{"path":"/exists"}`, api.CodeInvalidArgument, "", "session_id is required"},
 		{"watch with a bad session_id", "POST", "/v1/watch", `{"path":"/exists","session_id":"zz"}`, api.CodeInvalidArgument, "", `session_id "zz" is not an id`},
@@ -275,6 +277,12 @@ func TestErrorsConsistent(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := hostileCall(t, ctx, tt.method, base+tt.path, tt.body)
+			if tt.method == http.MethodHead { // a reply without a body
+				if r.status != tt.code.Status() || r.header.Get("Allow") != tt.allow {
+					t.Fatalf("HEAD %s: status %d, Allow %q; want %d, %q", tt.path, r.status, r.header.Get("Allow"), tt.code.Status(), tt.allow)
+				}
+				return
+			}
 			e := r.apiError(t)
 			if e.Code != tt.code || !strings.Contains(e.Message, tt.want) {
 				t.Fatalf("%s %s: %s %q; want %s mentioning %q", tt.method, tt.path, e.Code, e.Message, tt.code, tt.want)
