@@ -45,7 +45,7 @@ func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, path string) {
 		return
 	}
 	if body.Value == nil {
-		h.writeError(w, api.Errorf(api.CodeInvalidArgument, `a PUT needs a body {"value": "<string>"}; give "value": "" for an empty value`))
+		h.writeError(w, api.Errorf(api.CodeInvalidArgument, `a PUT needs a JSON body with a string "value" (give "value": "" to store an empty value)`))
 		return
 	}
 	req.Value = []byte(*body.Value)

@@ -3,15 +3,19 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/latch-io/latch/api"
 )
@@ -111,6 +115,20 @@ type apiConn struct {
 	release    func()
 	once       sync.Once
 	maxHeaders int
+	// head is the start of the last read, where a request net/http refuses
+	// usually begins: it lets the refusal say what is wrong.
+	head []byte
+}
+
+// headLen is how much of each read apiConn keeps to explain a refusal.
+const headLen = 512
+
+func (c *apiConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.head = append(c.head[:0], p[:min(n, headLen)]...)
+	}
+	return n, err
 }
 
 func (c *apiConn) Close() error {
@@ -128,7 +146,9 @@ func (c *apiConn) CloseWrite() error {
 }
 
 func (c *apiConn) Write(p []byte) (int, error) {
-	if e := parseRawError(p, c.maxHeaders); e != nil {
+	// c.head is read only for a refusal, when net/http reads no more: a
+	// background read may be filling it while a handler's reply is written.
+	if e := parseRawError(p, c.maxHeaders, func() []byte { return c.head }); e != nil {
 		if _, err := c.Conn.Write(errorResponse(e, "")); err != nil {
 			return 0, err
 		}
@@ -143,8 +163,9 @@ func (c *apiConn) Write(p []byte) (int, error) {
 const rawErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 
 // parseRawError recognises one of net/http's own plain-text error replies
-// and returns its equivalent API error, or nil.
-func parseRawError(p []byte, maxHeaders int) *api.Error {
+// and returns its equivalent API error, or nil; head returns the start of
+// the refused request, if known.
+func parseRawError(p []byte, maxHeaders int, head func() []byte) *api.Error {
 	rest, ok := bytes.CutPrefix(p, []byte("HTTP/1.1 "))
 	if !ok || len(rest) < 3 {
 		return nil
@@ -159,7 +180,7 @@ func parseRawError(p []byte, maxHeaders int) *api.Error {
 	}
 	switch status {
 	case http.StatusBadRequest:
-		detail := "the request line or a header could not be parsed (an invalid method, a malformed %-escape or character in the URL, or a malformed header)"
+		detail := requestLineProblem(head())
 		if _, text, ok := bytes.Cut(body, []byte("Bad Request: ")); ok {
 			detail = string(text)
 		}
@@ -172,4 +193,33 @@ func parseRawError(p []byte, maxHeaders int) *api.Error {
 		return api.Errorf(api.CodeInvalidArgument, "malformed request: unsupported HTTP version (use HTTP/1.1)")
 	}
 	return nil
+}
+
+// requestLineProblem says what is wrong with the request line at the start
+// of head, as net/http's generic 400 does not.
+func requestLineProblem(head []byte) string {
+	const unknown = "the request line or a header could not be parsed (an invalid method, a malformed %-escape or character in the URL, or a malformed header)"
+	line, _, _ := bytes.Cut(head, []byte("\n"))
+	method, rest, ok1 := strings.Cut(strings.TrimSuffix(string(line), "\r"), " ")
+	target, proto, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || !strings.HasPrefix(proto, "HTTP/") {
+		return unknown
+	}
+	if method == "" || strings.IndexFunc(method, func(r rune) bool { return !isTokenChar(r) }) >= 0 {
+		return fmt.Sprintf("invalid method %q", method)
+	}
+	if _, err := url.ParseRequestURI(target); err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Sprintf("malformed URL %q: %v", target, err)
+	}
+	return unknown
+}
+
+// isTokenChar reports whether r may appear in an HTTP method (RFC 9110 token).
+func isTokenChar(r rune) bool {
+	return r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+		strings.ContainsRune("!#$%&'*+-.^_`|~", r))
 }

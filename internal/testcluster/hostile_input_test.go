@@ -303,8 +303,8 @@ func TestErrorsConsistent(t *testing.T) {
 	})
 
 	raw := []struct{ name, request, want string }{
-		{"malformed escape", "GET /v1/kv/bad%zz HTTP/1.1\r\nHost: x\r\n\r\n", "malformed request"},
-		{"garbage method", "G@T /v1/status HTTP/1.1\r\nHost: x\r\n\r\n", "malformed request"},
+		{"malformed escape", "GET /v1/kv/bad%zz HTTP/1.1\r\nHost: x\r\n\r\n", `malformed request: malformed URL "/v1/kv/bad%zz": invalid URL escape "%zz"`},
+		{"garbage method", "G@T /v1/status HTTP/1.1\r\nHost: x\r\n\r\n", `malformed request: invalid method "G@T"`},
 		{"missing Host", "GET /v1/status HTTP/1.1\r\n\r\n", "Host"},
 		{"bad header", "GET /v1/status HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n", "header"},
 	}
