@@ -170,10 +170,11 @@ func parseRawError(p []byte, maxHeaders int, head func() []byte) *api.Error {
 	if !ok || len(rest) < 3 {
 		return nil
 	}
-	line, body, ok := bytes.Cut(rest, []byte(rawErrorHeaders))
-	if !ok || bytes.ContainsAny(line, "\r\n") {
-		return nil
+	end := bytes.IndexByte(rest, '\r')
+	if end < 3 || !bytes.HasPrefix(rest[end:], []byte(rawErrorHeaders)) {
+		return nil // not one: checked in the status line's length, not the reply's
 	}
+	line, body := rest[:end], rest[end+len(rawErrorHeaders):]
 	status, err := strconv.Atoi(string(line[:3]))
 	if err != nil {
 		return nil
