@@ -13,6 +13,7 @@ type Code string
 const (
 	CodeInvalidArgument    Code = "invalid_argument"
 	CodeNotFound           Code = "not_found"
+	CodeMethodNotAllowed   Code = "method_not_allowed"
 	CodePreconditionFailed Code = "precondition_failed"
 	CodeLockNotHeld        Code = "lock_not_held"
 	CodeSessionExpired     Code = "session_expired"
@@ -29,6 +30,8 @@ func (c Code) Status() int {
 		return http.StatusBadRequest
 	case CodeNotFound:
 		return http.StatusNotFound
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	case CodePreconditionFailed, CodeLockNotHeld:
 		return http.StatusConflict
 	case CodeSessionExpired:

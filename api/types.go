@@ -29,17 +29,35 @@ const (
 	EventChildrenChanged = "CHILDREN_CHANGED"
 )
 
-// Node is the reply to PUT and GET /v1/kv/{path}. A PUT fills Path, Version,
-// CreatedIndex, ModifiedIndex and Index; a GET fills every field.
+// MaxInteger is the largest number any JSON number or numeric query
+// parameter of the API may carry: 2^53-1, the largest integer every JSON
+// implementation represents exactly. Larger values are refused with
+// invalid_argument, never wrapped or rounded.
+const MaxInteger = 1<<53 - 1
+
+// Node is the reply to GET /v1/kv/{path}. Every field is always present: a
+// persistent node has "ephemeral": false and "owner_session": "", an empty
+// value is "value": "".
 type Node struct {
 	Path          string `json:"path"`
-	Value         string `json:"value,omitempty"`
+	Value         string `json:"value"`
 	Version       uint64 `json:"version"`
 	CreatedIndex  uint64 `json:"created_index"`
 	ModifiedIndex uint64 `json:"modified_index"`
-	Ephemeral     bool   `json:"ephemeral,omitempty"`
-	OwnerSession  string `json:"owner_session,omitempty"`
+	Ephemeral     bool   `json:"ephemeral"`
+	OwnerSession  string `json:"owner_session"`
 	ChildrenCount int    `json:"children_count"`
+	Index         uint64 `json:"index"`
+}
+
+// Written is the reply to PUT /v1/kv/{path}: the node's new version and
+// indexes (its path is the created name for a sequential create). A client
+// may decode it into a Node, whose other fields stay zero.
+type Written struct {
+	Path          string `json:"path"`
+	Version       uint64 `json:"version"`
+	CreatedIndex  uint64 `json:"created_index"`
+	ModifiedIndex uint64 `json:"modified_index"`
 	Index         uint64 `json:"index"`
 }
 

@@ -163,7 +163,7 @@ func TestResumeSessionContinuesSequence(t *testing.T) {
 	if resumed.Timeout() != s.Timeout() || resumed.nextSeq() <= s.nextSeq() {
 		t.Fatalf("resumed session: timeout %v, seq not above the original's", resumed.Timeout())
 	}
-	if _, err := c.ResumeSession(ctx, "0xdead"); !isCode(err, api.CodeNotFound) {
-		t.Fatalf("ResumeSession of an unknown id = %v, want not_found", err)
+	if _, err := c.ResumeSession(ctx, "0xdead"); !isCode(err, api.CodeSessionExpired) {
+		t.Fatalf("ResumeSession of an unknown id = %v, want session_expired", err)
 	}
 }

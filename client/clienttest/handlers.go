@@ -216,7 +216,7 @@ func (s *Server) handleSessionGet(w http.ResponseWriter, r *http.Request) {
 	defer st.mu.Unlock()
 	sess := st.sessions[id]
 	if sess == nil {
-		writeError(w, api.Errorf(api.CodeNotFound, "session %s does not exist", id))
+		writeError(w, api.Errorf(api.CodeSessionExpired, "session %s has expired or was closed", id))
 		return
 	}
 	reply(w, st.index, &api.Session{SessionID: id, TimeoutMs: sess.timeoutMs,

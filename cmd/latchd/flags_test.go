@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/latch-io/latch/internal/httpapi"
 )
 
 // TestParseFlagsRejectsBadValues checks that every out-of-range or malformed
@@ -62,7 +64,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, _, err := parseFlags(tt.args)
+			_, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()))
 			var usage usageError
 			if !errors.As(err, &usage) || err.Error() != tt.want {
 				t.Fatalf("parseFlags(%q) = %v\nwant usage error %q", tt.args, err, tt.want)
@@ -90,7 +92,7 @@ func TestParseFlagsAcceptsValidSettings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, _, _, err := parseFlags(tt.args)
+			cfg, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()))
 			if err != nil {
 				t.Fatalf("parseFlags(%q) = %v", tt.args, err)
 			}

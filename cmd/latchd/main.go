@@ -43,7 +43,8 @@ func main() {
 }
 
 func run(args []string) error {
-	cfg, logLevel, pprof, err := parseFlags(args)
+	limits := httpapi.DefaultLimits()
+	cfg, logLevel, pprof, err := parseFlags(args, &limits)
 	if err != nil {
 		return err
 	}
@@ -64,11 +65,7 @@ func run(args []string) error {
 	if pprof {
 		handler = withProfiling(handler)
 	}
-	httpServer := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       5 * time.Minute,
-	}
+	httpServer := httpapi.NewServer(handler, limits, logger)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpServer.Serve(ln) }()
 	logger.Info("latchd serving", "name", cfg.Name, "client", cfg.ClientAddr, "peer", cfg.PeerAddr, "data", cfg.DataDir)
@@ -124,7 +121,7 @@ func usage(fs *flag.FlagSet) {
 	shown.PrintDefaults()
 }
 
-func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
+func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Level, bool, error) {
 	fs := flag.NewFlagSet("latchd", flag.ContinueOnError)
 	var (
 		cfg          server.Config
@@ -157,6 +154,7 @@ func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.BoolVar(&pprof, "enable-pprof", false, "serve Go profiles under /debug/pprof/ on the client address")
 	showVersion := fs.Bool("version", false, "print the version and the VCS revision, and exit")
+	limits.AddFlags(fs)
 	fs.Usage = func() { usage(fs) }
 	fs.SetOutput(io.Discard) // flagError reports a bad flag once
 	if err := fs.Parse(args); err != nil {
@@ -166,6 +164,9 @@ func parseFlags(args []string) (server.Config, slog.Level, bool, error) {
 		return cfg, 0, false, errVersion
 	}
 	if err := validateFlags(fs, &cfg, initial, clusterState, logLevel); err != nil {
+		return cfg, 0, false, usageError{err}
+	}
+	if err := limits.Validate(); err != nil {
 		return cfg, 0, false, usageError{err}
 	}
 	return cfg, logLevel, pprof, nil

@@ -70,7 +70,7 @@ func TestCommands(t *testing.T) {
 		{"ephemeral without session", "", []string{"put", "--ephemeral", "/e", "x"}, ExitOther, "", "--ephemeral needs --session"},
 		{"status", "", []string{"status"}, ExitOK, "leader", ""},
 		{"members", "", []string{"members"}, ExitOK, "n2", ""},
-		{"session get missing", "", []string{"session", "get", "0xdead"}, ExitNotFound, "", "not_found"},
+		{"session get missing", "", []string{"session", "get", "0xdead"}, ExitNotFound, "", "session_expired"},
 		{"keepalive of a gone session", "", []string{"session", "keepalive", "--once", "0xdead"}, ExitNotFound, "", "session_expired"},
 	}
 	for _, tt := range tests {

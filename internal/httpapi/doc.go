@@ -3,7 +3,14 @@
 // It holds no consensus logic and no state of its own beyond open streams.
 //
 // Every reply to a request that reached the state machine carries the
-// X-Latch-Index header. Bad input (unknown parameters, malformed values,
-// oversized bodies) is refused with docs/api.md's error codes before anything is
+// X-Latch-Index header. Bad input (unknown parameters or fields, malformed
+// or loosely spelled JSON, numbers over 2^53-1, oversized bodies, wrong
+// methods) is refused with docs/api.md's error codes before anything is
 // proposed, so it changes nothing.
+//
+// NewServer builds the one http.Server that latchd and the test clusters
+// run: Limits bound the header read, the body read, each reply write and
+// the idle keep-alive of every connection, and how many connections a
+// listener holds; even the requests net/http refuses by itself are
+// answered in the JSON error envelope.
 package httpapi

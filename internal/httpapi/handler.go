@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 
@@ -62,16 +63,33 @@ func (h *Handler) routes() {
 
 // ServeHTTP routes node requests itself, because http.ServeMux would clean
 // (and redirect) the very paths that docs/api.md says must be refused with 400.
+// Other paths that are not clean (".", "..", "//", a trailing "/") are
+// unknown endpoints rather than redirects.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.instrument(&w, r)()
-	if path, ok := strings.CutPrefix(r.URL.Path, kvPrefix); ok || r.URL.Path == "/v1/kv" {
-		h.serveNode(w, r, "/"+path)
-		return
+	switch p := r.URL.Path; {
+	case p == "/v1/kv":
+		h.writeError(w, api.Errorf(api.CodeInvalidArgument, "missing node path: nodes are at /v1/kv/{path}, the root node at /v1/kv/"))
+	case strings.HasPrefix(p, kvPrefix):
+		h.serveNode(w, r, "/"+strings.TrimPrefix(p, kvPrefix))
+	case p != "/" && path.Clean(p) != p:
+		h.noSuchEndpoint(w, r)
+	default:
+		h.mux.ServeHTTP(w, r)
 	}
-	h.mux.ServeHTTP(w, r)
 }
 
+// notFound answers a request no route takes: 405 if the path has routes for
+// other methods, else 404.
 func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	if allowed := h.allowedMethods(r, false); len(allowed) > 0 {
+		h.methodNotAllowed(w, r, allowed)
+		return
+	}
+	h.noSuchEndpoint(w, r)
+}
+
+func (h *Handler) noSuchEndpoint(w http.ResponseWriter, r *http.Request) {
 	h.writeError(w, api.Errorf(api.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 }
 
@@ -98,31 +116,36 @@ func (h *Handler) writeError(w http.ResponseWriter, err error) {
 	_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: *e})
 }
 
-// decodeBody decodes a JSON body into v strictly: one object, no unknown
-// fields, at most maxBody bytes. An empty body leaves v as it is.
+// decodeBody decodes a JSON body into v strictly (see decodeStrict): at most
+// maxBody bytes, one object, exact field names. An empty body leaves v as it is.
 func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return h.decodeBodyLimit(w, r, v, h.maxBody)
 }
 
 // decodeBodyLimit is decodeBody with a body limit of its own.
 func (h *Handler) decodeBodyLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	data, err := readBody(w, r, limit)
+	if err != nil {
+		return err
+	}
+	return decodeStrict(data, v)
+}
+
+// readBody reads the whole request body, at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooBig *http.MaxBytesError
+	var late *bodyTimeoutError
 	switch {
 	case errors.As(err, &tooBig):
-		return api.Errorf(api.CodeTooLarge, "request body over %d bytes", tooBig.Limit)
-	case errors.Is(err, io.EOF):
-		return nil
+		return nil, api.Errorf(api.CodeTooLarge, "request body over %d bytes", tooBig.Limit)
+	case errors.As(err, &late):
+		w.Header().Set("Connection", "close")
+		return nil, api.Errorf(api.CodeInvalidArgument, "request body not received within %v", late.limit)
 	case err != nil:
-		return api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err)
+		return nil, api.Errorf(api.CodeInvalidArgument, "reading the request body: %v", err)
 	}
-	if dec.More() {
-		return api.Errorf(api.CodeInvalidArgument, "bad JSON body: more than one value")
-	}
-	return nil
+	return data, nil
 }
 
 func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
@@ -163,7 +186,7 @@ func decodeWithSession[T any](h *Handler, w http.ResponseWriter, r *http.Request
 	if err := h.decodeBody(w, r, &req); err != nil {
 		return req, 0, err
 	}
-	session, err := api.ParseID(sessionOf(&req))
+	session, err := parseID("session_id", sessionOf(&req))
 	return req, session, err
 }
 

@@ -61,7 +61,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"lock bad name", "POST", "/v1/lock/acquire", `{"name":"a/b","session_id":"0x1"}`, api.CodeInvalidArgument},
 		{"watch bad path", "POST", "/v1/watch", `{"path":"nope","session_id":"0x1"}`, api.CodeInvalidArgument},
 		{"unknown endpoint", "GET", "/v2/kv/a", "", api.CodeNotFound},
-		{"wrong method", "POST", "/v1/kv/a", `{}`, api.CodeInvalidArgument},
+		{"wrong method", "POST", "/v1/kv/a", `{}`, api.CodeMethodNotAllowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,14 +14,19 @@ func (h *Handler) serveNode(w http.ResponseWriter, r *http.Request, path string)
 	switch r.Method {
 	case http.MethodPut:
 		h.putNode(w, r, path)
-	case http.MethodGet:
+	case http.MethodGet, http.MethodHead:
 		h.getNode(w, r, path)
 	case http.MethodDelete:
 		h.deleteNode(w, r, path)
 	default:
-		w.Header().Set("Allow", "GET, PUT, DELETE")
-		h.writeError(w, api.Errorf(api.CodeInvalidArgument, "method %s not allowed on %s", r.Method, kvPrefix))
+		h.methodNotAllowed(w, r, []string{http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete})
 	}
+}
+
+// putBody is the body of a PUT as decoded: value is required (an explicit
+// "" is a value), so a body without it cannot wipe a node by accident.
+type putBody struct {
+	Value *string `json:"value"`
 }
 
 func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, path string) {
@@ -34,14 +39,19 @@ func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, path string) {
 		h.writeError(w, p.err)
 		return
 	}
-	var body api.PutRequest
+	var body putBody
 	if err := h.decodeBody(w, r, &body); err != nil {
 		h.writeError(w, err)
 		return
 	}
-	req.Value = []byte(body.Value)
+	if body.Value == nil {
+		h.writeError(w, api.Errorf(api.CodeInvalidArgument, `a PUT needs a JSON body with a string "value" (give "value": "" to store an empty value)`))
+		return
+	}
+	req.Value = []byte(*body.Value)
 	node, err := h.server.Put(r.Context(), req)
-	h.reply(w, node, node.Index, err)
+	h.reply(w, api.Written{Path: node.Path, Version: node.Version, CreatedIndex: node.CreatedIndex,
+		ModifiedIndex: node.ModifiedIndex, Index: node.Index}, node.Index, err)
 }
 
 func (h *Handler) getNode(w http.ResponseWriter, r *http.Request, path string) {

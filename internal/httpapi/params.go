@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/url"
 	"strconv"
 
@@ -55,16 +56,27 @@ func (p *params) bool(name string) bool {
 	}
 }
 
+// uint reads an unsigned integer parameter no larger than api.MaxInteger.
 func (p *params) uint(name string) uint64 {
 	v := p.values.Get(name)
 	if v == "" {
 		return 0
 	}
-	n, err := strconv.ParseUint(v, 10, 64)
+	n, err := parseInteger(v)
 	if err != nil {
-		p.fail(api.Errorf(api.CodeInvalidArgument, "parameter %s=%q is not an unsigned integer", name, v))
+		p.fail(api.Errorf(api.CodeInvalidArgument, "parameter %s=%q %v", name, v, err))
 	}
 	return n
+}
+
+// parseInteger parses a decimal integer from 0 to api.MaxInteger; the error
+// completes a sentence about the value.
+func parseInteger(v string) (uint64, error) {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n > api.MaxInteger {
+		return 0, fmt.Errorf("is not an integer from 0 to %d", uint64(api.MaxInteger))
+	}
+	return n, nil
 }
 
 func (p *params) id(name string) uint64 {
@@ -72,24 +84,38 @@ func (p *params) id(name string) uint64 {
 	if v == "" {
 		return 0
 	}
-	id, err := api.ParseID(v)
+	id, err := parseID(name, v)
 	if err != nil {
 		p.fail(err)
 	}
 	return id
 }
 
-// precondition reads prev_version=<N>|any|none.
+// parseID parses the id given as field (a parameter, a body field or a path
+// segment), saying which one is missing or malformed.
+func parseID(field, s string) (uint64, error) {
+	if s == "" {
+		return 0, api.Errorf(api.CodeInvalidArgument, "%s is required", field)
+	}
+	id, err := api.ParseID(s)
+	if err != nil {
+		return 0, api.Errorf(api.CodeInvalidArgument, "%s %q is not an id (want 0x and 1 to 16 hex digits, not all zero)", field, s)
+	}
+	return id, nil
+}
+
+// precondition reads prev_version=<N>|any|none; 0 means none (the node must
+// not exist), as a node's versions start at 1.
 func (p *params) precondition() (command.Precondition, uint64) {
 	switch v := p.values.Get("prev_version"); v {
 	case "", "any":
 		return command.PrecondAny, 0
-	case "none":
+	case "none", "0":
 		return command.PrecondNone, 0
 	default:
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || n == 0 {
-			p.fail(api.Errorf(api.CodeInvalidArgument, "prev_version=%q is not a positive version, any or none", v))
+		n, err := parseInteger(v)
+		if err != nil {
+			p.fail(api.Errorf(api.CodeInvalidArgument, "prev_version=%q is not a version (1 to %d), any, none or 0", v, uint64(api.MaxInteger)))
 		}
 		return command.PrecondVersion, n
 	}

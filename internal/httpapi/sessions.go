@@ -15,7 +15,10 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, err)
 		return
 	}
-	out, err := h.server.CreateSession(r.Context(), req.TimeoutMs)
+	// Clamped here too, so no timeout over the maximum overflows a duration
+	// on its way to being clamped (the decoder bounds it by api.MaxInteger).
+	timeoutMs := min(req.TimeoutMs, uint64(h.server.Config().MaxSessionTTL.Milliseconds()))
+	out, err := h.server.CreateSession(r.Context(), timeoutMs)
 	h.reply(w, out, out.Index, err)
 }
 
@@ -40,9 +43,13 @@ func (h *Handler) sessionIDs(w http.ResponseWriter, r *http.Request, allowMany b
 	case !allowMany:
 		return nil, api.Errorf(api.CodeInvalidArgument, "session_ids is only for heartbeats")
 	}
+	field := "session_id"
+	if len(req.SessionIDs) > 0 {
+		field = "session_ids entry"
+	}
 	ids := make([]uint64, len(raw))
 	for i, s := range raw {
-		id, err := api.ParseID(s)
+		id, err := parseID(field, s)
 		if err != nil {
 			return nil, err
 		}
@@ -83,16 +90,24 @@ func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request) {
 	h.reply(w, out, out.Index, err)
 }
 
+// getSession describes a live session. A session that is not live is 410
+// session_expired, as for heartbeat, close, events and watch: once expired
+// or closed a session is forgotten, so a well-formed id the server does not
+// know cannot be told apart from one that ended.
 func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
-	opts, err := readOnlyOptions(r)
-	id, idErr := api.ParseID(r.PathValue("id"))
-	if err == nil {
-		err = idErr
+	id, err := parseID("session id", r.PathValue("id"))
+	if err != nil {
+		h.badPathID(w, r, err)
+		return
 	}
+	opts, err := readOnlyOptions(r)
 	if err != nil {
 		h.writeError(w, err)
 		return
 	}
 	out, err := h.server.GetSession(r.Context(), id, opts)
+	if api.CodeOf(err) == api.CodeNotFound {
+		err = api.Errorf(api.CodeSessionExpired, "session %s has expired or was closed", api.FormatID(id))
+	}
 	h.reply(w, out, out.Index, err)
 }

@@ -30,7 +30,11 @@ func (h *Handler) addWatch(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
 	p := newParams(r.URL.Query(), "session_id")
 	session := p.id("session_id")
-	id, err := api.ParseID(r.PathValue("id"))
+	id, err := parseID("watch id", r.PathValue("id"))
+	if err != nil {
+		h.badPathID(w, r, err)
+		return
+	}
 	switch {
 	case p.err != nil:
 		err = p.err
@@ -50,10 +54,17 @@ func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
 // events streams a session's watch events as Server-Sent Events: one JSON
 // api.Event per "data:" line, and a last "event: end" whose data gives the
 // reason when the server ends the stream.
+//
+// HEAD is refused: a stream without a body would replace the session's
+// real one.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
-	session, err := api.ParseID(r.PathValue("id"))
+	if r.Method == http.MethodHead {
+		h.methodNotAllowed(w, r, []string{http.MethodGet})
+		return
+	}
+	session, err := parseID("session id", r.PathValue("id"))
 	if err != nil {
-		h.writeError(w, err)
+		h.badPathID(w, r, err)
 		return
 	}
 	flusher, ok := w.(http.Flusher)

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -34,6 +33,9 @@ type Options struct {
 	UnsafeLocalReads bool // the planted stale-read bug, for checker tests
 	UnsafeNoSync     bool // the planted acknowledge-before-fsync bug
 	Seed             int64
+	// HTTPLimits bound each node's client connections as latchd's flags do;
+	// zero fields take latchd's defaults.
+	HTTPLimits httpapi.Limits
 }
 
 // Cluster is a set of in-process servers over one fake network.
@@ -54,7 +56,7 @@ type Node struct {
 	URL    string         // http://host:port of its client API
 	Join   bool           // started into a running cluster (AddNode)
 	addr   string
-	http   *http.Server
+	http   *httpapi.Server
 }
 
 // New starts n servers and waits for a leader.
@@ -113,7 +115,7 @@ func (c *Cluster) start(i int) {
 		c.t.Fatalf("testcluster: start %s: %v", n.Name, err)
 	}
 	n.Server = s
-	n.http = &http.Server{Handler: httpapi.New(s, logger(n.Name)), ReadHeaderTimeout: 5 * time.Second}
+	n.http = httpapi.NewServer(httpapi.New(s, logger(n.Name)), c.opts.HTTPLimits, logger(n.Name))
 	go n.http.Serve(ln)
 }
 

@@ -93,7 +93,7 @@ func waitSessionGone(t *testing.T, ctx context.Context, c *Cluster, i int, sessi
 	var last error
 	ok := waitFor(timeout, func() bool {
 		_, last = SessionInfo(ctx, c.URL(i), session, api.Linearizable, 0)
-		return api.CodeOf(last) == api.CodeNotFound
+		return api.CodeOf(last) == api.CodeSessionExpired
 	})
 	if !ok {
 		t.Fatalf("session %s still known to %s after %v (last answer: %v): %s",
@@ -106,8 +106,8 @@ func waitSessionGone(t *testing.T, ctx context.Context, c *Cluster, i int, sessi
 func checkGone(t *testing.T, ctx context.Context, c *Cluster, nodes []int, index uint64, session string, paths ...string) {
 	t.Helper()
 	for _, i := range nodes {
-		if _, err := SessionInfo(ctx, c.URL(i), session, api.Stale, index); api.CodeOf(err) != api.CodeNotFound {
-			t.Errorf("%s at index %d: session %s: %v, want not_found", c.Nodes[i].Name, index, session, err)
+		if _, err := SessionInfo(ctx, c.URL(i), session, api.Stale, index); api.CodeOf(err) != api.CodeSessionExpired {
+			t.Errorf("%s at index %d: session %s: %v, want session_expired", c.Nodes[i].Name, index, session, err)
 		}
 		for _, p := range paths {
 			if n, err := GetAt(ctx, c.URL(i), p, api.Stale, index); api.CodeOf(err) != api.CodeNotFound {

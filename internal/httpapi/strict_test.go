@@ -1,0 +1,98 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/latch-io/latch/api"
+)
+
+// TestDecodeStrict: what decodeStrict accepts and refuses, with the field
+// each refusal names.
+func TestDecodeStrict(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       string // "" to accept, else a part of the message
+	}{
+		{"empty", "", ""},
+		{"blank", " \n", ""},
+		{"object", `{"session_id":"0x1","session_ids":["0x2"]}`, ""},
+		{"escaped key", `{"session_\u0069d":"0x1"}`, ""},
+		{"surrogate pair", `{"session_id":"\ud83d\ude00"}`, ""},
+		{"escaped backslash before u", `{"session_id":"\\ud800"}`, ""},
+		{"other case", `{"Session_ID":"0x1"}`, `unknown field "Session_ID"`},
+		{"duplicate", `{"session_id":"0x1","session_id":"0x1"}`, "given twice"},
+		{"null field", `{"session_id":null}`, "session_id is null"},
+		{"null in array", `{"session_ids":[null]}`, "session_ids holds a null"},
+		{"number in array", `{"session_ids":[1]}`, "session_ids must be a string"},
+		{"top-level array", `[]`, "want a JSON object, not an array"},
+		{"top-level null", `null`, "not null"},
+		{"trailing", `{} []`, "data after the object"},
+		{"unterminated", `{"session_id":"0x1"`, "bad JSON body"},
+		{"invalid UTF-8 in key", "{\"\xc3\":1}", "UTF-8"},
+		{"lone low", `{"session_id":"\udfff"}`, `\udfff`},
+		{"high then high", `{"session_id":"\ud800\ud800"}`, `\ud800`},
+		{"high at end", `{"session_id":"x\ud800"}`, `\ud800`},
+		{"deep nesting", `{"session_ids":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`, "nests deeper"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var v api.SessionRequest
+			err := decodeStrict([]byte(tt.body), &v)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("%s: %v, want accepted", tt.body, err)
+			case tt.want != "" && (api.CodeOf(err) != api.CodeInvalidArgument || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("%s: %v, want invalid_argument mentioning %q", tt.body, err, tt.want)
+			}
+		})
+	}
+	var n struct {
+		N uint64 `json:"n"`
+	}
+	for _, bad := range []string{"-1", "1.0", "1e2", "9007199254740992", "18446744073709551615", "18446744073709551616"} {
+		if err := decodeStrict([]byte(`{"n":`+bad+`}`), &n); api.CodeOf(err) != api.CodeInvalidArgument || !strings.Contains(err.Error(), "n="+bad) {
+			t.Errorf("n=%s: %v, want invalid_argument naming it", bad, err)
+		}
+	}
+	if err := decodeStrict([]byte(`{"n":9007199254740991}`), &n); err != nil || n.N != api.MaxInteger {
+		t.Errorf("n=2^53-1: %v, %d", err, n.N)
+	}
+}
+
+// FuzzDecodeStrict: decodeStrict never panics, refuses only with
+// invalid_argument, and what it accepts encoding/json decodes alike, with
+// no character replaced by U+FFFD that the body did not spell.
+func FuzzDecodeStrict(f *testing.F) {
+	f.Add(`{"value":"x"}`)
+	f.Add(`{"value":"\ud800"}`)
+	f.Add(`{"value":"\ud83d\ude00"}`)
+	f.Add(`{"Value":"x","value":"y"}`)
+	f.Add("{\"value\":\"\xff\"}")
+	f.Fuzz(func(t *testing.T, body string) {
+		var strict putBody
+		err := decodeStrict([]byte(body), &strict)
+		if err != nil {
+			if api.CodeOf(err) != api.CodeInvalidArgument {
+				t.Fatalf("%q: %v, want invalid_argument", body, err)
+			}
+			return
+		}
+		if strict.Value == nil {
+			return
+		}
+		var loose putBody
+		if err := json.Unmarshal([]byte(body), &loose); err != nil || loose.Value == nil || *loose.Value != *strict.Value {
+			t.Fatalf("%q: accepted strictly as %q but encoding/json gives %v", body, *strict.Value, err)
+		}
+		if !utf8.ValidString(*strict.Value) {
+			t.Fatalf("%q: accepted a value that is not UTF-8", body)
+		}
+		if strings.ContainsRune(*strict.Value, utf8.RuneError) && !strings.ContainsRune(body, utf8.RuneError) &&
+			!strings.Contains(strings.ToLower(body), `\ufffd`) {
+			t.Fatalf("%q: accepted, and decoding replaced something with U+FFFD", body)
+		}
+	})
+}
