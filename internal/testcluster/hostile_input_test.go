@@ -294,6 +294,10 @@ func TestErrorsConsistent(t *testing.T) {
 	}
 
 	t.Run("HEAD works where GET does", func(t *testing.T) {
+		holder := createSession(t, ctx, base, 10*time.Second)
+		if _, err := acquireLock(ctx, base, "l", holder.SessionID, 0); err != nil {
+			t.Fatalf("acquire lock l: %v", err)
+		}
 		for _, path := range []string{"/v1/kv/exists", "/v1/status", "/healthz", "/v1/cluster/members", "/v1/lock/l"} {
 			r := hostileCall(t, ctx, "HEAD", base+path, "")
 			if r.status != 200 || len(r.body) != 0 || r.header.Get(api.HeaderIndex) == "" {
