@@ -38,11 +38,13 @@ var layers = [][]string{
 	{"internal/vfs"},
 	{"internal/testseed"},
 	{"internal/buildinfo"},
+	{"internal/clock"},
 }
 
 // forbidden lists imports a package must never have, whatever the layers say.
 var forbidden = map[string][]string{
 	"api":              {"*"}, // the standard library only
+	"internal/clock":   {"*"},
 	"internal/fsm":     {"net", "net/http", "os", "time", "math/rand", "go.etcd.io/raft"},
 	"internal/command": {"net", "os", "go.etcd.io/raft"},
 	"client":           {module + "internal/"},
