@@ -34,4 +34,9 @@
 // error from the state machine's Apply or ApplyConfChange (a committed entry
 // this binary cannot decode): skipping it would let replicas diverge, so the
 // node stops before applying anything after it.
+//
+// The node reads time only through Config.Clock (internal/clock): the
+// ticker that ticks raft every TickInterval, LastTick, the election timeout
+// a forwarded proposal may wait, and the durations given to Hooks. Under a
+// clock.Fake, raft's clock moves only when the test advances it.
 package raftnode

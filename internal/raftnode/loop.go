@@ -2,7 +2,6 @@ package raftnode
 
 import (
 	"fmt"
-	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -15,17 +14,13 @@ import (
 func (n *Node) run() {
 	defer close(n.donec)
 	defer n.raft.Stop()
-	ticks := n.cfg.Ticks
-	if ticks == nil {
-		t := time.NewTicker(n.cfg.TickInterval)
-		defer t.Stop()
-		ticks = t.C
-	}
+	ticker := n.cfg.Clock.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
 	for {
 		select {
-		case <-ticks:
+		case <-ticker.C():
 			n.raft.Tick()
-			n.lastTick.Store(time.Now().UnixNano())
+			n.lastTick.Store(int64(n.cfg.Clock.Since(n.started)))
 		case rd := <-n.raft.Ready():
 			if err := n.handleReady(rd); err != nil {
 				n.fail(err)
@@ -125,12 +120,12 @@ func (n *Node) persist(rd raft.Ready) error {
 	if len(rd.Entries) == 0 && !hardStateChanged && batch.Snapshot == nil {
 		return n.setHardState(rd.HardState)
 	}
-	start := time.Now()
+	start := n.cfg.Clock.Now()
 	if err := n.cfg.WAL.Save(batch); err != nil {
 		return fmt.Errorf("raftnode: group %d: persist ready: %w", n.cfg.Group, err)
 	}
 	if h := n.cfg.Hooks.Persisted; h != nil {
-		h(time.Since(start), len(rd.Entries))
+		h(n.cfg.Clock.Since(start), len(rd.Entries))
 	}
 	if !raft.IsEmptyHardState(rd.HardState) {
 		n.persistedHardState = rd.HardState
@@ -168,7 +163,7 @@ func (n *Node) apply(entries []raftpb.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	start := time.Now()
+	start := n.cfg.Clock.Now()
 	run := 0
 	for i, e := range entries {
 		if e.Index <= n.appliedIndex {
@@ -193,7 +188,7 @@ func (n *Node) apply(entries []raftpb.Entry) error {
 		n.appliedIndex = last
 	}
 	if h := n.cfg.Hooks.Applied; h != nil {
-		h(time.Since(start), len(entries))
+		h(n.cfg.Clock.Since(start), len(entries))
 	}
 	return nil
 }

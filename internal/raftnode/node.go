@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/latch-io/latch/internal/clock"
 	"github.com/latch-io/latch/internal/snap"
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/wal"
@@ -66,8 +67,10 @@ type Config struct {
 	Observer  Observer
 	Logger    *slog.Logger
 
-	// Ticks drives raft's logical clock; nil means a ticker of TickInterval.
-	Ticks         <-chan time.Time
+	// Clock drives raft's logical clock (a ticker of TickInterval), the
+	// bound on a forwarded proposal's wait, LastTick and the hook durations.
+	// Default clock.Real(); tests step ticks by advancing a clock.Fake.
+	Clock         clock.Clock
 	TickInterval  time.Duration // default 100ms
 	ElectionTicks int           // default 10
 	HeartbeatTick int           // default 1
@@ -99,9 +102,12 @@ type Node struct {
 	stopc chan struct{}
 	donec chan struct{}
 
-	// lastTick is when the Ready loop last ticked raft (unix nanoseconds): a
-	// loop stuck in a slow fsync stops ticking, and with it stops noticing
-	// that it lost leadership.
+	// started is the clock's reading when the node started; lastTick is
+	// when the Ready loop last ticked raft, as a duration after started (not
+	// Unix nanoseconds, which would lose the reading's monotonic part and
+	// move with the system clock). A loop stuck in a slow fsync stops
+	// ticking, and with it stops noticing that it lost leadership.
+	started  time.Time
 	lastTick atomic.Int64
 	// leader is raft's leader as the Ready loop last saw it (raft.None when
 	// there is none). Written only by the Ready loop; Step reads it.
@@ -154,7 +160,7 @@ func Start(cfg Config) (*Node, error) {
 		}
 		n.raft = raft.StartNode(rc, cfg.Peers)
 	}
-	n.lastTick.Store(time.Now().UnixNano())
+	n.started = cfg.Clock.Now()
 	go n.run()
 	return n, nil
 }
@@ -162,6 +168,9 @@ func Start(cfg Config) (*Node, error) {
 func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
 	}
 	if c.TickInterval == 0 {
 		c.TickInterval = 100 * time.Millisecond
@@ -230,11 +239,23 @@ func (n *Node) Step(ctx context.Context, m raftpb.Message) error {
 		if n.leader.Load() == raft.None {
 			return raft.ErrProposalDropped
 		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(n.cfg.ElectionTicks)*n.cfg.TickInterval)
-		defer cancel()
+		return n.stepWithin(ctx, m, time.Duration(n.cfg.ElectionTicks)*n.cfg.TickInterval)
 	}
 	return n.raft.Step(ctx, m)
+}
+
+// stepWithin steps m into raft, waiting at most d of the node's clock: as
+// context.WithTimeout, but on the injected clock.
+func (n *Node) stepWithin(ctx context.Context, m raftpb.Message, d time.Duration) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	timer := n.cfg.Clock.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
+	defer timer.Stop()
+	defer cancel(nil)
+	err := n.raft.Step(ctx, m)
+	if errors.Is(err, context.Canceled) && context.Cause(ctx) == context.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return err
 }
 
 // TransferLeadership asks the current leader to hand over to transferee.
@@ -253,8 +274,10 @@ func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
 // Status returns raft's view of the group.
 func (n *Node) Status() raft.Status { return n.raft.Status() }
 
-// LastTick is when the Ready loop last advanced raft's clock.
-func (n *Node) LastTick() time.Time { return time.Unix(0, n.lastTick.Load()) }
+// LastTick is when the Ready loop last advanced raft's clock (when the node
+// started, before the first tick): a reading of Config.Clock, to be measured
+// with that clock's Since.
+func (n *Node) LastTick() time.Time { return n.started.Add(time.Duration(n.lastTick.Load())) }
 
 // Done is closed when the Ready loop has stopped; Err says why.
 func (n *Node) Done() <-chan struct{} { return n.donec }

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/latch-io/latch/internal/clock"
 	"github.com/latch-io/latch/internal/vfs"
 	"github.com/latch-io/latch/internal/wal"
 )
@@ -25,7 +26,7 @@ func TestPersistSavesWhatRaftNeedsDurable(t *testing.T) {
 	}
 	saves := 0
 	n := &Node{
-		cfg:     Config{Group: 1, WAL: w, Hooks: Hooks{Persisted: func(time.Duration, int) { saves++ }}},
+		cfg:     Config{Group: 1, WAL: w, Clock: clock.Real(), Hooks: Hooks{Persisted: func(time.Duration, int) { saves++ }}},
 		storage: raft.NewMemoryStorage(),
 	}
 	hardState := func(term, vote, commit uint64) raftpb.HardState {

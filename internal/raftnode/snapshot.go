@@ -33,9 +33,9 @@ func (n *Node) maybeSnapshot() {
 	write := n.cfg.Machine.Snapshot()
 	n.snapshotting = true
 	go func() {
-		start := time.Now()
+		start := n.cfg.Clock.Now()
 		err := n.cfg.Snapshots.Save(meta, write)
-		n.snapDone <- snapshotResult{meta: meta, err: err, duration: time.Since(start)}
+		n.snapDone <- snapshotResult{meta: meta, err: err, duration: n.cfg.Clock.Since(start)}
 	}()
 }
 

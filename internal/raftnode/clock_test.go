@@ -1,0 +1,280 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/internal/clock"
+	"github.com/latch-io/latch/internal/snap"
+	"github.com/latch-io/latch/internal/transport"
+	"github.com/latch-io/latch/internal/vfs"
+	"github.com/latch-io/latch/internal/wal"
+)
+
+// recordingMachine remembers the data of the normal entries applied.
+type recordingMachine struct {
+	nopMachine
+	mu      sync.Mutex
+	applied [][]byte // guarded by mu
+}
+
+func (m *recordingMachine) Apply(entries []raftpb.Entry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range entries {
+		if len(e.Data) > 0 {
+			m.applied = append(m.applied, e.Data)
+		}
+	}
+	return nil
+}
+
+func (m *recordingMachine) has(data string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range m.applied {
+		if string(d) == data {
+			return true
+		}
+	}
+	return false
+}
+
+// stepHandler hands a peer's messages to its node once it started.
+type stepHandler struct{ node atomic.Pointer[Node] }
+
+func (h *stepHandler) Process(ctx context.Context, _ uint64, m raftpb.Message) error {
+	if n := h.node.Load(); n != nil {
+		return n.Step(ctx, m)
+	}
+	return nil
+}
+
+func (h *stepHandler) ReportUnreachable(_, id uint64) {
+	if n := h.node.Load(); n != nil {
+		n.ReportUnreachable(id)
+	}
+}
+
+func (h *stepHandler) ReportSnapshot(_, id uint64, status raft.SnapshotStatus) {
+	if n := h.node.Load(); n != nil {
+		n.ReportSnapshot(id, status)
+	}
+}
+
+// waitFor polls cond until it holds or 10 seconds pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// fakeGroup is a group of nodes over the in-memory network, all ticking on
+// one fake clock.
+type fakeGroup struct {
+	clock    *clock.Fake
+	nodes    []*Node
+	machines []*recordingMachine
+}
+
+const fakeTick = 100 * time.Millisecond
+
+func startFakeGroup(t *testing.T, size int) *fakeGroup {
+	t.Helper()
+	g := &fakeGroup{clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+	network := transport.NewNetwork(1)
+	t.Cleanup(network.Close)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var peers []raft.Peer
+	for id := 1; id <= size; id++ {
+		peers = append(peers, raft.Peer{ID: uint64(id)})
+	}
+	for id := uint64(1); id <= uint64(size); id++ {
+		fs := vfs.NewMem()
+		w, recovered, err := wal.Open(fs, "/wal", wal.Options{SegmentSize: 1 << 20, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		snaps, err := snap.New(fs, "/snap", snap.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handler := &stepHandler{}
+		machine := &recordingMachine{}
+		n, err := Start(Config{
+			ID: id, Group: 1, Peers: peers, Recovered: recovered[1],
+			WAL: w, Snapshots: snaps, Transport: network.Join(id, handler, nil), Machine: machine,
+			Logger: quiet, Clock: g.clock, TickInterval: fakeTick,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handler.node.Store(n)
+		t.Cleanup(n.Stop)
+		g.nodes = append(g.nodes, n)
+		g.machines = append(g.machines, machine)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.clock.BlockUntil(ctx, size); err != nil {
+		t.Fatalf("the nodes' tickers: %v", err)
+	}
+	return g
+}
+
+// tick advances the clock by one tick interval and waits until every node's
+// Ready loop has ticked raft at that reading.
+func (g *fakeGroup) tick(t *testing.T) {
+	t.Helper()
+	g.clock.Advance(fakeTick)
+	now := g.clock.Now()
+	for i, n := range g.nodes {
+		waitFor(t, fmt.Sprintf("node %d to tick at %v", i+1, now), func() bool { return !n.LastTick().Before(now) })
+	}
+}
+
+// leader returns the node every member agrees leads, or nil.
+func (g *fakeGroup) leader() *Node {
+	lead := g.nodes[0].Status().Lead
+	for _, n := range g.nodes {
+		if n.Status().Lead != lead {
+			return nil
+		}
+	}
+	for _, n := range g.nodes {
+		if n.cfg.ID == lead && n.Status().RaftState == raft.StateLeader {
+			return n
+		}
+	}
+	return nil
+}
+
+// TestElectAndCommitOnFakeClock: raft's clock is the injected one. No node
+// campaigns before an election timeout of advanced time, however long the
+// test takes in real time; stepping ticks elects a leader, which commits a
+// proposal on every member.
+func TestElectAndCommitOnFakeClock(t *testing.T) {
+	tests := []struct {
+		name string
+		size int
+	}{
+		{"one node", 1},
+		{"three nodes", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := startFakeGroup(t, tt.size)
+			electionTicks := g.nodes[0].cfg.ElectionTicks
+			for range electionTicks - 1 {
+				g.tick(t)
+			}
+			for i, n := range g.nodes {
+				if st := n.Status(); st.Lead != raft.None || st.Term > 1 {
+					t.Fatalf("node %d: leader %d, term %d after %d ticks, before any election timeout", i+1, st.Lead, st.Term, electionTicks-1)
+				}
+			}
+			// A lone node wins its first election, at its randomized timeout
+			// (under two election timeouts); three may need a few rounds.
+			budget := 2 * electionTicks
+			if tt.size > 1 {
+				budget = 50 * electionTicks
+			}
+			ticks := electionTicks - 1
+			var leader *Node
+			for leader = g.leader(); leader == nil; leader = g.leader() {
+				if ticks++; ticks > budget {
+					t.Fatalf("no leader after %d ticks", budget)
+				}
+				g.tick(t)
+			}
+			if got := g.clock.Since(leader.LastTick()); got != 0 {
+				t.Errorf("the leader's LastTick is %v behind the fake clock, want 0", got)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := leader.Propose(ctx, []byte("x")); err != nil {
+				t.Fatalf("propose: %v", err)
+			}
+			for i, m := range g.machines {
+				waitFor(t, fmt.Sprintf("node %d to apply the proposal", i+1), func() bool { return m.has("x") })
+			}
+		})
+	}
+}
+
+// blockingRaft is a raft.Node whose Step waits for its context, as raft's
+// does for a proposal it cannot take yet.
+type blockingRaft struct{ raft.Node }
+
+func (blockingRaft) Step(ctx context.Context, _ raftpb.Message) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestForwardedProposalWaitsOnNodeClock: a forwarded proposal raft cannot
+// take waits one election timeout of the node's clock, then fails with
+// context.DeadlineExceeded as context.WithTimeout would; a caller that gives
+// up first gets its own error.
+func TestForwardedProposalWaitsOnNodeClock(t *testing.T) {
+	tests := []struct {
+		name   string
+		cancel bool // the caller cancels instead of the clock advancing
+		want   error
+	}{
+		{"election timeout of the clock", false, context.DeadlineExceeded},
+		{"caller gives up", true, context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			n := &Node{cfg: Config{ID: 1, Clock: fake, TickInterval: fakeTick, ElectionTicks: 10}, raft: blockingRaft{}}
+			n.leader.Store(2)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- n.Step(ctx, raftpb.Message{Type: raftpb.MsgProp, From: 2, To: 1}) }()
+			wait, stop := context.WithTimeout(context.Background(), 10*time.Second)
+			defer stop()
+			if err := fake.BlockUntil(wait, 1); err != nil {
+				t.Fatal(err)
+			}
+			fake.Advance(10*fakeTick - 1)
+			select {
+			case err := <-done:
+				t.Fatalf("Step returned %v before an election timeout", err)
+			default:
+			}
+			if tt.cancel {
+				cancel()
+			} else {
+				fake.Advance(1)
+			}
+			select {
+			case err := <-done:
+				if err != tt.want {
+					t.Fatalf("Step: %v, want %v", err, tt.want)
+				}
+			case <-wait.Done():
+				t.Fatal("Step still blocked")
+			}
+			if n := fake.Pending(); n != 0 {
+				t.Fatalf("%d timers left armed after Step returned", n)
+			}
+		})
+	}
+}
