@@ -30,7 +30,10 @@
 //     UnixNano, or a value rebuilt by time.Unix, is a wall reading: in
 //     production it moves when the system clock is set. Store elapsed time
 //     as a time.Time or as a Duration from a Now reading, never as Unix
-//     nanoseconds.
+//     nanoseconds. (No clock here can put a jump in the wall part of a Now
+//     reading, since Go cannot build a time.Time whose wall and monotonic
+//     parts disagree, so Jump does not catch a breach of this rule: review
+//     must.)
 //  4. Readings of different clocks are not comparable: durations are taken
 //     between readings of one clock only.
 //  5. A timer fires when the clock, at its own rate, reaches the deadline;

@@ -1,8 +1,10 @@
 package clock
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -13,7 +15,8 @@ import (
 // deterministic.
 //
 // Now is the base's first reading plus the skewed elapsed time, so over Real
-// its readings carry a monotonic part. A rate change takes effect from the
+// its readings carry a monotonic part. Each pending timer or ticker holds one
+// AfterFunc of the base: over a Fake, the base's BlockUntil counts them. A rate change takes effect from the
 // moment of the call and rearms every pending timer and ticker, so each
 // fires when the skewed clock reaches its deadline (a ticker's deadlines
 // stay one period apart).
@@ -26,6 +29,7 @@ type Skewed struct {
 	anchorAt   time.Duration           // guarded by mu: skewed elapsed time at anchorBase
 	rate       float64                 // guarded by mu: skewed seconds per base second
 	wall       time.Duration           // guarded by mu: moved by Jump
+	seq        uint64                  // guarded by mu: creation order of arms
 	timers     map[*skewTimer]struct{} // guarded by mu: armed timers and tickers
 }
 
@@ -48,10 +52,22 @@ func (s *Skewed) SetRate(rate float64) error {
 	s.anchorAt = s.elapsedLocked(now)
 	s.anchorBase = now
 	s.rate = rate
+	s.rearmLocked()
+	return nil
+}
+
+// rearmLocked rearms every pending timer at the current rate, in the order
+// they were armed, so that over a Fake timers due at the same moment keep
+// firing in creation order. s.mu must be held.
+func (s *Skewed) rearmLocked() {
+	timers := make([]*skewTimer, 0, len(s.timers))
 	for t := range s.timers {
+		timers = append(timers, t)
+	}
+	slices.SortFunc(timers, func(a, b *skewTimer) int { return cmp.Compare(a.seq, b.seq) })
+	for _, t := range timers {
 		t.armLocked()
 	}
-	return nil
 }
 
 // Rate returns the current rate.
@@ -136,6 +152,7 @@ type skewTimer struct {
 	deadline time.Duration // skewed elapsed time at which it fires
 	base     Timer         // the base timer carrying it; nil when disarmed
 	gen      uint64        // incremented on every arm: a base firing of an older one is stale
+	seq      uint64        // clock.seq when last set by Reset: the order SetRate rearms in
 }
 
 func (t *skewTimer) C() <-chan time.Time { return t.c }
@@ -152,9 +169,18 @@ func (t *skewTimer) Reset(d time.Duration) bool {
 	defer s.mu.Unlock()
 	wasArmed := t.stopLocked()
 	t.deadline = s.elapsedLocked(s.base.Now()) + max(d, 0)
+	t.addLocked()
+	return wasArmed
+}
+
+// addLocked records t as pending, after every timer armed before it, and
+// arms it. clock.mu must be held.
+func (t *skewTimer) addLocked() {
+	s := t.clock
+	s.seq++
+	t.seq = s.seq
 	s.timers[t] = struct{}{}
 	t.armLocked()
-	return wasArmed
 }
 
 // stopLocked disarms t and empties its channel. clock.mu must be held.
@@ -248,6 +274,5 @@ func (k skewTicker) Reset(d time.Duration) {
 	k.t.stopLocked()
 	k.t.period = d
 	k.t.deadline = s.elapsedLocked(s.base.Now()) + d
-	s.timers[k.t] = struct{}{}
-	k.t.armLocked()
+	k.t.addLocked()
 }

@@ -2,6 +2,7 @@ package clock
 
 import (
 	"math"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -172,5 +173,24 @@ func TestSkewedJumpMovesWallOnly(t *testing.T) {
 		if _, ok := received(tm.C()); !ok {
 			t.Errorf("jump %v: timer did not fire at its deadline", jump)
 		}
+	}
+}
+
+// TestSkewedTiesKeepCreationOrder: over a Fake, timers due at the same
+// skewed moment fire in creation order, across rate changes too.
+func TestSkewedTiesKeepCreationOrder(t *testing.T) {
+	s, base := newSkewedFake(t, 1)
+	var got []int
+	for i := range 5 {
+		s.AfterFunc(time.Second, func() { got = append(got, i) })
+	}
+	for _, rate := range []float64{2, 0.5, 1.5} {
+		if err := s.SetRate(rate); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base.Advance(time.Second)
+	if want := []int{0, 1, 2, 3, 4}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("fired %v, want %v", got, want)
 	}
 }
