@@ -217,8 +217,17 @@ func (t *skewTimer) armLocked() {
 	t.gen++
 	gen := t.gen
 	left := t.deadline - s.elapsedLocked(s.base.Now())
-	wait := time.Duration(math.Ceil(float64(max(left, 0)) / s.rate))
-	t.base = s.base.AfterFunc(wait, func() { t.fire(gen) })
+	t.base = s.base.AfterFunc(baseWait(left, s.rate), func() { t.fire(gen) })
+}
+
+// baseWait is the base time in which a clock running at rate covers left,
+// rounded up and capped at the longest Duration.
+func baseWait(left time.Duration, rate float64) time.Duration {
+	wait := math.Ceil(float64(max(left, 0)) / rate)
+	if wait >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(wait)
 }
 
 // fire runs when the base timer of arm gen expires.

@@ -194,3 +194,25 @@ func TestSkewedTiesKeepCreationOrder(t *testing.T) {
 		t.Fatalf("fired %v, want %v", got, want)
 	}
 }
+
+func TestBaseWait(t *testing.T) {
+	tests := []struct {
+		name string
+		left time.Duration
+		rate float64
+		want time.Duration
+	}{
+		{"double speed", time.Second, 2, 500 * time.Millisecond},
+		{"half speed", time.Second, 0.5, 2 * time.Second},
+		{"rounds up", 1, 3, 1},
+		{"past due", -time.Second, 2, 0},
+		{"longest at half speed is capped", math.MaxInt64, 0.5, math.MaxInt64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := baseWait(tt.left, tt.rate); got != tt.want {
+				t.Fatalf("baseWait(%v, %v) = %v, want %v", tt.left, tt.rate, got, tt.want)
+			}
+		})
+	}
+}
