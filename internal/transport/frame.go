@@ -176,7 +176,7 @@ func (f *frameReader) next() (inboundFrame, error) {
 // nextRaftOnly reads one frame that must be a raft message.
 func (f *frameReader) nextRaftOnly() (uint64, raftpb.Message, error) {
 	frame, err := f.next()
-	if err == nil && frame.peer != nil || errors.Is(err, errBadPeerMessage) {
+	if (err == nil && frame.peer != nil) || errors.Is(err, errBadPeerMessage) {
 		return 0, raftpb.Message{}, fmt.Errorf("peer frame where a raft message was expected: %w", ErrCorrupt)
 	}
 	return frame.group, frame.message, err
