@@ -25,9 +25,10 @@ func (nopMachine) Restore(snap.Meta, io.Reader) error                           
 
 type nopHandler struct{}
 
-func (nopHandler) Process(context.Context, uint64, raftpb.Message) error { return nil }
-func (nopHandler) ReportUnreachable(uint64, uint64)                      {}
-func (nopHandler) ReportSnapshot(uint64, uint64, raft.SnapshotStatus)    {}
+func (nopHandler) Process(context.Context, uint64, raftpb.Message) error            { return nil }
+func (nopHandler) ReceivePeer(context.Context, uint64, transport.PeerMessage) error { return nil }
+func (nopHandler) ReportUnreachable(uint64, uint64)                                 {}
+func (nopHandler) ReportSnapshot(uint64, uint64, raft.SnapshotStatus)               {}
 
 // TestForwardedProposalWithoutLeaderReturns: a node that knows no leader
 // must not block the caller (a peer's inbound stream) on a forwarded

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/transport"
 )
 
@@ -21,9 +22,6 @@ import (
 
 // Process steps a peer's message into its group's raft node.
 func (s *Server) Process(ctx context.Context, group uint64, m raftpb.Message) error {
-	if group == relayGroup {
-		return s.receiveRelay(m)
-	}
 	if s.removedPeers.has(m.From) {
 		s.tellRemoved(m.From)
 		return errRemovedPeer
@@ -33,6 +31,22 @@ func (s *Server) Process(ctx context.Context, group uint64, m raftpb.Message) er
 		return fmt.Errorf("server: no running group %d", group)
 	}
 	return g.node.Step(ctx, m)
+}
+
+// ReceivePeer handles a member's typed peer message: a heartbeat relay, its
+// acknowledgement, or a removal notice.
+func (s *Server) ReceivePeer(ctx context.Context, from uint64, m transport.PeerMessage) error {
+	switch m := m.(type) {
+	case transport.SessionRelay:
+		s.receiveRelay(from, m.SessionIDs)
+	case transport.SessionRelayAck:
+		s.receiveRelayAck(from)
+	case transport.RemovalNotice:
+		s.receiveRemovalNotice(from)
+	default:
+		return fmt.Errorf("server: unexpected peer message %T", m)
+	}
+	return nil
 }
 
 // ReportUnreachable tells the group's raft that a peer could not be reached.
@@ -71,7 +85,7 @@ func (s *Server) Receive(group uint64, m raftpb.Message, body io.Reader) error {
 // the leader has applied it, raft sends that member nothing more, so it may
 // not learn the entry was committed. It notices only when its election timer
 // makes it campaign; the members that applied the removal then answer its
-// messages with a removal notice (a relay-group MsgUnreachable), and it stops.
+// messages with a removal notice (transport.RemovalNotice), and it stops.
 
 var errRemovedPeer = errors.New("server: message from a member removed from the cluster")
 
@@ -117,7 +131,16 @@ func (r *removedSet) due(id uint64, now time.Time) bool {
 // tellRemoved sends a removed member its removal notice.
 func (s *Server) tellRemoved(id uint64) {
 	if s.removedPeers.due(id, time.Now()) {
-		s.transport.Send(relayGroup, []raftpb.Message{{Type: raftpb.MsgUnreachable, From: s.id, To: id}})
+		s.transport.SendPeer(id, transport.RemovalNotice{})
+	}
+}
+
+// receiveRemovalNotice stops this server when a member tells it that it was
+// removed from the cluster.
+func (s *Server) receiveRemovalNotice(from uint64) {
+	if s.main.Load() != nil && s.memberByID(from).ID != 0 {
+		s.log.Warn("a member reports this server was removed from the cluster", "from", api.FormatID(from))
+		go s.removed()
 	}
 }
 
@@ -139,6 +162,9 @@ func (s *Server) transportMetrics() {
 		counter("latch_transport_messages_misaddressed_total",
 			"Inbound peer messages dropped because raft cannot have sent them on their connection.",
 			func(st transport.Stats) uint64 { return st.MessagesMisaddressed }),
+		counter("latch_transport_peer_frames_dropped_total",
+			"Inbound peer messages (heartbeat relays, acknowledgements, removal notices) dropped because they did not decode.",
+			func(st transport.Stats) uint64 { return st.PeerFramesDropped }),
 		counter("latch_transport_messages_dropped_total",
 			"Outbound peer messages dropped: queue full, peer down, unknown or removed.",
 			func(st transport.Stats) uint64 { return st.MessagesDropped }),

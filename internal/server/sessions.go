@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/transport"
 )
 
 // Sessions live in the replicated state; their liveness does not. Every
@@ -24,7 +24,7 @@ import (
 //   - a heartbeat is answered by the server that receives it, without a log
 //     write; a follower or learner adds the id to its relay set, and every
 //     relay interval sends the set to the leader over the peer transport
-//     (group relayGroup), so a server cut off from the majority cannot keep
+//     (transport.SessionRelay), so a server cut off from the majority cannot keep
 //     a session alive;
 //   - the leader acknowledges every relay; a follower that knows no leader,
 //     or whose relays went unacknowledged for longer than relayStaleness,
@@ -33,12 +33,6 @@ import (
 //   - the leader alone proposes expiry (one entry for every session due),
 //     from deadlines on the monotonic clock;
 //   - a newly elected leader first grants every session a full timeout.
-
-// relayGroup is the transport group id of heartbeat relays between servers.
-const relayGroup = 0
-
-// maxRelayIDs bounds the session ids in one relay message.
-const maxRelayIDs = 8192
 
 // sessionTracker holds the deadline of every live session.
 type sessionTracker struct {
@@ -377,69 +371,44 @@ func (s *Server) relayHeartbeats(g *group) {
 		case s.id:
 			_ = g.sessions.touch(ids, time.Now())
 		default:
-			s.transport.Send(relayGroup, relayMessages(s.id, lead, ids))
+			for _, relay := range relayMessages(ids) {
+				s.transport.SendPeer(lead, relay)
+			}
 		}
 	}
 }
 
-// relayMessages packs ids into relay messages of at most maxRelayIDs each;
+// relayMessages packs ids into relays of at most transport.MaxRelayIDs each;
 // with no ids, one empty relay, which the leader acknowledges all the same.
-func relayMessages(from, to uint64, ids []uint64) []raftpb.Message {
-	if len(ids) == 0 {
-		return []raftpb.Message{{Type: raftpb.MsgHeartbeat, From: from, To: to}}
-	}
-	var msgs []raftpb.Message
-	for len(ids) > 0 {
-		n := min(len(ids), maxRelayIDs)
-		var buf []byte
-		for _, id := range ids[:n] {
-			buf = binary.AppendUvarint(buf, id)
-		}
-		msgs = append(msgs, raftpb.Message{Type: raftpb.MsgHeartbeat, From: from, To: to, Context: buf})
+func relayMessages(ids []uint64) []transport.SessionRelay {
+	var relays []transport.SessionRelay
+	for {
+		n := min(len(ids), transport.MaxRelayIDs)
+		relays = append(relays, transport.SessionRelay{SessionIDs: ids[:n]})
 		ids = ids[n:]
+		if len(ids) == 0 {
+			return relays
+		}
 	}
-	return msgs
 }
 
-// receiveRelay extends the deadlines of relayed heartbeats and acknowledges
-// them, if this server leads; it records the leader's acknowledgements.
-func (s *Server) receiveRelay(m raftpb.Message) error {
+// receiveRelay extends the deadlines of heartbeats relayed by member from
+// and acknowledges them, if this server leads.
+func (s *Server) receiveRelay(from uint64, ids []uint64) {
 	g := s.main.Load()
-	if g == nil {
-		return nil
-	}
-	if m.Type == raftpb.MsgUnreachable {
-		// A removal notice, from a member that applied our removal.
-		if s.memberByID(m.From).ID != 0 {
-			s.log.Warn("a member reports this server was removed from the cluster", "from", api.FormatID(m.From))
-			go s.removed()
-		}
-		return nil
-	}
-	if m.Type == raftpb.MsgHeartbeatResp {
-		if m.From == g.leader.Load() {
-			g.sessions.relayAcked.Store(time.Now().UnixNano())
-		}
-		return nil
-	}
-	if g.leader.Load() != s.id {
-		return nil
-	}
-	var ids []uint64
-	for buf := m.Context; len(buf) > 0; {
-		id, n := binary.Uvarint(buf)
-		if n <= 0 {
-			return errBadRelay
-		}
-		ids = append(ids, id)
-		buf = buf[n:]
+	if g == nil || g.leader.Load() != s.id {
+		return
 	}
 	_ = g.sessions.touch(ids, time.Now()) // the follower learns of expiries from the log
-	s.transport.Send(relayGroup, []raftpb.Message{{Type: raftpb.MsgHeartbeatResp, From: s.id, To: m.From}})
-	return nil
+	s.transport.SendPeer(from, transport.SessionRelayAck{})
 }
 
-var errBadRelay = api.Errorf(api.CodeInvalidArgument, "malformed heartbeat relay")
+// receiveRelayAck records the leader's acknowledgement of this server's relays.
+func (s *Server) receiveRelayAck(from uint64) {
+	if g := s.main.Load(); g != nil && from == g.leader.Load() {
+		g.sessions.relayAcked.Store(time.Now().UnixNano())
+	}
+}
 
 // expireSessions proposes the expiry of sessions past their deadline while
 // this server leads, until stop.

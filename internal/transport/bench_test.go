@@ -25,6 +25,7 @@ func (h *countingHandler) Process(ctx context.Context, group uint64, m raftpb.Me
 	return nil
 }
 
+func (h *countingHandler) ReceivePeer(context.Context, uint64, PeerMessage) error      { return nil }
 func (h *countingHandler) ReportUnreachable(group, id uint64)                          {}
 func (h *countingHandler) ReportSnapshot(group, id uint64, status raft.SnapshotStatus) {}
 

@@ -1,6 +1,8 @@
-// Package transport carries raft messages between latch servers. It owns
-// the peer connections, the wire format, the streaming of snapshot bodies,
-// and an in-memory fake network with faults for tests.
+// Package transport carries raft messages between latch servers, and the
+// servers' own typed peer messages (the session heartbeat relay, its
+// acknowledgement and the removal notice; see peermsg.go). It owns the peer
+// connections, the wire format, the streaming of snapshot bodies, and an
+// in-memory fake network with faults for tests.
 //
 // Two implementations share the Transport interface:
 //
@@ -8,8 +10,10 @@
 //     connection to every peer (so two connections per pair, one per
 //     direction). Send puts messages on a bounded per-peer queue and returns;
 //     one writer goroutine per peer drains the queue and writes many
-//     length-prefixed frames per flush. One reader goroutine per inbound
-//     connection calls Handler.Process. A snapshot travels on its own
+//     length-prefixed frames per flush; SendPeer's messages share the queue
+//     and the connection in frames of their own. One reader goroutine per
+//     inbound connection calls Handler.Process for raft frames and
+//     Handler.ReceivePeer for peer frames. A snapshot travels on its own
 //     short-lived connection: the MsgSnap frame, then the body read from
 //     Snapshots.Open in CRC-checked chunks, then the receiver stores it with
 //     Snapshots.Receive, calls Handler.Process and answers; the sender ends in
@@ -26,11 +30,14 @@
 //     were sent (MsgSnap excepted, which travels on its own stream), with
 //     gaps where messages were dropped; never duplicated.
 //   - Every MsgSnap passed to Send ends in exactly one ReportSnapshot.
+//   - Raft never sees a peer message and the server never reads a raft
+//     message as one of its own: the frame kind says which is which.
 //   - Input from the network never panics: a corrupt or oversized frame or
 //     a bad handshake closes that connection with a logged error. A
 //     well-formed message that raft cannot have sent on its connection (see
 //     TCP.misaddressed) is dropped and counted; the connection, which
-//     carries replication, stays up.
+//     carries replication, stays up; so is a peer frame that does not
+//     decode (Stats.PeerFramesDropped).
 //   - A connection whose handshake names another cluster id, or another
 //     node id than ours, is refused.
 //   - A snapshot body is never held whole in memory: at most one chunk is

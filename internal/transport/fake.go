@@ -13,7 +13,8 @@ import (
 )
 
 // Network is an in-memory network for tests: nodes join it with a Handler
-// and get a Transport; the test injects faults between them. Messages are
+// and get a Transport; the test injects faults between them. Raft and peer
+// messages share each link and its faults. Messages are
 // marshalled and unmarshalled on the way, so no memory is shared. Messages on one
 // directed link (from, to) are delivered in order by one goroutine per link,
 // like a TCP stream; drop decisions come from a random source per link seeded
@@ -189,11 +190,12 @@ type linkQueue struct {
 	random     *rand.Rand // drop decisions; guarded by Network.mu
 }
 
-// delivery is one message in flight.
+// delivery is one message in flight: a raft message or a peer message.
 type delivery struct {
 	group   uint64
 	message raftpb.Message
-	at      time.Time // not before
+	peer    PeerMessage // not nil for a peer message
+	at      time.Time   // not before
 	from    *endpoint
 	to      *endpoint // the incarnation the message was sent to
 }
@@ -212,16 +214,19 @@ func (n *Network) deliver(l link, q *linkQueue) {
 		}
 		if !n.stillDeliverable(d) {
 			n.lostInFlight.Add(1)
-			if d.message.Type == raftpb.MsgSnap {
+			if d.peer == nil && d.message.Type == raftpb.MsgSnap {
 				d.from.reportSnapshotAsync(d.group, l.to, raft.SnapshotFailure)
 			}
 			continue
 		}
-		if d.message.Type == raftpb.MsgSnap {
+		switch {
+		case d.peer != nil:
+			d.to.handler.ReceivePeer(d.to.ctx, d.from.id, d.peer)
+		case d.message.Type == raftpb.MsgSnap:
 			go n.deliverSnapshot(d)
-			continue
+		default:
+			d.to.handler.Process(d.to.ctx, d.group, d.message)
 		}
-		d.to.handler.Process(d.to.ctx, d.group, d.message)
 	}
 }
 
@@ -321,6 +326,31 @@ func (e *endpoint) sendLocked(group uint64, m raftpb.Message) {
 	}
 }
 
+// SendPeer implements Transport. A peer message meets the same faults as a
+// raft message on its link; one that is lost is reported to no group.
+func (e *endpoint) SendPeer(to uint64, m PeerMessage) {
+	n := e.network
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	receiver := n.endpoints[to]
+	if e.closed || to == e.id || e.removed[to] || receiver == nil {
+		return
+	}
+	l := link{e.id, to}
+	q := n.queueLocked(l)
+	if n.blockedLocked(l) || q.random.Float64() < n.dropRate[l] {
+		return
+	}
+	m, err := roundTripPeer(m)
+	if err != nil {
+		return
+	}
+	select {
+	case q.deliveries <- delivery{peer: m, at: time.Now().Add(n.delays[l]), from: e, to: receiver}:
+	default:
+	}
+}
+
 // reportSnapshotAsync reports a snapshot outcome from a new goroutine, so
 // that no report is made from inside Send or while network.mu is held.
 func (e *endpoint) reportSnapshotAsync(group, to uint64, status raft.SnapshotStatus) {
@@ -393,6 +423,15 @@ func roundTrip(m raftpb.Message) (raftpb.Message, error) {
 		return raftpb.Message{}, fmt.Errorf("unmarshal %s: %w", m.Type, err)
 	}
 	return copied, nil
+}
+
+// roundTripPeer encodes and decodes m, as the wire would.
+func roundTripPeer(m PeerMessage) (PeerMessage, error) {
+	data, err := appendPeerMessage(nil, m)
+	if err != nil {
+		return nil, err
+	}
+	return decodePeerMessage(data)
 }
 
 // countingReader counts the bytes read through it.

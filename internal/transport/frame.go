@@ -17,9 +17,14 @@ import (
 //	status:    u8 (statusOK, or the reason the acceptor refused and closes)
 //
 // A message connection (kindMessages) then carries frames from dialer to
-// acceptor only, in the order they were sent:
+// acceptor only, in the order they were sent. The top bit of the length word
+// tells the two kinds of frame apart:
 //
-//	frame:     length u32 | group u64 | raftpb.Message (gogoproto), length = 8 + len(message)
+//	frame:      length u32 | group u64 | raftpb.Message (gogoproto), length = 8 + len(message) < 2^31
+//	peer frame: 1<<31 | length u32 | crc32c(body) u32 | body, length = 4 + len(body) (see peermsg.go)
+//
+// A raft frame is handed to Handler.Process, a peer frame to
+// Handler.ReceivePeer; raft never sees a peer frame.
 //
 // A snapshot connection (kindSnapshot) carries exactly one snapshot:
 //
@@ -30,10 +35,11 @@ import (
 // All integers are big-endian.
 
 const (
-	protocolVersion  = 1
+	protocolVersion  = 2 // 2: message connections may carry peer frames
 	handshakeSize    = 32
 	frameHeaderSize  = 12 // length u32 + group u64
-	chunkHeaderSize  = 8  // length u32 + crc u32
+	peerFrameFlag    = 1 << 31
+	chunkHeaderSize  = 8 // length u32 + crc u32
 	maxStatusText    = 1024
 	kindMessages     = 1
 	kindSnapshot     = 2
@@ -121,6 +127,27 @@ func grow(buf []byte, n int) []byte {
 	return buf[:len(buf)+n]
 }
 
+// appendPeerFrame appends the peer frame of m to buf.
+func appendPeerFrame(buf []byte, m PeerMessage) ([]byte, error) {
+	start := len(buf)
+	buf = append(buf, 0, 0, 0, 0)
+	buf, err := appendPeerMessage(buf, m)
+	if err != nil {
+		return buf[:start], err
+	}
+	binary.BigEndian.PutUint32(buf[start:], peerFrameFlag|uint32(len(buf)-start-4))
+	return buf, nil
+}
+
+// inboundFrame is one frame read from a message connection: a raft message
+// of a group, or a peer message.
+type inboundFrame struct {
+	group   uint64
+	message raftpb.Message
+	peer    PeerMessage // not nil for a peer frame
+	size    int         // bytes on the wire, length word included
+}
+
 // frameReader reads frames from one connection, reusing its buffer.
 // Unmarshal copies every byte slice, so reuse is safe.
 type frameReader struct {
@@ -130,36 +157,86 @@ type frameReader struct {
 	offset   int64 // bytes consumed so far, for error messages
 }
 
-// next reads one frame. It returns the frame's size on the wire. An error
-// wrapping ErrCorrupt or ErrFrameTooLarge means the stream cannot continue.
-func (f *frameReader) next() (uint64, raftpb.Message, int, error) {
-	var header [frameHeaderSize]byte
-	if _, err := io.ReadFull(f.reader, header[:]); err != nil {
-		return 0, raftpb.Message{}, 0, f.wrapEOF(err)
+// next reads one frame. An error wrapping ErrCorrupt or ErrFrameTooLarge
+// means the stream cannot continue. An error wrapping errBadPeerMessage
+// means one peer frame did not decode; it was consumed (its size is in the
+// frame) and the stream goes on.
+func (f *frameReader) next() (inboundFrame, error) {
+	var word [4]byte
+	if _, err := io.ReadFull(f.reader, word[:]); err != nil {
+		return inboundFrame{}, f.wrapEOF(err)
 	}
-	length := int64(binary.BigEndian.Uint32(header[:]))
-	group := binary.BigEndian.Uint64(header[4:])
+	length := binary.BigEndian.Uint32(word[:])
+	if length&peerFrameFlag != 0 {
+		return f.nextPeer(int64(length &^ peerFrameFlag))
+	}
+	return f.nextRaft(int64(length))
+}
+
+// nextRaftOnly reads one frame that must be a raft message.
+func (f *frameReader) nextRaftOnly() (uint64, raftpb.Message, error) {
+	frame, err := f.next()
+	if (err == nil && frame.peer != nil) || errors.Is(err, errBadPeerMessage) {
+		return 0, raftpb.Message{}, fmt.Errorf("peer frame where a raft message was expected: %w", ErrCorrupt)
+	}
+	return frame.group, frame.message, err
+}
+
+// nextRaft reads the rest of a raft frame whose length word was length.
+func (f *frameReader) nextRaft(length int64) (inboundFrame, error) {
+	var group [8]byte
+	if _, err := io.ReadFull(f.reader, group[:]); err != nil {
+		return inboundFrame{}, fmt.Errorf("frame header at offset %d: %w", f.offset, noEOF(err))
+	}
 	if length < 8 {
-		return 0, raftpb.Message{}, 0, fmt.Errorf("frame at offset %d: length %d: %w", f.offset, length, ErrCorrupt)
+		return inboundFrame{}, fmt.Errorf("frame at offset %d: length %d: %w", f.offset, length, ErrCorrupt)
 	}
 	if length > int64(f.maxFrame) {
-		return 0, raftpb.Message{}, 0, fmt.Errorf("frame at offset %d: length %d over %d: %w", f.offset, length, f.maxFrame, ErrFrameTooLarge)
+		return inboundFrame{}, fmt.Errorf("frame at offset %d: length %d over %d: %w", f.offset, length, f.maxFrame, ErrFrameTooLarge)
 	}
 	body := int(length - 8)
 	if err := f.readBody(body); err != nil {
-		return 0, raftpb.Message{}, 0, fmt.Errorf("frame at offset %d: %w", f.offset, noEOF(err))
+		return inboundFrame{}, fmt.Errorf("frame at offset %d: %w", f.offset, noEOF(err))
 	}
 	var m raftpb.Message
 	err := m.Unmarshal(f.buf)
-	if cap(f.buf) > keptBuffer {
-		f.buf = nil // do not pin one huge frame's memory
-	}
+	f.release()
 	if err != nil {
-		return 0, raftpb.Message{}, 0, fmt.Errorf("frame at offset %d: unmarshal: %v: %w", f.offset, err, ErrCorrupt)
+		return inboundFrame{}, fmt.Errorf("frame at offset %d: unmarshal: %v: %w", f.offset, err, ErrCorrupt)
 	}
 	size := frameHeaderSize + body
 	f.offset += int64(size)
-	return group, m, size, nil
+	return inboundFrame{group: binary.BigEndian.Uint64(group[:]), message: m, size: size}, nil
+}
+
+// nextPeer reads the rest of a peer frame of length bytes after its length
+// word. A frame too short for its header or too long for any peer message
+// breaks the stream; one that is merely malformed is skipped.
+func (f *frameReader) nextPeer(length int64) (inboundFrame, error) {
+	if length < peerHeaderSize {
+		return inboundFrame{}, fmt.Errorf("peer frame at offset %d: length %d: %w", f.offset, length, ErrCorrupt)
+	}
+	if length > min(maxPeerFrame, int64(f.maxFrame)) {
+		return inboundFrame{}, fmt.Errorf("peer frame at offset %d: length %d over %d: %w", f.offset, length, min(maxPeerFrame, f.maxFrame), ErrFrameTooLarge)
+	}
+	if err := f.readBody(int(length)); err != nil {
+		return inboundFrame{}, fmt.Errorf("peer frame at offset %d: %w", f.offset, noEOF(err))
+	}
+	m, err := decodePeerMessage(f.buf)
+	f.release()
+	frame := inboundFrame{peer: m, size: 4 + int(length)}
+	if err != nil {
+		err = fmt.Errorf("peer frame at offset %d: %w", f.offset, err)
+	}
+	f.offset += int64(frame.size)
+	return frame, err
+}
+
+// release drops the buffer after a huge frame, so as not to pin its memory.
+func (f *frameReader) release() {
+	if cap(f.buf) > keptBuffer {
+		f.buf = nil
+	}
 }
 
 // keptBuffer is the largest frame buffer a frameReader keeps between frames;

@@ -26,6 +26,12 @@ type received struct {
 	message raftpb.Message
 }
 
+// receivedPeer is one peer message handed to a Handler.
+type receivedPeer struct {
+	from    uint64
+	message PeerMessage
+}
+
 // snapshotReport is one ReportSnapshot call.
 type snapshotReport struct {
 	group, id uint64
@@ -36,6 +42,7 @@ type snapshotReport struct {
 type recorder struct {
 	mu          sync.Mutex // guards the fields below
 	messages    []received
+	peers       []receivedPeer
 	unreachable map[[2]uint64]int
 	snapshots   []snapshotReport
 	processErr  error         // returned by Process when set
@@ -55,6 +62,20 @@ func (r *recorder) Process(ctx context.Context, group uint64, m raftpb.Message) 
 	defer r.mu.Unlock()
 	r.messages = append(r.messages, received{group: group, message: m})
 	return r.processErr
+}
+
+func (r *recorder) ReceivePeer(ctx context.Context, from uint64, m PeerMessage) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.peers = append(r.peers, receivedPeer{from: from, message: m})
+	return nil
+}
+
+// peerMessages returns the peer messages received, in arrival order.
+func (r *recorder) peerMessages() []receivedPeer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]receivedPeer(nil), r.peers...)
 }
 
 func (r *recorder) ReportUnreachable(group, id uint64) {

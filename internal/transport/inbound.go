@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"time"
@@ -97,9 +98,16 @@ func (t *TCP) readMessages(conn net.Conn, reader *bufio.Reader, from uint64) {
 	defer t.forgetStream(from, stream)
 	frames := frameReader{reader: reader, maxFrame: t.cfg.MaxFrameSize}
 	for {
-		group, m, size, err := frames.next()
+		frame, err := frames.next()
 		switch {
 		case err == nil:
+		case errors.Is(err, errBadPeerMessage):
+			// One peer frame that does not decode is dropped; the stream,
+			// which carries replication, stays up.
+			t.counters.peerFramesDropped.Add(1)
+			t.counters.bytesReceived.Add(uint64(frame.size))
+			t.logger.Warn("dropping malformed peer message", "peer", from, "err", err)
+			continue
 		case errors.Is(err, ErrCorrupt), errors.Is(err, ErrFrameTooLarge):
 			t.reject(conn, "corrupt stream", err, "peer", from)
 			return
@@ -109,18 +117,40 @@ func (t *TCP) readMessages(conn net.Conn, reader *bufio.Reader, from uint64) {
 			t.logger.Debug("peer stream ended", "peer", from, "err", err)
 			return
 		}
-		if why := t.misaddressed(&m, from); why != "" {
-			// One message raft cannot have sent on this connection is
-			// dropped; the stream, which carries replication, stays up.
-			t.counters.messagesMisaddressed.Add(1)
-			t.logger.Warn("dropping misaddressed peer message: "+why, "peer", from, "type", m.Type, "from", m.From, "to", m.To)
+		if frame.peer != nil {
+			t.receivePeer(from, &frame)
 			continue
 		}
-		t.counters.messagesReceived.Add(1)
-		t.counters.bytesReceived.Add(uint64(size))
-		if err := t.cfg.Handler.Process(t.ctx, group, m); err != nil {
-			t.logger.Debug("process failed", "peer", from, "group", group, "type", m.Type, "err", err)
-		}
+		t.receiveRaft(from, &frame)
+	}
+}
+
+// receiveRaft hands a raft message read from peer from's connection to the
+// handler, or drops it if raft cannot have sent it there.
+func (t *TCP) receiveRaft(from uint64, frame *inboundFrame) {
+	m, group := &frame.message, frame.group
+	if why := t.misaddressed(m, from); why != "" {
+		// One message raft cannot have sent on this connection is
+		// dropped; the stream, which carries replication, stays up.
+		t.counters.messagesMisaddressed.Add(1)
+		t.logger.Warn("dropping misaddressed peer message: "+why, "peer", from, "type", m.Type, "from", m.From, "to", m.To)
+		return
+	}
+	t.counters.messagesReceived.Add(1)
+	t.counters.bytesReceived.Add(uint64(frame.size))
+	if err := t.cfg.Handler.Process(t.ctx, group, *m); err != nil {
+		t.logger.Debug("process failed", "peer", from, "group", group, "type", m.Type, "err", err)
+	}
+}
+
+// receivePeer hands a peer message from peer from to the handler. Its
+// sender is the connection's peer, as the handshake established.
+func (t *TCP) receivePeer(from uint64, frame *inboundFrame) {
+	m := frame.peer
+	t.counters.peerMessagesReceived.Add(1)
+	t.counters.bytesReceived.Add(uint64(frame.size))
+	if err := t.cfg.Handler.ReceivePeer(t.ctx, from, m); err != nil {
+		t.logger.Debug("peer message failed", "peer", from, "type", fmt.Sprintf("%T", m), "err", err)
 	}
 }
 

@@ -31,10 +31,20 @@ var (
 	errAddrChanged = errors.New("peer address changed")
 )
 
-// outgoing is one queued message.
+// outgoing is one queued message: a raft message of a group, or an encoded
+// peer frame.
 type outgoing struct {
 	group   uint64
 	message raftpb.Message
+	peer    []byte // the whole peer frame; nil for a raft message
+}
+
+// appendTo appends the item's frame to buf.
+func (o *outgoing) appendTo(buf []byte) ([]byte, error) {
+	if o.peer != nil {
+		return append(buf, o.peer...), nil
+	}
+	return appendFrame(buf, o.group, &o.message)
 }
 
 // peer owns the outbound message connection to one node: a bounded queue
@@ -71,17 +81,28 @@ func newPeer(t *TCP, id uint64, addr string) *peer {
 	}
 }
 
-// enqueue queues m without blocking, or drops it and reports the peer unreachable.
-func (p *peer) enqueue(group uint64, m raftpb.Message) {
+// enqueue queues item without blocking, or drops it (reporting the peer
+// unreachable to the item's group if it is a raft message).
+func (p *peer) enqueue(item outgoing) {
 	if p.state.Load() == stateDown {
-		p.t.drop(group, p.id, 1)
+		p.dropItem(item)
 		return
 	}
 	select {
-	case p.queue <- outgoing{group: group, message: m}:
+	case p.queue <- item:
 	default:
-		p.t.drop(group, p.id, 1)
+		p.dropItem(item)
 	}
+}
+
+// dropItem counts one message not sent; a raft message's group is told the
+// peer is unreachable.
+func (p *peer) dropItem(item outgoing) {
+	if item.peer != nil {
+		p.t.counters.messagesDropped.Add(1)
+		return
+	}
+	p.t.drop(item.group, p.id, 1)
 }
 
 // setAddr changes where the peer is dialed; a changed address makes the
@@ -221,19 +242,21 @@ func (p *peer) writeBatch(conn net.Conn, writer *bufio.Writer, first outgoing, s
 	count, bytes := 0, 0
 	item := first
 	for {
-		frame, err := appendFrame(scratch[:0], item.group, &item.message)
+		frame, err := item.appendTo(scratch[:0])
 		scratch = frame
 		switch {
 		case err != nil || len(frame) > p.t.cfg.MaxFrameSize+4:
 			p.t.logger.Error("dropping unsendable message", "peer", p.id, "type", item.message.Type, "bytes", len(frame), "err", err)
-			p.t.drop(item.group, p.id, 1)
+			p.dropItem(item)
 		default:
+			if item.peer == nil {
+				groups = appendUnique(groups, item.group)
+			}
 			if _, err := writer.Write(frame); err != nil {
-				return scratch, p.failBatch(append(groups, item.group), count+1, err)
+				return scratch, p.failBatch(groups, count+1, err)
 			}
 			count++
 			bytes += len(frame)
-			groups = appendUnique(groups, item.group)
 		}
 		if count >= maxBatch {
 			break
@@ -280,7 +303,9 @@ func (p *peer) dropQueued() {
 			break
 		}
 		count++
-		groups = appendUnique(groups, item.group)
+		if item.peer == nil {
+			groups = appendUnique(groups, item.group)
+		}
 	}
 	p.t.counters.messagesDropped.Add(uint64(count))
 	for _, group := range groups {

@@ -154,7 +154,7 @@ func (t *TCP) receiveSnapshot(conn net.Conn, reader *bufio.Reader, from uint64) 
 // Snapshots.Receive. Errors wrapping ErrCorrupt are counted as rejected frames.
 func (t *TCP) receiveSnapshotBody(idle *deadlineReader, from uint64) (uint64, raftpb.Message, error) {
 	frames := frameReader{reader: idle, maxFrame: t.cfg.MaxFrameSize}
-	group, m, _, err := frames.next()
+	group, m, err := frames.nextRaftOnly()
 	if err == nil && (m.Type != raftpb.MsgSnap || m.From != from || m.To != t.cfg.ID) {
 		err = fmt.Errorf("snapshot stream opened by %s from %d to %d: %w", m.Type, m.From, m.To, ErrCorrupt)
 	}

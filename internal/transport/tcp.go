@@ -131,8 +131,31 @@ func (t *TCP) Send(group uint64, msgs []raftpb.Message) {
 		case m.Type == raftpb.MsgSnap:
 			p.sendSnapshot(group, m)
 		default:
-			p.enqueue(group, m)
+			p.enqueue(outgoing{group: group, message: m})
 		}
+	}
+}
+
+// SendPeer implements Transport. It never blocks on the network.
+func (t *TCP) SendPeer(to uint64, m PeerMessage) {
+	if to == t.cfg.ID || to == 0 {
+		return
+	}
+	frame, err := appendPeerFrame(nil, m)
+	if err != nil {
+		t.logger.Error("dropping unsendable peer message", "peer", to, "type", fmt.Sprintf("%T", m), "err", err)
+		t.counters.messagesDropped.Add(1)
+		return
+	}
+	t.mu.RLock()
+	p, closed := t.peers[to], t.closed
+	t.mu.RUnlock()
+	switch {
+	case closed:
+	case p == nil:
+		t.counters.messagesDropped.Add(1)
+	default:
+		p.enqueue(outgoing{peer: frame})
 	}
 }
 
@@ -285,6 +308,7 @@ type counters struct {
 	messagesSent, bytesSent, messagesDropped       atomic.Uint64
 	messagesReceived, bytesReceived                atomic.Uint64
 	messagesMisaddressed                           atomic.Uint64
+	peerMessagesReceived, peerFramesDropped        atomic.Uint64
 	connectionsFailed, framesRejected              atomic.Uint64
 	snapshotsSent, snapshotsFailed, snapshotsRecvd atomic.Uint64
 }
@@ -299,6 +323,8 @@ func (c *counters) snapshot() Stats {
 		ConnectionsFailed:    c.connectionsFailed.Load(),
 		FramesRejected:       c.framesRejected.Load(),
 		MessagesMisaddressed: c.messagesMisaddressed.Load(),
+		PeerMessagesReceived: c.peerMessagesReceived.Load(),
+		PeerFramesDropped:    c.peerFramesDropped.Load(),
 		SnapshotsSent:        c.snapshotsSent.Load(),
 		SnapshotsFailed:      c.snapshotsFailed.Load(),
 		SnapshotsReceived:    c.snapshotsRecvd.Load(),

@@ -159,6 +159,13 @@ func TestTCPSurvivesGarbage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	peerHeader := func(length uint32) []byte {
+		return binary.BigEndian.AppendUint32(append([]byte(nil), hello...), peerFrameFlag|length)
+	}
+	notice, err := appendPeerFrame(nil, RemovalNotice{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name  string
 		input []byte
@@ -169,6 +176,11 @@ func TestTCPSurvivesGarbage(t *testing.T) {
 		{name: "frame shorter than its group", input: frameHeader(3)},
 		{name: "garbage message", input: append(frameHeader(8+6), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)},
 		{name: "snapshot stream without MsgSnap", input: append(handshake{version: protocolVersion, kind: kindSnapshot, cluster: 7, from: 1, to: 2}.encode(), valid...)},
+		{name: "oversized raft frame", input: frameHeader(1<<31 - 1)},
+		{name: "peer frame shorter than its header", input: append(peerHeader(peerHeaderSize-1), 1, 2, 3, 4, 5)},
+		{name: "oversized peer frame", input: peerHeader(maxPeerFrame + 1)},
+		{name: "snapshot stream opened by a peer frame", input: append(handshake{version: protocolVersion, kind: kindSnapshot, cluster: 7, from: 1, to: 2}.encode(), notice...)},
+		{name: "protocol version 1", input: handshake{version: 1, kind: kindMessages, cluster: 7, from: 1, to: 2}.encode()},
 	}
 	receiver := startNode(t, 2, 7, "127.0.0.1:0", func(cfg *Config) { cfg.MaxFrameSize = 1 << 20 })
 	for _, tt := range tests {

@@ -14,13 +14,17 @@ import (
 
 // Handler receives what the transport delivers. The server implements it.
 //
-// Process is called from one reader goroutine per inbound connection, so the
-// messages of one peer arrive in the order that peer sent them. The Report
+// Process and ReceivePeer are called from one reader goroutine per inbound
+// connection, so the messages of one peer arrive in the order that peer sent
+// them, raft and peer messages alike. The Report
 // methods are called from transport goroutines, never from inside Send; they
 // may be called concurrently with each other and with Process.
 type Handler interface {
 	// Process hands an inbound message of consensus group group to raft.
 	Process(ctx context.Context, group uint64, m raftpb.Message) error
+	// ReceivePeer hands over a peer message (SessionRelay, SessionRelayAck
+	// or RemovalNotice) sent by member from. Raft never sees these.
+	ReceivePeer(ctx context.Context, from uint64, m PeerMessage) error
 	// ReportUnreachable tells group's raft node that messages to peer id were dropped.
 	ReportUnreachable(group, id uint64)
 	// ReportSnapshot tells group's raft node how a MsgSnap to peer id ended.
@@ -42,7 +46,7 @@ type Snapshots interface {
 	Receive(group uint64, m raftpb.Message, body io.Reader) error
 }
 
-// Transport sends raft messages to peers. Every method is safe for
+// Transport sends raft messages and peer messages to peers. Every method is safe for
 // concurrent use.
 type Transport interface {
 	// Send queues msgs for their destinations and returns at once: it never
@@ -53,6 +57,11 @@ type Transport interface {
 	// SnapshotFailure. Messages to one peer are delivered in the order they
 	// were passed to Send, except MsgSnap, which travels separately.
 	Send(group uint64, msgs []raftpb.Message)
+	// SendPeer queues a peer message for member to and returns at once, as
+	// Send does, on the same ordered stream as raft's messages. A peer
+	// message that cannot be queued or sent is dropped and counted, and no
+	// group is told: it belongs to none.
+	SendPeer(to uint64, m PeerMessage)
 	// AddPeer makes peer id reachable at addr. It is idempotent and also
 	// updates the address of a known peer.
 	AddPeer(id uint64, addr string)
@@ -65,9 +74,9 @@ type Transport interface {
 
 // Stats counts what a transport did since it started. Every field only grows.
 type Stats struct {
-	MessagesSent      uint64 // messages written to a peer connection
+	MessagesSent      uint64 // raft and peer messages written to a peer connection
 	BytesSent         uint64 // frame bytes written, headers included
-	MessagesDropped   uint64 // messages not sent: queue full, peer down, unknown or removed
+	MessagesDropped   uint64 // raft and peer messages not sent: queue full, peer down, unknown or removed
 	MessagesReceived  uint64 // messages handed to Handler.Process
 	BytesReceived     uint64 // frame bytes read, headers included
 	ConnectionsFailed uint64 // dials, handshakes or connections that failed
@@ -77,9 +86,13 @@ type Stats struct {
 	// another node, or from a node other than the connection's peer (a
 	// forwarded MsgTransferLeader excepted).
 	MessagesMisaddressed uint64
-	SnapshotsSent        uint64 // snapshots acknowledged by their receiver
-	SnapshotsFailed      uint64 // snapshots whose sending failed
-	SnapshotsReceived    uint64 // snapshots stored and processed
+	PeerMessagesReceived uint64 // peer messages handed to Handler.ReceivePeer
+	// PeerFramesDropped counts inbound peer frames dropped, their connection
+	// kept, because they did not decode: bad checksum, version, type or fields.
+	PeerFramesDropped uint64
+	SnapshotsSent     uint64 // snapshots acknowledged by their receiver
+	SnapshotsFailed   uint64 // snapshots whose sending failed
+	SnapshotsReceived uint64 // snapshots stored and processed
 }
 
 // Config configures a TCP transport. ID, ClusterID, Handler and one of

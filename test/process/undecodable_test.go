@@ -87,6 +87,7 @@ func newImpostor(t *testing.T, id uint64) *transport.TCP {
 // ignore is a transport handler that drops what it is given.
 type ignore struct{}
 
-func (ignore) Process(context.Context, uint64, raftpb.Message) error { return nil }
-func (ignore) ReportUnreachable(uint64, uint64)                      {}
-func (ignore) ReportSnapshot(uint64, uint64, raft.SnapshotStatus)    {}
+func (ignore) Process(context.Context, uint64, raftpb.Message) error            { return nil }
+func (ignore) ReceivePeer(context.Context, uint64, transport.PeerMessage) error { return nil }
+func (ignore) ReportUnreachable(uint64, uint64)                                 {}
+func (ignore) ReportSnapshot(uint64, uint64, raft.SnapshotStatus)               {}

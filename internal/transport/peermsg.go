@@ -1,0 +1,162 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// Peer messages are the server's own protocols between members, carried on
+// the message connections beside raft's frames but never handed to raft:
+// the heartbeat relay (SessionRelay, answered by SessionRelayAck) and the
+// removal notice. Each is a typed value; the transport encodes it in a peer
+// frame of its own (see frame.go), so neither side reads it as a raft message.
+//
+// Wire form of a peer frame, after its length word (see frame.go):
+//
+//	crc32c(body) u32 | body
+//	body: version u8 | type u8 | fields
+//
+// with fields by type:
+//
+//	SessionRelay:    count uvarint | count session ids, each uvarint
+//	SessionRelayAck: (none)
+//	RemovalNotice:   (none)
+//
+// A frame whose checksum, version, type or fields do not decode is dropped
+// and counted in Stats.PeerFramesDropped; the stream carrying it, which also
+// carries replication, stays up.
+
+// PeerMessage is one typed message between members: SessionRelay,
+// SessionRelayAck or RemovalNotice. The set is closed.
+type PeerMessage interface {
+	peerType() peerType
+}
+
+// SessionRelay carries the session heartbeats a member heard to the leader,
+// which extends those sessions' deadlines and answers with a SessionRelayAck.
+// A relay with no ids is sent all the same, to learn that the leader can be
+// reached.
+type SessionRelay struct {
+	SessionIDs []uint64 // at most MaxRelayIDs
+}
+
+// SessionRelayAck is the leader's answer to a SessionRelay: the relaying
+// member can reach the leader, so it may keep answering heartbeats.
+type SessionRelayAck struct{}
+
+// RemovalNotice tells its receiver that the sender applied the receiver's
+// removal from the cluster: the receiver is no longer a member.
+type RemovalNotice struct{}
+
+func (SessionRelay) peerType() peerType    { return peerSessionRelay }
+func (SessionRelayAck) peerType() peerType { return peerSessionRelayAck }
+func (RemovalNotice) peerType() peerType   { return peerRemovalNotice }
+
+// peerType is the type byte of a peer frame's body.
+type peerType uint8
+
+const (
+	peerSessionRelay    peerType = 1
+	peerSessionRelayAck peerType = 2
+	peerRemovalNotice   peerType = 3
+)
+
+const (
+	// peerVersion is the version byte of every peer frame body.
+	peerVersion = 1
+	// MaxRelayIDs bounds the session ids in one SessionRelay; a sender with
+	// more sends several relays.
+	MaxRelayIDs = 8192
+	// maxPeerFrame bounds a peer frame's length word: the largest relay
+	// (MaxRelayIDs ids of at most 10 bytes each) with room to spare.
+	maxPeerFrame = 1 << 20
+	// peerHeaderSize is the checksum, version and type before a body's fields.
+	peerHeaderSize = 4 + 2
+)
+
+// errBadPeerMessage means a peer frame's body does not decode. Unlike
+// ErrCorrupt, it does not end the stream: only the frame is dropped.
+var errBadPeerMessage = errors.New("transport: malformed peer message")
+
+// appendPeerMessage appends the checksum and body of m to buf (the length
+// word is the caller's).
+func appendPeerMessage(buf []byte, m PeerMessage) ([]byte, error) {
+	start := len(buf)
+	buf = append(buf, 0, 0, 0, 0, peerVersion, byte(m.peerType()))
+	switch m := m.(type) {
+	case SessionRelay:
+		if len(m.SessionIDs) > MaxRelayIDs {
+			return buf[:start], fmt.Errorf("session relay of %d ids, over %d: %w", len(m.SessionIDs), MaxRelayIDs, errBadPeerMessage)
+		}
+		buf = binary.AppendUvarint(buf, uint64(len(m.SessionIDs)))
+		for _, id := range m.SessionIDs {
+			buf = binary.AppendUvarint(buf, id)
+		}
+	case SessionRelayAck, RemovalNotice:
+	default:
+		return buf[:start], fmt.Errorf("peer message %T: %w", m, errBadPeerMessage)
+	}
+	binary.BigEndian.PutUint32(buf[start:], crc32.Checksum(buf[start+4:], castagnoli))
+	return buf, nil
+}
+
+// decodePeerMessage decodes the checksum and body of a peer frame. Every
+// error wraps errBadPeerMessage. The result shares no memory with data.
+func decodePeerMessage(data []byte) (PeerMessage, error) {
+	if len(data) < peerHeaderSize {
+		return nil, fmt.Errorf("peer frame of %d bytes: %w", len(data), errBadPeerMessage)
+	}
+	if sum, want := crc32.Checksum(data[4:], castagnoli), binary.BigEndian.Uint32(data); sum != want {
+		return nil, fmt.Errorf("peer frame checksum %08x, want %08x: %w", sum, want, errBadPeerMessage)
+	}
+	if data[4] != peerVersion {
+		return nil, fmt.Errorf("peer frame version %d: %w", data[4], errBadPeerMessage)
+	}
+	fields := data[peerHeaderSize:]
+	var m PeerMessage
+	switch peerType(data[5]) {
+	case peerSessionRelay:
+		ids, err := decodeRelayIDs(fields)
+		if err != nil {
+			return nil, err
+		}
+		return SessionRelay{SessionIDs: ids}, nil
+	case peerSessionRelayAck:
+		m = SessionRelayAck{}
+	case peerRemovalNotice:
+		m = RemovalNotice{}
+	default:
+		return nil, fmt.Errorf("peer frame type %d: %w", data[5], errBadPeerMessage)
+	}
+	if len(fields) != 0 {
+		return nil, fmt.Errorf("%T with %d trailing bytes: %w", m, len(fields), errBadPeerMessage)
+	}
+	return m, nil
+}
+
+// decodeRelayIDs decodes a SessionRelay's fields: a count, then that many ids, and nothing after.
+func decodeRelayIDs(fields []byte) ([]uint64, error) {
+	count, n := binary.Uvarint(fields)
+	if n <= 0 || count > MaxRelayIDs {
+		return nil, fmt.Errorf("session relay count: %w", errBadPeerMessage)
+	}
+	fields = fields[n:]
+	var ids []uint64
+	if count > 0 {
+		ids = make([]uint64, 0, count)
+	}
+	for range count {
+		id, n := binary.Uvarint(fields)
+		if n <= 0 {
+			return nil, fmt.Errorf("session relay id %d of %d: %w", len(ids), count, errBadPeerMessage)
+		}
+		ids = append(ids, id)
+		fields = fields[n:]
+	}
+	if len(fields) != 0 {
+		return nil, fmt.Errorf("session relay with %d trailing bytes: %w", len(fields), errBadPeerMessage)
+	}
+	return ids, nil
+}
