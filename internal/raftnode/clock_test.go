@@ -71,6 +71,9 @@ func (h *stepHandler) ReportSnapshot(_, id uint64, status raft.SnapshotStatus) {
 	}
 }
 
+// ReceivePeer ignores typed peer messages: these tests exchange raft messages only.
+func (h *stepHandler) ReceivePeer(context.Context, uint64, transport.PeerMessage) error { return nil }
+
 // waitFor polls cond until it holds or 10 seconds pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
