@@ -36,8 +36,9 @@ const (
 const MaxInteger = 1<<53 - 1
 
 // Node is the reply to GET /v1/kv/{path}. Every field is always present: a
-// persistent node has "ephemeral": false and "owner_session": "", an empty
-// value is "value": "".
+// persistent node has "ephemeral": false and "owner_handle": "", an empty
+// value is "value": "". OwnerHandle is the owner's SessionHandle, never its
+// id: a reader learns which session owns the node, not how to act as it.
 type Node struct {
 	Path          string `json:"path"`
 	Value         string `json:"value"`
@@ -45,7 +46,7 @@ type Node struct {
 	CreatedIndex  uint64 `json:"created_index"`
 	ModifiedIndex uint64 `json:"modified_index"`
 	Ephemeral     bool   `json:"ephemeral"`
-	OwnerSession  string `json:"owner_session"`
+	OwnerHandle   string `json:"owner_handle"`
 	ChildrenCount int    `json:"children_count"`
 	Index         uint64 `json:"index"`
 }
@@ -89,7 +90,11 @@ type Session struct {
 	// SessionID is 64 random bits chosen by the server (FormatID). It is a
 	// secret: whoever knows it can write, heartbeat, release and close as
 	// the session, so keep it out of logs and shared places.
-	SessionID      string `json:"session_id"`
+	SessionID string `json:"session_id"`
+	// SessionHandle is the session's public SessionHandle: what other
+	// sessions' reads show for it (a node's owner_handle, a lock's holder,
+	// an election's leader).
+	SessionHandle  string `json:"session_handle"`
 	TimeoutMs      uint64 `json:"timeout_ms"`
 	EphemeralCount int    `json:"ephemeral_count"`
 	Index          uint64 `json:"index"`
@@ -152,13 +157,15 @@ type LockRequest struct {
 }
 
 // Lock is the reply to POST /v1/lock/acquire (Held true) and the body of its
-// 409 lock_not_held reply (Held false, Position set).
+// 409 lock_not_held reply (Held false, Position set). SessionHandle is the
+// requesting session's handle, the one LockState shows for it as holder.
 type Lock struct {
-	Held         bool   `json:"held"`
-	FencingToken uint64 `json:"fencing_token,omitempty"`
-	Path         string `json:"path,omitempty"`
-	Position     int    `json:"position,omitempty"`
-	Index        uint64 `json:"index"`
+	Held          bool   `json:"held"`
+	SessionHandle string `json:"session_handle"`
+	FencingToken  uint64 `json:"fencing_token,omitempty"`
+	Path          string `json:"path,omitempty"`
+	Position      int    `json:"position,omitempty"`
+	Index         uint64 `json:"index"`
 }
 
 // Released is the reply to POST /v1/lock/release.
@@ -167,11 +174,12 @@ type Released struct {
 	Index    uint64 `json:"index"`
 }
 
-// Holder is a lock's current holder.
+// Holder is a lock's current holder, named by its session's handle
+// (SessionHandle), never by its id.
 type Holder struct {
-	SessionID    string `json:"session_id"`
-	FencingToken uint64 `json:"fencing_token"`
-	Path         string `json:"path"`
+	SessionHandle string `json:"session_handle"`
+	FencingToken  uint64 `json:"fencing_token"`
+	Path          string `json:"path"`
 }
 
 // LockState is the reply to GET /v1/lock/{name}.
@@ -188,12 +196,14 @@ type ElectionRequest struct {
 	Value     string `json:"value,omitempty"`
 }
 
-// Candidacy is the reply to POST /v1/election/join.
+// Candidacy is the reply to POST /v1/election/join. SessionHandle is the
+// requesting session's handle, the one ElectionState shows for it as leader.
 type Candidacy struct {
-	IsLeader     bool   `json:"is_leader"`
-	FencingToken uint64 `json:"fencing_token"`
-	Watching     string `json:"watching,omitempty"`
-	Index        uint64 `json:"index"`
+	IsLeader      bool   `json:"is_leader"`
+	SessionHandle string `json:"session_handle"`
+	FencingToken  uint64 `json:"fencing_token"`
+	Watching      string `json:"watching,omitempty"`
+	Index         uint64 `json:"index"`
 }
 
 // Resigned is the reply to POST /v1/election/resign.
@@ -202,11 +212,12 @@ type Resigned struct {
 	Index    uint64 `json:"index"`
 }
 
-// Leader is an election's current leader.
+// Leader is an election's current leader, named by its session's handle
+// (SessionHandle), never by its id.
 type Leader struct {
-	SessionID    string `json:"session_id"`
-	Value        string `json:"value"`
-	FencingToken uint64 `json:"fencing_token"`
+	SessionHandle string `json:"session_handle"`
+	Value         string `json:"value"`
+	FencingToken  uint64 `json:"fencing_token"`
 }
 
 // ElectionState is the reply to GET /v1/election/{role}.

@@ -21,6 +21,10 @@
 //     after switching servers.
 //   - Sessions (NewSession): a keepalive goroutine heartbeats every timeout/3
 //     through any reachable server; Done is closed when the session ends.
+//     Session.ID is a bearer secret (whoever knows it acts as the session);
+//     reads name sessions by their public handle instead (a node's
+//     OwnerHandle, a lock holder's or an election leader's SessionHandle),
+//     which Session.Handle returns for comparison.
 //   - Exactly-once writes. A write made WithSession carries the session id
 //     and a fresh request_seq; every retry of that write reuses the same
 //     request_seq, so the server applies it once.

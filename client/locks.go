@@ -49,7 +49,8 @@ func (s *Session) ReleaseLock(ctx context.Context, name string, token uint64) (*
 }
 
 // LockState reads lock name's holder (nil when nobody holds it) and the
-// number of waiters. A lock nobody ever queued for is an *api.Error with
+// number of waiters. The holder is named by its session handle: it is this
+// client's session when Holder.SessionHandle equals Session.Handle. A lock nobody ever queued for is an *api.Error with
 // api.CodeNotFound.
 func (c *Client) LockState(ctx context.Context, name string) (*api.LockState, error) {
 	var reply api.LockState

@@ -32,7 +32,8 @@ var (
 // are safe for concurrent use.
 type Session struct {
 	client  *Client
-	id      string
+	id      string // the bearer secret: whoever knows it acts as the session
+	handle  string // api.SessionHandle of id: how others' reads name it
 	timeout time.Duration
 	// seq is the last request_seq handed out; writes take seq+1.
 	seq atomic.Uint64
@@ -101,6 +102,7 @@ func (c *Client) startSession(reply api.Session, firstSeq uint64) *Session {
 	s := &Session{
 		client:    c,
 		id:        reply.SessionID,
+		handle:    sessionHandle(reply),
 		timeout:   time.Duration(reply.TimeoutMs) * time.Millisecond,
 		done:      make(chan struct{}),
 		lastAlive: c.clock.Now(),
@@ -110,8 +112,25 @@ func (c *Client) startSession(reply api.Session, firstSeq uint64) *Session {
 	return s
 }
 
-// ID returns the session id.
+// sessionHandle is the handle of the session described by reply, computed
+// from its id (the server's session_handle if the id is not latch's format).
+func sessionHandle(reply api.Session) string {
+	if handle, err := api.SessionHandleOf(reply.SessionID); err == nil {
+		return handle
+	}
+	return reply.SessionHandle
+}
+
+// ID returns the session id. It is a bearer secret: whoever knows it can
+// write, heartbeat, release, resign and close as the session. Keep it out of
+// logs, values and anything others can read; name the session by Handle.
 func (s *Session) ID() string { return s.id }
+
+// Handle returns the session's public handle (api.SessionHandle of its id):
+// what reads show for it as a node's owner (api.Node.OwnerHandle), a lock's
+// holder or an election's leader (SessionHandle). Compare a read's handle
+// with Handle to recognise this session; a handle grants nothing.
+func (s *Session) Handle() string { return s.handle }
 
 // Timeout returns the timeout the server chose.
 func (s *Session) Timeout() time.Duration { return s.timeout }

@@ -90,6 +90,20 @@ func (c *Cluster) Expire(id string) {
 	c.state.endSessionLocked(id)
 }
 
+// SessionByHandle returns the id of the live session whose public handle is
+// handle (as the fake's reads show it): a test's shortcut to act on a
+// session it did not create. The API never maps a handle back to an id.
+func (c *Cluster) SessionByHandle(handle string) (string, bool) {
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	for id := range c.state.sessions {
+		if handleOf(id) == handle {
+			return id, true
+		}
+	}
+	return "", false
+}
+
 // Heartbeats returns how many heartbeats session id received, on any server.
 func (c *Cluster) Heartbeats(id string) int {
 	c.state.mu.Lock()

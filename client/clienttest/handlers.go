@@ -219,6 +219,6 @@ func (s *Server) handleSessionGet(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Errorf(api.CodeSessionExpired, "session %s has expired or was closed", id))
 		return
 	}
-	reply(w, st.index, &api.Session{SessionID: id, TimeoutMs: sess.timeoutMs,
+	reply(w, st.index, &api.Session{SessionID: id, SessionHandle: handleOf(id), TimeoutMs: sess.timeoutMs,
 		EphemeralCount: len(sess.ephemerals), Index: st.index}, nil)
 }

@@ -131,7 +131,7 @@ func (s *Server) handleLockAcquire(w http.ResponseWriter, r *http.Request) {
 		}
 		if ahead == 0 {
 			st.mu.Unlock()
-			reply(w, index, &api.Lock{Held: true, FencingToken: mine.token, Path: mine.path, Index: index}, nil)
+			reply(w, index, &api.Lock{Held: true, SessionHandle: handleOf(req.SessionID), FencingToken: mine.token, Path: mine.path, Index: index}, nil)
 			return
 		}
 		st.mu.Unlock()
@@ -139,7 +139,7 @@ func (s *Server) handleLockAcquire(w http.ResponseWriter, r *http.Request) {
 		case <-changed:
 			st.mu.Lock()
 		case <-deadline.C:
-			writeLockNotHeld(w, req.Name, ahead, index)
+			writeLockNotHeld(w, req.Name, handleOf(req.SessionID), ahead, index)
 			return
 		case <-r.Context().Done():
 			return
@@ -148,15 +148,16 @@ func (s *Server) handleLockAcquire(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeLockNotHeld writes docs/api.md's 409 for an acquire that gave up.
-func writeLockNotHeld(w http.ResponseWriter, name string, position int, index uint64) {
+func writeLockNotHeld(w http.ResponseWriter, name, handle string, position int, index uint64) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(api.CodeLockNotHeld.Status())
 	_ = json.NewEncoder(w).Encode(struct {
-		Error    api.Error `json:"error"`
-		Held     bool      `json:"held"`
-		Position int       `json:"position"`
-		Index    uint64    `json:"index"`
-	}{*api.Errorf(api.CodeLockNotHeld, "lock %s not acquired within wait_ms", name), false, position, index})
+		Error         api.Error `json:"error"`
+		Held          bool      `json:"held"`
+		SessionHandle string    `json:"session_handle"`
+		Position      int       `json:"position"`
+		Index         uint64    `json:"index"`
+	}{*api.Errorf(api.CodeLockNotHeld, "lock %s not acquired within wait_ms", name), false, handle, position, index})
 }
 
 func (s *Server) handleLockRelease(w http.ResponseWriter, r *http.Request) {
@@ -201,7 +202,7 @@ func (s *Server) handleLockState(w http.ResponseWriter, r *http.Request) {
 	}
 	out := &api.LockState{Index: st.index}
 	if members := st.queueLocked(dir); len(members) > 0 {
-		out.Holder = &api.Holder{SessionID: members[0].owner, FencingToken: members[0].token, Path: members[0].path}
+		out.Holder = &api.Holder{SessionHandle: handleOf(members[0].owner), FencingToken: members[0].token, Path: members[0].path}
 		out.Waiters = len(members) - 1
 	}
 	reply(w, st.index, out, nil)
@@ -230,7 +231,7 @@ func (s *Server) handleElectionJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ahead, predecessor, _ := place(st.queueLocked(dir), mine.path)
-	reply(w, st.index, &api.Candidacy{IsLeader: ahead == 0, FencingToken: mine.token, Watching: predecessor, Index: st.index}, nil)
+	reply(w, st.index, &api.Candidacy{IsLeader: ahead == 0, SessionHandle: handleOf(req.SessionID), FencingToken: mine.token, Watching: predecessor, Index: st.index}, nil)
 }
 
 func (s *Server) handleElectionResign(w http.ResponseWriter, r *http.Request) {
@@ -269,7 +270,7 @@ func (s *Server) handleElectionState(w http.ResponseWriter, r *http.Request) {
 	members := st.queueLocked(dir)
 	out := &api.ElectionState{Candidates: len(members), Index: st.index}
 	if len(members) > 0 {
-		out.Leader = &api.Leader{SessionID: members[0].owner, Value: members[0].value, FencingToken: members[0].token}
+		out.Leader = &api.Leader{SessionHandle: handleOf(members[0].owner), Value: members[0].value, FencingToken: members[0].token}
 	}
 	reply(w, st.index, out, nil)
 }

@@ -211,7 +211,7 @@ func (st *state) getLocked(path string) (*api.Node, error) {
 		return nil, api.Errorf(api.CodeNotFound, "%s does not exist", path)
 	}
 	return &api.Node{Path: path, Value: n.value, Version: n.version, CreatedIndex: n.created,
-		ModifiedIndex: n.modified, Ephemeral: n.owner != "", OwnerSession: n.owner,
+		ModifiedIndex: n.modified, Ephemeral: n.owner != "", OwnerHandle: handleOf(n.owner),
 		ChildrenCount: len(n.children), Index: st.index}, nil
 }
 
@@ -256,7 +256,18 @@ func (st *state) createSessionLocked(timeoutMs uint64) *api.Session {
 	id := fmt.Sprintf("0x%016x", st.lastSession)
 	timeoutMs = min(max(timeoutMs, 100), 60000)
 	st.sessions[id] = &session{timeoutMs: timeoutMs, ephemerals: map[string]bool{}, replies: map[uint64]storedReply{}}
-	return &api.Session{SessionID: id, TimeoutMs: timeoutMs, Index: st.index}
+	return &api.Session{SessionID: id, SessionHandle: handleOf(id), TimeoutMs: timeoutMs, Index: st.index}
+}
+
+// handleOf is the public handle of session id, as latch's replies show it
+// for a node's owner, a lock's holder or an election's leader ("" for no
+// session).
+func handleOf(id string) string {
+	handle, err := api.SessionHandleOf(id)
+	if err != nil {
+		return ""
+	}
+	return handle
 }
 
 // trimPath turns the {path...} wildcard into a node path.

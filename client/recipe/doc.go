@@ -20,6 +20,9 @@
 // place per lock name and one candidacy per role, so two Lock values of one
 // session and name share a place (use one session per independent holder).
 //
+// A LeaderInfo names the leader by its session handle (compare it with
+// client.Session.Handle), never by its id, which is the session's secret.
+//
 // Lock and Election methods are safe for concurrent use, but Acquire and
 // Campaign are meant to be called by one goroutine at a time.
 package recipe

@@ -13,9 +13,11 @@ import (
 // LeaderInfo describes a role's leader. The zero LeaderInfo (FencingToken
 // 0) means the role has no candidate.
 type LeaderInfo struct {
-	SessionID    string `json:"session_id"`
-	Value        string `json:"value"`
-	FencingToken uint64 `json:"fencing_token"`
+	// SessionHandle is the leader session's public handle (compare it with
+	// client.Session.Handle), never its id.
+	SessionHandle string `json:"session_handle"`
+	Value         string `json:"value"`
+	FencingToken  uint64 `json:"fencing_token"`
 	// Index is the index of the read that saw it.
 	Index uint64 `json:"index"`
 }
@@ -146,7 +148,7 @@ func leaderInfo(state *api.ElectionState) LeaderInfo {
 	if state.Leader == nil {
 		return LeaderInfo{Index: state.Index}
 	}
-	return LeaderInfo{SessionID: state.Leader.SessionID, Value: state.Leader.Value,
+	return LeaderInfo{SessionHandle: state.Leader.SessionHandle, Value: state.Leader.Value,
 		FencingToken: state.Leader.FencingToken, Index: state.Index}
 }
 

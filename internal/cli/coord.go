@@ -319,8 +319,8 @@ func (a *app) lockStatusCommand() *cobra.Command {
 						fmt.Fprintf(w, "lock %s is free\n", args[0])
 						return
 					}
-					fmt.Fprintf(w, "lock %s held by session %s with fencing token %d (%s); %d waiting\n",
-						args[0], state.Holder.SessionID, state.Holder.FencingToken, state.Holder.Path, state.Waiters)
+					fmt.Fprintf(w, "lock %s held by session handle %s with fencing token %d (%s); %d waiting\n",
+						args[0], state.Holder.SessionHandle, state.Holder.FencingToken, state.Holder.Path, state.Waiters)
 				})
 			})
 		},
@@ -340,8 +340,8 @@ func (a *app) electionStatusCommand() *cobra.Command {
 						fmt.Fprintf(w, "%s has no leader\n", args[0])
 						return
 					}
-					fmt.Fprintf(w, "%s led by session %s (value %q) with fencing token %d; %d candidates\n",
-						args[0], state.Leader.SessionID, state.Leader.Value, state.Leader.FencingToken, state.Candidates)
+					fmt.Fprintf(w, "%s led by session handle %s (value %q) with fencing token %d; %d candidates\n",
+						args[0], state.Leader.SessionHandle, state.Leader.Value, state.Leader.FencingToken, state.Candidates)
 				})
 			})
 		},

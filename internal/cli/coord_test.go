@@ -108,19 +108,21 @@ func TestLockLostStopsCommand(t *testing.T) {
 	cluster, env := newCluster(t, 1)
 	r := startLatchctl(env, "lock", "R", "--session-timeout", "600ms", "--grace", "5s", "--",
 		"sh", "-c", "trap 'echo terminated; exit 0' TERM; echo started; while :; do sleep 0.05; done")
-	var holder string
 	waitUntil(t, "the command to start", func() bool { return strings.Contains(r.stdout.String(), "started") })
 	got := latchctl(t, env, "", "lock-status", "-o", "json", "R")
 	var state struct {
 		Holder struct {
-			SessionID    string `json:"session_id"`
-			FencingToken uint64 `json:"fencing_token"`
+			SessionHandle string `json:"session_handle"`
+			FencingToken  uint64 `json:"fencing_token"`
 		} `json:"holder"`
 	}
-	if err := json.Unmarshal([]byte(got.stdout), &state); err != nil || state.Holder.SessionID == "" {
+	if err := json.Unmarshal([]byte(got.stdout), &state); err != nil || state.Holder.SessionHandle == "" {
 		t.Fatalf("lock-status = %+v (%v)", got, err)
 	}
-	holder = state.Holder.SessionID
+	holder, ok := cluster.SessionByHandle(state.Holder.SessionHandle)
+	if !ok {
+		t.Fatalf("no live session has the holder's handle %s", state.Holder.SessionHandle)
+	}
 	cluster.Expire(holder)
 	if code := r.wait(t); code != ExitLost {
 		t.Fatalf("exit %d, want %d; stdout %q stderr %q", code, ExitLost, r.stdout, r.stderr)

@@ -27,7 +27,9 @@ func (a *app) sessionCreateCommand() *cobra.Command {
 		Use:   "create",
 		Short: "create a session and print its id",
 		Long: "create makes a session and prints its id. Without --keepalive the session lives only\n" +
-			"until its timeout unless something (such as 'latchctl session keepalive ID') heartbeats it.",
+			"until its timeout unless something (such as 'latchctl session keepalive ID') heartbeats it.\n" +
+			"The id is a secret: whoever knows it can act as the session. Reads of locks, elections\n" +
+			"and ephemeral nodes name a session by its handle instead (-o json shows session_handle).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.newClient()
@@ -41,7 +43,7 @@ func (a *app) sessionCreateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			info := map[string]any{"session_id": s.ID(), "timeout_ms": s.Timeout().Milliseconds()}
+			info := map[string]any{"session_id": s.ID(), "session_handle": s.Handle(), "timeout_ms": s.Timeout().Milliseconds()}
 			if err := a.print(info, func(w io.Writer) { fmt.Fprintln(w, s.ID()) }); err != nil {
 				s.Orphan()
 				return err
@@ -67,8 +69,8 @@ func (a *app) sessionGetCommand() *cobra.Command {
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				info, err := c.SessionInfo(ctx, args[0])
 				return a.printResult(info, err, func(w io.Writer) {
-					fmt.Fprintf(w, "session %s: timeout %v, %d ephemeral nodes\n",
-						info.SessionID, time.Duration(info.TimeoutMs)*time.Millisecond, info.EphemeralCount)
+					fmt.Fprintf(w, "session %s (handle %s): timeout %v, %d ephemeral nodes\n",
+						info.SessionID, info.SessionHandle, time.Duration(info.TimeoutMs)*time.Millisecond, info.EphemeralCount)
 				})
 			})
 		},

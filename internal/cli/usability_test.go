@@ -153,7 +153,7 @@ func TestRunnerExitCodes(t *testing.T) {
 // lock (125, where it used to exit 2 like a command's "not found") and the
 // lock lost while the command runs (124, the command stopped).
 func TestRunnerOwnOutcomes(t *testing.T) {
-	_, env := realCluster(t, 3)
+	cluster, env := realCluster(t, 3)
 	holder := startLatchctl(env, "lock", "R", "--grace", "5s", "--",
 		"sh", "-c", "trap 'echo terminated; exit 0' TERM; echo started; while :; do sleep 0.05; done")
 	waitUntil(t, "the holder's command to start", func() bool { return strings.Contains(holder.stdout.String(), "started") })
@@ -168,10 +168,18 @@ func TestRunnerOwnOutcomes(t *testing.T) {
 		t.Helper()
 		var node api.Node
 		got := latchctl(t, env, "", "get", "-o", "json", path)
-		if err := json.Unmarshal([]byte(got.stdout), &node); err != nil || node.OwnerSession == "" {
+		if err := json.Unmarshal([]byte(got.stdout), &node); err != nil || node.OwnerHandle == "" {
 			t.Fatalf("get %s = %+v (%v)", path, got, err)
 		}
-		if got := latchctl(t, env, "", "session", "close", node.OwnerSession); got.code != ExitOK {
+		// A read names the owner by handle only; the test finds the id
+		// in a replica's state, as no client can.
+		var id string
+		waitUntil(t, "the owner's session on node 0", func() bool {
+			var ok bool
+			id, ok = cluster.SessionByHandle(0, node.OwnerHandle)
+			return ok
+		})
+		if got := latchctl(t, env, "", "session", "close", id); got.code != ExitOK {
 			t.Fatalf("session close = %+v", got)
 		}
 	}

@@ -40,12 +40,13 @@ func (h *Handler) writeLockNotHeld(w http.ResponseWriter, e *api.Error, lock api
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Code.Status())
 	_ = json.NewEncoder(w).Encode(struct {
-		Error    api.Error `json:"error"`
-		Held     bool      `json:"held"`
-		Position int       `json:"position"`
-		Path     string    `json:"path,omitempty"`
-		Index    uint64    `json:"index"`
-	}{*e, false, lock.Position, lock.Path, lock.Index})
+		Error         api.Error `json:"error"`
+		Held          bool      `json:"held"`
+		SessionHandle string    `json:"session_handle"`
+		Position      int       `json:"position"`
+		Path          string    `json:"path,omitempty"`
+		Index         uint64    `json:"index"`
+	}{*e, false, lock.SessionHandle, lock.Position, lock.Path, lock.Index})
 }
 
 func (h *Handler) releaseLock(w http.ResponseWriter, r *http.Request) {

@@ -112,7 +112,8 @@ func (s *Server) Get(ctx context.Context, path string, opts ReadOptions) (api.No
 		Ephemeral: node.Owner != 0, ChildrenCount: node.ChildrenCount, Index: index,
 	}
 	if node.Owner != 0 {
-		out.OwnerSession = api.FormatID(node.Owner)
+		// The owner's id is its bearer secret: a read shows its handle.
+		out.OwnerHandle = api.FormatSessionHandle(node.Owner)
 	}
 	return out, nil
 }

@@ -41,7 +41,8 @@ func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, w
 		case !found:
 			return api.Lock{}, api.Errorf(api.CodeSessionExpired, "the session's place in lock %q is gone (session ended)", name)
 		case ahead == 0:
-			return api.Lock{Held: true, FencingToken: mine.CreatedIndex, Path: mine.Path, Index: index}, nil
+			return api.Lock{Held: true, SessionHandle: api.FormatSessionHandle(session),
+				FencingToken: mine.CreatedIndex, Path: mine.Path, Index: index}, nil
 		}
 		// Woken by the deletion of the node ahead, or of our own (the
 		// session ended: the next round answers session_expired).
@@ -49,7 +50,7 @@ func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, w
 			if ctx.Err() != nil {
 				return api.Lock{}, g.unavailable("request ended while waiting for lock %q", name)
 			}
-			return api.Lock{Held: false, Position: ahead, Path: mine.Path, Index: index},
+			return api.Lock{Held: false, SessionHandle: api.FormatSessionHandle(session), Position: ahead, Path: mine.Path, Index: index},
 				&api.Error{Code: api.CodeLockNotHeld, Message: "lock " + name + " not acquired within wait_ms"}
 		}
 	}
@@ -136,7 +137,8 @@ func (s *Server) LockState(ctx context.Context, name string, opts ReadOptions) (
 	out := api.LockState{Index: index}
 	if len(members) > 0 {
 		m := members[0]
-		out.Holder = &api.Holder{SessionID: api.FormatID(m.owner), FencingToken: m.token, Path: m.path}
+		// The holder's id is its bearer secret: a read shows its handle.
+		out.Holder = &api.Holder{SessionHandle: api.FormatSessionHandle(m.owner), FencingToken: m.token, Path: m.path}
 		out.Waiters = len(members) - 1
 	}
 	return out, nil
@@ -167,7 +169,8 @@ func (s *Server) JoinElection(ctx context.Context, role string, session uint64, 
 	if !found {
 		return api.Candidacy{}, api.Errorf(api.CodeSessionExpired, "the session's candidacy for %q is gone (session ended)", role)
 	}
-	out := api.Candidacy{IsLeader: ahead == 0, FencingToken: mine.CreatedIndex, Index: index}
+	out := api.Candidacy{IsLeader: ahead == 0, SessionHandle: api.FormatSessionHandle(session),
+		FencingToken: mine.CreatedIndex, Index: index}
 	if predecessor != "" {
 		out.Watching = predecessor
 	}
@@ -216,7 +219,8 @@ func (s *Server) ElectionState(ctx context.Context, role string, opts ReadOption
 	out := api.ElectionState{Index: index, Candidates: len(members)}
 	if len(members) > 0 {
 		m := members[0]
-		out.Leader = &api.Leader{SessionID: api.FormatID(m.owner), Value: string(m.value), FencingToken: m.token}
+		// The leader's id is its bearer secret: a read shows its handle.
+		out.Leader = &api.Leader{SessionHandle: api.FormatSessionHandle(m.owner), Value: string(m.value), FencingToken: m.token}
 	}
 	return out, nil
 }

@@ -216,7 +216,8 @@ func (s *Server) CreateSession(ctx context.Context, timeoutMs uint64) (api.Sessi
 		if res.Err != nil {
 			return api.Session{}, res.Err
 		}
-		return api.Session{SessionID: api.FormatID(res.SessionID), TimeoutMs: res.TimeoutMs, Index: index}, nil
+		return api.Session{SessionID: api.FormatID(res.SessionID), SessionHandle: api.FormatSessionHandle(res.SessionID),
+			TimeoutMs: res.TimeoutMs, Index: index}, nil
 	}
 }
 
@@ -262,7 +263,7 @@ func (s *Server) GetSession(ctx context.Context, id uint64, opts ReadOptions) (a
 	if err != nil {
 		return api.Session{}, err
 	}
-	return api.Session{SessionID: api.FormatID(sess.ID), TimeoutMs: sess.TimeoutMs,
+	return api.Session{SessionID: api.FormatID(sess.ID), SessionHandle: api.FormatSessionHandle(sess.ID), TimeoutMs: sess.TimeoutMs,
 		EphemeralCount: sess.Ephemerals, Index: index}, nil
 }
 

@@ -121,15 +121,15 @@ func TestLockQueue(t *testing.T) {
 		t.Fatalf("release: %v", err)
 	}
 	lb := <-got
-	if !lb.Held || lb.FencingToken <= la.FencingToken {
+	if !lb.Held || lb.FencingToken <= la.FencingToken || lb.SessionHandle != sessionHandle(t, b) {
 		t.Fatalf("second holder %+v: want held with token > %d", lb, la.FencingToken)
 	}
 	var st api.LockState
 	if err := Do(ctx, "GET", c.URL(0), "/v1/lock/R", nil, nil, &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Holder == nil || st.Holder.SessionID != b || st.Holder.FencingToken != lb.FencingToken || st.Waiters != 0 {
-		t.Fatalf("lock state %+v, want holder %s with token %d", st, b, lb.FencingToken)
+	if st.Holder == nil || st.Holder.SessionHandle != sessionHandle(t, b) || st.Holder.FencingToken != lb.FencingToken || st.Waiters != 0 {
+		t.Fatalf("lock state %+v, want holder handle %s with token %d", st, sessionHandle(t, b), lb.FencingToken)
 	}
 	c.EnsureSame(10 * time.Second)
 }

@@ -88,6 +88,22 @@ func (c *Cluster) LocalGet(i int, p string) (api.Node, error) {
 	return c.Nodes[i].Server.Get(ctx, p, server.ReadOptions{Consistency: api.Stale})
 }
 
+// SessionByHandle returns the id of the live session whose public handle is
+// handle (as a read shows it), looked up in node i's applied state: the
+// in-process shortcut a test needs to act on a session it did not create.
+// The API itself never maps a handle back to an id.
+func (c *Cluster) SessionByHandle(i int, handle string) (string, bool) {
+	h, err := api.ParseID(handle)
+	if err != nil {
+		return "", false
+	}
+	id, ok := c.Nodes[i].Server.SessionByHandle(h)
+	if !ok {
+		return "", false
+	}
+	return api.FormatID(id), true
+}
+
 // WaitFor polls cond every few milliseconds until it holds or timeout
 // passes, and reports whether it held.
 func WaitFor(timeout time.Duration, cond func() bool) bool { return waitFor(timeout, cond) }

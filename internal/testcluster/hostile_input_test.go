@@ -329,7 +329,7 @@ func TestErrorsConsistent(t *testing.T) {
 }
 
 // TestNodeJSONHasEveryField (issue 11): a node's JSON always carries value,
-// ephemeral and owner_session, also when they are empty; a PUT's reply has
+// ephemeral and owner_handle, also when they are empty; a PUT's reply has
 // the fields the contract lists.
 func TestNodeJSONHasEveryField(t *testing.T) {
 	c := New(t, 1, Steady(Options{}))
@@ -340,12 +340,12 @@ func TestNodeJSONHasEveryField(t *testing.T) {
 		t.Errorf("PUT reply keys %q (%s)", got, put.body)
 	}
 	get := hostileCall(t, ctx, "GET", base+"/v1/kv/empty", "")
-	if got := jsonKeys(t, get.body); got != "children_count created_index ephemeral index modified_index owner_session path value version" {
+	if got := jsonKeys(t, get.body); got != "children_count created_index ephemeral index modified_index owner_handle path value version" {
 		t.Fatalf("GET reply keys %q (%s)", got, get.body)
 	}
 	var fields map[string]any
 	_ = json.Unmarshal(get.body, &fields)
-	if fields["value"] != "" || fields["ephemeral"] != false || fields["owner_session"] != "" {
+	if fields["value"] != "" || fields["ephemeral"] != false || fields["owner_handle"] != "" {
 		t.Errorf("persistent empty node: %s", get.body)
 	}
 	s := createSession(t, ctx, base, 10*time.Second)
@@ -355,7 +355,7 @@ func TestNodeJSONHasEveryField(t *testing.T) {
 	get = hostileCall(t, ctx, "GET", base+"/v1/kv/eph", "")
 	fields = nil
 	_ = json.Unmarshal(get.body, &fields)
-	if fields["ephemeral"] != true || fields["owner_session"] != s.SessionID || fields["value"] != "" {
+	if fields["ephemeral"] != true || fields["owner_handle"] != s.SessionHandle || fields["value"] != "" {
 		t.Errorf("ephemeral node of %s: %s", s.SessionID, get.body)
 	}
 }

@@ -106,8 +106,8 @@ func TestPlainWritesCannotWedgeLocksOrElections(t *testing.T) {
 			t.Fatalf("acquire %s after the refused writes: %+v, %v; want held at once", name, lock, err)
 		}
 		state, err := lockState(ctx, c.URL(2), name)
-		if err != nil || state.Holder == nil || state.Holder.SessionID != sess.SessionID || state.Waiters != 0 {
-			t.Fatalf("lock %s state %+v, %v; want held by %s with no waiter", name, state.Holder, err, sess.SessionID)
+		if err != nil || state.Holder == nil || state.Holder.SessionHandle != sess.SessionHandle || state.Waiters != 0 {
+			t.Fatalf("lock %s state %+v, %v; want held by %s with no waiter", name, state.Holder, err, sess.SessionHandle)
 		}
 	}
 	candidacy, err := joinElection(ctx, base, "R", sess.SessionID, "me")
@@ -269,7 +269,7 @@ func TestSessionIDsAreUnguessable(t *testing.T) {
 	c.Crash(follower)
 	c.Restart(follower)
 	c.EnsureSame(20 * time.Second)
-	if n, err := GetAt(ctx, c.URL(follower), "/eph", api.Linearizable, 0); err != nil || n.OwnerSession != id {
+	if n, err := GetAt(ctx, c.URL(follower), "/eph", api.Linearizable, 0); err != nil || n.OwnerHandle != sessionHandle(t, id) {
 		t.Fatalf("ephemeral node after restart: %+v, %v; want owned by %s", n, err, id)
 	}
 	if err := Do(ctx, http.MethodPost, c.URL(follower), "/v1/session/close", nil, api.SessionRequest{SessionID: id}, nil); err != nil {

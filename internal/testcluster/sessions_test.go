@@ -124,7 +124,7 @@ func checkPresent(t *testing.T, ctx context.Context, c *Cluster, nodes []int, in
 	for _, i := range nodes {
 		for _, p := range paths {
 			n, err := GetAt(ctx, c.URL(i), p, api.Stale, index)
-			if err != nil || !n.Ephemeral || n.OwnerSession != session {
+			if err != nil || !n.Ephemeral || n.OwnerHandle != sessionHandle(t, session) {
 				t.Errorf("%s at index %d: %s = %+v, %v; want an ephemeral node of %s", c.Nodes[i].Name, index, p, n, err, session)
 			}
 		}

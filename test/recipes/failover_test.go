@@ -150,8 +150,8 @@ func checkSurvived(ctx context.Context, t *testing.T, s *client.Session, lock *r
 	if err != nil {
 		t.Fatal(err)
 	}
-	if state.Holder == nil || state.Holder.SessionID != s.ID() || state.Holder.FencingToken != token {
-		t.Fatalf("lock state after failover %+v, want held by session %s with token %d", state.Holder, s.ID(), token)
+	if state.Holder == nil || state.Holder.SessionHandle != s.Handle() || state.Holder.FencingToken != token {
+		t.Fatalf("lock state after failover %+v, want held by session handle %s with token %d", state.Holder, s.Handle(), token)
 	}
 }
 
