@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/latch-io/latch/internal/testseed"
+	"github.com/latch-io/latch/internal/testkit/testseed"
 	"github.com/latch-io/latch/internal/vfs"
 )
 

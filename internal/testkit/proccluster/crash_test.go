@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/testcluster"
-	"github.com/latch-io/latch/internal/testseed"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
+	"github.com/latch-io/latch/internal/testkit/testseed"
 	"github.com/latch-io/latch/internal/vfs"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latch-io/latch/internal/proccluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
 var (
