@@ -18,6 +18,7 @@ const module = "github.com/latch-io/latch/"
 var layers = [][]string{
 	{"internal/testkit/chaos", "test/process", "test/membership", "test/compose", "test/recipes", "test/fanout", "internal/archtest"},
 	{"internal/testkit/proccluster", "internal/testkit/testcluster", "internal/testkit/linearize"},
+	{"internal/testkit/crashfs"},
 	{"cmd/latchd", "cmd/latchctl"},
 	{"internal/cli"},
 	{"internal/cli/latency"},
