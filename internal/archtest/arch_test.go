@@ -16,11 +16,13 @@ const module = "github.com/latch-io/latch/"
 // layers lists the project's packages from the top down: a package may import
 // only packages on a lower line. Test infrastructure sits on top.
 var layers = [][]string{
-	{"internal/chaos", "test/process", "test/membership", "test/compose", "test/recipes", "test/fanout", "internal/archtest"},
-	{"internal/proccluster", "internal/testcluster", "internal/linearize"},
+	{"internal/testkit/chaos", "test/process", "test/membership", "test/compose", "test/recipes", "test/fanout", "internal/archtest"},
+	{"internal/testkit/proccluster", "internal/testkit/testcluster", "internal/testkit/linearize"},
+	{"internal/testkit/crashfs"},
 	{"cmd/latchd", "cmd/latchctl"},
 	{"internal/cli"},
-	{"internal/cli/latency"},
+	{"internal/loadgen"},
+	{"internal/loadgen/latency"},
 	{"client/recipe"},
 	{"client/clienttest"},
 	{"client"},
@@ -36,7 +38,7 @@ var layers = [][]string{
 	{"internal/command"},
 	{"api"},
 	{"internal/vfs"},
-	{"internal/testseed"},
+	{"internal/testkit/testseed"},
 	{"internal/buildinfo"},
 	{"internal/clock"},
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client/clienttest"
+	"github.com/latch-io/latch/internal/loadgen"
 )
 
 // result is what one latchctl invocation produced.
@@ -160,7 +161,7 @@ func TestBench(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"bench", "-o", "json", "--duration", "300ms", "--value-size", "64"}, tt.args...)
 			got := latchctl(t, env, "", args...)
-			var r benchResult
+			var r loadgen.BenchResult
 			if got.code != ExitOK || json.Unmarshal([]byte(got.stdout), &r) != nil {
 				t.Fatalf("bench = %+v", got)
 			}
@@ -186,7 +187,7 @@ func TestBenchCountsErrors(t *testing.T) {
 	cluster, env := newCluster(t, 1)
 	cluster.Server(0).FailNext(5, api.CodePreconditionFailed, "")
 	got := latchctl(t, env, "", "bench", "-o", "json", "--duration", "200ms", "--clients", "1")
-	var r benchResult
+	var r loadgen.BenchResult
 	if got.code != ExitOK || json.Unmarshal([]byte(got.stdout), &r) != nil {
 		t.Fatalf("bench = %+v", got)
 	}

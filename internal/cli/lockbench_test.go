@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/latch-io/latch/internal/loadgen"
 )
 
 func TestLockBench(t *testing.T) {
@@ -18,7 +20,7 @@ func TestLockBench(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := latchctl(t, env, "", "lock-bench", "-o", "json", "--duration", "300ms", "--clients", "4", "--locks", tt.locks)
-			var r lockBenchResult
+			var r loadgen.LockBenchResult
 			if got.code != ExitOK || json.Unmarshal([]byte(got.stdout), &r) != nil {
 				t.Fatalf("lock-bench = %+v", got)
 			}

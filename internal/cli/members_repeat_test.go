@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // TestMembersRepeatAndValidation: latchctl members remove of a member that

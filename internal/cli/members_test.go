@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // TestMembershipCommands drives the operator flow against an in-process

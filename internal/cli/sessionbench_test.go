@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/loadgen"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // TestBenchServerFigures runs session-bench and lock-bench against real
@@ -22,7 +23,7 @@ func TestBenchServerFigures(t *testing.T) {
 		if got.code != ExitOK {
 			t.Fatalf("session-bench = %+v", got)
 		}
-		var r sessionBenchResult
+		var r loadgen.SessionBenchResult
 		decode(t, got.stdout, &r)
 		if r.Created != sessions || len(r.CreateErrors) != 0 || r.CreatesPerSecond <= 0 || r.TimeoutMs != 5000 {
 			t.Fatalf("creation: %+v", r)
@@ -48,7 +49,7 @@ func TestBenchServerFigures(t *testing.T) {
 		if got.code != ExitOK {
 			t.Fatalf("lock-bench = %+v", got)
 		}
-		var r lockBenchResult
+		var r loadgen.LockBenchResult
 		decode(t, got.stdout, &r)
 		if r.Cycles == 0 || r.Errors != 0 || r.MetricsError != "" || len(r.Nodes) != 3 || r.EntriesPerCycle < 2 {
 			t.Fatalf("lock-bench report: %+v", r)

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/latch-io/latch/internal/command"
-	"github.com/latch-io/latch/internal/testseed"
+	"github.com/latch-io/latch/internal/testkit/testseed"
 )
 
 var (

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // TestBadInputChangesNothing sends malformed requests and checks each gets

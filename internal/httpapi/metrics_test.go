@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // TestTooLargeBodyClosesConnection: a body over the limit is answered 413

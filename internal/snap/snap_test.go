@@ -12,7 +12,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/latch-io/latch/internal/testseed"
+	"github.com/latch-io/latch/internal/testkit/testseed"
 	"github.com/latch-io/latch/internal/vfs"
 )
 

@@ -16,10 +16,12 @@ import (
 // append-only journal file outside the data directory, what has been made
 // durable: after every successful File.Sync the file's durable length, after
 // every successful SyncDir the names the directory durably holds, and every
-// create, rename and remove. CutToJournal reads the journal after the process
-// was killed (SIGKILL) and cuts the data directory back to what a power cut
-// at that instant would have left, which a real kill alone never does: the
-// page cache keeps every written byte.
+// create, rename and remove. The test-support package internal/testkit/crashfs
+// (CutToJournal) reads the journal after the process was killed (SIGKILL)
+// and cuts the data directory back to what a power cut at that instant would
+// have left, which a real kill alone never does: the page cache keeps every
+// written byte. Only the recorder and the journal's format (JournalRecord)
+// live here, because latchd links them; the cut is test code.
 //
 // It is for tests only (latchd --unsafe-sync-journal). Records are plain
 // O_APPEND writes without fsync, enough because the process dies by SIGKILL
@@ -62,21 +64,21 @@ type extent struct {
 	reset bool
 }
 
-// Journal record operations.
+// Journal record operations (JournalRecord.Op).
 const (
-	recordBaseline = "baseline" // a new journal: every file under root is durable
-	recordStart    = "start"    // a process opened the journal again: the files it found
-	recordCreate   = "create"
-	recordSync     = "sync"
-	recordSyncDir  = "syncdir"
-	recordRename   = "rename"
-	recordRemove   = "remove"
-	recordLock     = "lock"
-	recordCut      = "cut" // CutToJournal cut the tree; a baseline follows
+	RecordBaseline = "baseline" // a new journal: every file under root is durable
+	RecordStart    = "start"    // a process opened the journal again: the files it found
+	RecordCreate   = "create"
+	RecordSync     = "sync"
+	RecordSyncDir  = "syncdir"
+	RecordRename   = "rename"
+	RecordRemove   = "remove"
+	RecordLock     = "lock"
+	RecordCut      = "cut" // crashfs.CutToJournal cut the tree; a baseline follows
 )
 
-// journalRecord is one line of the journal, JSON encoded.
-type journalRecord struct {
+// JournalRecord is one line of the journal, JSON encoded.
+type JournalRecord struct {
 	Op   string `json:"op"`
 	Path string `json:"path,omitempty"` // absolute
 	To   string `json:"to,omitempty"`   // rename: the new path
@@ -94,14 +96,17 @@ type journalRecord struct {
 	Exact bool `json:"exact,omitempty"`
 	// Entries are the regular files of a syncdir (by name) or of a baseline
 	// or start (by path, with sizes).
-	Entries []journalEntry `json:"entries,omitempty"`
+	Entries []JournalEntry `json:"entries,omitempty"`
 	PID     int            `json:"pid,omitempty"`
-	Report  *CutReport     `json:"report,omitempty"`
+	// Report is a cut record's report (crashfs.CutReport), JSON encoded.
+	Report json.RawMessage `json:"report,omitempty"`
 
-	offset int64 // where the record starts in the journal, as read back
+	// Offset is where the record starts in the journal, as read back.
+	Offset int64 `json:"-"`
 }
 
-type journalEntry struct {
+// JournalEntry is a regular file in a JournalRecord's listing.
+type JournalEntry struct {
 	Name string `json:"name,omitempty"`
 	Path string `json:"path,omitempty"`
 	Ino  uint64 `json:"ino"`
@@ -134,14 +139,14 @@ func NewJournal(inner FS, journalPath, root string) (*Journal, error) {
 	info, err := os.Stat(journalPath)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		err = j.appendListing(recordBaseline)
+		err = j.appendListing(RecordBaseline)
 	case err != nil:
 		return nil, fmt.Errorf("vfs: journal %s: %w", journalPath, err)
 	case info.Size() == 0:
-		err = j.appendListing(recordBaseline)
+		err = j.appendListing(RecordBaseline)
 	default:
-		if err = dropTornRecord(journalPath, info.Size()); err == nil {
-			err = j.appendListing(recordStart)
+		if err = DropTornRecord(journalPath, info.Size()); err == nil {
+			err = j.appendListing(RecordStart)
 		}
 	}
 	if err != nil {
@@ -170,11 +175,11 @@ func checkInodes(fs FS, root string) error {
 // hasInode reports whether info carries an inode number.
 func hasInode(info os.FileInfo) bool { return inode(info) != 0 }
 
-// dropTornRecord truncates the journal after its last complete record. A
+// DropTornRecord truncates the journal after its last complete record. A
 // write the kill interrupted can leave part of a record (the kernel may stop
 // a write between pages on SIGKILL); a record appended after it would
 // otherwise start mid-line.
-func dropTornRecord(path string, size int64) error {
+func DropTornRecord(path string, size int64) error {
 	file, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("vfs: journal: %w", err)
@@ -210,19 +215,34 @@ func within(dir, path string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
+// AppendCut appends to the journal at journalPath a cut record carrying
+// report, then a new baseline of every regular file under root: the records
+// a crash cut leaves, so that the restarted process continues the journal.
+func AppendCut(journalPath, root string, report json.RawMessage) error {
+	journal := &Journal{inner: OS(), path: absolute(journalPath), root: root}
+	if err := journal.append(JournalRecord{Op: RecordCut, Path: root, Report: report}); err != nil {
+		return err
+	}
+	return journal.appendListing(RecordBaseline)
+}
+
+// ListJournalTree returns every regular file under root in fs (none if root
+// is absent), with its inode number and size, as a baseline lists them.
+func ListJournalTree(fs FS, root string) ([]JournalEntry, error) { return listTree(fs, root) }
+
 // appendListing records op with every regular file under the root.
 func (j *Journal) appendListing(op string) error {
 	entries, err := listTree(j.inner, j.root)
 	if err != nil {
 		return err
 	}
-	return j.append(journalRecord{Op: op, Path: j.root, Entries: entries, PID: os.Getpid()})
+	return j.append(JournalRecord{Op: op, Path: j.root, Entries: entries, PID: os.Getpid()})
 }
 
 // listTree returns every regular file under root (none if root is absent),
 // with its inode number and size.
-func listTree(fs FS, root string) ([]journalEntry, error) {
-	var out []journalEntry
+func listTree(fs FS, root string) ([]JournalEntry, error) {
+	var out []JournalEntry
 	var walk func(dir string) error
 	walk = func(dir string) error {
 		names, err := fs.List(dir)
@@ -248,7 +268,7 @@ func listTree(fs FS, root string) ([]journalEntry, error) {
 				continue
 			}
 			if info.Mode().IsRegular() {
-				out = append(out, journalEntry{Path: path, Ino: inode(info), Size: info.Size()})
+				out = append(out, JournalEntry{Path: path, Ino: inode(info), Size: info.Size()})
 			}
 		}
 		return nil
@@ -258,9 +278,9 @@ func listTree(fs FS, root string) ([]journalEntry, error) {
 
 // append writes one record to the journal. The file is opened for each
 // record, so a Journal holds no descriptor and needs no Close. A record is
-// one write(2); if SIGKILL tears it, the next NewJournal or CutToJournal
-// drops the torn part.
-func (j *Journal) append(record journalRecord) error {
+// one write(2); if SIGKILL tears it, the next NewJournal or
+// crashfs.CutToJournal drops the torn part (DropTornRecord).
+func (j *Journal) append(record JournalRecord) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.appendLocked(record)
@@ -268,7 +288,7 @@ func (j *Journal) append(record journalRecord) error {
 
 // appendLocked is append with j.mu held, for a record that must follow the
 // extent state it was made from.
-func (j *Journal) appendLocked(record journalRecord) error {
+func (j *Journal) appendLocked(record JournalRecord) error {
 	line, err := json.Marshal(record)
 	if err != nil {
 		return fmt.Errorf("vfs: journal: encode %s record: %w", record.Op, err)
@@ -311,7 +331,7 @@ func (j *Journal) Create(name string) (File, error) {
 	j.mu.Lock()
 	j.extents[wrapped.ino] = &extent{known: true, reset: true}
 	j.mu.Unlock()
-	if err := j.append(journalRecord{Op: recordCreate, Path: wrapped.path, Ino: wrapped.ino}); err != nil {
+	if err := j.append(JournalRecord{Op: RecordCreate, Path: wrapped.path, Ino: wrapped.ino}); err != nil {
 		wrapped.Close()
 		return nil, err
 	}
@@ -367,7 +387,7 @@ func (j *Journal) Rename(oldname, newname string) error {
 	if err := j.inner.Rename(oldname, newname); err != nil {
 		return err
 	}
-	return j.append(journalRecord{Op: recordRename, Path: absolute(oldname), To: absolute(newname), Ino: ino, Replaced: replaced})
+	return j.append(JournalRecord{Op: RecordRename, Path: absolute(oldname), To: absolute(newname), Ino: ino, Replaced: replaced})
 }
 
 // Remove removes and records the removal of a regular file.
@@ -385,7 +405,7 @@ func (j *Journal) Remove(name string) error {
 	j.mu.Lock()
 	delete(j.extents, ino)
 	j.mu.Unlock()
-	return j.append(journalRecord{Op: recordRemove, Path: absolute(name), Ino: ino})
+	return j.append(JournalRecord{Op: RecordRemove, Path: absolute(name), Ino: ino})
 }
 
 // SyncDir syncs dir and records the regular files it then holds.
@@ -399,7 +419,7 @@ func (j *Journal) SyncDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("vfs: journal: list synced directory: %w", err)
 	}
-	var entries []journalEntry
+	var entries []JournalEntry
 	for _, name := range names {
 		info, err := j.inner.Stat(filepath.Join(dir, name))
 		if errors.Is(err, os.ErrNotExist) {
@@ -409,10 +429,10 @@ func (j *Journal) SyncDir(dir string) error {
 			return fmt.Errorf("vfs: journal: %w", err)
 		}
 		if info.Mode().IsRegular() {
-			entries = append(entries, journalEntry{Name: name, Ino: inode(info)})
+			entries = append(entries, JournalEntry{Name: name, Ino: inode(info)})
 		}
 	}
-	return j.append(journalRecord{Op: recordSyncDir, Path: absolute(dir), Entries: entries})
+	return j.append(JournalRecord{Op: RecordSyncDir, Path: absolute(dir), Entries: entries})
 }
 
 // Lock takes the lock and records its file, which a cut leaves alone.
@@ -423,7 +443,7 @@ func (j *Journal) Lock(name string) (io.Closer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := j.append(journalRecord{Op: recordLock, Path: absolute(name)}); err != nil {
+	if err := j.append(JournalRecord{Op: RecordLock, Path: absolute(name)}); err != nil {
 		closer.Close()
 		return nil, err
 	}
@@ -530,7 +550,7 @@ func (f *journalFile) Sync() error {
 	if !ext.known {
 		length = max(length, info.Size())
 	}
-	record := journalRecord{Op: recordSync, Path: f.path, Ino: f.ino, Len: length, Size: info.Size(), Exact: ext.reset}
+	record := JournalRecord{Op: RecordSync, Path: f.path, Ino: f.ino, Len: length, Size: info.Size(), Exact: ext.reset}
 	ext.reset = false
 	return f.journal.appendLocked(record)
 }

@@ -1,7 +1,6 @@
 package vfs
 
 import (
-	"errors"
 	"os"
 	"syscall"
 )
@@ -12,29 +11,4 @@ func inode(info os.FileInfo) uint64 {
 		return stat.Ino
 	}
 	return 0
-}
-
-// lseek whence values that find a file's data and holes.
-const (
-	seekData = 3
-	seekHole = 4
-)
-
-// dataRegion returns the first region of file in [offset, limit) that may
-// hold data, skipping holes (a preallocated, never written tail reads as
-// one); start == limit when there is none. Where the filesystem cannot
-// tell, it is all of [offset, limit).
-func dataRegion(file *os.File, offset, limit int64) (start, end int64) {
-	start, err := file.Seek(offset, seekData)
-	if errors.Is(err, syscall.ENXIO) {
-		return limit, limit
-	}
-	if err != nil || start >= limit {
-		return min(max(start, offset), limit), limit
-	}
-	end, err = file.Seek(start, seekHole)
-	if err != nil || end > limit {
-		end = limit
-	}
-	return start, end
 }

@@ -15,8 +15,9 @@
 //
 // Journal carries the same rules to real processes: wrapped around the
 // operating system's FS (latchd --unsafe-sync-journal), it records what each
-// Sync and SyncDir made durable, and CutToJournal cuts a killed process's
-// data directory back to that, as CrashClone would.
+// Sync and SyncDir made durable, and the test-support package
+// internal/testkit/crashfs (CutToJournal) cuts a killed process's data
+// directory back to that, as CrashClone would.
 package vfs
 
 import (

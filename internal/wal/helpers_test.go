@@ -11,7 +11,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/latch-io/latch/internal/testseed"
+	"github.com/latch-io/latch/internal/testkit/testseed"
 )
 
 var seedFlag = flag.Int64("seed", 0, "seed for randomized tests (0: from time or WAL_SEED)")

@@ -11,7 +11,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/fsm"
-	"github.com/latch-io/latch/internal/testseed"
+	"github.com/latch-io/latch/internal/testkit/testseed"
 )
 
 var (

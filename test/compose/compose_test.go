@@ -10,7 +10,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // maxOutage bounds the longest stretch without an acknowledged write: a

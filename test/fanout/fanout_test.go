@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/proccluster"
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 const hotKey = "/fanout/hot"

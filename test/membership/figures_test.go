@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/client"
-	"github.com/latch-io/latch/internal/proccluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
 // TestLearnerFigures measures docs/benchmarks.md "Learners": read

@@ -11,7 +11,7 @@ import (
 )
 
 // joiner is a latchd process started with --initial-cluster-state existing
-// (internal/proccluster starts only initial members). It is killed by its
+// (internal/testkit/proccluster starts only initial members). It is killed by its
 // PID and reaped in t.Cleanup.
 type joiner struct {
 	name      string

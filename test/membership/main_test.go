@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/latch-io/latch/internal/proccluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
 func TestMain(m *testing.M) {

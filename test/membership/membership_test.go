@@ -11,9 +11,9 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
-	"github.com/latch-io/latch/internal/linearize"
-	"github.com/latch-io/latch/internal/proccluster"
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/linearize"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 var seedFlag = flag.Uint64("seed", 0, "seed of the workload's clients (0: random)")

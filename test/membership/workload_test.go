@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/linearize"
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/linearize"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // workload runs clients that record a linearize history against the

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/proccluster"
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // load writes unique keys through random members and remembers every

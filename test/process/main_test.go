@@ -1,5 +1,5 @@
 // Package process tests latchd as real processes, through
-// internal/proccluster: what only real processes show (kill -9, SIGSTOP,
+// internal/testkit/proccluster: what only real processes show (kill -9, SIGSTOP,
 // restarts from the data directory).
 package process
 
@@ -7,7 +7,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/latch-io/latch/internal/proccluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
 func TestMain(m *testing.M) {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/proccluster"
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // TestLeaderTransferThroughFollower asks a follower to move leadership to

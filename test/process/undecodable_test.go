@@ -13,9 +13,9 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/latch-io/latch/internal/proccluster"
 	"github.com/latch-io/latch/internal/server"
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 	"github.com/latch-io/latch/internal/transport"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/latch-io/latch/client"
 	"github.com/latch-io/latch/client/recipe"
-	"github.com/latch-io/latch/internal/proccluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
 // Contention parameters: contenders on one lock, and how long they contend.

@@ -1,5 +1,5 @@
 // Package recipes tests latch's lock and election recipes end to end with
-// real processes (issue 5): a 3-node latchd cluster from internal/proccluster,
+// real processes (issue 5): a 3-node latchd cluster from internal/testkit/proccluster,
 // latchctl 'lock' and 'elect' processes holding locks and leaderships for a
 // child program, and a protected resource (an HTTP server in the test
 // process, optionally behind fencing.Middleware) that logs every write it

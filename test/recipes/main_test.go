@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/proccluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
 // The test binary is also the program that 'latchctl lock' and 'latchctl

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/client"
-	"github.com/latch-io/latch/internal/proccluster"
-	"github.com/latch-io/latch/internal/testcluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // latchctlPackage is what buildLatchctl compiles.

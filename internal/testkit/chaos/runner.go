@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latch-io/latch/internal/proccluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
 // Config is one run of the suite.

@@ -1,4 +1,4 @@
-package cli
+package loadgen
 
 // What the benchmark commands (bench, session-bench, lock-bench) share: the
 // cluster under load and its connection pool, the timed run of the workers,
@@ -18,8 +18,20 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
-	"github.com/latch-io/latch/internal/cli/latency"
+	"github.com/latch-io/latch/internal/loadgen/latency"
 )
+
+// UsageError is a run the load generator refuses: a configuration it cannot
+// use (a flag's value) or an endpoint it cannot parse. latchctl reports it
+// as a usage error.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the refused value's error.
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usagef(format string, args ...any) error { return &UsageError{fmt.Errorf(format, args...)} }
 
 // benchTarget is the cluster a benchmark loads: its endpoints, and the one
 // connection pool that every client of the run shares.
@@ -39,7 +51,7 @@ func newBenchTarget(endpoints []string, dialTimeout time.Duration) *benchTarget 
 func (t *benchTarget) newClient() (*client.Client, error) {
 	c, err := client.New(client.Config{Endpoints: t.endpoints, DialTimeout: t.dialTimeout, Transport: t.transport})
 	if err != nil {
-		return nil, usageError{err}
+		return nil, &UsageError{err}
 	}
 	return c, nil
 }
@@ -80,8 +92,8 @@ func sleepUntil(ctx context.Context, at time.Time) {
 	}
 }
 
-// latencySummary is in milliseconds.
-type latencySummary struct {
+// LatencySummary is in milliseconds.
+type LatencySummary struct {
 	P50  float64 `json:"p50_ms"`
 	P99  float64 `json:"p99_ms"`
 	P999 float64 `json:"p999_ms"`
@@ -89,13 +101,13 @@ type latencySummary struct {
 	Mean float64 `json:"mean_ms"`
 }
 
-func summarize(h *latency.Histogram) latencySummary {
+func summarize(h *latency.Histogram) LatencySummary {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	return latencySummary{P50: ms(h.Quantile(0.5)), P99: ms(h.Quantile(0.99)), P999: ms(h.Quantile(0.999)),
+	return LatencySummary{P50: ms(h.Quantile(0.5)), P99: ms(h.Quantile(0.99)), P999: ms(h.Quantile(0.999)),
 		Max: ms(h.Max()), Mean: ms(h.Mean())}
 }
 
-func printLatency(w io.Writer, label string, l latencySummary) {
+func printLatency(w io.Writer, label string, l LatencySummary) {
 	fmt.Fprintf(w, "%s: p50 %.3fms  p99 %.3fms  p99.9 %.3fms  max %.3fms  mean %.3fms\n",
 		label, l.P50, l.P99, l.P999, l.Max, l.Mean)
 }
@@ -123,8 +135,8 @@ func printErrors(w io.Writer, byCode map[string]uint64) {
 	}
 }
 
-// profiled runs run under a CPU profile written to path (none when empty).
-func profiled[Result any](path string, run func() (Result, error)) (Result, error) {
+// Profiled runs run under a CPU profile written to path (none when empty).
+func Profiled[Result any](path string, run func() (Result, error)) (Result, error) {
 	stop, err := startCPUProfile(path)
 	if err != nil {
 		var none Result

@@ -1,4 +1,4 @@
-package cli
+package loadgen
 
 import (
 	"context"
@@ -9,12 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
 	"github.com/latch-io/latch/client/recipe"
-	"github.com/latch-io/latch/internal/cli/latency"
+	"github.com/latch-io/latch/internal/loadgen/latency"
 )
 
 // 'latchctl lock-bench' measures lock hand-offs: --clients workers, each a
@@ -28,8 +26,8 @@ import (
 // a hand-off writes (an enqueue and a delete: 2). Sessions are created
 // before the clock starts and closed after it stops.
 
-// lockBenchConfig is what 'latchctl lock-bench' runs.
-type lockBenchConfig struct {
+// LockBenchConfig is what 'latchctl lock-bench' runs.
+type LockBenchConfig struct {
 	Clients        int           `json:"clients"`
 	Locks          int           `json:"locks"`
 	Duration       time.Duration `json:"-"`
@@ -37,61 +35,27 @@ type lockBenchConfig struct {
 	Prefix         string        `json:"prefix"` // locks are named PREFIX-N
 }
 
-// lockBenchResult is the report of a run.
-type lockBenchResult struct {
-	lockBenchConfig
+// LockBenchResult is the report of a run.
+type LockBenchResult struct {
+	LockBenchConfig
 	DurationSeconds float64           `json:"duration_s"`
 	Cycles          uint64            `json:"cycles"` // acquire + release, both successful
 	CyclesPerSecond float64           `json:"cycles_per_s"`
 	Errors          uint64            `json:"errors"`
 	ErrorsByCode    map[string]uint64 `json:"errors_by_code,omitempty"`
-	Acquire         latencySummary    `json:"acquire_latency"`
-	Release         latencySummary    `json:"release_latency"`
+	Acquire         LatencySummary    `json:"acquire_latency"`
+	Release         LatencySummary    `json:"release_latency"`
 	// EntriesPerCycle is the first endpoint's applied index delta over the
 	// run divided by Cycles (the cancelled waiters of the end add a little).
 	EntriesPerCycle float64     `json:"raft_entries_per_cycle"`
-	Nodes           []nodeDelta `json:"nodes"`
+	Nodes           []NodeDelta `json:"nodes"`
 	// MetricsError says why Nodes is empty: a server without /metrics.
 	MetricsError string `json:"metrics_error,omitempty"`
 	LoadBefore   string `json:"loadavg_before,omitempty"`
 	LoadAfter    string `json:"loadavg_after,omitempty"`
 }
 
-func (a *app) lockBenchCommand() *cobra.Command {
-	cfg := lockBenchConfig{}
-	var cpuProfile string
-	cmd := &cobra.Command{
-		Use:   "lock-bench",
-		Short: "measure lock acquire+release cycles/s and acquire latency with many clients on one or many locks",
-		Long: "lock-bench runs --clients workers, each with a client and a session of its own, that\n" +
-			"acquire and release (client/recipe.Lock) back to back for --duration; worker i uses lock\n" +
-			"PREFIX-(i mod --locks). It reports cycles/s, p50/p99 latency of Acquire (queueing behind\n" +
-			"the other holders of the same lock included) and of Release, the raft entries written per\n" +
-			"cycle, and each server's CPU over the run. Example (the figures of docs/benchmarks.md):\n" +
-			"  latchctl lock-bench --endpoints http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003 \\\n" +
-			"    --clients 16 --locks 1 --duration 20s",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := cfg.validate(); err != nil {
-				return err
-			}
-			result, err := profiled(cpuProfile, func() (*lockBenchResult, error) {
-				return runLockBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
-			})
-			return a.printResult(result, err, func(w io.Writer) { printLockBench(w, result) })
-		},
-	}
-	flags := cmd.Flags()
-	flags.IntVar(&cfg.Clients, "clients", 16, "concurrent workers, each with its own client and session")
-	flags.IntVar(&cfg.Locks, "locks", 1, "distinct locks the workers spread over")
-	flags.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run")
-	flags.DurationVar(&cfg.SessionTimeout, "session-timeout", 10*time.Second, "timeout of the workers' sessions")
-	flags.StringVar(&cfg.Prefix, "prefix", "lock-bench", "lock names are PREFIX-N")
-	flags.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator to this file")
-	return cmd
-}
-
-func (cfg *lockBenchConfig) validate() error {
+func (cfg *LockBenchConfig) Validate() error {
 	switch {
 	case cfg.Clients < 1 || cfg.Locks < 1 || cfg.Duration <= 0 || cfg.SessionTimeout <= 0:
 		return usagef("--clients and --locks must be at least 1, --duration and --session-timeout positive")
@@ -113,9 +77,9 @@ type lockWorker struct {
 	errors  map[api.Code]uint64
 }
 
-// runLockBench creates the workers' sessions, runs them for cfg.Duration
+// RunLockBench creates the workers' sessions, runs them for cfg.Duration
 // (or until ctx ends), closes the sessions and merges the figures.
-func runLockBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg lockBenchConfig) (*lockBenchResult, error) {
+func RunLockBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg LockBenchConfig) (*LockBenchResult, error) {
 	target := newBenchTarget(endpoints, dialTimeout)
 	defer target.close()
 	workers, err := newLockWorkers(ctx, target, cfg)
@@ -124,7 +88,7 @@ func runLockBench(ctx context.Context, endpoints []string, dialTimeout time.Dura
 		return nil, err
 	}
 	servers := serverSampler{http: target.httpClient(), endpoints: endpoints}
-	result := &lockBenchResult{lockBenchConfig: cfg, ErrorsByCode: map[string]uint64{}, LoadBefore: loadAverage()}
+	result := &LockBenchResult{LockBenchConfig: cfg, ErrorsByCode: map[string]uint64{}, LoadBefore: loadAverage()}
 	before, sampleErr := servers.sample(ctx)
 	elapsed := runTimed(ctx, cfg.Duration, len(workers), func(stop context.Context, i int) { workers[i].run(stop) })
 	result.DurationSeconds = elapsed.Seconds()
@@ -144,7 +108,7 @@ func runLockBench(ctx context.Context, endpoints []string, dialTimeout time.Dura
 
 // newLockWorkers makes each worker's client, session and lock; sessions are
 // created in parallel.
-func newLockWorkers(ctx context.Context, target *benchTarget, cfg lockBenchConfig) ([]*lockWorker, error) {
+func newLockWorkers(ctx context.Context, target *benchTarget, cfg LockBenchConfig) ([]*lockWorker, error) {
 	workers := make([]*lockWorker, cfg.Clients)
 	errs := make([]error, cfg.Clients)
 	var wg sync.WaitGroup
@@ -227,7 +191,7 @@ func (w *lockWorker) run(ctx context.Context) {
 }
 
 // collectLockBench merges the workers' figures into result.
-func collectLockBench(result *lockBenchResult, workers []*lockWorker) {
+func collectLockBench(result *LockBenchResult, workers []*lockWorker) {
 	acquire, release := latency.New(), latency.New()
 	for _, w := range workers {
 		acquire.Merge(w.acquire)
@@ -257,7 +221,7 @@ func loadAverage() string {
 	return strings.Join(fields[:3], " ")
 }
 
-func printLockBench(w io.Writer, r *lockBenchResult) {
+func PrintLockBench(w io.Writer, r *LockBenchResult) {
 	fmt.Fprintf(w, "%d clients on %d lock(s), session timeout %v; load average %s -> %s\n",
 		r.Clients, r.Locks, r.SessionTimeout, r.LoadBefore, r.LoadAfter)
 	fmt.Fprintf(w, "%d cycles in %.2fs: %.0f cycles/s, %d errors; %.2f raft entries per cycle\n",

@@ -16,8 +16,8 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/linearize"
-	"github.com/latch-io/latch/internal/testseed"
+	"github.com/latch-io/latch/internal/testkit/linearize"
+	"github.com/latch-io/latch/internal/testkit/testseed"
 )
 
 // Checker L over the real cluster: concurrent clients doing get/put/CAS on a

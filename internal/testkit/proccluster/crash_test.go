@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/testcluster"
-	"github.com/latch-io/latch/internal/testseed"
-	"github.com/latch-io/latch/internal/vfs"
+	"github.com/latch-io/latch/internal/testkit/crashfs"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
+	"github.com/latch-io/latch/internal/testkit/testseed"
 )
 
 var seedFlag = flag.Uint64("seed", 0, "seed of the randomized proccluster tests (0: $PROCCLUSTER_SEED or the clock)")
@@ -37,7 +37,7 @@ func TestCrashLosingUnsynced(t *testing.T) {
 	const minCrashes, maxCrashes = 6, 20
 	var (
 		crashes int
-		total   vfs.CutReport
+		total   crashfs.CutReport
 	)
 	for crashes < minCrashes || (total.DroppedBytes == 0 && crashes < maxCrashes) {
 		leader, err := c.FindLeader(30*time.Second, c.Live()...)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latch-io/latch/internal/proccluster"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
 var (
@@ -81,7 +81,7 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// TestSoak is the long run: go test ./internal/chaos -run Soak -chaos.soak=30m -timeout 40m -v
+// TestSoak is the long run: go test ./internal/testkit/chaos -run Soak -chaos.soak=30m -timeout 40m -v
 func TestSoak(t *testing.T) {
 	if *soakFlag == 0 {
 		t.Skip("set -chaos.soak=30m to soak")

@@ -1,4 +1,4 @@
-package vfs_test
+package crashfs_test
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/latch-io/latch/internal/testkit/crashfs"
 	"github.com/latch-io/latch/internal/vfs"
 	"github.com/latch-io/latch/internal/wal"
 )
@@ -100,7 +101,7 @@ func TestJournalCutWAL(t *testing.T) {
 		} else if !errors.Is(err, errPowerCut) {
 			t.Fatalf("round %d: open: %v", round, err)
 		}
-		report, err := vfs.CutToJournal(journalPath, vfs.CrashOptions{TornSectors: random.Intn(2) == 0, Rand: random})
+		report, err := crashfs.CutToJournal(journalPath, vfs.CrashOptions{TornSectors: random.Intn(2) == 0, Rand: random})
 		if err != nil {
 			t.Fatalf("round %d: cut: %v", round, err)
 		}

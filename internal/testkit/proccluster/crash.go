@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"path/filepath"
 
+	"github.com/latch-io/latch/internal/testkit/crashfs"
 	"github.com/latch-io/latch/internal/vfs"
 )
 
@@ -22,16 +23,16 @@ func journalPath(m *Member) string {
 
 // CrashLosingUnsynced crashes member i as a power cut of its machine would:
 // it kills the process with SIGKILL, then cuts its data directory back to
-// what the process had fsynced, by its sync journal (vfs.CutToJournal).
+// what the process had fsynced, by its sync journal (crashfs.CutToJournal).
 // Bytes written but not synced are lost, files and renames no directory
 // sync made durable are undone; seed decides, at random, whether unsynced
 // sectors are torn (kept or zeroed each) or all dropped. It returns what the
 // cut did; the member stays down until Restart(i). The cluster must have
 // been started with Options.SyncJournal. Call it from one goroutine per
 // member, not concurrently with Replace of that slot.
-func (c *Cluster) CrashLosingUnsynced(i int, seed uint64) (vfs.CutReport, error) {
+func (c *Cluster) CrashLosingUnsynced(i int, seed uint64) (crashfs.CutReport, error) {
 	if !c.opts.SyncJournal {
-		return vfs.CutReport{}, ErrNoSyncJournal
+		return crashfs.CutReport{}, ErrNoSyncJournal
 	}
 	c.Kill(i)
 	m := c.Members[i]
@@ -39,7 +40,7 @@ func (c *Cluster) CrashLosingUnsynced(i int, seed uint64) (vfs.CutReport, error)
 	name, journal := m.Name, journalPath(m)
 	m.mu.Unlock()
 	random := rand.New(rand.NewSource(int64(seed)))
-	report, err := vfs.CutToJournal(journal, vfs.CrashOptions{TornSectors: random.Intn(2) == 0, Rand: random})
+	report, err := crashfs.CutToJournal(journal, vfs.CrashOptions{TornSectors: random.Intn(2) == 0, Rand: random})
 	if err != nil {
 		return report, fmt.Errorf("proccluster: crash %s losing unsynced data: %w", name, err)
 	}

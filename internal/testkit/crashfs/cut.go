@@ -1,4 +1,4 @@
-package vfs
+package crashfs
 
 import (
 	"bytes"
@@ -9,6 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
+
+	"github.com/latch-io/latch/internal/vfs"
 )
 
 // CutReport says what CutToJournal did to a data directory.
@@ -31,7 +34,7 @@ type CutReport struct {
 	// if the removal had reached the disk.
 	Gone []string `json:"gone,omitempty"`
 	// Torn says unsynced sectors were kept or dropped at random, and a
-	// file's size kept or cut back at random (CrashOptions.TornSectors).
+	// file's size kept or cut back at random (vfs.CrashOptions.TornSectors).
 	Torn bool `json:"torn,omitempty"`
 }
 
@@ -58,11 +61,11 @@ func (r CutReport) String() string {
 
 // ErrStillRunning is returned by CutToJournal when the journal's process
 // still holds one of its locks.
-var ErrStillRunning = errors.New("vfs: the journaled process still runs")
+var ErrStillRunning = errors.New("crashfs: the journaled process still runs")
 
-// CutToJournal rewrites the directory tree a Journal recorded into what a
-// power cut at this instant would have left, by the rules of MemFS's
-// CrashClone (see the package comment): a file keeps its contents up to the
+// CutToJournal rewrites the directory tree a vfs.Journal recorded into what
+// a power cut at this instant would have left, by the rules of vfs.MemFS's
+// CrashClone (see package vfs's comment): a file keeps its contents up to the
 // length its last Sync made durable, and later bytes are zeroed (with
 // opts.TornSectors each unsynced 512-byte sector is kept or zeroed, and the
 // file's size kept or cut back to its synced size, at random); a file stays
@@ -76,26 +79,26 @@ var ErrStillRunning = errors.New("vfs: the journaled process still runs")
 // with ErrStillRunning while one of its recorded locks is held. It appends
 // the report and a new baseline to the journal, so the restarted process
 // continues it.
-func CutToJournal(journalPath string, opts CrashOptions) (CutReport, error) {
+func CutToJournal(journalPath string, opts vfs.CrashOptions) (CutReport, error) {
 	report := CutReport{Torn: opts.TornSectors}
 	if opts.TornSectors && opts.Rand == nil {
-		return report, errors.New("vfs: cut: TornSectors needs Rand")
+		return report, errors.New("crashfs: cut: TornSectors needs Rand")
 	}
 	records, size, err := readJournal(journalPath)
 	if err != nil {
 		return report, err
 	}
-	if err := dropTornRecord(journalPath, size); err != nil {
+	if err := vfs.DropTornRecord(journalPath, size); err != nil {
 		return report, err
 	}
 	model, err := replay(records)
 	if err != nil {
-		return report, fmt.Errorf("vfs: cut %s: %w", journalPath, err)
+		return report, fmt.Errorf("crashfs: cut %s: %w", journalPath, err)
 	}
 	if err := model.checkUnlocked(); err != nil {
 		return report, err
 	}
-	disk, err := listTree(OS(), model.root)
+	disk, err := vfs.ListJournalTree(vfs.OS(), model.root)
 	if err != nil {
 		return report, err
 	}
@@ -116,33 +119,33 @@ func CutToJournal(journalPath string, opts CrashOptions) (CutReport, error) {
 			report.DroppedBytes += cut.Dropped
 		}
 	}
-	journal := &Journal{inner: OS(), path: absolute(journalPath), root: model.root}
-	if err := journal.append(journalRecord{Op: recordCut, Path: model.root, Report: &report}); err != nil {
-		return report, err
+	encoded, err := json.Marshal(report)
+	if err != nil {
+		return report, fmt.Errorf("crashfs: cut: encode the report: %w", err)
 	}
-	return report, journal.appendListing(recordBaseline)
+	return report, vfs.AppendCut(journalPath, model.root, encoded)
 }
 
 // readJournal parses the journal's records and returns them with the
 // journal's size. A last line without its newline is an append the kill cut
 // short and is ignored; any other malformed line is an error naming its
 // offset.
-func readJournal(path string) ([]journalRecord, int64, error) {
+func readJournal(path string) ([]vfs.JournalRecord, int64, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, 0, fmt.Errorf("vfs: read journal: %w", err)
+		return nil, 0, fmt.Errorf("crashfs: read journal: %w", err)
 	}
-	var records []journalRecord
+	var records []vfs.JournalRecord
 	for offset := 0; offset < len(data); {
 		end := bytes.IndexByte(data[offset:], '\n')
 		if end < 0 {
 			break
 		}
-		var record journalRecord
+		var record vfs.JournalRecord
 		if err := json.Unmarshal(data[offset:offset+end], &record); err != nil {
-			return nil, 0, fmt.Errorf("vfs: journal %s: record at offset %d: %w", path, offset, err)
+			return nil, 0, fmt.Errorf("crashfs: journal %s: record at offset %d: %w", path, offset, err)
 		}
-		record.offset = int64(offset)
+		record.Offset = int64(offset)
 		records = append(records, record)
 		offset += end + 1
 	}
@@ -175,10 +178,10 @@ type inodeRef struct {
 	generation int
 }
 
-func replay(records []journalRecord) (*cutModel, error) {
+func replay(records []vfs.JournalRecord) (*cutModel, error) {
 	last := -1
 	for i, record := range records {
-		if record.Op == recordBaseline {
+		if record.Op == vfs.RecordBaseline {
 			last = i
 		}
 	}
@@ -193,54 +196,54 @@ func replay(records []journalRecord) (*cutModel, error) {
 	}
 	for _, record := range records[last:] {
 		if err := model.apply(record); err != nil {
-			return nil, fmt.Errorf("record at offset %d: %w", record.offset, err)
+			return nil, fmt.Errorf("record at offset %d: %w", record.Offset, err)
 		}
 	}
 	return model, nil
 }
 
-func (m *cutModel) apply(record journalRecord) error {
+func (m *cutModel) apply(record vfs.JournalRecord) error {
 	switch record.Op {
-	case recordBaseline:
+	case vfs.RecordBaseline:
 		for _, entry := range record.Entries {
 			state := m.newGeneration(entry.Ino)
 			state.durableLen, state.durableSize = entry.Size, entry.Size
 			m.setDurable(entry.Path, inodeRef{entry.Ino, state.generation})
 		}
-	case recordStart:
+	case vfs.RecordStart:
 		m.reconcile(record.Entries)
-	case recordCreate:
+	case vfs.RecordCreate:
 		if state := m.inodes[record.Ino]; state != nil && !state.unlinked {
 			state.durableLen, state.durableSize = 0, 0 // O_TRUNC of the same file
 		} else {
 			m.newGeneration(record.Ino)
 		}
-	case recordSync:
+	case vfs.RecordSync:
 		m.applySync(record)
-	case recordSyncDir:
+	case vfs.RecordSyncDir:
 		names := map[string]inodeRef{}
 		for _, entry := range record.Entries {
 			names[entry.Name] = inodeRef{entry.Ino, m.current(entry.Ino).generation}
 		}
 		m.durable[record.Path] = names
-	case recordRename:
+	case vfs.RecordRename:
 		if state := m.inodes[record.Replaced]; record.Replaced != record.Ino && state != nil {
 			state.unlinked = true
 		}
-	case recordRemove:
+	case vfs.RecordRemove:
 		if state := m.inodes[record.Ino]; state != nil {
 			state.unlinked = true
 		}
-	case recordLock:
+	case vfs.RecordLock:
 		m.locks[record.Path] = true
-	case recordCut:
+	case vfs.RecordCut:
 	default:
 		return fmt.Errorf("unknown journal record %q", record.Op)
 	}
 	return nil
 }
 
-func (m *cutModel) applySync(record journalRecord) {
+func (m *cutModel) applySync(record vfs.JournalRecord) {
 	state := m.inodes[record.Ino]
 	if state != nil && state.unlinked {
 		return // a removed file's contents matter to no name
@@ -286,7 +289,7 @@ func (m *cutModel) setDurable(path string, ref inodeRef) {
 // reconcile brings the model in line with the files on disk, which may
 // differ after a kill cut off a record: a file missing from disk was
 // removed; a file the model did not have (or had as removed) is new.
-func (m *cutModel) reconcile(files []journalEntry) {
+func (m *cutModel) reconcile(files []vfs.JournalEntry) {
 	present := map[uint64]bool{}
 	for _, file := range files {
 		present[file.Ino] = true
@@ -307,12 +310,12 @@ func (m *cutModel) checkUnlocked() error {
 		if _, err := os.Stat(path); err != nil {
 			continue
 		}
-		lock, err := OS().Lock(path)
-		if errors.Is(err, ErrLocked) {
+		lock, err := vfs.OS().Lock(path)
+		if errors.Is(err, vfs.ErrLocked) {
 			return fmt.Errorf("%w: %s is locked", ErrStillRunning, path)
 		}
 		if err != nil {
-			return fmt.Errorf("vfs: cut: %w", err)
+			return fmt.Errorf("crashfs: cut: %w", err)
 		}
 		lock.Close()
 	}
@@ -331,7 +334,7 @@ type cutPlan struct {
 // place gives every durable name the file it durably holds, if that file is
 // still on disk; a durable name whose file is gone keeps the file now there,
 // if no other name claims it (the replacement reached the disk).
-func (m *cutModel) place(files []journalEntry) *cutPlan {
+func (m *cutModel) place(files []vfs.JournalEntry) *cutPlan {
 	plan := &cutPlan{disk: map[uint64]string{}, claimed: map[uint64]string{}, locks: m.locks}
 	at := map[string]uint64{}
 	for _, file := range files {
@@ -396,7 +399,7 @@ func (p *cutPlan) apply(report *CutReport) error {
 			return err
 		}
 		if err := os.Remove(path); err != nil {
-			return fmt.Errorf("vfs: cut: %w", err)
+			return fmt.Errorf("crashfs: cut: %w", err)
 		}
 		report.Removed = append(report.Removed, path)
 		report.RemovedBytes += written
@@ -410,16 +413,16 @@ func (p *cutPlan) apply(report *CutReport) error {
 		}
 		temp := filepath.Join(filepath.Dir(to), fmt.Sprintf(".latch-cut-%d", ino))
 		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-			return fmt.Errorf("vfs: cut: %w", err)
+			return fmt.Errorf("crashfs: cut: %w", err)
 		}
 		if err := os.Rename(from, temp); err != nil {
-			return fmt.Errorf("vfs: cut: %w", err)
+			return fmt.Errorf("crashfs: cut: %w", err)
 		}
 		moves = append(moves, move{from, temp, to})
 	}
 	for _, m := range moves {
 		if err := os.Rename(m.temp, m.to); err != nil {
-			return fmt.Errorf("vfs: cut: %w", err)
+			return fmt.Errorf("crashfs: cut: %w", err)
 		}
 		report.Restored = append(report.Restored, m.from+" -> "+m.to)
 	}
@@ -428,16 +431,16 @@ func (p *cutPlan) apply(report *CutReport) error {
 
 // cutContent zeroes (or, torn, zeroes some sectors of) the file's bytes
 // past durableLen and cuts its size back to durableSize.
-func cutContent(path string, durableLen, durableSize int64, opts CrashOptions) (CutFile, error) {
+func cutContent(path string, durableLen, durableSize int64, opts vfs.CrashOptions) (CutFile, error) {
 	result := CutFile{Path: path, Durable: durableLen}
 	file, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		return result, fmt.Errorf("vfs: cut: %w", err)
+		return result, fmt.Errorf("crashfs: cut: %w", err)
 	}
 	defer file.Close()
 	info, err := file.Stat()
 	if err != nil {
-		return result, fmt.Errorf("vfs: cut: %w", err)
+		return result, fmt.Errorf("crashfs: cut: %w", err)
 	}
 	size := info.Size()
 	result.Size = size
@@ -446,7 +449,7 @@ func cutContent(path string, durableLen, durableSize int64, opts CrashOptions) (
 	}
 	written, err := writtenRegions(file, durableLen, size)
 	if err != nil {
-		return result, fmt.Errorf("vfs: cut %s: %w", path, err)
+		return result, fmt.Errorf("crashfs: cut %s: %w", path, err)
 	}
 	newSize := size
 	if keepSize := opts.TornSectors && opts.Rand.Intn(2) == 0; !keepSize {
@@ -455,13 +458,13 @@ func cutContent(path string, durableLen, durableSize int64, opts CrashOptions) (
 	for _, region := range written {
 		zeroed, err := zeroSectors(file, region.start, min(region.end, newSize), opts)
 		if err != nil {
-			return result, fmt.Errorf("vfs: cut %s: %w", path, err)
+			return result, fmt.Errorf("crashfs: cut %s: %w", path, err)
 		}
 		result.Dropped += zeroed
 	}
 	if newSize < size {
 		if err := file.Truncate(newSize); err != nil {
-			return result, fmt.Errorf("vfs: cut: %w", err)
+			return result, fmt.Errorf("crashfs: cut: %w", err)
 		}
 		for _, region := range written {
 			result.Dropped += max(0, region.end-max(region.start, newSize))
@@ -475,16 +478,16 @@ func cutContent(path string, durableLen, durableSize int64, opts CrashOptions) (
 func writtenBytes(path string) (int64, error) {
 	file, err := os.Open(path)
 	if err != nil {
-		return 0, fmt.Errorf("vfs: cut: %w", err)
+		return 0, fmt.Errorf("crashfs: cut: %w", err)
 	}
 	defer file.Close()
 	info, err := file.Stat()
 	if err != nil {
-		return 0, fmt.Errorf("vfs: cut: %w", err)
+		return 0, fmt.Errorf("crashfs: cut: %w", err)
 	}
 	regions, err := writtenRegions(file, 0, info.Size())
 	if err != nil {
-		return 0, fmt.Errorf("vfs: cut %s: %w", path, err)
+		return 0, fmt.Errorf("crashfs: cut %s: %w", path, err)
 	}
 	var total int64
 	for _, region := range regions {
@@ -530,11 +533,11 @@ func writtenRegions(file *os.File, from, to int64) ([]span, error) {
 // zeroSectors zeroes [from, to) of the file, or with opts.TornSectors each
 // 512-byte sector's part of it at random, and returns how many bytes it
 // zeroed.
-func zeroSectors(file *os.File, from, to int64, opts CrashOptions) (int64, error) {
+func zeroSectors(file *os.File, from, to int64, opts vfs.CrashOptions) (int64, error) {
 	var zeroed int64
 	runStart, runEnd := from, from // the run of sectors to zero next
-	for sector := from / SectorSize * SectorSize; sector < to; sector += SectorSize {
-		partEnd := min(sector+SectorSize, to)
+	for sector := from / vfs.SectorSize * vfs.SectorSize; sector < to; sector += vfs.SectorSize {
+		partEnd := min(sector+vfs.SectorSize, to)
 		if opts.TornSectors && opts.Rand.Intn(2) == 0 {
 			// This sector reached the disk: zero the run before it.
 			if err := writeZeros(file, runStart, runEnd); err != nil {
@@ -564,4 +567,10 @@ func writeZeros(file *os.File, from, to int64) error {
 
 func lastNonZero(data []byte) int {
 	return len(bytes.TrimRight(data, "\x00")) - 1
+}
+
+// within reports whether path is dir or below it (both clean and absolute).
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

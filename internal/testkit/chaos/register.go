@@ -17,7 +17,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/linearize"
+	"github.com/latch-io/latch/internal/testkit/linearize"
 )
 
 // registers is workload L: get, put and CAS on a few keys from several

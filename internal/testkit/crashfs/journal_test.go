@@ -1,4 +1,4 @@
-package vfs_test
+package crashfs_test
 
 import (
 	"bytes"
@@ -11,7 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/latch-io/latch/internal/testseed"
+	"github.com/latch-io/latch/internal/testkit/crashfs"
+	"github.com/latch-io/latch/internal/testkit/testseed"
 	"github.com/latch-io/latch/internal/vfs"
 )
 
@@ -68,9 +69,9 @@ func (j *journaled) syncDir() {
 	}
 }
 
-func (j *journaled) cut(opts vfs.CrashOptions) vfs.CutReport {
+func (j *journaled) cut(opts vfs.CrashOptions) crashfs.CutReport {
 	j.t.Helper()
-	report, err := vfs.CutToJournal(j.journal, opts)
+	report, err := crashfs.CutToJournal(j.journal, opts)
 	if err != nil {
 		j.t.Fatalf("cut: %v", err)
 	}
@@ -122,7 +123,7 @@ func TestJournalCut(t *testing.T) {
 		name string
 		// run works on the data directory; check looks at it after the cut.
 		run   func(t *testing.T, j *journaled)
-		check func(t *testing.T, j *journaled, report vfs.CutReport)
+		check func(t *testing.T, j *journaled, report crashfs.CutReport)
 	}{{
 		name: "unsynced-tail-dropped",
 		run: func(t *testing.T, j *journaled) {
@@ -132,7 +133,7 @@ func TestJournalCut(t *testing.T) {
 			j.syncDir()
 			write(t, f, filled('b', 3000))
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			if got := j.contents("f"); !bytes.Equal(got, filled('a', 1000)) {
 				t.Fatalf("f has %d bytes %.20q..., want the 1000 synced ones", len(got), got)
 			}
@@ -152,7 +153,7 @@ func TestJournalCut(t *testing.T) {
 			j.syncDir()
 			writeAt(t, f, filled('b', 2000), 1000)
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			want := append(filled('a', 1000), make([]byte, 64<<10-1000)...)
 			if got := j.contents("segment"); !bytes.Equal(got, want) {
 				t.Fatalf("segment is not its 1000 synced bytes then zeros to 64 KiB (length %d)", len(got))
@@ -174,7 +175,7 @@ func TestJournalCut(t *testing.T) {
 			writeAt(t, f, filled('b', 100), 1000)
 			writeAt(t, f, filled('c', 100), 512<<10)
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			want := append(filled('a', 1000), make([]byte, 1<<20-1000)...)
 			if got := j.contents("segment"); !bytes.Equal(got, want) {
 				t.Fatalf("segment is not its 1000 synced bytes then zeros to 1 MiB (length %d)", len(got))
@@ -194,7 +195,7 @@ func TestJournalCut(t *testing.T) {
 			write(t, g, []byte("synced contents, unsynced name"))
 			syncFile(t, g)
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			j.absent("unsynced-name")
 			if got := j.contents("durable"); string(got) != "kept" {
 				t.Fatalf("durable = %q", got)
@@ -214,7 +215,7 @@ func TestJournalCut(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			j.absent("final")
 			if got := j.contents("temp"); string(got) != "snapshot" {
 				t.Fatalf("temp = %q", got)
@@ -234,7 +235,7 @@ func TestJournalCut(t *testing.T) {
 			}
 			j.syncDir()
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			j.absent("temp")
 			if got := j.contents("final"); string(got) != "snapshot" {
 				t.Fatalf("final = %q", got)
@@ -254,7 +255,7 @@ func TestJournalCut(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			j.absent("old")
 			if len(report.Gone) != 1 {
 				t.Fatalf("gone %v, want the removed durable name", report.Gone)
@@ -276,7 +277,7 @@ func TestJournalCut(t *testing.T) {
 			write(t, g, []byte("new contents"))
 			syncFile(t, g)
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			j.absent("old")
 			j.absent("new")
 		},
@@ -293,7 +294,7 @@ func TestJournalCut(t *testing.T) {
 			syncFile(t, f)
 			writeAt(t, f, filled('b', 500), 1000)
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			if got := j.contents("f"); !bytes.Equal(got, filled('a', 1000)) {
 				t.Fatalf("f has %d bytes, want the 1000 left by the synced truncate", len(got))
 			}
@@ -314,7 +315,7 @@ func TestJournalCut(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			j.absent("final")
 			if got := j.contents("temp"); string(got) != "durable under temp" {
 				t.Fatalf("temp = %q", got)
@@ -327,7 +328,7 @@ func TestJournalCut(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			j.absent("unrecorded")
 		},
 	}, {
@@ -338,7 +339,7 @@ func TestJournalCut(t *testing.T) {
 			syncFile(t, f)
 			j.syncDir()
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			if !report.Empty() || string(j.contents("f")) != "all synced" {
 				t.Fatalf("report %+v, f %q: want nothing cut", report, j.contents("f"))
 			}
@@ -357,7 +358,7 @@ func TestJournalCut(t *testing.T) {
 			syncFile(t, g)
 			j.syncDir()
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			if got := j.contents("f"); !bytes.Equal(got, filled('a', 1000)) {
 				t.Fatalf("f has %d bytes, want the first process's 1000 synced ones", len(got))
 			}
@@ -386,7 +387,7 @@ func TestJournalCut(t *testing.T) {
 			syncFile(t, g)
 			j.syncDir()
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			if string(j.contents("f")) != "synced" || string(j.contents("g")) != "after the torn record" {
 				t.Fatalf("f = %q, g = %q", j.contents("f"), j.contents("g"))
 			}
@@ -404,7 +405,7 @@ func TestJournalCut(t *testing.T) {
 			h := j.create("h")
 			write(t, h, []byte("unsynced name"))
 		},
-		check: func(t *testing.T, j *journaled, report vfs.CutReport) {
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
 			if got := j.contents("f"); !bytes.Equal(got, filled('a', 100)) {
 				t.Fatalf("f has %d bytes, want 100", len(got))
 			}
@@ -484,7 +485,7 @@ func TestJournalRefuses(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer lock.Close()
-		if _, err := vfs.CutToJournal(j.journal, vfs.CrashOptions{}); !errors.Is(err, vfs.ErrStillRunning) {
+		if _, err := crashfs.CutToJournal(j.journal, vfs.CrashOptions{}); !errors.Is(err, crashfs.ErrStillRunning) {
 			t.Fatalf("cut under a held lock: %v, want ErrStillRunning", err)
 		}
 	})
@@ -504,7 +505,7 @@ func TestJournalRefuses(t *testing.T) {
 			}
 			f.WriteString(tt.record)
 			f.Close()
-			_, err = vfs.CutToJournal(j.journal, vfs.CrashOptions{})
+			_, err = crashfs.CutToJournal(j.journal, vfs.CrashOptions{})
 			offset := fmt.Sprintf("offset %d", info.Size())
 			if err == nil || !strings.Contains(err.Error(), j.journal) || !strings.Contains(err.Error(), offset) {
 				t.Fatalf("cut of a journal with a bad record: %v, want an error naming %s and %s", err, j.journal, offset)

@@ -1,4 +1,4 @@
-package cli
+package loadgen
 
 import (
 	"bytes"
@@ -11,10 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/cli/latency"
+	"github.com/latch-io/latch/internal/loadgen/latency"
 )
 
 // 'latchctl session-bench' measures what a fleet of sessions costs a
@@ -29,8 +27,8 @@ import (
 // It speaks HTTP directly (not through client.Session) so that it can time
 // each call and pace the batches itself.
 
-// sessionBenchConfig is what 'latchctl session-bench' runs.
-type sessionBenchConfig struct {
+// SessionBenchConfig is what 'latchctl session-bench' runs.
+type SessionBenchConfig struct {
 	Sessions    int           `json:"sessions"`
 	Rate        float64       `json:"create_rate_target"` // creations a second; 0: unlimited
 	Concurrency int           `json:"create_concurrency"`
@@ -41,59 +39,26 @@ type sessionBenchConfig struct {
 	Close       bool          `json:"close"`
 }
 
-// sessionBenchResult is the report of a run.
-type sessionBenchResult struct {
-	sessionBenchConfig
+// SessionBenchResult is the report of a run.
+type SessionBenchResult struct {
+	SessionBenchConfig
 	TimeoutMs         uint64            `json:"timeout_ms"`
 	IntervalSeconds   float64           `json:"interval_s"`
 	Created           int               `json:"created"`
 	CreateSeconds     float64           `json:"create_s"`
 	CreatesPerSecond  float64           `json:"creates_per_s"`
 	CreateErrors      map[string]uint64 `json:"create_errors,omitempty"`
-	Creation          []nodeDelta       `json:"creation"`
+	Creation          []NodeDelta       `json:"creation"`
 	HeartbeatCalls    uint64            `json:"heartbeat_calls"`
 	HeartbeatIDs      uint64            `json:"heartbeat_ids"`
 	HeartbeatErrors   map[string]uint64 `json:"heartbeat_errors,omitempty"`
-	HeartbeatLatency  latencySummary    `json:"heartbeat_latency"`
+	HeartbeatLatency  LatencySummary    `json:"heartbeat_latency"`
 	SpuriousExpiries  int               `json:"spurious_expiries"`
-	Heartbeating      []nodeDelta       `json:"heartbeat_phase"`
+	Heartbeating      []NodeDelta       `json:"heartbeat_phase"`
 	HeartbeatDuration float64           `json:"heartbeat_s"`
 }
 
-func (a *app) sessionBenchCommand() *cobra.Command {
-	cfg := sessionBenchConfig{}
-	cmd := &cobra.Command{
-		Use:   "session-bench",
-		Short: "create many sessions, keep them alive with batched heartbeats, report what they cost the servers",
-		Long: "session-bench creates --sessions sessions (at most --rate a second, --concurrency at once), keeps\n" +
-			"them alive with batched heartbeats (--batch ids a call) every --interval for --duration, and\n" +
-			"reports creations/s, heartbeat latency p50/p99, spurious expiries, and from every endpoint's\n" +
-			"/metrics the applied index delta over the heartbeat phase (heartbeats make no log entries),\n" +
-			"resident memory and CPU. Example (the 20,000-session figure):\n" +
-			"  latchctl session-bench --endpoints http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003 \\\n" +
-			"    --sessions 20000 --interval 3s --duration 5m",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := cfg.validate(); err != nil {
-				return err
-			}
-			result, err := runSessionBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg, a.io.Stderr)
-			return a.printResult(result, err, func(w io.Writer) { printSessionBench(w, result) })
-		},
-	}
-	flags := cmd.Flags()
-	flags.IntVar(&cfg.Sessions, "sessions", 20000, "sessions to create and keep alive")
-	flags.Float64Var(&cfg.Rate, "rate", 0, "target creations a second (0: as fast as --concurrency allows)")
-	flags.IntVar(&cfg.Concurrency, "concurrency", 256, "session creations in flight at once")
-	flags.DurationVar(&cfg.Timeout, "session-timeout", 10*time.Second, "timeout asked for each session")
-	flags.DurationVar(&cfg.Interval, "interval", 3*time.Second, "heartbeat interval of every session")
-	flags.DurationVar(&cfg.Duration, "duration", 5*time.Minute, "length of the heartbeat phase")
-	flags.IntVar(&cfg.Batch, "batch", 400, "session ids per heartbeat call (the server bounds request bodies)")
-	flags.BoolVar(&cfg.Close, "close", true, "close the sessions at the end (else they expire)")
-	return cmd
-}
-
-func (cfg *sessionBenchConfig) validate() error {
+func (cfg *SessionBenchConfig) Validate() error {
 	switch {
 	case cfg.Sessions < 1 || cfg.Concurrency < 1 || cfg.Batch < 1:
 		return usagef("--sessions, --concurrency and --batch must be at least 1")
@@ -109,11 +74,11 @@ type sessionBench struct {
 	progress io.Writer
 }
 
-func runSessionBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg sessionBenchConfig, progress io.Writer) (*sessionBenchResult, error) {
+func RunSessionBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg SessionBenchConfig, progress io.Writer) (*SessionBenchResult, error) {
 	target := newBenchTarget(endpoints, dialTimeout)
 	defer target.close()
 	b := &sessionBench{serverSampler: serverSampler{http: target.httpClient(), endpoints: endpoints}, progress: progress}
-	result := &sessionBenchResult{sessionBenchConfig: cfg, IntervalSeconds: cfg.Interval.Seconds()}
+	result := &SessionBenchResult{SessionBenchConfig: cfg, IntervalSeconds: cfg.Interval.Seconds()}
 
 	before, err := b.sample(ctx)
 	if err != nil {
@@ -177,7 +142,7 @@ func (b *sessionBench) post(ctx context.Context, endpoint, path string, in, out 
 
 // create makes cfg.Sessions sessions with cfg.Concurrency workers paced to
 // cfg.Rate, round-robin over the endpoints, and returns their ids.
-func (b *sessionBench) create(ctx context.Context, cfg sessionBenchConfig, result *sessionBenchResult) ([]string, error) {
+func (b *sessionBench) create(ctx context.Context, cfg SessionBenchConfig, result *SessionBenchResult) ([]string, error) {
 	ids := make([]string, 0, cfg.Sessions)
 	var mu sync.Mutex // guards ids, result.CreateErrors and result.TimeoutMs
 	result.CreateErrors = map[string]uint64{}
@@ -222,7 +187,7 @@ func (b *sessionBench) create(ctx context.Context, cfg sessionBenchConfig, resul
 
 // heartbeat keeps ids alive for cfg.Duration: every interval, each batch
 // is sent once, batch k at offset k*interval/batches, to endpoint k mod n.
-func (b *sessionBench) heartbeat(ctx context.Context, cfg sessionBenchConfig, ids []string, result *sessionBenchResult) {
+func (b *sessionBench) heartbeat(ctx context.Context, cfg SessionBenchConfig, ids []string, result *SessionBenchResult) {
 	var batches [][]string
 	for len(ids) > 0 {
 		n := min(len(ids), cfg.Batch)
@@ -285,7 +250,7 @@ func (b *sessionBench) closeAll(ctx context.Context, workers int, ids []string) 
 	wg.Wait()
 }
 
-func printSessionBench(w io.Writer, r *sessionBenchResult) {
+func PrintSessionBench(w io.Writer, r *SessionBenchResult) {
 	fmt.Fprintf(w, "%d sessions (timeout %dms) created in %.2fs: %.0f/s (target %v, %d in flight), errors %v\n",
 		r.Created, r.TimeoutMs, r.CreateSeconds, r.CreatesPerSecond, rateText(r.Rate), r.Concurrency, r.CreateErrors)
 	printDeltas(w, "creation", r.Creation)

@@ -1,4 +1,4 @@
-package cli
+package loadgen
 
 import (
 	"context"
@@ -9,15 +9,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
-	"github.com/latch-io/latch/internal/cli/latency"
+	"github.com/latch-io/latch/internal/loadgen/latency"
 )
 
-// benchConfig is what 'latchctl bench' runs.
-type benchConfig struct {
+// BenchConfig is what 'latchctl bench' runs.
+type BenchConfig struct {
 	Op           string        `json:"op"`          // put, get or mixed
 	Consistency  string        `json:"consistency"` // of the reads
 	Clients      int           `json:"clients"`
@@ -29,67 +27,26 @@ type benchConfig struct {
 	Seed         uint64        `json:"seed"`
 }
 
-// benchResult is the report of a run.
-type benchResult struct {
-	benchConfig
+// BenchResult is the report of a run.
+type BenchResult struct {
+	BenchConfig
 	DurationSeconds float64           `json:"duration_s"` // measured
 	Ops             uint64            `json:"ops"`        // successful operations
 	OpsPerSecond    float64           `json:"ops_per_s"`
 	Errors          uint64            `json:"errors"`
 	ErrorsByCode    map[string]uint64 `json:"errors_by_code,omitempty"`
-	Latency         latencySummary    `json:"latency"`
-	Reads           *opSummary        `json:"reads,omitempty"`  // mixed only
-	Writes          *opSummary        `json:"writes,omitempty"` // mixed only
+	Latency         LatencySummary    `json:"latency"`
+	Reads           *OpSummary        `json:"reads,omitempty"`  // mixed only
+	Writes          *OpSummary        `json:"writes,omitempty"` // mixed only
 }
 
-type opSummary struct {
+type OpSummary struct {
 	Ops          uint64         `json:"ops"`
 	OpsPerSecond float64        `json:"ops_per_s"`
-	Latency      latencySummary `json:"latency"`
+	Latency      LatencySummary `json:"latency"`
 }
 
-func (a *app) benchCommand() *cobra.Command {
-	cfg := benchConfig{}
-	var cpuProfile string
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "generate load over the HTTP API and report ops/s and latency percentiles",
-		Long: "bench runs --clients goroutines, each sending requests back to back for --duration,\n" +
-			"and reports successful ops/s, errors by code, and p50/p99/p99.9 latency of the\n" +
-			"successful ones (a latency includes the client library's retries, if any). Each client\n" +
-			"starts on a random endpoint and fails over like any client. get and mixed first write\n" +
-			"the --keys keys under --prefix. Example (the 256-client write figure):\n" +
-			"  latchctl bench --endpoints http://127.0.0.1:7001,http://127.0.0.1:7002,http://127.0.0.1:7003 \\\n" +
-			"    --op put --clients 256 --duration 20s --value-size 256",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := cfg.validate(); err != nil {
-				return err
-			}
-			if cfg.Seed == 0 {
-				cfg.Seed = uint64(time.Now().UnixNano())
-			}
-			result, err := profiled(cpuProfile, func() (*benchResult, error) {
-				return runBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
-			})
-			return a.printResult(result, err, func(w io.Writer) { printBench(w, result) })
-		},
-	}
-	flags := cmd.Flags()
-	flags.StringVar(&cfg.Op, "op", "put", "operation: put, get or mixed")
-	flags.StringVar(&cfg.Consistency, "consistency", api.Linearizable, "reads: linearizable or stale")
-	flags.IntVar(&cfg.Clients, "clients", 1, "concurrent clients, each doing requests back to back")
-	flags.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run")
-	flags.IntVar(&cfg.ValueSize, "value-size", 256, "bytes per written value")
-	flags.IntVar(&cfg.Keys, "keys", 1000, "distinct keys, chosen uniformly at random")
-	flags.Float64Var(&cfg.ReadFraction, "read-fraction", 0.9, "share of reads in --op mixed")
-	flags.StringVar(&cfg.Prefix, "prefix", "/bench", "parent node of the keys")
-	flags.Uint64Var(&cfg.Seed, "seed", 0, "seed of key choice (0: from the clock; printed)")
-	flags.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator to this file")
-	return cmd
-}
-
-func (cfg *benchConfig) validate() error {
+func (cfg *BenchConfig) Validate() error {
 	switch {
 	case cfg.Op != "put" && cfg.Op != "get" && cfg.Op != "mixed":
 		return usagef("--op %q: want put, get or mixed", cfg.Op)
@@ -119,9 +76,9 @@ type benchWorker struct {
 	errors map[api.Code]uint64
 }
 
-// runBench prepares the keys, runs the workers for cfg.Duration (or until
+// RunBench prepares the keys, runs the workers for cfg.Duration (or until
 // ctx ends) and merges their figures.
-func runBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg benchConfig) (*benchResult, error) {
+func RunBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg BenchConfig) (*BenchResult, error) {
 	target := newBenchTarget(endpoints, dialTimeout)
 	defer target.close()
 	keys := make([]string, cfg.Keys)
@@ -156,7 +113,7 @@ func runBench(ctx context.Context, endpoints []string, dialTimeout time.Duration
 
 // run sends requests back to back until stop ends; a request in flight
 // then completes and counts, unless ctx ends too.
-func (w *benchWorker) run(ctx, stop context.Context, cfg benchConfig, keys []string, value string) {
+func (w *benchWorker) run(ctx, stop context.Context, cfg BenchConfig, keys []string, value string) {
 	var readOpts []client.ReadOption
 	if cfg.Consistency == api.Stale {
 		readOpts = append(readOpts, client.Stale())
@@ -200,9 +157,9 @@ func populate(ctx context.Context, workers []*benchWorker, keys []string, value 
 	return errors.Join(errs...)
 }
 
-func collect(cfg benchConfig, workers []*benchWorker, elapsed time.Duration) *benchResult {
+func collect(cfg BenchConfig, workers []*benchWorker, elapsed time.Duration) *BenchResult {
 	reads, writes, all := latency.New(), latency.New(), latency.New()
-	result := &benchResult{benchConfig: cfg, DurationSeconds: elapsed.Seconds(), ErrorsByCode: map[string]uint64{}}
+	result := &BenchResult{BenchConfig: cfg, DurationSeconds: elapsed.Seconds(), ErrorsByCode: map[string]uint64{}}
 	for _, w := range workers {
 		reads.Merge(w.reads)
 		writes.Merge(w.writes)
@@ -215,8 +172,8 @@ func collect(cfg benchConfig, workers []*benchWorker, elapsed time.Duration) *be
 	result.OpsPerSecond = float64(all.Count()) / seconds
 	result.Latency = summarize(all)
 	if cfg.Op == "mixed" {
-		result.Reads = &opSummary{Ops: reads.Count(), OpsPerSecond: float64(reads.Count()) / seconds, Latency: summarize(reads)}
-		result.Writes = &opSummary{Ops: writes.Count(), OpsPerSecond: float64(writes.Count()) / seconds, Latency: summarize(writes)}
+		result.Reads = &OpSummary{Ops: reads.Count(), OpsPerSecond: float64(reads.Count()) / seconds, Latency: summarize(reads)}
+		result.Writes = &OpSummary{Ops: writes.Count(), OpsPerSecond: float64(writes.Count()) / seconds, Latency: summarize(writes)}
 	}
 	return result
 }
@@ -232,7 +189,7 @@ func randomValue(n int, seed uint64) string {
 	return string(b)
 }
 
-func printBench(w io.Writer, r *benchResult) {
+func PrintBench(w io.Writer, r *BenchResult) {
 	fmt.Fprintf(w, "op %s, consistency %s, %d clients, value %d bytes, %d keys, seed %d\n",
 		r.Op, r.Consistency, r.Clients, r.ValueSize, r.Keys, r.Seed)
 	fmt.Fprintf(w, "%d ops in %.2fs: %.0f ops/s, %d errors\n", r.Ops, r.DurationSeconds, r.OpsPerSecond, r.Errors)

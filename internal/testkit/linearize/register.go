@@ -9,7 +9,7 @@ import (
 )
 
 // The helpers below are the shared half of a register workload against a
-// real cluster (internal/testcluster's checker L, test/membership): how a
+// real cluster (internal/testkit/testcluster's checker L, test/membership): how a
 // client picks its next operation and how the cluster's answer ends the
 // recorded call. Sending the operation stays with the caller.
 

@@ -1,4 +1,4 @@
-package cli
+package loadgen
 
 import (
 	"bufio"
@@ -32,8 +32,8 @@ type nodeSample struct {
 	CPUSeconds   float64 `json:"cpu_seconds"`
 }
 
-// nodeDelta is a server's change over a phase.
-type nodeDelta struct {
+// NodeDelta is a server's change over a phase.
+type NodeDelta struct {
 	Endpoint      string  `json:"endpoint"`
 	Role          string  `json:"role"`
 	AppliedDelta  int64   `json:"applied_index_delta"`
@@ -142,10 +142,10 @@ func readMetrics(r io.Reader, into map[string]float64) error {
 
 // deltas compares two samples per endpoint over a phase of seconds;
 // sessions > 0 adds the resident bytes per session.
-func deltas(before, after []nodeSample, seconds float64, sessions int) []nodeDelta {
-	out := make([]nodeDelta, len(after))
+func deltas(before, after []nodeSample, seconds float64, sessions int) []NodeDelta {
+	out := make([]NodeDelta, len(after))
 	for i := range after {
-		d := nodeDelta{
+		d := NodeDelta{
 			Endpoint: after[i].Endpoint, Role: after[i].Role,
 			AppliedDelta: int64(after[i].AppliedIndex) - int64(before[i].AppliedIndex),
 			RSSBeforeMiB: before[i].RSSBytes / (1 << 20), RSSAfterMiB: after[i].RSSBytes / (1 << 20),
@@ -162,7 +162,7 @@ func deltas(before, after []nodeSample, seconds float64, sessions int) []nodeDel
 	return out
 }
 
-func printDeltas(w io.Writer, phase string, list []nodeDelta) {
+func printDeltas(w io.Writer, phase string, list []NodeDelta) {
 	for _, d := range list {
 		fmt.Fprintf(w, "  %s %s %-9s applied +%d, RSS %.1f -> %.1f MiB", phase, d.Endpoint, d.Role,
 			d.AppliedDelta, d.RSSBeforeMiB, d.RSSAfterMiB)

@@ -8,7 +8,7 @@ import (
 
 // TestPlantedBugs shows each checker failing on the bug it exists to
 // catch, over real processes. (a) is also shown in-process by
-// internal/testcluster's crashable vfs.
+// internal/testkit/testcluster's crashable vfs.
 func TestPlantedBugs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-process fault suite")

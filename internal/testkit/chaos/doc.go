@@ -1,11 +1,11 @@
 // Package chaos is latch's Jepsen-style fault suite over real processes.
-// Run starts a cluster of latchd processes (internal/proccluster), runs
+// Run starts a cluster of latchd processes (internal/testkit/proccluster), runs
 // concurrent client workloads through the HTTP API, injects faults on a
 // schedule drawn from a seed, heals, waits for quiescence and then checks
 // the histories with the checkers of docs/correctness.md:
 //
 //   - L: get/put/CAS on a few versioned registers, checked with Porcupine
-//     (internal/linearize); an Unknown verdict is a failure.
+//     (internal/testkit/linearize); an Unknown verdict is a failure.
 //   - F: lock acquire -> write through a fencing.Guard -> release, with
 //     holders that stall past their session timeout and then write; the
 //     guard's accepted tokens must never decrease. Twice: in-process
