@@ -29,6 +29,8 @@ var layers = [][]string{
 	{"fencing"},
 	{"internal/httpapi"},
 	{"internal/server"},
+	{"internal/sessions", "internal/queues"}, // the features over a group's runtime
+	{"internal/replica"},                     // one consensus group's runtime
 	{"internal/raftnode"},
 	{"internal/transport"},
 	{"internal/wal"},

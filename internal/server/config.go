@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latch-io/latch/internal/clock"
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/vfs"
 )
@@ -79,6 +80,12 @@ type Config struct {
 	// (vfs.CutToJournal): a crash that loses unsynced data. Tests only.
 	UnsafeSyncJournal string
 
+	// Clock is the server's time: raft ticks, session deadlines, relay
+	// acknowledgements, leader-stall detection and every retry or wait
+	// (default clock.Real()). Tests pass a clock.Fake to run in virtual time
+	// or a clock.Skewed to skew one node.
+	Clock clock.Clock
+
 	Logger *slog.Logger
 }
 
@@ -130,6 +137,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real()
 	}
 }
 

@@ -1,23 +1,21 @@
-// Package server is one latch server process: its consensus groups, the
-// proposal waiters, batched ReadIndex reads, the peer transport and the
-// snapshot files behind it, membership addresses, lifecycle and metrics.
+// Package server is one latch server process: it opens the data directory
+// (WAL, snapshot files), runs the peer transport, starts one replica runtime
+// (package replica) per consensus group with its features (package sessions
+// for session liveness and the heartbeat relay, package queues for locks and
+// elections, the watch registry), and keeps membership, configuration,
+// status, metrics and lifecycle. It is the API package httpapi serves.
 //
-// A write is proposed by the group that owns its path (one group runs today;
-// every WAL record and peer frame already carries the group id). The proposer
-// registers a waiter under the command's proposal id; the group's apply
-// callback, running on the raft Ready loop after the entry is durable and
-// committed, hands the state machine's result to that waiter. A waiter is
-// always answered: by its result, by 503 when the leader changes while it
-// waits (its outcome is then unknown), or by 503 at the request deadline.
+// Every request finds its group through groupFor(path) (tree reads and
+// writes, locks, elections, watches) or metaGroup() (membership, sessions,
+// status): one group runs today, and every WAL record and peer frame already
+// carries the group id, so sharding changes those two functions.
 //
-// Linearizable reads share one ReadIndex round per batch: the reads that
-// arrive while a round is in flight wait for the next one. Each then waits
-// until the local state machine has applied the read index, so a follower's
-// or learner's linearizable read is as fresh as the leader's.
+// The server is the transport's Handler and Snapshots (peers.go): it steps
+// raft messages into their group's node, hands heartbeat relays and their
+// acknowledgements to the group's sessions.Liveness, and answers members it
+// saw removed with a removal notice. It is the replica runtime's Membership
+// (routes for new peers, removed members, its own removal) and Metrics.
 //
-// Invariants:
-//   - the state machine is mutated only by the Ready loop (group.Apply,
-//     group.Restore), under group.mu; readers hold group.mu for reading;
-//   - applied only grows, and is published after the entries it covers are
-//     visible to readers.
+// Time is Config.Clock: the raft nodes, the features and the server's own
+// retries and waits read it, so tests run them in virtual time.
 package server

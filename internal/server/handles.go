@@ -12,7 +12,7 @@ import (
 // lead back to one over the API.
 func (s *Server) SessionByHandle(handle uint64) (uint64, bool) {
 	var sessions []fsm.Session
-	s.main.Load().view(func(f *fsm.FSM) { sessions = f.Sessions() })
+	s.metaGroup().View(func(f *fsm.FSM) { sessions = f.Sessions() })
 	for _, sess := range sessions {
 		if api.SessionHandle(sess.ID) == handle {
 			return sess.ID, true

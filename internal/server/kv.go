@@ -7,6 +7,7 @@ import (
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/queues"
 )
 
 // PutRequest is a validated-at-the-edge PUT of docs/api.md.
@@ -57,7 +58,7 @@ func (s *Server) Put(ctx context.Context, r PutRequest) (api.Node, error) {
 		Ephemeral: r.Ephemeral, Sequential: r.Sequential,
 		SessionID: r.SessionID, RequestSeq: r.RequestSeq,
 	}
-	res, index, err := s.groupFor(r.Path).propose(ctx, cmd)
+	res, index, err := s.groupFor(r.Path).Propose(ctx, cmd)
 	if err != nil {
 		return api.Node{}, err
 	}
@@ -81,7 +82,7 @@ func (s *Server) Delete(ctx context.Context, r DeleteRequest) (api.Deleted, erro
 		Precondition: r.Precondition, Version: r.Version, Recursive: r.Recursive,
 		SessionID: r.SessionID, RequestSeq: r.RequestSeq,
 	}
-	res, index, err := s.groupFor(r.Path).propose(ctx, cmd)
+	res, index, err := s.groupFor(r.Path).Propose(ctx, cmd)
 	if err != nil {
 		return api.Deleted{}, err
 	}
@@ -97,12 +98,12 @@ func (s *Server) Get(ctx context.Context, path string, opts ReadOptions) (api.No
 		return api.Node{}, err
 	}
 	g := s.groupFor(path)
-	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
 		return api.Node{}, err
 	}
 	var node fsm.Node
 	var err error
-	index := g.view(func(f *fsm.FSM) { node, err = f.Get(path) })
+	index := g.View(func(f *fsm.FSM) { node, err = f.Get(path) })
 	if err != nil {
 		return api.Node{}, err
 	}
@@ -124,12 +125,12 @@ func (s *Server) Children(ctx context.Context, path string, opts ReadOptions) (a
 		return api.Children{}, err
 	}
 	g := s.groupFor(path)
-	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
 		return api.Children{}, err
 	}
 	var names []string
 	var err error
-	index := g.view(func(f *fsm.FSM) { names, err = f.Children(path) })
+	index := g.View(func(f *fsm.FSM) { names, err = f.Children(path) })
 	if err != nil {
 		return api.Children{}, err
 	}
@@ -146,7 +147,7 @@ func (s *Server) Children(ctx context.Context, path string, opts ReadOptions) (a
 // stays allowed: deleting a queue node ends that place, as its session's end
 // would.
 func refusePlainQueueWrite(path string) error {
-	for _, root := range []string{locksRoot, electionsRoot} {
+	for _, root := range []string{queues.LocksRoot, queues.ElectionsRoot} {
 		if path == root || strings.HasPrefix(path, root+"/") {
 			return api.Errorf(api.CodeInvalidArgument,
 				"%s is reserved for locks and elections: write there through /v1/lock and /v1/election, not /v1/kv", path)

@@ -5,228 +5,43 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/queues"
 )
 
-const (
-	locksRoot       = "/locks"
-	lockPrefix      = "lock-"
-	electionsRoot   = "/elections"
-	candidatePrefix = "candidate-"
-)
+// The lock and election calls find the group of the queue's directory and
+// hand over to its queues feature (package queues).
 
 // AcquireLock queues the session on lock name (or keeps its place) and waits
-// up to wait to hold it. Held: the reply carries the fencing token, the raft
-// index of the session's queue node. Not held in time: 409 lock_not_held with
-// the position; the session keeps its place and may call again.
+// up to wait to hold it (queues.Queues.AcquireLock).
 func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, wait time.Duration) (api.Lock, error) {
-	dir, err := queueDir(lockQueue, name)
-	if err != nil {
-		return api.Lock{}, err
-	}
-	if session == 0 {
-		return api.Lock{}, api.Errorf(api.CodeInvalidArgument, "session_id is required")
-	}
-	g := s.main.Load()
-	mine, err := g.enqueue(ctx, dir, lockPrefix, session, nil)
-	if err != nil {
-		return api.Lock{}, err
-	}
-	waitCtx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	for {
-		members, _, index := g.queue(dir, lockQueue.prefix)
-		ahead, predecessor, found := position(members, mine.Path)
-		switch {
-		case !found:
-			return api.Lock{}, api.Errorf(api.CodeSessionExpired, "the session's place in lock %q is gone (session ended)", name)
-		case ahead == 0:
-			return api.Lock{Held: true, SessionHandle: api.FormatSessionHandle(session),
-				FencingToken: mine.CreatedIndex, Path: mine.Path, Index: index}, nil
-		}
-		// Woken by the deletion of the node ahead, or of our own (the
-		// session ended: the next round answers session_expired).
-		if !g.waitEitherDeleted(waitCtx, predecessor, mine.Path) {
-			if ctx.Err() != nil {
-				return api.Lock{}, g.unavailable("request ended while waiting for lock %q", name)
-			}
-			return api.Lock{Held: false, SessionHandle: api.FormatSessionHandle(session), Position: ahead, Path: mine.Path, Index: index},
-				&api.Error{Code: api.CodeLockNotHeld, Message: "lock " + name + " not acquired within wait_ms"}
-		}
-	}
+	return s.groupFor(queues.LocksRoot+"/"+name).queues.AcquireLock(ctx, name, session, wait)
 }
 
-// ReleaseLock deletes the session's queue node of lock name. With a non-zero
-// token only the node created at that index is released. The node is looked
-// up locally first: the delete is conditioned on its version, so a stale
-// view can only make it fail, and then the lookup is repeated after a
-// linearizable barrier.
+// ReleaseLock deletes the session's queue node of lock name
+// (queues.Queues.ReleaseLock).
 func (s *Server) ReleaseLock(ctx context.Context, name string, session, token uint64) (api.Released, error) {
-	dir, err := queueDir(lockQueue, name)
-	if err != nil {
-		return api.Released{}, err
-	}
-	g := s.main.Load()
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			if err := g.barrier(ctx, api.Linearizable, 0); err != nil {
-				return api.Released{}, err
-			}
-		}
-		m, found := g.queuedBy(dir, lockQueue.prefix, session, token)
-		if !found {
-			if attempt > 0 {
-				return api.Released{}, api.Errorf(api.CodeLockNotHeld, "session %s holds no place in lock %q with token %d", api.FormatID(session), name, token)
-			}
-			continue
-		}
-		index, err := g.deleteOwned(ctx, m, session)
-		if api.CodeOf(err) == api.CodePreconditionFailed && attempt == 0 {
-			continue
-		}
-		if err != nil {
-			return api.Released{}, err
-		}
-		return api.Released{Released: true, Index: index}, nil
-	}
+	return s.groupFor(queues.LocksRoot+"/"+name).queues.ReleaseLock(ctx, name, session, token)
 }
 
-// queuedBy finds the session's node in the queue dir (with token, if not 0).
-func (g *group) queuedBy(dir, prefix string, session, token uint64) (queueMember, bool) {
-	members, _, _ := g.queue(dir, prefix)
-	for _, m := range members {
-		if m.owner == session && (token == 0 || m.token == token) {
-			return m, true
-		}
-	}
-	return queueMember{}, false
-}
-
-// deleteOwned deletes queue member m, only if it is still the same node.
-func (g *group) deleteOwned(ctx context.Context, m queueMember, session uint64) (uint64, error) {
-	cmd := &command.Command{
-		Op: command.OpDelete, Path: m.path, SessionID: session,
-		Precondition: command.PrecondVersion, Version: m.version,
-	}
-	res, index, err := g.propose(ctx, cmd)
-	if err != nil {
-		return 0, err
-	}
-	if res.Err != nil {
-		return 0, res.Err
-	}
-	return index, nil
-}
-
-// LockState reports a lock's holder and how many wait: not_found if the lock
-// was never used (its directory does not exist), a null holder if nobody
-// holds or waits for it now.
+// LockState reports a lock's holder and how many wait (queues.Queues.LockState).
 func (s *Server) LockState(ctx context.Context, name string, opts ReadOptions) (api.LockState, error) {
-	dir, err := queueDir(lockQueue, name)
-	if err != nil {
-		return api.LockState{}, err
-	}
-	g := s.main.Load()
-	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
-		return api.LockState{}, err
-	}
-	members, exists, index := g.queue(dir, lockQueue.prefix)
-	if !exists {
-		return api.LockState{}, notFound(lockQueue, name)
-	}
-	out := api.LockState{Index: index}
-	if len(members) > 0 {
-		m := members[0]
-		// The holder's id is its bearer secret: a read shows its handle.
-		out.Holder = &api.Holder{SessionHandle: api.FormatSessionHandle(m.owner), FencingToken: m.token, Path: m.path}
-		out.Waiters = len(members) - 1
-	}
-	return out, nil
+	return s.groupFor(queues.LocksRoot+"/"+name).queues.LockState(ctx, name, opts.Consistency, opts.MinIndex)
 }
 
-// JoinElection enters the session as a candidate for role, or returns its
-// existing candidacy with its value replaced by value (the place in the
-// queue, and so the fencing token, are kept). It does not wait: the client
-// watches `watching`.
+// JoinElection enters the session as a candidate for role
+// (queues.Queues.JoinElection).
 func (s *Server) JoinElection(ctx context.Context, role string, session uint64, value []byte) (api.Candidacy, error) {
-	dir, err := queueDir(electionQueue, role)
-	if err != nil {
-		return api.Candidacy{}, err
-	}
-	if session == 0 {
-		return api.Candidacy{}, api.Errorf(api.CodeInvalidArgument, "session_id is required")
-	}
-	if len(value) > s.cfg.MaxValueSize {
-		return api.Candidacy{}, api.Errorf(api.CodeTooLarge, "value is %d bytes, over the limit of %d", len(value), s.cfg.MaxValueSize)
-	}
-	g := s.main.Load()
-	mine, err := g.enqueue(ctx, dir, candidatePrefix, session, value)
-	if err != nil {
-		return api.Candidacy{}, err
-	}
-	members, _, index := g.queue(dir, electionQueue.prefix)
-	ahead, predecessor, found := position(members, mine.Path)
-	if !found {
-		return api.Candidacy{}, api.Errorf(api.CodeSessionExpired, "the session's candidacy for %q is gone (session ended)", role)
-	}
-	out := api.Candidacy{IsLeader: ahead == 0, SessionHandle: api.FormatSessionHandle(session),
-		FencingToken: mine.CreatedIndex, Index: index}
-	if predecessor != "" {
-		out.Watching = predecessor
-	}
-	return out, nil
+	return s.groupFor(queues.ElectionsRoot+"/"+role).queues.JoinElection(ctx, role, session, value)
 }
 
-// ResignElection withdraws the session's candidacy for role.
+// ResignElection withdraws the session's candidacy for role
+// (queues.Queues.ResignElection).
 func (s *Server) ResignElection(ctx context.Context, role string, session uint64) (api.Resigned, error) {
-	dir, err := queueDir(electionQueue, role)
-	if err != nil {
-		return api.Resigned{}, err
-	}
-	g := s.main.Load()
-	if err := g.barrier(ctx, api.Linearizable, 0); err != nil {
-		return api.Resigned{}, err
-	}
-	members, _, _ := g.queue(dir, electionQueue.prefix)
-	for _, m := range members {
-		if m.owner == session {
-			index, err := g.deleteOwned(ctx, m, session)
-			if err != nil {
-				return api.Resigned{}, err
-			}
-			return api.Resigned{Resigned: true, Index: index}, nil
-		}
-	}
-	return api.Resigned{}, api.Errorf(api.CodeNotFound, "session %s is not a candidate for %q", api.FormatID(session), role)
+	return s.groupFor(queues.ElectionsRoot+"/"+role).queues.ResignElection(ctx, role, session)
 }
 
 // ElectionState reports the leader of role and how many candidates there
-// are: not_found if the role was never joined (its directory does not
-// exist), a null leader if it has no candidate now.
+// are (queues.Queues.ElectionState).
 func (s *Server) ElectionState(ctx context.Context, role string, opts ReadOptions) (api.ElectionState, error) {
-	dir, err := queueDir(electionQueue, role)
-	if err != nil {
-		return api.ElectionState{}, err
-	}
-	g := s.main.Load()
-	if err := g.barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
-		return api.ElectionState{}, err
-	}
-	members, exists, index := g.queue(dir, electionQueue.prefix)
-	if !exists {
-		return api.ElectionState{}, notFound(electionQueue, role)
-	}
-	out := api.ElectionState{Index: index, Candidates: len(members)}
-	if len(members) > 0 {
-		m := members[0]
-		// The leader's id is its bearer secret: a read shows its handle.
-		out.Leader = &api.Leader{SessionHandle: api.FormatSessionHandle(m.owner), Value: string(m.value), FencingToken: m.token}
-	}
-	return out, nil
-}
-
-// notFound is the error of a state read of a lock or election whose
-// directory does not exist.
-func notFound(kind queueKind, name string) error {
-	return api.Errorf(api.CodeNotFound, "%s %q not found", kind.what, name)
+	return s.groupFor(queues.ElectionsRoot+"/"+role).queues.ElectionState(ctx, role, opts.Consistency, opts.MinIndex)
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -29,64 +28,22 @@ import (
 //   - a removal that would leave the remaining voters without a healthy
 //     quorum is refused; removing the leader hands leadership over first.
 
-// confContext rides in a conf change's Context: the member's addresses and
-// the id of the proposal waiting for it.
-type confContext struct {
-	Member   command.Member `json:"member"`
-	Proposal uint64         `json:"proposal,omitempty"`
-}
-
-func encodeConfContext(c confContext) []byte {
-	b, _ := json.Marshal(c)
-	return b
-}
-
-func decodeConfContext(b []byte) (confContext, error) {
-	var c confContext
-	if len(b) == 0 {
-		return c, nil
-	}
-	err := json.Unmarshal(b, &c)
-	return c, err
-}
-
 // promotionSlack is how far behind the leader's commit index a learner's
 // log may be when it is promoted.
 const promotionSlack = 100
 
 // errNotLeader is the 503 of membership calls made to a follower.
 func (g *group) errNotLeader() error {
-	return g.unavailable("membership changes are decided by the leader; retry there")
+	return g.Unavailable("membership changes are decided by the leader; retry there")
 }
 
 // leaderStatus returns raft's status if this server leads.
 func (g *group) leaderStatus() (raft.Status, error) {
-	st := g.node.Status()
+	st := g.Node().Status()
 	if st.RaftState != raft.StateLeader {
 		return st, g.errNotLeader()
 	}
 	return st, nil
-}
-
-// proposeConfChange proposes cc and waits until this server applied it.
-func (g *group) proposeConfChange(ctx context.Context, change raftpb.ConfChangeSingle, member command.Member) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.server.cfg.RequestTimeout)
-	defer cancel()
-	id, ch := g.waiters.add()
-	defer g.waiters.remove(id)
-	cc := raftpb.ConfChangeV2{
-		Changes: []raftpb.ConfChangeSingle{change},
-		Context: encodeConfContext(confContext{Member: member, Proposal: id}),
-	}
-	if err := g.node.ProposeConfChange(ctx, cc); err != nil {
-		return 0, g.unavailable("membership change not accepted: %v", err)
-	}
-	select {
-	case o := <-ch:
-		return o.index, o.err
-	case <-ctx.Done():
-		return 0, g.unavailable("membership change not applied within the deadline (another change may be pending); outcome unknown")
-	}
 }
 
 // AddMember adds a member as a learner. With promote, the leader promotes it
@@ -98,7 +55,7 @@ func (s *Server) AddMember(ctx context.Context, m api.Member, promote bool) (api
 	if err := validateNewMember(m); err != nil {
 		return api.Member{}, err
 	}
-	g := s.main.Load()
+	g := s.metaGroup()
 	if _, err := g.leaderStatus(); err != nil {
 		return api.Member{}, err
 	}
@@ -112,7 +69,7 @@ func (s *Server) AddMember(ctx context.Context, m api.Member, promote bool) (api
 	}
 	member := command.Member{ID: id, Name: m.Name, PeerURL: m.PeerURL, ClientURL: m.ClientURL, Learner: true}
 	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id}
-	if _, err := g.proposeConfChange(ctx, change, member); err != nil {
+	if _, err := g.ProposeConfChange(ctx, change, member); err != nil {
 		return api.Member{}, err
 	}
 	if promote {
@@ -190,7 +147,7 @@ func checkHostPort(addr string) error {
 
 // PromoteMember makes a caught-up learner a voter.
 func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, error) {
-	g := s.main.Load()
+	g := s.metaGroup()
 	st, err := g.leaderStatus()
 	if err != nil {
 		return api.Member{}, err
@@ -202,7 +159,7 @@ func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, erro
 		return api.Member{}, err
 	}
 	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode, NodeID: id}
-	if _, err := g.proposeConfChange(ctx, change, command.Member{}); err != nil {
+	if _, err := g.ProposeConfChange(ctx, change, command.Member{}); err != nil {
 		return api.Member{}, err
 	}
 	m := s.memberByID(id)
@@ -245,15 +202,14 @@ func (s *Server) describeMember(id uint64) string {
 // promoteWhenCaughtUp promotes learner id once it has caught up, giving up
 // after a few minutes or when this server stops leading.
 func (s *Server) promoteWhenCaughtUp(g *group, id uint64) {
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
+	clk := s.cfg.Clock
+	deadline := clk.Now().Add(5 * time.Minute)
+	for clk.Now().Before(deadline) {
 		_, err := s.PromoteMember(context.Background(), id)
-		if err == nil || api.CodeOf(err) == api.CodeUnavailable && g.leader.Load() != s.id || !s.memberByID(id).Learner {
+		if err == nil || api.CodeOf(err) == api.CodeUnavailable && g.Leader() != s.id || !s.memberByID(id).Learner {
 			return // promoted (here or by another call), removed, or no longer leading
 		}
-		select {
-		case <-time.After(100 * time.Millisecond):
-		case <-s.stop:
+		if !s.pause(100 * time.Millisecond) {
 			return
 		}
 	}
@@ -286,7 +242,7 @@ func (s *Server) wasRemoved(nameOrID string) bool {
 // a healthy quorum. Removing the leader hands leadership to the most
 // caught-up voter first.
 func (s *Server) RemoveMember(ctx context.Context, id uint64) error {
-	g := s.main.Load()
+	g := s.metaGroup()
 	st, err := g.leaderStatus()
 	if err != nil {
 		return err
@@ -303,7 +259,7 @@ func (s *Server) RemoveMember(ctx context.Context, id uint64) error {
 		}
 	}
 	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeRemoveNode, NodeID: id}
-	_, err = g.proposeConfChange(ctx, change, command.Member{ID: id})
+	_, err = g.ProposeConfChange(ctx, change, command.Member{ID: id})
 	return err
 }
 
@@ -360,8 +316,8 @@ func (s *Server) handOver(ctx context.Context, g *group, st raft.Status) error {
 // follower, raft forwards the request to the leader (with the transferee in
 // the message's From, which the transport lets through for this one type).
 func (s *Server) TransferLeadership(ctx context.Context, to uint64) error {
-	g := s.main.Load()
-	st := g.node.Status()
+	g := s.metaGroup()
+	st := g.Node().Status()
 	if _, ok := st.Config.Voters.IDs()[to]; !ok {
 		return api.Errorf(api.CodeInvalidArgument, "%s is not a voter", s.describeMember(to))
 	}
@@ -374,12 +330,14 @@ func (s *Server) TransferLeadership(ctx context.Context, to uint64) error {
 func (s *Server) transferTo(ctx context.Context, g *group, to uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	for g.leader.Load() != to {
-		g.node.TransferLeadership(ctx, to)
+	for g.Leader() != to {
+		g.Node().TransferLeadership(ctx, to)
+		timer := s.cfg.Clock.NewTimer(s.electionTimeout() / 4)
 		select {
-		case <-time.After(s.electionTimeout() / 4):
+		case <-timer.C():
 		case <-ctx.Done():
-			return g.unavailable("leadership did not move to %s in time", s.describeMember(to))
+			timer.Stop()
+			return g.Unavailable("leadership did not move to %s in time", s.describeMember(to))
 		}
 	}
 	return nil
@@ -388,7 +346,7 @@ func (s *Server) transferTo(ctx context.Context, g *group, to uint64) error {
 // memberByID returns the recorded member (zero if unknown).
 func (s *Server) memberByID(id uint64) command.Member {
 	var out command.Member
-	s.main.Load().view(func(f *fsm.FSM) { out, _ = f.Member(id) })
+	s.metaGroup().View(func(f *fsm.FSM) { out, _ = f.Member(id) })
 	return out
 }
 
@@ -398,7 +356,7 @@ func (s *Server) memberByID(id uint64) command.Member {
 func (s *Server) MemberIDByName(ctx context.Context, nameOrID string) (uint64, error) {
 	id, ok := s.lookupMember(nameOrID)
 	if !ok {
-		if err := s.main.Load().barrier(ctx, api.Linearizable, 0); err != nil {
+		if err := s.metaGroup().Barrier(ctx, api.Linearizable, 0); err != nil {
 			return 0, err
 		}
 		id, ok = s.lookupMember(nameOrID)
@@ -434,7 +392,7 @@ func (s *Server) removed() {
 // PeerHealthy reports whether this server, leading, sees member id as
 // recently active and replicating (what a removal's quorum check counts).
 func (s *Server) PeerHealthy(id uint64) bool {
-	return healthy(s.main.Load().node.Status(), id)
+	return healthy(s.metaGroup().Node().Status(), id)
 }
 
 // healthy reports whether the leader whose status st is counts member id

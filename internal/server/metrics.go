@@ -9,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/raftnode"
 )
@@ -59,16 +58,16 @@ func newMetrics(s *Server) *metrics {
 	}
 	m.commitIndex = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "latch_raft_commit_index", Help: "Commit index known here."},
 		func() float64 {
-			if g := s.main.Load(); g != nil {
-				return float64(g.node.Status().Commit)
+			if g := s.metaGroup(); g != nil {
+				return float64(g.Node().Status().Commit)
 			}
 			return 0
 		})
 	lockWakeups := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "latch_lock_wakeups_total",
 		Help: "Lock and election waiters woken by the deletion of the node ahead of them (one per handoff without a herd)."},
 		func() float64 {
-			if g := s.main.Load(); g != nil {
-				return float64(g.deletions.wakeups.Load())
+			if g := s.metaGroup(); g != nil {
+				return float64(g.queues.Wakeups())
 			}
 			return 0
 		})
@@ -98,12 +97,14 @@ func (m *metrics) nodeHooks() raftnode.Hooks {
 	}
 }
 
-func (m *metrics) applied(index uint64) { m.appliedIndex.Set(float64(index)) }
-func (m *metrics) proposalStarted()     { m.proposalsPending.Inc() }
-func (m *metrics) proposalEnded()       { m.proposalsPending.Dec() }
-func (m *metrics) proposalFailed()      { m.proposalsFailed.Inc() }
+// The replica runtime's figures (replica.Metrics).
+func (m *metrics) Applied(index uint64) { m.appliedIndex.Set(float64(index)) }
+func (m *metrics) ProposalStarted()     { m.proposalsPending.Inc() }
+func (m *metrics) ProposalEnded()       { m.proposalsPending.Dec() }
+func (m *metrics) ProposalFailed()      { m.proposalsFailed.Inc() }
 
-func (m *metrics) leaderChanged(leader, term uint64) {
+// LeaderChanged records a leader change (replica.Metrics).
+func (m *metrics) LeaderChanged(leader, term uint64) {
 	m.leaderChanges.Inc()
 	m.term.Set(float64(term))
 	if leader != 0 {
@@ -131,49 +132,22 @@ func (m *metrics) addSessionMetrics(s *Server) {
 		Help: "Sessions expired for want of heartbeats, in the entries this member applied since it started."})
 	live := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "latch_sessions_live", Help: "Live sessions in the state this member applied."},
 		func() float64 {
-			g := s.main.Load()
+			g := s.metaGroup()
 			if g == nil {
 				return 0
 			}
-			g.mu.RLock()
-			defer g.mu.RUnlock()
-			return float64(g.fsm.SessionCount())
+			var n int
+			g.View(func(f *fsm.FSM) { n = f.SessionCount() })
+			return float64(n)
 		})
 	m.registry.MustRegister(m.sessionsCreated, m.sessionsClosed, m.sessionsExpired, live)
 }
 
-// sessionsApplied counts the sessions that cmd, just applied with result
-// res, created or ended. Called by trackApplied before the tracker forgets
-// the ended sessions: an expiry entry names sessions that may have ended
-// already (closed meanwhile), which the state machine skips, and the
-// tracker, which holds exactly the live sessions, tells them apart.
-func (m *metrics) sessionsApplied(g *group, cmd *command.Command, res fsm.Result) {
-	switch cmd.Op {
-	case command.OpSessionCreate:
-		if res.Err == nil {
-			m.sessionsCreated.Inc()
-		}
-	case command.OpSessionClose:
-		if res.Err == nil {
-			m.sessionsClosed.Inc()
-		}
-	case command.OpSessionExpire:
-		m.sessionsExpired.Add(float64(g.sessions.countTracked(cmd.Sessions)))
-	}
-}
-
-// countTracked returns how many of ids the tracker holds.
-func (t *sessionTracker) countTracked(ids []uint64) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 0
-	for _, id := range ids {
-		if _, ok := t.deadlines[id]; ok {
-			n++
-		}
-	}
-	return n
-}
+// The session feature's counts of the sessions applied entries created or
+// ended (sessions.Metrics).
+func (m *metrics) SessionsCreated(n int) { m.sessionsCreated.Add(float64(n)) }
+func (m *metrics) SessionsClosed(n int)  { m.sessionsClosed.Add(float64(n)) }
+func (m *metrics) SessionsExpired(n int) { m.sessionsExpired.Add(float64(n)) }
 
 // watchCollector reports the watch registry's figures, read once per
 // scrape.
@@ -208,7 +182,7 @@ func (c watchCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c watchCollector) Collect(ch chan<- prometheus.Metric) {
-	g := c.s.main.Load()
+	g := c.s.metaGroup()
 	if g == nil {
 		return
 	}

@@ -30,7 +30,7 @@ func (s *Server) Process(ctx context.Context, group uint64, m raftpb.Message) er
 	if g == nil {
 		return fmt.Errorf("server: no running group %d", group)
 	}
-	return g.node.Step(ctx, m)
+	return g.Node().Step(ctx, m)
 }
 
 // ReceivePeer handles a member's typed peer message: a heartbeat relay, its
@@ -38,9 +38,13 @@ func (s *Server) Process(ctx context.Context, group uint64, m raftpb.Message) er
 func (s *Server) ReceivePeer(ctx context.Context, from uint64, m transport.PeerMessage) error {
 	switch m := m.(type) {
 	case transport.SessionRelay:
-		s.receiveRelay(from, m.SessionIDs)
+		if g := s.metaGroup(); g != nil {
+			g.sessions.ReceiveRelay(from, m.SessionIDs)
+		}
 	case transport.SessionRelayAck:
-		s.receiveRelayAck(from)
+		if g := s.metaGroup(); g != nil {
+			g.sessions.ReceiveRelayAck(from)
+		}
 	case transport.RemovalNotice:
 		s.receiveRemovalNotice(from)
 	default:
@@ -52,14 +56,14 @@ func (s *Server) ReceivePeer(ctx context.Context, from uint64, m transport.PeerM
 // ReportUnreachable tells the group's raft that a peer could not be reached.
 func (s *Server) ReportUnreachable(group, id uint64) {
 	if g := s.lookupGroup(group); g != nil {
-		g.node.ReportUnreachable(id)
+		g.Node().ReportUnreachable(id)
 	}
 }
 
 // ReportSnapshot tells the group's raft how a snapshot send ended.
 func (s *Server) ReportSnapshot(group, id uint64, status raft.SnapshotStatus) {
 	if g := s.lookupGroup(group); g != nil {
-		g.node.ReportSnapshot(id, status)
+		g.Node().ReportSnapshot(id, status)
 	}
 }
 
@@ -89,12 +93,20 @@ func (s *Server) Receive(group uint64, m raftpb.Message, body io.Reader) error {
 
 var errRemovedPeer = errors.New("server: message from a member removed from the cluster")
 
+// membership is the server as the replica runtime's replica.Membership:
+// routes for new peers, the removed members, and its own removal.
+type membership Server
+
+func (m *membership) PeerAdded(id uint64, peerURL string) { m.transport.AddPeer(id, peerURL) }
+func (m *membership) PeerRemoved(id uint64)               { m.removedPeers.add(id) }
+func (m *membership) SelfRemoved()                        { (*Server)(m).removed() }
+
 // removedSet remembers the members this server saw removed (since it started).
 type removedSet struct {
 	any atomic.Bool // set once a member was removed: every peer message checks it
 
 	mu       sync.Mutex
-	notified map[uint64]time.Time // guarded by mu: when each was last told
+	notified map[uint64]time.Time // guarded by mu: when each was last told (a reading of Config.Clock)
 }
 
 func (r *removedSet) add(id uint64) {
@@ -130,7 +142,7 @@ func (r *removedSet) due(id uint64, now time.Time) bool {
 
 // tellRemoved sends a removed member its removal notice.
 func (s *Server) tellRemoved(id uint64) {
-	if s.removedPeers.due(id, time.Now()) {
+	if s.removedPeers.due(id, s.cfg.Clock.Now()) {
 		s.transport.SendPeer(id, transport.RemovalNotice{})
 	}
 }
@@ -138,7 +150,7 @@ func (s *Server) tellRemoved(id uint64) {
 // receiveRemovalNotice stops this server when a member tells it that it was
 // removed from the cluster.
 func (s *Server) receiveRemovalNotice(from uint64) {
-	if s.main.Load() != nil && s.memberByID(from).ID != 0 {
+	if s.metaGroup() != nil && s.memberByID(from).ID != 0 {
 		s.log.Warn("a member reports this server was removed from the cluster", "from", api.FormatID(from))
 		go s.removed()
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/raftnode"
+	"github.com/latch-io/latch/internal/replica"
 	"github.com/latch-io/latch/internal/snap"
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/vfs"
@@ -152,22 +153,22 @@ func clusterID(token string) uint64 {
 }
 
 func (s *Server) startGroup(recovered *wal.GroupState) error {
-	g := newGroup(s, mainGroup)
+	g := s.newGroup(mainGroup)
 	node, err := raftnode.Start(raftnode.Config{
 		ID: s.id, Group: mainGroup, Peers: s.bootstrapPeers(), Join: s.cfg.Join, Recovered: recovered,
-		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g, Observer: g,
+		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g.Replica, Observer: g.Replica,
 		Logger: s.log, TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks,
-		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.metrics.nodeHooks(),
+		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.metrics.nodeHooks(), Clock: s.cfg.Clock,
 	})
 	if err != nil {
 		return fmt.Errorf("server: start group %d: %w", mainGroup, err)
 	}
-	g.node = node
+	g.Attach(node)
 	s.main.Store(g)
-	s.goBackground(func() { g.reads.loop(s.stop) })
+	s.goBackground(g.RunReads)
 	s.goBackground(func() { s.announce(g) })
-	s.goBackground(func() { s.relayHeartbeats(g) })
-	s.goBackground(func() { s.expireSessions(g) })
+	s.goBackground(func() { g.sessions.RunRelay(s.stop) })
+	s.goBackground(func() { g.sessions.RunExpiry(s.stop) })
 	go s.watchNode(node)
 	return nil
 }
@@ -178,7 +179,7 @@ func (s *Server) bootstrapPeers() []raft.Peer {
 	var peers []raft.Peer
 	for _, name := range sortedNames(s.cfg.InitialCluster) {
 		m := command.Member{ID: MemberID(name), Name: name, PeerURL: s.cfg.InitialCluster[name]}
-		peers = append(peers, raft.Peer{ID: m.ID, Context: encodeConfContext(confContext{Member: m})})
+		peers = append(peers, replica.BootstrapPeer(m))
 	}
 	return peers
 }
@@ -218,26 +219,36 @@ func (s *Server) announce(g *group) {
 			ID: s.id, Name: s.cfg.Name, PeerURL: s.cfg.PeerAddr, ClientURL: s.clientURL(),
 			Learner: s.isLearner(g),
 		}}
-		if g.leader.Load() != raft.None {
+		if g.Leader() != raft.None {
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
-			_, _, err := g.propose(ctx, cmd)
+			_, _, err := g.Propose(ctx, cmd)
 			cancel()
 			if err == nil {
 				return
 			}
 		}
-		select {
-		case <-time.After(backoff):
-			backoff = min(2*backoff, 2*time.Second)
-		case <-s.stop:
+		if !s.pause(backoff) {
 			return
 		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// pause waits d on the server's clock; false if the server stopped first.
+func (s *Server) pause(d time.Duration) bool {
+	timer := s.cfg.Clock.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C():
+		return true
+	case <-s.stop:
+		return false
 	}
 }
 
 func (s *Server) clientAddrRecorded(g *group) bool {
 	found := false
-	g.view(func(f *fsm.FSM) {
+	g.View(func(f *fsm.FSM) {
 		m, ok := f.Member(s.id)
 		found = ok && m.ClientURL == s.clientURL() && m.PeerURL == s.cfg.PeerAddr
 	})
@@ -245,10 +256,11 @@ func (s *Server) clientAddrRecorded(g *group) bool {
 }
 
 func (s *Server) isLearner(g *group) bool {
-	_, ok := g.node.Status().Config.Learners[s.id]
+	_, ok := g.Node().Status().Config.Learners[s.id]
 	return ok
 }
 
+// lookupGroup returns the running group id, or nil.
 func (s *Server) lookupGroup(id uint64) *group {
 	if id != mainGroup {
 		return nil
@@ -256,8 +268,19 @@ func (s *Server) lookupGroup(id uint64) *group {
 	return s.main.Load()
 }
 
-// groupFor returns the group that owns path.
-func (s *Server) groupFor(string) *group { return s.main.Load() }
+// groupFor returns the group that owns path: every path belongs to the main
+// group until the tree is sharded, and this is the one place that will
+// change. Reads and writes of the tree, locks, elections and watches find
+// their group here.
+func (s *Server) groupFor(path string) *group {
+	_ = path
+	return s.main.Load()
+}
+
+// metaGroup returns the group that holds the member table and the sessions
+// (the main group), nil before it runs. Membership, sessions, heartbeats and
+// status find their group here.
+func (s *Server) metaGroup() *group { return s.main.Load() }
 
 func (s *Server) electionTimeout() time.Duration {
 	return time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval
@@ -286,8 +309,8 @@ func (s *Server) Close() error {
 	s.stopOnce.Do(func() {
 		close(s.stop)
 		if g := s.main.Load(); g != nil {
-			g.node.Stop()
-			g.waiters.failAll(errStopping)
+			g.Node().Stop()
+			g.FailAll(errStopping)
 		}
 		s.bg.Wait()
 		err = errors.Join(s.transport.Close(), s.wal.Close())

@@ -6,23 +6,24 @@ import (
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/replica"
 )
 
-var errStopping = api.Errorf(api.CodeUnavailable, "server is stopping")
+var errStopping = replica.ErrStopping
 
 // Status reports this server's view of the cluster.
 func (s *Server) Status() api.Status {
-	g := s.main.Load()
-	st := g.node.Status()
+	g := s.metaGroup()
+	st := g.Node().Status()
 	var members []command.Member
-	g.view(func(f *fsm.FSM) { members = f.Members() })
+	g.View(func(f *fsm.FSM) { members = f.Members() })
 	out := api.Status{
 		ID: api.FormatID(s.id), Name: s.cfg.Name, Role: roleOf(st, s.id), Term: st.Term,
-		CommitIndex: st.Commit, AppliedIndex: g.applied.Load(), Members: toAPIMembers(members),
+		CommitIndex: st.Commit, AppliedIndex: g.Applied(), Members: toAPIMembers(members),
 	}
 	if st.Lead != raft.None {
 		out.LeaderID = api.FormatID(st.Lead)
-		out.LeaderClient = g.leaderHint()
+		out.LeaderClient = g.LeaderHint()
 	}
 	return out
 }
@@ -42,9 +43,9 @@ func roleOf(st raft.Status, self uint64) string {
 
 // Members lists the members recorded in the replicated state.
 func (s *Server) Members() api.Members {
-	g := s.main.Load()
+	g := s.metaGroup()
 	var members []command.Member
-	index := g.view(func(f *fsm.FSM) { members = f.Members() })
+	index := g.View(func(f *fsm.FSM) { members = f.Members() })
 	return api.Members{Members: toAPIMembers(members), Index: index}
 }
 
@@ -63,23 +64,23 @@ func toAPIMembers(ms []command.Member) []api.Member {
 // it knows to be committed (the /readyz check); never once its raft node
 // stopped (a fatal error, such as a committed entry it cannot decode).
 func (s *Server) Ready() bool {
-	g := s.main.Load()
-	if g == nil || g.halted() != nil {
+	g := s.metaGroup()
+	if g == nil || g.Halted() != nil {
 		return false
 	}
-	st := g.node.Status()
-	return st.Lead != raft.None && g.applied.Load() >= st.Commit
+	st := g.Node().Status()
+	return st.Lead != raft.None && g.Applied() >= st.Commit
 }
 
 // AppliedIndex is the main group's applied index on this server.
-func (s *Server) AppliedIndex() uint64 { return s.main.Load().applied.Load() }
+func (s *Server) AppliedIndex() uint64 { return s.metaGroup().Applied() }
 
 // StateHash is the main group's state-machine hash and the index it covers.
 func (s *Server) StateHash() (hash, index uint64) {
-	g := s.main.Load()
-	index = g.view(func(f *fsm.FSM) { hash = f.Hash() })
+	g := s.metaGroup()
+	index = g.View(func(f *fsm.FSM) { hash = f.Hash() })
 	return hash, index
 }
 
 // LeaderID is the raft id of the leader this server follows (0: none known).
-func (s *Server) LeaderID() uint64 { return s.main.Load().leader.Load() }
+func (s *Server) LeaderID() uint64 { return s.metaGroup().Leader() }

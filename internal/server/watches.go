@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/watch"
 )
 
@@ -19,23 +20,29 @@ func (s *Server) Watch(ctx context.Context, session uint64, spec watch.Spec) (ap
 	if err := api.ValidatePath(spec.Path); err != nil {
 		return api.Watch{}, err
 	}
-	g := s.main.Load()
+	g := s.metaGroup()
 	if err := g.requireSession(ctx, session); err != nil {
 		return api.Watch{}, err
 	}
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	// Checked again under the lock that session expiry takes, so a watch is
-	// never added for a session whose end the registry has already seen.
-	if _, err := g.fsm.Session(session); err != nil {
-		return api.Watch{}, errSessionGone(session)
-	}
-	var current watch.Current
-	if n, err := g.fsm.Get(spec.Path); err == nil {
-		current = watch.Current{Exists: true, Version: n.Version, CreatedIndex: n.CreatedIndex, ModifiedIndex: n.ModifiedIndex}
-	}
-	at := g.fsm.Applied()
-	id, err := g.watches.Add(session, spec, at, current)
+	var (
+		current watch.Current
+		id      uint64
+		err     error
+	)
+	// Under the read lock: checked again under the lock that session expiry
+	// takes, so a watch is never added for a session whose end the registry
+	// has already seen; and added at the state's applied index, which no
+	// event published under the write lock can pass meanwhile.
+	at := g.View(func(f *fsm.FSM) {
+		if _, err = f.Session(session); err != nil {
+			err = errSessionGone(session)
+			return
+		}
+		if n, gerr := f.Get(spec.Path); gerr == nil {
+			current = watch.Current{Exists: true, Version: n.Version, CreatedIndex: n.CreatedIndex, ModifiedIndex: n.ModifiedIndex}
+		}
+		id, err = g.watches.Add(session, spec, f.Applied(), current)
+	})
 	if errors.Is(err, watch.ErrNoStream) {
 		return api.Watch{}, s.errNoStream(session)
 	}
@@ -47,21 +54,30 @@ func (s *Server) Watch(ctx context.Context, session uint64, spec watch.Spec) (ap
 
 // CancelWatch removes one of the session's watches.
 func (s *Server) CancelWatch(session, id uint64) error {
-	return s.main.Load().watches.Cancel(session, id)
+	return s.metaGroup().watches.Cancel(session, id)
 }
 
 // Events attaches the session's event stream (replacing an older one).
 func (s *Server) Events(ctx context.Context, session uint64) (*watch.Stream, uint64, error) {
-	g := s.main.Load()
+	g := s.metaGroup()
 	if err := g.requireSession(ctx, session); err != nil {
 		return nil, 0, err
 	}
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	if _, err := g.fsm.Session(session); err != nil {
-		return nil, 0, errSessionGone(session)
+	var (
+		stream *watch.Stream
+		err    error
+	)
+	g.View(func(f *fsm.FSM) {
+		if _, err = f.Session(session); err != nil {
+			err = errSessionGone(session)
+			return
+		}
+		stream = g.watches.Stream(session)
+	})
+	if err != nil {
+		return nil, 0, err
 	}
-	return g.watches.Stream(session), g.applied.Load(), nil
+	return stream, g.Applied(), nil
 }
 
 // errNoStream refuses a watch for a session without an event stream here.
@@ -83,13 +99,13 @@ func (g *group) requireSession(ctx context.Context, session uint64) error {
 	if session == 0 {
 		return api.Errorf(api.CodeInvalidArgument, "session_id is required")
 	}
-	if _, dead := g.liveSessions([]uint64{session}); len(dead) == 0 {
+	if _, dead := g.sessions.NotAlive([]uint64{session}); len(dead) == 0 {
 		return nil
 	}
-	if err := g.barrier(ctx, api.Linearizable, 0); err != nil {
+	if err := g.Barrier(ctx, api.Linearizable, 0); err != nil {
 		return err
 	}
-	if _, dead := g.liveSessions([]uint64{session}); len(dead) > 0 {
+	if _, dead := g.sessions.NotAlive([]uint64{session}); len(dead) > 0 {
 		return errSessionGone(session)
 	}
 	return nil

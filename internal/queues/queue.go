@@ -1,4 +1,4 @@
-package server
+package queues
 
 import (
 	"context"
@@ -12,17 +12,6 @@ import (
 	"github.com/latch-io/latch/internal/fsm"
 )
 
-// Locks and elections are queues of ephemeral sequential nodes under one
-// directory (docs/api.md): /locks/{name}/lock-NNNNNNNNNN, /elections/{role}/candidate-NNNNNNNNNN.
-// The first node holds the lock or leads; every other waits on the node just
-// ahead of it only, so a release wakes exactly one waiter. The fencing token
-// is the raft index at which the node was created.
-//
-// Only queue nodes count: ephemeral nodes (so owned by a live session) named
-// prefix plus a sequence number. Anything else in the directory (which only
-// data written before plain writes there were refused can hold, see
-// refusePlainQueueWrite) is ignored, so it can neither hold nor block.
-
 // queueKind is what differs between the lock and the election queues.
 type queueKind struct {
 	root   string // the directory of every queue of the kind
@@ -32,8 +21,8 @@ type queueKind struct {
 }
 
 var (
-	lockQueue     = queueKind{root: locksRoot, prefix: lockPrefix, noun: "name", what: "lock"}
-	electionQueue = queueKind{root: electionsRoot, prefix: candidatePrefix, noun: "role", what: "election"}
+	lockQueue     = queueKind{root: LocksRoot, prefix: lockPrefix, noun: "name", what: "lock"}
+	electionQueue = queueKind{root: ElectionsRoot, prefix: candidatePrefix, noun: "role", what: "election"}
 )
 
 // queueMember is one node of a lock or election queue.
@@ -83,12 +72,12 @@ func isQueueNode(name string, owner uint64, prefix string) bool {
 
 // enqueue adds the session to the queue in dir, or returns its existing place:
 // one command, so concurrent or retried calls of one session never make two.
-func (g *group) enqueue(ctx context.Context, dir, prefix string, session uint64, value []byte) (fsm.NodeMeta, error) {
+func (q *Queues) enqueue(ctx context.Context, dir, prefix string, session uint64, value []byte) (fsm.NodeMeta, error) {
 	cmd := &command.Command{
 		Op: command.OpEnqueue, Path: dir + "/" + prefix, Value: value,
 		Ephemeral: true, Sequential: true, SessionID: session,
 	}
-	res, _, err := g.propose(ctx, cmd)
+	res, _, err := q.cfg.Replica.Propose(ctx, cmd)
 	if err != nil {
 		return fsm.NodeMeta{}, err
 	}
@@ -100,8 +89,8 @@ func (g *group) enqueue(ctx context.Context, dir, prefix string, session uint64,
 
 // queue lists the queue nodes of dir (see isQueueNode) in order, whether
 // dir exists, and the applied index read.
-func (g *group) queue(dir, prefix string) (members []queueMember, exists bool, index uint64) {
-	index = g.view(func(f *fsm.FSM) {
+func (q *Queues) queue(dir, prefix string) (members []queueMember, exists bool, index uint64) {
+	index = q.cfg.Replica.View(func(f *fsm.FSM) {
 		names, err := f.Children(dir)
 		if err != nil {
 			return
@@ -148,7 +137,7 @@ func newDeletionWaiters() *deletionWaiters {
 	return &deletionWaiters{waiting: map[string][]chan struct{}{}}
 }
 
-// watch returns a channel closed when path is deleted (or when the server stops waiting).
+// watch returns a channel closed when path is deleted .
 func (d *deletionWaiters) watch(path string) (<-chan struct{}, func()) {
 	ch := make(chan struct{})
 	d.mu.Lock()
@@ -171,7 +160,7 @@ func (d *deletionWaiters) watch(path string) (<-chan struct{}, func()) {
 	return ch, cancel
 }
 
-// deleted is called by the apply path for every deleted node.
+// deleted wakes the waiters of the nodes deleted by events (the apply path).
 func (d *deletionWaiters) deleted(events []fsm.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -192,13 +181,13 @@ func (d *deletionWaiters) deleted(events []fsm.Event) {
 
 // waitEitherDeleted waits until a or b no longer exists (true), or ctx ends
 // (false). It registers before it looks, so no deletion falls in between.
-func (g *group) waitEitherDeleted(ctx context.Context, a, b string) bool {
-	goneA, cancelA := g.deletions.watch(a)
+func (q *Queues) waitEitherDeleted(ctx context.Context, a, b string) bool {
+	goneA, cancelA := q.deletions.watch(a)
 	defer cancelA()
-	goneB, cancelB := g.deletions.watch(b)
+	goneB, cancelB := q.deletions.watch(b)
 	defer cancelB()
 	missing := false
-	g.view(func(f *fsm.FSM) {
+	q.cfg.Replica.View(func(f *fsm.FSM) {
 		_, errA := f.Get(a)
 		_, errB := f.Get(b)
 		missing = errA != nil || errB != nil

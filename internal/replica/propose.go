@@ -1,4 +1,4 @@
-package server
+package replica
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
@@ -87,59 +88,83 @@ func (t *waiterTable) failAll(err error) {
 	}
 }
 
-// propose replicates cmd and waits until this server applied it. The result
+// Propose replicates cmd and waits until this server applied it. The result
 // may carry a deterministic refusal in Result.Err; the error is for failures
 // (overload, no quorum in time, leader change) whose outcome is unknown.
-func (g *group) propose(ctx context.Context, cmd *command.Command) (fsm.Result, uint64, error) {
-	s := g.server
-	if g.waiters.len() >= s.cfg.MaxPending {
-		s.metrics.proposalFailed()
-		return fsm.Result{}, 0, api.Errorf(api.CodeOverloaded, "%d proposals pending; retry with backoff", s.cfg.MaxPending)
+func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result, uint64, error) {
+	m := r.cfg.Metrics
+	if r.waiters.len() >= r.cfg.MaxPending {
+		m.ProposalFailed()
+		return fsm.Result{}, 0, api.Errorf(api.CodeOverloaded, "%d proposals pending; retry with backoff", r.cfg.MaxPending)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
 	defer cancel()
-	id, ch := g.waiters.add()
-	defer g.waiters.remove(id)
+	id, ch := r.waiters.add()
+	defer r.waiters.remove(id)
 	cmd.ID = id
-	s.metrics.proposalStarted()
-	defer s.metrics.proposalEnded()
-	if err := g.proposeUntilAccepted(ctx, cmd.Marshal()); err != nil {
-		s.metrics.proposalFailed()
+	m.ProposalStarted()
+	defer m.ProposalEnded()
+	if err := r.proposeUntilAccepted(ctx, cmd.Marshal()); err != nil {
+		m.ProposalFailed()
 		if ctx.Err() != nil {
 			// raft may have taken it just as the deadline passed.
-			return fsm.Result{}, 0, g.unavailable("no leader took the proposal within the deadline; outcome unknown")
+			return fsm.Result{}, 0, r.Unavailable("no leader took the proposal within the deadline; outcome unknown")
 		}
-		return fsm.Result{}, 0, g.unavailable("proposal not accepted (not applied): %v", err)
+		return fsm.Result{}, 0, r.Unavailable("proposal not accepted (not applied): %v", err)
 	}
 	select {
 	case o := <-ch:
 		if o.err != nil {
-			s.metrics.proposalFailed()
+			m.ProposalFailed()
 		}
 		return o.result, o.index, o.err
 	case <-ctx.Done():
-		s.metrics.proposalFailed()
-		return fsm.Result{}, 0, g.unavailable("not committed within the request deadline; outcome unknown")
-	case <-g.node.Done():
-		return fsm.Result{}, 0, g.unavailable("server is stopping")
+		m.ProposalFailed()
+		return fsm.Result{}, 0, r.Unavailable("not committed within the request deadline; outcome unknown")
+	case <-r.node.Done():
+		return fsm.Result{}, 0, r.Unavailable("server is stopping")
 	}
 }
 
 // proposeUntilAccepted hands data to raft, proposing again while the leader
 // here drops it (it does during a leadership transfer): a dropped proposal
 // was never appended, so proposing it again cannot apply it twice.
-func (g *group) proposeUntilAccepted(ctx context.Context, data []byte) error {
+func (r *Replica) proposeUntilAccepted(ctx context.Context, data []byte) error {
 	pause := time.Millisecond
 	for {
-		err := g.node.Propose(ctx, data)
+		err := r.node.Propose(ctx, data)
 		if !errors.Is(err, raft.ErrProposalDropped) {
 			return err
 		}
+		timer := r.cfg.Clock.NewTimer(pause)
 		select {
-		case <-time.After(pause):
-			pause = min(2*pause, g.server.electionTimeout()/10)
+		case <-timer.C():
+			pause = min(2*pause, r.cfg.ElectionTimeout/10)
 		case <-ctx.Done():
+			timer.Stop()
 			return err
 		}
+	}
+}
+
+// ProposeConfChange proposes a one-change conf change carrying member's
+// addresses and waits until this server applied it.
+func (r *Replica) ProposeConfChange(ctx context.Context, change raftpb.ConfChangeSingle, member command.Member) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
+	defer cancel()
+	id, ch := r.waiters.add()
+	defer r.waiters.remove(id)
+	cc := raftpb.ConfChangeV2{
+		Changes: []raftpb.ConfChangeSingle{change},
+		Context: encodeConfContext(confContext{Member: member, Proposal: id}),
+	}
+	if err := r.node.ProposeConfChange(ctx, cc); err != nil {
+		return 0, r.Unavailable("membership change not accepted: %v", err)
+	}
+	select {
+	case o := <-ch:
+		return o.index, o.err
+	case <-ctx.Done():
+		return 0, r.Unavailable("membership change not applied within the deadline (another change may be pending); outcome unknown")
 	}
 }
