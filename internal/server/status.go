@@ -1,6 +1,8 @@
 package server
 
 import (
+	"time"
+
 	"go.etcd.io/raft/v3"
 
 	"github.com/latch-io/latch/api"
@@ -81,6 +83,10 @@ func (s *Server) StateHash() (hash, index uint64) {
 	index = g.View(func(f *fsm.FSM) { hash = f.Hash() })
 	return hash, index
 }
+
+// LastTick is when the main group's raft node last ticked, a reading of
+// Config.Clock: tests that drive a fake clock wait for it after advancing.
+func (s *Server) LastTick() time.Time { return s.metaGroup().LastTick() }
 
 // LeaderID is the raft id of the leader this server follows (0: none known).
 func (s *Server) LeaderID() uint64 { return s.metaGroup().Leader() }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latch-io/latch/internal/clock"
 	"github.com/latch-io/latch/internal/httpapi"
 	"github.com/latch-io/latch/internal/server"
 	"github.com/latch-io/latch/internal/transport"
@@ -36,6 +37,16 @@ type Options struct {
 	// HTTPLimits bound each node's client connections as latchd's flags do;
 	// zero fields take latchd's defaults.
 	HTTPLimits httpapi.Limits
+	// Clock gives node name its clock (server.Config.Clock): raft ticks,
+	// session deadlines, relays, expiry and every server-side wait. Default:
+	// Time if set, else the real clock. Give nodes clock.Skewed clocks over
+	// Time to skew one on purpose.
+	Clock func(name string) clock.Clock
+	// Time, when set, runs the cluster in virtual time: it is the fake clock
+	// under the nodes' clocks, and nothing time-driven happens until the test
+	// advances it (Advance, AdvanceUntil; New, WaitLeader and LeaderIn advance
+	// it tick by tick while they wait). Real time still bounds every wait.
+	Time *clock.Fake
 }
 
 // Cluster is a set of in-process servers over one fake network.
@@ -55,8 +66,11 @@ type Node struct {
 	Server *server.Server // nil while crashed
 	URL    string         // http://host:port of its client API
 	Join   bool           // started into a running cluster (AddNode)
+	Clock  clock.Clock    // the node's clock (Options.Clock)
 	addr   string
-	http   *httpapi.Server
+	// started is the clock's reading when the node's raft node started.
+	started time.Time
+	http    *httpapi.Server
 }
 
 // New starts n servers and waits for a leader.
@@ -75,6 +89,17 @@ func New(t testing.TB, n int, opts Options) *Cluster {
 	t.Cleanup(c.Close)
 	c.WaitLeader(10 * time.Second)
 	return c
+}
+
+// clockOf returns the clock of node name.
+func (o *Options) clockOf(name string) clock.Clock {
+	switch {
+	case o.Clock != nil:
+		return o.Clock(name)
+	case o.Time != nil:
+		return o.Time
+	}
+	return clock.Real()
 }
 
 func (o *Options) setDefaults() {
@@ -98,6 +123,9 @@ func (c *Cluster) start(i int) {
 		c.t.Fatalf("testcluster: listen for %s: %v", n.Name, err)
 	}
 	n.addr = ln.Addr().String()
+	if n.Clock == nil {
+		n.Clock = c.opts.clockOf(n.Name)
+	}
 	n.URL = "http://" + n.addr
 	s, err := server.New(server.Config{
 		Name: n.Name, DataDir: "/data", ClientAddr: n.addr, PeerAddr: c.initial[n.Name],
@@ -108,13 +136,14 @@ func (c *Cluster) start(i int) {
 		NewTransport: func(id uint64, h transport.Handler, s transport.Snapshots) (transport.Transport, error) {
 			return c.Net.Join(id, h, s), nil
 		},
-		Logger: logger(n.Name),
+		Logger: logger(n.Name), Clock: n.Clock,
 	})
 	if err != nil {
 		ln.Close()
 		c.t.Fatalf("testcluster: start %s: %v", n.Name, err)
 	}
 	n.Server = s
+	n.started = s.LastTick() // before the first tick: when its raft node started
 	n.http = httpapi.NewServer(httpapi.New(s, logger(n.Name)), c.opts.HTTPLimits, logger(n.Name))
 	go n.http.Serve(ln)
 }

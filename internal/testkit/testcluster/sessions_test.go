@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3"
+
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/clock"
 	"github.com/latch-io/latch/internal/server"
 )
 
@@ -66,13 +69,67 @@ func (h *heartbeater) halt() time.Time {
 	return time.Now()
 }
 
-// waitBeats waits until n more heartbeats were answered alive.
-func (h *heartbeater) waitBeats(t *testing.T, n int64, timeout time.Duration) {
+// virtualSteady is Steady(opts) in virtual time (Options.Time): the session
+// scenarios driven by the clock alone run without waiting for real time.
+func virtualSteady(opts Options) Options {
+	opts.Time = clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	return Steady(opts)
+}
+
+// beatVirtually sends n heartbeats for session through node i, one every
+// interval of virtual time, and fails unless each is answered alive. It
+// returns the virtual time of the last.
+func beatVirtually(t *testing.T, ctx context.Context, c *Cluster, i int, session string, n int, interval time.Duration) time.Time {
 	t.Helper()
-	target := h.beats.Load() + n
-	if !waitFor(timeout, func() bool { return h.beats.Load() >= target }) {
-		t.Fatalf("only %d of %d heartbeats answered alive within %v (%d expired, %d failed)",
-			h.beats.Load(), target, timeout, h.expired.Load(), h.failures.Load())
+	var last time.Time
+	for k := 0; k < n; k++ {
+		if k > 0 {
+			c.Advance(interval)
+		}
+		if _, err := Heartbeat(ctx, c.URL(i), session); err != nil {
+			t.Fatalf("heartbeat %d of %d through %s at %v: %v", k+1, n, c.Nodes[i].Name, c.Now(), err)
+		}
+		last = c.Now()
+	}
+	return last
+}
+
+// beatsAnswered sends heartbeats for session through node i, one every
+// interval of virtual time, until n were answered alive; a heartbeat
+// answered session_expired fails the test, other errors (no leader during
+// an election) are retried at the next interval, within timeout of real time.
+func beatsAnswered(t *testing.T, ctx context.Context, c *Cluster, i int, session string, n int, interval, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	alive, failed := 0, 0
+	for alive < n {
+		_, err := Heartbeat(ctx, c.URL(i), session)
+		switch {
+		case err == nil:
+			alive++
+		case api.CodeOf(err) == api.CodeSessionExpired:
+			t.Fatalf("a heartbeat through %s answered session_expired after %d alive", c.Nodes[i].Name, alive)
+		default:
+			failed++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d heartbeats answered alive within %v (%d failed)", alive, n, timeout, failed)
+		}
+		c.Advance(interval)
+	}
+}
+
+// waitSessionGoneVirtually is waitSessionGone advancing virtual time.
+func waitSessionGoneVirtually(t *testing.T, ctx context.Context, c *Cluster, i int, session string, timeout time.Duration) {
+	t.Helper()
+	var last error
+	ok := c.AdvanceUntil(timeout, func() bool {
+		_, last = SessionInfo(ctx, c.URL(i), session, api.Linearizable, 0)
+		return api.CodeOf(last) == api.CodeSessionExpired
+	})
+	if !ok {
+		t.Fatalf("session %s still known to %s after %v (last answer: %v): %s",
+			session, c.Nodes[i].Name, timeout, last, c.describe())
 	}
 }
 
@@ -135,8 +192,11 @@ func checkPresent(t *testing.T, ctx context.Context, c *Cluster, nodes []int, in
 // through a follower for several timeouts lives; once its heartbeats stop it
 // expires no sooner than its timeout, and its ephemeral nodes (plain and
 // sequential) are gone on every replica.
+//
+// It runs in virtual time: heartbeats every quarter timeout of the nodes'
+// clock, and the expiry measured on it.
 func TestSessionExpiryDeletesEphemeralsEverywhere(t *testing.T) {
-	c := New(t, 3, Steady(Options{MinSessionTTL: 200 * time.Millisecond}))
+	c := New(t, 3, virtualSteady(Options{MinSessionTTL: 200 * time.Millisecond}))
 	ctx := ctxT(t, 60*time.Second)
 	leader := c.WaitLeader(5 * time.Second)
 	follower := c.Others(leader)[0]
@@ -153,20 +213,14 @@ func TestSessionExpiryDeletesEphemeralsEverywhere(t *testing.T) {
 	}
 	paths := []string{"/eph/plain", seq.Path}
 
-	beats := startHeartbeats(c.URL(follower), s.SessionID, timeout/4)
-	defer beats.halt()
-	beats.waitBeats(t, 12, 20*time.Second) // three timeouts' worth
+	lastBeat := beatVirtually(t, ctx, c, follower, s.SessionID, 12, timeout/4) // three timeouts' worth
 	info, err := SessionInfo(ctx, c.URL(leader), s.SessionID, api.Linearizable, 0)
 	if err != nil || info.EphemeralCount != 2 {
-		t.Fatalf("heartbeating session after %d beats: %+v, %v; want alive with 2 ephemeral nodes", beats.beats.Load(), info, err)
-	}
-	lastBeat := beats.halt()
-	if beats.expired.Load() > 0 {
-		t.Fatalf("%d heartbeats answered session_expired while the session was kept alive", beats.expired.Load())
+		t.Fatalf("heartbeating session after 12 beats: %+v, %v; want alive with 2 ephemeral nodes", info, err)
 	}
 
-	waitSessionGone(t, ctx, c, leader, s.SessionID, 20*time.Second)
-	if elapsed := time.Since(lastBeat); elapsed < timeout {
+	waitSessionGoneVirtually(t, ctx, c, leader, s.SessionID, 20*time.Second)
+	if elapsed := c.Now().Sub(lastBeat); elapsed < timeout {
 		t.Fatalf("session expired %v after its last heartbeat, before its timeout %v", elapsed, timeout)
 	}
 	index := marker(t, ctx, c, leader)
@@ -184,8 +238,10 @@ func TestSessionExpiryDeletesEphemeralsEverywhere(t *testing.T) {
 // new leader renews every session, relays reach it); the crashed node has
 // the node after it restarts. Once the heartbeats stop the session expires,
 // so it was the heartbeats that kept it.
+//
+// It runs in virtual time.
 func TestSessionSurvivesLeaderCrash(t *testing.T) {
-	c := New(t, 3, Steady(Options{MinSessionTTL: 200 * time.Millisecond}))
+	c := New(t, 3, virtualSteady(Options{MinSessionTTL: 200 * time.Millisecond}))
 	ctx := ctxT(t, 60*time.Second)
 	leader := c.WaitLeader(5 * time.Second)
 	follower := c.Others(leader)[0]
@@ -194,16 +250,15 @@ func TestSessionSurvivesLeaderCrash(t *testing.T) {
 	if _, err := SessionPut(ctx, c.URL(follower), "/keep/me", "x", SessionWrite{SessionID: s.SessionID, Ephemeral: true}); err != nil {
 		t.Fatal(err)
 	}
-	beats := startHeartbeats(c.URL(follower), s.SessionID, timeout/4)
-	defer beats.halt()
-	beats.waitBeats(t, 2, 10*time.Second)
+	beatVirtually(t, ctx, c, follower, s.SessionID, 2, timeout/4)
 
 	c.Crash(leader)
+	// Heartbeats go on through the follower while the others elect a leader
+	// (those answered 503 meanwhile are retried), then three timeouts under
+	// the new leader; none may be answered session_expired.
+	beatsAnswered(t, ctx, c, follower, s.SessionID, 1, timeout/4, 30*time.Second)
 	newLeader := c.WaitLeader(10 * time.Second)
-	beats.waitBeats(t, 12, 30*time.Second) // three timeouts under the new leader
-	if n := beats.expired.Load(); n > 0 {
-		t.Fatalf("%d heartbeats answered session_expired across the leader crash", n)
-	}
+	beatsAnswered(t, ctx, c, follower, s.SessionID, 12, timeout/4, 30*time.Second)
 	info, err := SessionInfo(ctx, c.URL(newLeader), s.SessionID, api.Linearizable, 0)
 	if err != nil || info.EphemeralCount != 1 {
 		t.Fatalf("session after the crash: %+v, %v; want alive with its ephemeral node", info, err)
@@ -211,10 +266,13 @@ func TestSessionSurvivesLeaderCrash(t *testing.T) {
 	index := marker(t, ctx, c, newLeader)
 	checkPresent(t, ctx, c, c.Running(), index, s.SessionID, "/keep/me")
 	c.Restart(leader)
+	// The restarted node learns the leader from its heartbeats, sent on ticks.
+	if !c.AdvanceUntil(10*time.Second, func() bool { return c.Nodes[leader].statusLeader() != raft.None }) {
+		t.Fatalf("restarted %s learned no leader: %s", c.Nodes[leader].Name, c.describe())
+	}
 	checkPresent(t, ctx, c, []int{leader}, index, s.SessionID, "/keep/me")
 
-	beats.halt()
-	waitSessionGone(t, ctx, c, c.WaitLeader(10*time.Second), s.SessionID, 20*time.Second)
+	waitSessionGoneVirtually(t, ctx, c, c.WaitLeader(10*time.Second), s.SessionID, 20*time.Second)
 	index = marker(t, ctx, c, c.WaitLeader(10*time.Second))
 	checkGone(t, ctx, c, c.Running(), index, s.SessionID, "/keep/me")
 	c.EnsureSame(10 * time.Second)
@@ -234,7 +292,7 @@ func TestPartitionedHeartbeatsExpire(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := New(t, 3, Steady(Options{MinSessionTTL: 200 * time.Millisecond}))
+			c := New(t, 3, virtualSteady(Options{MinSessionTTL: 200 * time.Millisecond}))
 			ctx := ctxT(t, 60*time.Second)
 			minority := tt.minority(c, c.WaitLeader(5*time.Second))
 			majority := c.Others(minority)
@@ -244,18 +302,20 @@ func TestPartitionedHeartbeatsExpire(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.WaitApplied(c.Nodes[minority].Server.AppliedIndex(), 10*time.Second)
-			beats := startHeartbeats(c.URL(minority), s.SessionID, timeout/4)
+			beatVirtually(t, ctx, c, minority, s.SessionID, 2, timeout/4)
+			// From here the client heartbeats in real time, on its own, while
+			// virtual time advances.
+			beats := startHeartbeats(c.URL(minority), s.SessionID, 20*time.Millisecond)
 			defer beats.halt()
-			beats.waitBeats(t, 2, 10*time.Second)
 
 			c.Net.Partition(c.IDs(minority), c.IDs(majority...))
 			majorityLeader := c.LeaderIn(10*time.Second, majority...)
-			waitSessionGone(t, ctx, c, majorityLeader, s.SessionID, 20*time.Second)
+			waitSessionGoneVirtually(t, ctx, c, majorityLeader, s.SessionID, 20*time.Second)
 			index := marker(t, ctx, c, majorityLeader)
 			checkGone(t, ctx, c, majority, index, s.SessionID, "/part/me")
 
 			c.Net.Heal()
-			ok := waitFor(20*time.Second, func() bool { return beats.expired.Load() > 0 })
+			ok := c.AdvanceUntil(20*time.Second, func() bool { return beats.expired.Load() > 0 })
 			if !ok {
 				t.Fatalf("after healing, heartbeats to %s still answered alive", c.Nodes[minority].Name)
 			}

@@ -26,7 +26,7 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 func (c *Cluster) WaitLeader(timeout time.Duration) int {
 	c.t.Helper()
 	leader := -1
-	ok := waitFor(timeout, func() bool {
+	ok := c.AdvanceUntil(timeout, func() bool {
 		leader = c.leader()
 		return leader >= 0
 	})
@@ -60,7 +60,7 @@ func (c *Cluster) leader() int {
 func (c *Cluster) LeaderIn(timeout time.Duration, nodes ...int) int {
 	c.t.Helper()
 	leader := -1
-	ok := waitFor(timeout, func() bool {
+	ok := c.AdvanceUntil(timeout, func() bool {
 		leader = -1
 		for _, i := range nodes {
 			if c.Nodes[i].Server != nil && c.Nodes[i].Server.Status().Role == "leader" {
