@@ -6,10 +6,12 @@
 // Watches never touch the raft log. A server registers them for the clients
 // that talk to it (follower, learner or leader alike), only for a session
 // whose stream it has attached (Options.RequireStream: events could reach
-// no other stream), and fires them from its own apply path: the apply loop calls Publish with the events of each applied
-// entry while it holds the state machine's write lock, and the HTTP layer
-// calls Add under the read lock, so Add sees a history consistent with the
-// state it read.
+// no other stream), and fires them from its own apply path: the replica
+// runtime's apply path (replica.Replica.Apply, through the server's apply
+// listener) calls Publish with the events of each batch of applied entries
+// while it holds the state machine's write lock, and the server
+// (server.Server.Watch) calls Add under the read lock, so Add sees a history
+// consistent with the state it read.
 //
 // Semantics:
 //   - an exact watch on P fires for events whose path is P (CREATED, CHANGED,
