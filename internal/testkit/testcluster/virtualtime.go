@@ -72,7 +72,7 @@ func (c *Cluster) tick(d time.Duration) {
 		// A node that has not ticked since it started may not have armed its
 		// ticker yet (its Ready loop starts on its own goroutine): it ticks
 		// from a later step on, so it is not waited for.
-		ok := waitFor(10*time.Second, func() bool {
+		ok := pollFast(10*time.Second, func() bool {
 			last := s.LastTick()
 			return n.Clock.Since(last) < c.opts.TickInterval || last.Equal(n.started)
 		})
@@ -80,4 +80,17 @@ func (c *Cluster) tick(d time.Duration) {
 			c.t.Fatalf("testcluster: %s did not tick at %v (last tick %v, %d timers pending): %s", n.Name, fmt.Sprint(n.Clock.Now()), s.LastTick(), c.opts.Time.Pending(), c.describe())
 		}
 	}
+}
+
+// pollFast is waitFor for the conditions of a tick, which hold within
+// microseconds: it polls far more often.
+func pollFast(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	return true
 }
