@@ -531,15 +531,17 @@ var staleRead = server.ReadOptions{Consistency: api.Stale}
 // session, a node cut off from it must not answer that session's heartbeats
 // alive:true (a client told so would never fail over, and its library would
 // never report the session lost while the partition lasts).
+//
+// It runs in virtual time.
 func TestHeartbeatToCutOffNodeIsNotAlive(t *testing.T) {
-	c := New(t, 3, Steady(Options{MinSessionTTL: 200 * time.Millisecond}))
+	c := New(t, 3, virtualSteady(Options{MinSessionTTL: 200 * time.Millisecond}))
 	ctx := ctxT(t, 60*time.Second)
 	leader := c.WaitLeader(5 * time.Second)
 	cutOff := c.Others(leader)[0]
 	s := createSession(t, ctx, c.URL(cutOff), 800*time.Millisecond)
 	c.WaitApplied(s.Index, 10*time.Second)
 	c.Net.Partition(c.IDs(cutOff), c.IDs(c.Others(cutOff)...))
-	waitSessionGone(t, ctx, c, c.LeaderIn(10*time.Second, c.Others(cutOff)...), s.SessionID, 20*time.Second)
+	waitSessionGoneVirtually(t, ctx, c, c.LeaderIn(10*time.Second, c.Others(cutOff)...), s.SessionID, 20*time.Second)
 	hb, err := Heartbeat(ctx, c.URL(cutOff), s.SessionID)
 	if err == nil {
 		t.Fatalf("%s, cut off from the majority that expired the session, answered its heartbeat %+v; "+
