@@ -119,18 +119,7 @@ func (c *Cluster) SessionByHandle(handle string) (string, bool) {
 func (c *Cluster) Heartbeats(id string) int {
 	n := 0
 	for _, p := range c.proxies {
-		for _, r := range p.Requests() {
-			if r.Method != http.MethodPost || r.Path != "/v1/session/heartbeat" || r.Status != http.StatusOK {
-				continue
-			}
-			var body api.SessionRequest
-			if json.Unmarshal(r.Body, &body) != nil {
-				continue
-			}
-			if body.SessionID == id || slices.Contains(body.SessionIDs, id) {
-				n++
-			}
-		}
+		n += p.Heartbeats(id)
 	}
 	return n
 }

@@ -28,9 +28,11 @@ type Proxy struct {
 
 	mu       sync.Mutex // guards the fields below
 	srv      *http.Server
+	ln       net.Listener
 	faults   []*Fault
 	requests []*Request
 	streams  map[*stream]struct{}
+	beats    map[string]int    // heartbeats answered 200, per session id
 	rewrite  *strings.Replacer // backend URLs to proxy URLs in JSON replies
 }
 
@@ -41,7 +43,7 @@ func New(name, backend string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("faulthttp: backend %q: %w", backend, err)
 	}
-	p := &Proxy{name: name, backend: u, streams: map[*stream]struct{}{},
+	p := &Proxy{name: name, backend: u, streams: map[*stream]struct{}{}, beats: map[string]int{},
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:        func(r *httputil.ProxyRequest) { r.SetURL(u); r.Out.Host = r.In.Host },
@@ -70,7 +72,7 @@ func (p *Proxy) Backend() string { return p.backend.String() }
 func (p *Proxy) serve(ln net.Listener) {
 	srv := &http.Server{Handler: http.HandlerFunc(p.handle), ReadHeaderTimeout: 10 * time.Second}
 	p.mu.Lock()
-	p.srv = srv
+	p.srv, p.ln = srv, ln
 	p.mu.Unlock()
 	go func() { _ = srv.Serve(ln) }()
 }
@@ -80,10 +82,11 @@ func (p *Proxy) serve(ln net.Listener) {
 // member behind it keeps running.
 func (p *Proxy) Stop() {
 	p.mu.Lock()
-	srv := p.srv
-	p.srv = nil
+	srv, ln := p.srv, p.ln
+	p.srv, p.ln = nil, nil
 	p.mu.Unlock()
 	if srv != nil {
+		_ = ln.Close() // at once, even if Serve has not taken it up yet
 		_ = srv.Close()
 	}
 }
@@ -218,9 +221,7 @@ type recorder struct {
 func (w *recorder) WriteHeader(code int) {
 	if !w.written {
 		w.written = true
-		w.p.mu.Lock()
-		w.rec.Status = code
-		w.p.mu.Unlock()
+		w.p.answered(w.rec, code)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

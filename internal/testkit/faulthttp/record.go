@@ -1,9 +1,13 @@
 package faulthttp
 
 import (
+	"encoding/json"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/latch-io/latch/api"
 )
 
 // Request is one request a Proxy received, faulted or forwarded.
@@ -52,4 +56,32 @@ func pathMatches(pattern, path string) bool {
 	default:
 		return path == pattern
 	}
+}
+
+// answered notes the status of rec's reply and counts a heartbeat the
+// member accepted for each session it named.
+func (p *Proxy) answered(rec *Request, status int) {
+	var beat api.SessionRequest
+	isBeat := status == http.StatusOK && rec.Method == http.MethodPost && rec.Path == "/v1/session/heartbeat" &&
+		json.Unmarshal(rec.Body, &beat) == nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rec.Status = status
+	if !isBeat {
+		return
+	}
+	if beat.SessionID != "" {
+		p.beats[beat.SessionID]++
+	}
+	for _, id := range beat.SessionIDs {
+		p.beats[id]++
+	}
+}
+
+// Heartbeats returns how many heartbeats for session id the proxy saw the
+// member answer 200 (single or batched form).
+func (p *Proxy) Heartbeats(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.beats[id]
 }
