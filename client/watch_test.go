@@ -7,19 +7,19 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/client/clienttest"
+	"github.com/latch-io/latch/internal/testkit/faulthttp"
 )
 
-// watchEnv is a fake cluster, a client of it and a session.
+// watchEnv is a cluster, a client of it and a session.
 type watchEnv struct {
-	cluster *clienttest.Cluster
+	cluster *faulthttp.Cluster
 	client  *Client
 	session *Session
 }
 
 func newWatchEnv(t *testing.T, servers int) *watchEnv {
 	t.Helper()
-	cluster := newFakeCluster(t, servers)
+	cluster := newCluster(t, servers)
 	c := newTestClient(t, cluster.URLs(), nil)
 	s, err := c.NewSession(context.Background(), 10*time.Second)
 	if err != nil {
@@ -128,8 +128,8 @@ func TestWatchReregisters(t *testing.T) {
 		name string
 		lose func(env *watchEnv)
 	}{
-		{"stream ended by the server", func(env *watchEnv) { env.cluster.EndStreams("slow consumer: 9 events undelivered") }},
-		{"server stopped", func(env *watchEnv) { env.cluster.Server(0).Stop() }},
+		{"stream ended by the server", func(env *watchEnv) { env.cluster.CutStreams("slow consumer: 9 events undelivered") }},
+		{"server stopped", func(env *watchEnv) { env.cluster.Proxy(0).Stop() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -255,7 +255,7 @@ func TestNotifyJitter(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := len(drawn())
-	env.cluster.EndStreams("slow consumer")
+	env.cluster.CutStreams("slow consumer")
 	env.put(t, "/j", "y")
 	receive(t, w)
 	got := drawn()[before:]
