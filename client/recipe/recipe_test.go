@@ -8,22 +8,19 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
-	"github.com/latch-io/latch/client/clienttest"
+	"github.com/latch-io/latch/internal/testkit/faulthttp"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
-// env is a fake cluster and a client of it.
+// env is a real cluster behind fault-injecting proxies and a client of it.
 type env struct {
-	cluster *clienttest.Cluster
+	cluster *faulthttp.Cluster
 	client  *client.Client
 }
 
 func newEnv(t *testing.T, servers int) *env {
 	t.Helper()
-	cluster, err := clienttest.NewCluster(servers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
+	cluster := faulthttp.NewCluster(t, servers, testcluster.Options{})
 	c, err := client.New(client.Config{Endpoints: cluster.URLs(), BackoffBase: time.Millisecond,
 		BackoffMax: 10 * time.Millisecond, NotifyJitter: 2 * time.Millisecond, ReconnectJitter: 5 * time.Millisecond})
 	if err != nil {
@@ -127,7 +124,7 @@ func TestLockHandoff(t *testing.T) {
 func TestLockIdempotent(t *testing.T) {
 	e := newEnv(t, 1)
 	s := e.session(t, 10*time.Second)
-	e.cluster.Server(0).FailNext(1, api.CodeUnavailable, "")
+	e.cluster.Proxy(0).FailNext(1, api.CodeUnavailable, "")
 	first, err := NewLock(s, "R").Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
