@@ -106,7 +106,7 @@ func TestLockCommand(t *testing.T) {
 // runs: the command is stopped and latchctl exits ExitLost.
 func TestLockLostStopsCommand(t *testing.T) {
 	cluster, env := newCluster(t, 1)
-	r := startLatchctl(env, "lock", "R", "--session-timeout", "600ms", "--grace", "5s", "--",
+	r := startLatchctl(env, "lock", "R", "--session-timeout", "2s", "--grace", "5s", "--",
 		"sh", "-c", "trap 'echo terminated; exit 0' TERM; echo started; while :; do sleep 0.05; done")
 	waitUntil(t, "the command to start", func() bool { return strings.Contains(r.stdout.String(), "started") })
 	got := latchctl(t, env, "", "lock-status", "-o", "json", "R")
