@@ -13,6 +13,7 @@ import (
 func isCode(err error, code api.Code) bool { return errors.Is(err, &api.Error{Code: code}) }
 
 func TestKVOperations(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 1)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
@@ -66,6 +67,7 @@ func TestKVOperations(t *testing.T) {
 }
 
 func TestFailoverOnConnectionError(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
@@ -96,6 +98,7 @@ func TestFailoverOnConnectionError(t *testing.T) {
 }
 
 func TestLeaderHintIsFollowed(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 2)
 	c := newTestClient(t, []string{cluster.Proxy(0).URL()}, nil) // the second server is only learnt from the hint
 	cluster.Proxy(0).FailNext(1, api.CodeUnavailable, cluster.Proxy(1).URL())
@@ -118,6 +121,7 @@ func TestLeaderHintIsFollowed(t *testing.T) {
 }
 
 func TestSessionlessWriteIsNotResentAfter503(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
 	cluster.Proxy(0).FailNext(1, api.CodeUnavailable, "")
@@ -132,6 +136,7 @@ func TestSessionlessWriteIsNotResentAfter503(t *testing.T) {
 }
 
 func TestOverloadedIsRetried(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 1)
 	c := newTestClient(t, cluster.URLs(), nil)
 	cluster.Proxy(0).FailNext(2, api.CodeOverloaded, "")
@@ -144,6 +149,7 @@ func TestOverloadedIsRetried(t *testing.T) {
 }
 
 func TestSessionWriteRetryReusesRequestSeq(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
@@ -194,6 +200,7 @@ func TestSessionWriteRetryReusesRequestSeq(t *testing.T) {
 }
 
 func TestStaleReadsSendMonotonicMinIndex(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
@@ -243,6 +250,7 @@ func TestStaleReadsSendMonotonicMinIndex(t *testing.T) {
 }
 
 func TestContextIsHonoured(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 1)
 	c := newTestClient(t, cluster.URLs(), nil)
 	cluster.Proxy(0).SetHang(true)
@@ -282,6 +290,7 @@ func TestContextIsHonoured(t *testing.T) {
 }
 
 func TestGivesUpWhenNoServerAnswers(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
 	cluster.Close()
@@ -292,6 +301,7 @@ func TestGivesUpWhenNoServerAnswers(t *testing.T) {
 }
 
 func TestPinnedStatusDoesNotFailOver(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
 	status, err := c.StatusOf(context.Background(), cluster.Proxy(1).URL())

@@ -60,6 +60,7 @@ func (h *heartbeatCounter) counts() (batched, single int) {
 // session reported expired in a batch ends alone; a server refusing
 // batches gets one call per id.
 func TestKeepaliveBatches(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name          string
 		refuseBatches bool

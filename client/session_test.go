@@ -18,6 +18,7 @@ func waitForTimer(t *testing.T, clk *fakeClock) time.Duration {
 }
 
 func TestKeepaliveCadence(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 2)
 	clk := newFakeClock()
 	c := newTestClient(t, cluster.URLs(), clk)
@@ -52,6 +53,7 @@ func TestKeepaliveCadence(t *testing.T) {
 }
 
 func TestSessionEnds(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		cause func(t *testing.T, env *sessionEnv)
@@ -121,6 +123,7 @@ func newSessionEnv(t *testing.T) *sessionEnv {
 }
 
 func TestCloseDeletesEphemeralNodes(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 1)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
@@ -147,6 +150,7 @@ func TestCloseDeletesEphemeralNodes(t *testing.T) {
 }
 
 func TestResumeSessionContinuesSequence(t *testing.T) {
+	t.Parallel()
 	cluster := newCluster(t, 1)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()

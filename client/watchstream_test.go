@@ -18,6 +18,7 @@ import (
 // and register there, rather than end the watcher with the refusal; every
 // registration follows the stream it goes with.
 func TestWatchRefusedWithoutStreamReconnects(t *testing.T) {
+	t.Parallel()
 	env := newWatchEnv(t, 2)
 	// A member's watch history starts at the first change it applies; a
 	// write first lets the re-registration's known_index be checked against
@@ -77,6 +78,7 @@ func requireStreamBeforeRegistration(t *testing.T, env *watchEnv) {
 // stream and the registrations to different members) ends the watcher with
 // the server's message instead of retrying forever.
 func TestWatchRefusedWithoutStreamGivesUp(t *testing.T) {
+	t.Parallel()
 	env := newWatchEnv(t, 1)
 	env.cluster.Proxy(0).RefuseWatches(1000)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
