@@ -41,6 +41,7 @@ func newCluster(t *testing.T, n int) (*faulthttp.Cluster, map[string]string) {
 }
 
 func TestCommands(t *testing.T) {
+	t.Parallel()
 	cluster, env := newCluster(t, 2)
 	tests := []struct {
 		name   string
@@ -108,6 +109,7 @@ func checkSequentialName(t *testing.T, env map[string]string) {
 }
 
 func TestSessionCommands(t *testing.T) {
+	t.Parallel()
 	cluster, env := newCluster(t, 1)
 	created := latchctl(t, env, "", "session", "create", "--timeout", "3s", "-o", "json")
 	var session struct {
@@ -152,6 +154,7 @@ func TestSessionCommands(t *testing.T) {
 }
 
 func TestUnavailable(t *testing.T) {
+	t.Parallel()
 	cluster, env := newCluster(t, 2)
 	cluster.Close()
 	for _, args := range [][]string{{"get", "/x"}, {"status"}} {
@@ -168,6 +171,7 @@ func TestUnavailable(t *testing.T) {
 }
 
 func TestBench(t *testing.T) {
+	t.Parallel()
 	_, env := newCluster(t, 2)
 	tests := []struct {
 		name string
@@ -205,6 +209,7 @@ func TestBench(t *testing.T) {
 }
 
 func TestBenchCountsErrors(t *testing.T) {
+	t.Parallel()
 	cluster, env := newCluster(t, 1)
 	cluster.Proxy(0).FailNext(5, api.CodePreconditionFailed, "")
 	got := latchctl(t, env, "", "bench", "-o", "json", "--duration", "200ms", "--clients", "1")
