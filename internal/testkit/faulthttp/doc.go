@@ -6,9 +6,10 @@
 // backend member. Faults are rules a test switches on: answer the next n
 // requests of a route with a chosen error envelope (503 with a leader hint,
 // 429, 409, 410...) without forwarding them, lose the reply of a request that
-// was applied, delay, drop the connection without answering, hang until the
-// client gives up, refuse connections altogether (Stop), and cut the event
-// streams that pass through it. Every request is recorded with its body, its
+// was applied, delay, drop the connection without answering (before or
+// after forwarding the request), hang until the client gives up, refuse
+// connections altogether (Stop), and cut the event streams that pass
+// through it. Every request is recorded with its body, its
 // status and, for small JSON replies, the reply body, so a test can count
 // requests per route or read what was sent.
 //

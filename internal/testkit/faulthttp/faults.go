@@ -28,6 +28,10 @@ const (
 	// Drop closes the connection without answering; the member never sees
 	// the request.
 	Drop
+	// ForwardThenDrop forwards the request and then closes the connection
+	// without answering: the member acted on it, the client sees the
+	// connection fail mid-request.
+	ForwardThenDrop
 	// Hang waits until the client gives up and answers nothing.
 	Hang
 )
@@ -69,9 +73,10 @@ func (f *Fault) apply(p *Proxy, w *recorder, r *http.Request) bool {
 		case <-r.Context().Done():
 		}
 	case Drop:
-		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			_ = conn.Close()
-		}
+		hangUp(w)
+	case ForwardThenDrop:
+		p.rp.ServeHTTP(&discard{header: http.Header{}}, r.WithContext(context.WithoutCancel(r.Context())))
+		hangUp(w)
 	case Hang:
 		<-r.Context().Done()
 	}
@@ -128,6 +133,13 @@ func (p *Proxy) SetHang(on bool) {
 	p.faults = kept
 	if on {
 		p.faults = append([]*Fault{{Kind: Hang}}, p.faults...)
+	}
+}
+
+// hangUp closes the client's connection without a reply.
+func hangUp(w http.ResponseWriter) {
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		_ = conn.Close()
 	}
 }
 

@@ -105,6 +105,7 @@ func TestFaults(t *testing.T) {
 		{"lose the reply", Fault{Times: 1, Kind: LoseReply}, "PUT", http.StatusServiceUnavailable, "reply lost", 1, false},
 		{"delay", Fault{Times: 1, Kind: Delay, Delay: 20 * time.Millisecond}, "GET", http.StatusOK, "/v1/kv/a", 1, false},
 		{"drop", Fault{Times: 1, Kind: Drop}, "GET", 0, "", 0, true},
+		{"forward then drop", Fault{Times: 1, Kind: ForwardThenDrop}, "PUT", 0, "", 1, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
