@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/testkit/faulthttp"
 )
 
 func isCode(err error, code api.Code) bool { return errors.Is(err, &api.Error{Code: code}) }
@@ -132,6 +133,42 @@ func TestSessionlessWriteIsNotResentAfter503(t *testing.T) {
 	}
 	if got := len(cluster.Proxy(0).Requests()) + len(cluster.Proxy(1).Requests()); got != 1 {
 		t.Fatalf("the write was sent %d times, want once", got)
+	}
+}
+
+// TestConnectionDroppedMidRequest: a member acts on a write and the
+// connection drops before the reply. A session-less write is not resent
+// (its outcome is unknown); a session write is resent with its request_seq
+// and applied once.
+func TestConnectionDroppedMidRequest(t *testing.T) {
+	t.Parallel()
+	cluster := newCluster(t, 2)
+	c := newTestClient(t, cluster.URLs(), nil)
+	ctx := context.Background()
+	drop := faulthttp.Fault{Method: "PUT", Times: 1, Kind: faulthttp.ForwardThenDrop}
+
+	cluster.Proxy(0).Inject(drop)
+	if _, err := c.Put(ctx, "/drop/plain-", "v", Sequential()); !isCode(err, api.CodeUnavailable) {
+		t.Fatalf("session-less Put = %v, want unavailable (outcome unknown)", err)
+	}
+	if got := cluster.Proxy(0).Count("PUT", "/v1/kv/*") + cluster.Proxy(1).Count("PUT", "/v1/kv/*"); got != 1 {
+		t.Fatalf("the session-less write was sent %d times, want once", got)
+	}
+
+	s, err := c.NewSession(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	cluster.Proxy(0).Inject(drop)
+	cluster.Proxy(1).Inject(drop)
+	node, err := c.Put(ctx, "/drop/session-", "v", Sequential(), WithSession(s))
+	if err != nil {
+		t.Fatalf("session Put after dropped connections: %v", err)
+	}
+	children, err := c.Children(ctx, "/drop")
+	if err != nil || len(children.Children) != 2 || "/drop/"+children.Children[1] != node.Path {
+		t.Fatalf("Children = %+v, %v; want the plain node and exactly %s", children, err, node.Path)
 	}
 }
 
