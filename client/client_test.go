@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/client/clienttest"
+	"github.com/latch-io/latch/internal/testkit/faulthttp"
 )
 
 func isCode(err error, code api.Code) bool { return errors.Is(err, &api.Error{Code: code}) }
 
 func TestKVOperations(t *testing.T) {
-	cluster := newFakeCluster(t, 1)
+	t.Parallel()
+	cluster := newCluster(t, 1)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
 
@@ -67,13 +68,14 @@ func TestKVOperations(t *testing.T) {
 }
 
 func TestFailoverOnConnectionError(t *testing.T) {
-	cluster := newFakeCluster(t, 2)
+	t.Parallel()
+	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
 	if _, err := c.Put(ctx, "/k", "v"); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Server(0).Stop()
+	cluster.Proxy(0).Stop()
 
 	// A read and a session-less write both reach the second server: the
 	// write is safe to resend because the connection was refused.
@@ -83,69 +85,109 @@ func TestFailoverOnConnectionError(t *testing.T) {
 	if _, err := c.Put(ctx, "/k", "v2"); err != nil {
 		t.Fatalf("Put after the first server stopped: %v", err)
 	}
-	if got := len(cluster.Server(1).Requests()); got != 2 {
+	if got := len(cluster.Proxy(1).Requests()); got != 2 {
 		t.Fatalf("second server saw %d requests, want 2", got)
 	}
 	// The dead server is avoided: the next call goes straight to the live one.
-	before := len(cluster.Server(1).Requests())
+	before := len(cluster.Proxy(1).Requests())
 	if _, err := c.Get(ctx, "/k"); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(cluster.Server(1).Requests()); got != before+1 {
+	if got := len(cluster.Proxy(1).Requests()); got != before+1 {
 		t.Fatalf("second server saw %d new requests, want 1", got-before)
 	}
 }
 
 func TestLeaderHintIsFollowed(t *testing.T) {
-	cluster := newFakeCluster(t, 2)
-	c := newTestClient(t, []string{cluster.Server(0).URL()}, nil) // the second server is only learnt from the hint
-	cluster.Server(0).FailNext(1, api.CodeUnavailable, cluster.Server(1).URL())
+	t.Parallel()
+	cluster := newCluster(t, 2)
+	c := newTestClient(t, []string{cluster.Proxy(0).URL()}, nil) // the second server is only learnt from the hint
+	cluster.Proxy(0).FailNext(1, api.CodeUnavailable, cluster.Proxy(1).URL())
 
 	if _, err := c.Get(context.Background(), "/"); err != nil {
 		t.Fatalf("Get: %v", err)
 	}
-	if got := len(cluster.Server(1).Requests()); got != 1 {
+	if got := len(cluster.Proxy(1).Requests()); got != 1 {
 		t.Fatalf("hinted server saw %d requests, want 1", got)
 	}
-	if got := c.Endpoints(); len(got) != 2 || got[1] != cluster.Server(1).URL() {
+	if got := c.Endpoints(); len(got) != 2 || got[1] != cluster.Proxy(1).URL() {
 		t.Fatalf("Endpoints = %v, want the hint added", got)
 	}
 	if _, err := c.Get(context.Background(), "/"); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(cluster.Server(1).Requests()); got != 2 {
+	if got := len(cluster.Proxy(1).Requests()); got != 2 {
 		t.Fatalf("the client did not stay on the hinted server (%d requests)", got)
 	}
 }
 
 func TestSessionlessWriteIsNotResentAfter503(t *testing.T) {
-	cluster := newFakeCluster(t, 2)
+	t.Parallel()
+	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
-	cluster.Server(0).FailNext(1, api.CodeUnavailable, "")
+	cluster.Proxy(0).FailNext(1, api.CodeUnavailable, "")
 
 	_, err := c.Put(context.Background(), "/seq/n-", "v", Sequential())
 	if !isCode(err, api.CodeUnavailable) {
 		t.Fatalf("Put = %v, want unavailable (outcome unknown)", err)
 	}
-	if got := len(cluster.Server(0).Requests()) + len(cluster.Server(1).Requests()); got != 1 {
+	if got := len(cluster.Proxy(0).Requests()) + len(cluster.Proxy(1).Requests()); got != 1 {
 		t.Fatalf("the write was sent %d times, want once", got)
 	}
 }
 
-func TestOverloadedIsRetried(t *testing.T) {
-	cluster := newFakeCluster(t, 1)
+// TestConnectionDroppedMidRequest: a member acts on a write and the
+// connection drops before the reply. A session-less write is not resent
+// (its outcome is unknown); a session write is resent with its request_seq
+// and applied once.
+func TestConnectionDroppedMidRequest(t *testing.T) {
+	t.Parallel()
+	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
-	cluster.Server(0).FailNext(2, api.CodeOverloaded, "")
+	ctx := context.Background()
+	drop := faulthttp.Fault{Method: "PUT", Times: 1, Kind: faulthttp.ForwardThenDrop}
+
+	cluster.Proxy(0).Inject(drop)
+	if _, err := c.Put(ctx, "/drop/plain-", "v", Sequential()); !isCode(err, api.CodeUnavailable) {
+		t.Fatalf("session-less Put = %v, want unavailable (outcome unknown)", err)
+	}
+	if got := cluster.Proxy(0).Count("PUT", "/v1/kv/*") + cluster.Proxy(1).Count("PUT", "/v1/kv/*"); got != 1 {
+		t.Fatalf("the session-less write was sent %d times, want once", got)
+	}
+
+	s, err := c.NewSession(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	cluster.Proxy(0).Inject(drop)
+	cluster.Proxy(1).Inject(drop)
+	node, err := c.Put(ctx, "/drop/session-", "v", Sequential(), WithSession(s))
+	if err != nil {
+		t.Fatalf("session Put after dropped connections: %v", err)
+	}
+	children, err := c.Children(ctx, "/drop")
+	if err != nil || len(children.Children) != 2 || "/drop/"+children.Children[1] != node.Path {
+		t.Fatalf("Children = %+v, %v; want the plain node and exactly %s", children, err, node.Path)
+	}
+}
+
+func TestOverloadedIsRetried(t *testing.T) {
+	t.Parallel()
+	cluster := newCluster(t, 1)
+	c := newTestClient(t, cluster.URLs(), nil)
+	cluster.Proxy(0).FailNext(2, api.CodeOverloaded, "")
 	if _, err := c.Put(context.Background(), "/k", "v"); err != nil {
 		t.Fatalf("Put after two 429s: %v", err)
 	}
-	if got := len(cluster.Server(0).Requests()); got != 3 {
+	if got := len(cluster.Proxy(0).Requests()); got != 3 {
 		t.Fatalf("server saw %d requests, want 3", got)
 	}
 }
 
 func TestSessionWriteRetryReusesRequestSeq(t *testing.T) {
-	cluster := newFakeCluster(t, 2)
+	t.Parallel()
+	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
 	s, err := c.NewSession(ctx, 10*time.Second)
@@ -157,15 +199,15 @@ func TestSessionWriteRetryReusesRequestSeq(t *testing.T) {
 	// The first write is applied but its reply lost; then the next attempt
 	// is refused with a hint. The third attempt must carry the same seq and
 	// get the first result back.
-	cluster.Server(0).LoseNextReplies(1)
-	cluster.Server(1).FailNext(1, api.CodeUnavailable, cluster.Server(0).URL())
-	node, err := c.Put(ctx, "/locks/r/lock-", "", Sequential(), Ephemeral(), WithSession(s))
+	cluster.Proxy(0).LoseNextReplies(1)
+	cluster.Proxy(1).FailNext(1, api.CodeUnavailable, cluster.Proxy(0).URL())
+	node, err := c.Put(ctx, "/queue/r/item-", "", Sequential(), Ephemeral(), WithSession(s))
 	if err != nil {
 		t.Fatalf("Put: %v", err)
 	}
 	var seqs []string
 	for i := 0; i < 2; i++ {
-		for _, r := range cluster.Server(i).Requests() {
+		for _, r := range cluster.Proxy(i).Requests() {
 			if r.Method == "PUT" {
 				seqs = append(seqs, r.Query.Get("request_seq"))
 				if r.Query.Get("session_id") != s.ID() {
@@ -177,16 +219,16 @@ func TestSessionWriteRetryReusesRequestSeq(t *testing.T) {
 	if len(seqs) != 3 || seqs[0] != seqs[1] || seqs[1] != seqs[2] || seqs[0] == "" {
 		t.Fatalf("request_seq per attempt = %v, want three equal non-empty values", seqs)
 	}
-	children, err := c.Children(ctx, "/locks/r")
-	if err != nil || len(children.Children) != 1 || "/locks/r/"+children.Children[0] != node.Path {
+	children, err := c.Children(ctx, "/queue/r")
+	if err != nil || len(children.Children) != 1 || "/queue/r/"+children.Children[0] != node.Path {
 		t.Fatalf("Children = %+v, %v; want exactly %s", children, err, node.Path)
 	}
 
 	// The next write gets a fresh, higher seq.
-	if _, err := c.Put(ctx, "/locks/r/other", "", WithSession(s)); err != nil {
+	if _, err := c.Put(ctx, "/queue/r/other", "", WithSession(s)); err != nil {
 		t.Fatal(err)
 	}
-	last := cluster.Server(0).Requests()
+	last := cluster.Proxy(0).Requests()
 	next, _ := strconv.ParseUint(last[len(last)-1].Query.Get("request_seq"), 10, 64)
 	first, _ := strconv.ParseUint(seqs[0], 10, 64)
 	if next <= first {
@@ -195,21 +237,31 @@ func TestSessionWriteRetryReusesRequestSeq(t *testing.T) {
 }
 
 func TestStaleReadsSendMonotonicMinIndex(t *testing.T) {
-	cluster := newFakeCluster(t, 2)
+	t.Parallel()
+	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
+	var last *api.Node
 	for i := 0; i < 5; i++ {
-		if _, err := c.Put(ctx, "/k", strconv.Itoa(i)); err != nil {
+		node, err := c.Put(ctx, "/k", strconv.Itoa(i))
+		if err != nil {
 			t.Fatal(err)
 		}
+		last = node
 	}
-	if c.LastIndex() != cluster.Index() {
-		t.Fatalf("LastIndex = %d, want %d", c.LastIndex(), cluster.Index())
+	// The members' log holds more than the five writes (the leader's first
+	// entry, each member announcing its client URL, in the background), so
+	// the index to expect is the last write's, and a read may show a later
+	// one.
+	want := last.ModifiedIndex
+	if c.LastIndex() != want || cluster.Index() < want {
+		t.Fatalf("LastIndex = %d, cluster applied %d, want the last write's %d", c.LastIndex(), cluster.Index(), want)
 	}
 	if _, err := c.Get(ctx, "/k", Stale()); err != nil {
 		t.Fatal(err)
 	}
-	cluster.Server(0).Stop()
+	seen := c.LastIndex() // the stale read's index, at least want
+	cluster.Proxy(0).Stop()
 	if _, err := c.Get(ctx, "/k", Stale()); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +271,7 @@ func TestStaleReadsSendMonotonicMinIndex(t *testing.T) {
 
 	var sent []uint64
 	for i := 0; i < 2; i++ {
-		for _, r := range cluster.Server(i).Requests() {
+		for _, r := range cluster.Proxy(i).Requests() {
 			if r.Method == "GET" && r.Query.Get("consistency") == "stale" {
 				n, err := strconv.ParseUint(r.Query.Get("min_index"), 10, 64)
 				if err != nil {
@@ -229,19 +281,20 @@ func TestStaleReadsSendMonotonicMinIndex(t *testing.T) {
 			}
 		}
 	}
-	if len(sent) != 2 || sent[0] != 5 || sent[1] < sent[0] {
-		t.Fatalf("min_index sent = %v, want [5 >=5]", sent)
+	if len(sent) != 2 || sent[0] != want || sent[1] != seen || seen < want {
+		t.Fatalf("min_index sent = %v, want [%d %d] (the last write's, then the first read's)", sent, want, seen)
 	}
-	if got := cluster.Server(1).Requests()[0].Query.Get("min_index"); got != "5" {
-		t.Fatalf("after failover min_index = %q, want 5", got)
+	if got := cluster.Proxy(1).Requests()[0].Query.Get("min_index"); got != strconv.FormatUint(seen, 10) {
+		t.Fatalf("after failover min_index = %q, want %d", got, seen)
 	}
 }
 
 func TestContextIsHonoured(t *testing.T) {
-	cluster := newFakeCluster(t, 1)
+	t.Parallel()
+	cluster := newCluster(t, 1)
 	c := newTestClient(t, cluster.URLs(), nil)
-	cluster.Server(0).Hang(true)
-	defer cluster.Server(0).Hang(false)
+	cluster.Proxy(0).SetHang(true)
+	defer cluster.Proxy(0).SetHang(false)
 
 	tests := []struct {
 		name string
@@ -251,7 +304,7 @@ func TestContextIsHonoured(t *testing.T) {
 		{"cancel", func() (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() {
-				waitFor(t, "the request to arrive", func() bool { return len(cluster.Server(0).Requests()) > 0 })
+				waitFor(t, "the request to arrive", func() bool { return len(cluster.Proxy(0).Requests()) > 0 })
 				cancel()
 			}()
 			return ctx, cancel
@@ -277,7 +330,8 @@ func TestContextIsHonoured(t *testing.T) {
 }
 
 func TestGivesUpWhenNoServerAnswers(t *testing.T) {
-	cluster := newFakeCluster(t, 2)
+	t.Parallel()
+	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
 	cluster.Close()
 	_, err := c.Get(context.Background(), "/k")
@@ -287,19 +341,18 @@ func TestGivesUpWhenNoServerAnswers(t *testing.T) {
 }
 
 func TestPinnedStatusDoesNotFailOver(t *testing.T) {
-	cluster := newFakeCluster(t, 2)
+	t.Parallel()
+	cluster := newCluster(t, 2)
 	c := newTestClient(t, cluster.URLs(), nil)
-	status, err := c.StatusOf(context.Background(), cluster.Server(1).URL())
+	status, err := c.StatusOf(context.Background(), cluster.Proxy(1).URL())
 	if err != nil || status.Name != "n2" {
 		t.Fatalf("StatusOf(n2) = %+v, %v", status, err)
 	}
-	cluster.Server(1).Stop()
-	if _, err := c.StatusOf(context.Background(), cluster.Server(1).URL()); !isCode(err, api.CodeUnavailable) {
+	cluster.Proxy(1).Stop()
+	if _, err := c.StatusOf(context.Background(), cluster.Proxy(1).URL()); !isCode(err, api.CodeUnavailable) {
 		t.Fatalf("StatusOf a stopped server = %v, want unavailable", err)
 	}
-	if got := len(cluster.Server(0).Requests()); got != 0 {
+	if got := len(cluster.Proxy(0).Requests()); got != 0 {
 		t.Fatalf("a pinned call reached another server %d times", got)
 	}
 }
-
-var _ = clienttest.Request{}

@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latch-io/latch/client/clienttest"
+	"github.com/latch-io/latch/internal/testkit/faulthttp"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // waitFor polls cond until it holds or 10s pass.
@@ -20,15 +21,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// newFakeCluster starts n fake servers, closed at the end of the test.
-func newFakeCluster(t *testing.T, n int) *clienttest.Cluster {
+// clusterOptions are the members' options for the client's tests: sessions
+// last at least 30s, so that a session whose keepalive runs on a fake clock
+// does not expire on the members' real one while a test runs; tests end
+// sessions on purpose with Expire.
+var clusterOptions = testcluster.Options{MinSessionTTL: 30 * time.Second}
+
+// newCluster starts n real members, each behind a fault-injecting proxy,
+// stopped at the end of the test.
+func newCluster(t *testing.T, n int) *faulthttp.Cluster {
 	t.Helper()
-	cluster, err := clienttest.NewCluster(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	return cluster
+	return faulthttp.NewCluster(t, n, clusterOptions)
 }
 
 // newTestClient returns a client of urls that starts on urls[0], with short
@@ -108,13 +111,9 @@ func (f *fakeClock) Waiting() []time.Duration {
 	return durations
 }
 
-// newFakeClusterB starts one fake server for a benchmark and returns its URLs.
-func newFakeClusterB(b *testing.B) []string {
+// newClusterB starts one member behind a proxy for a benchmark and returns
+// the proxy's URL.
+func newClusterB(b *testing.B) []string {
 	b.Helper()
-	cluster, err := clienttest.NewCluster(1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(cluster.Close)
-	return cluster.URLs()
+	return faulthttp.NewCluster(b, 1, clusterOptions).URLs()
 }

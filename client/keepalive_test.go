@@ -60,6 +60,7 @@ func (h *heartbeatCounter) counts() (batched, single int) {
 // session reported expired in a batch ends alone; a server refusing
 // batches gets one call per id.
 func TestKeepaliveBatches(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name          string
 		refuseBatches bool
@@ -73,7 +74,7 @@ func TestKeepaliveBatches(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cluster := newFakeCluster(t, 1)
+			cluster := newCluster(t, 1)
 			clk := newFakeClock()
 			counter := &heartbeatCounter{next: NewTransport(Config{}), refuseBatches: tt.refuseBatches}
 			c, err := newClient(Config{Endpoints: cluster.URLs(), Transport: counter, BackoffBase: time.Millisecond,
@@ -81,15 +82,7 @@ func TestKeepaliveBatches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var sessions []*Session
-			for range tt.sessions {
-				s, err := c.NewSession(context.Background(), 3*time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(s.Orphan)
-				sessions = append(sessions, s)
-			}
+			sessions := newSessions(t, c, tt.sessions)
 			interval := sessions[0].Timeout() / 3
 			for beat := 1; beat <= 2; beat++ {
 				if got := waitForTimer(t, clk); got > interval {
@@ -129,4 +122,39 @@ func TestKeepaliveBatches(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newSessions creates n sessions of c, several at a time (each is a write
+// the members commit), orphaned at the end of the test.
+func newSessions(t *testing.T, c *Client, n int) []*Session {
+	t.Helper()
+	sessions := make([]*Session, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				sessions[i], errs[i] = c.NewSession(context.Background(), 3*time.Second)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, s := range sessions {
+		if s != nil {
+			t.Cleanup(s.Orphan)
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sessions
 }

@@ -18,7 +18,8 @@ func waitForTimer(t *testing.T, clk *fakeClock) time.Duration {
 }
 
 func TestKeepaliveCadence(t *testing.T) {
-	cluster := newFakeCluster(t, 2)
+	t.Parallel()
+	cluster := newCluster(t, 2)
 	clk := newFakeClock()
 	c := newTestClient(t, cluster.URLs(), clk)
 	s, err := c.NewSession(context.Background(), 3*time.Second)
@@ -41,7 +42,7 @@ func TestKeepaliveCadence(t *testing.T) {
 	}
 
 	// A server going away does not stop the keepalive: it moves on.
-	cluster.Server(0).Stop()
+	cluster.Proxy(0).Stop()
 	clk.Advance(waitForTimer(t, clk))
 	waitFor(t, "a heartbeat through the second server", func() bool { return cluster.Heartbeats(s.ID()) == 4 })
 	select {
@@ -52,6 +53,7 @@ func TestKeepaliveCadence(t *testing.T) {
 }
 
 func TestSessionEnds(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		cause func(t *testing.T, env *sessionEnv)
@@ -109,7 +111,7 @@ type sessionEnv struct {
 }
 
 func newSessionEnv(t *testing.T) *sessionEnv {
-	cluster := newFakeCluster(t, 1)
+	cluster := newCluster(t, 1)
 	clk := newFakeClock()
 	c := newTestClient(t, cluster.URLs(), clk)
 	s, err := c.NewSession(context.Background(), 300*time.Millisecond)
@@ -121,7 +123,8 @@ func newSessionEnv(t *testing.T) *sessionEnv {
 }
 
 func TestCloseDeletesEphemeralNodes(t *testing.T) {
-	cluster := newFakeCluster(t, 1)
+	t.Parallel()
+	cluster := newCluster(t, 1)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
 	s, err := c.NewSession(ctx, time.Second)
@@ -147,7 +150,8 @@ func TestCloseDeletesEphemeralNodes(t *testing.T) {
 }
 
 func TestResumeSessionContinuesSequence(t *testing.T) {
-	cluster := newFakeCluster(t, 1)
+	t.Parallel()
+	cluster := newCluster(t, 1)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
 	s, err := c.NewSession(ctx, time.Second)

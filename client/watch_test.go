@@ -7,19 +7,19 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/client/clienttest"
+	"github.com/latch-io/latch/internal/testkit/faulthttp"
 )
 
-// watchEnv is a fake cluster, a client of it and a session.
+// watchEnv is a cluster, a client of it and a session.
 type watchEnv struct {
-	cluster *clienttest.Cluster
+	cluster *faulthttp.Cluster
 	client  *Client
 	session *Session
 }
 
 func newWatchEnv(t *testing.T, servers int) *watchEnv {
 	t.Helper()
-	cluster := newFakeCluster(t, servers)
+	cluster := newCluster(t, servers)
 	c := newTestClient(t, cluster.URLs(), nil)
 	s, err := c.NewSession(context.Background(), 10*time.Second)
 	if err != nil {
@@ -54,6 +54,7 @@ func receive(t *testing.T, w *Watcher) Event {
 }
 
 func TestWatchOneShot(t *testing.T) {
+	t.Parallel()
 	env := newWatchEnv(t, 1)
 	env.put(t, "/config", "v1")
 	w, err := env.session.Watch(context.Background(), "/config")
@@ -81,6 +82,7 @@ func TestWatchOneShot(t *testing.T) {
 }
 
 func TestWatchPersistentRecursiveOrder(t *testing.T) {
+	t.Parallel()
 	env := newWatchEnv(t, 1)
 	w, err := env.session.Watch(context.Background(), "/app", WatchRecursive(), Persistent())
 	if err != nil {
@@ -107,6 +109,7 @@ func TestWatchPersistentRecursiveOrder(t *testing.T) {
 }
 
 func TestWatchKnownIndexFiresAtOnce(t *testing.T) {
+	t.Parallel()
 	env := newWatchEnv(t, 1)
 	read := env.put(t, "/x", "1")
 	env.put(t, "/x", "2") // a change between the read and the watch
@@ -124,12 +127,13 @@ func TestWatchKnownIndexFiresAtOnce(t *testing.T) {
 // that the watcher is re-registered with the index it had seen and hears of
 // the change.
 func TestWatchReregisters(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		lose func(env *watchEnv)
 	}{
-		{"stream ended by the server", func(env *watchEnv) { env.cluster.EndStreams("slow consumer: 9 events undelivered") }},
-		{"server stopped", func(env *watchEnv) { env.cluster.Server(0).Stop() }},
+		{"stream ended by the server", func(env *watchEnv) { env.cluster.CutStreams("slow consumer: 9 events undelivered") }},
+		{"server stopped", func(env *watchEnv) { env.cluster.Proxy(0).Stop() }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -170,6 +174,7 @@ func TestWatchReregisters(t *testing.T) {
 }
 
 func TestWatchEndsWithSession(t *testing.T) {
+	t.Parallel()
 	env := newWatchEnv(t, 1)
 	w, err := env.session.Watch(context.Background(), "/k")
 	if err != nil {
@@ -192,6 +197,7 @@ func TestWatchEndsWithSession(t *testing.T) {
 }
 
 func TestWatchContextEnds(t *testing.T) {
+	t.Parallel()
 	env := newWatchEnv(t, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := env.session.Watch(ctx, "/k", Persistent())
@@ -210,6 +216,7 @@ func TestWatchContextEnds(t *testing.T) {
 // random delay drawn below Config.NotifyJitter (or the watch's own bound),
 // and a stream reconnect waits one drawn below ReconnectJitter.
 func TestNotifyJitter(t *testing.T) {
+	t.Parallel()
 	env := newWatchEnv(t, 1)
 	env.client.cfg.NotifyJitter = 40 * time.Millisecond
 	env.client.cfg.ReconnectJitter = 30 * time.Millisecond
@@ -255,7 +262,7 @@ func TestNotifyJitter(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := len(drawn())
-	env.cluster.EndStreams("slow consumer")
+	env.cluster.CutStreams("slow consumer")
 	env.put(t, "/j", "y")
 	receive(t, w)
 	got := drawn()[before:]
@@ -272,6 +279,7 @@ func TestNotifyJitter(t *testing.T) {
 // TestWatchCloseCancelsOnServer closes a persistent watcher: the server
 // no longer holds its watch.
 func TestWatchCloseCancelsOnServer(t *testing.T) {
+	t.Parallel()
 	env := newWatchEnv(t, 1)
 	w, err := env.session.Watch(context.Background(), "/k", Persistent())
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/client/clienttest"
+	"github.com/latch-io/latch/internal/testkit/faulthttp"
 )
 
 // TestWatchRefusedWithoutStreamReconnects: a server that refuses a
@@ -18,13 +18,18 @@ import (
 // and register there, rather than end the watcher with the refusal; every
 // registration follows the stream it goes with.
 func TestWatchRefusedWithoutStreamReconnects(t *testing.T) {
+	t.Parallel()
 	env := newWatchEnv(t, 2)
+	// A member's watch history starts at the first change it applies; a
+	// write first lets the re-registration's known_index be checked against
+	// it, instead of firing a conservative resync of /a.
+	env.put(t, "/history-start", "")
 	first, err := env.session.Watch(context.Background(), "/a", Persistent())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		env.cluster.RefuseNextWatches(i, 2)
+		env.cluster.Proxy(i).RefuseWatches(2)
 	}
 	second, err := env.session.Watch(context.Background(), "/b", Persistent())
 	if err != nil {
@@ -41,18 +46,18 @@ func TestWatchRefusedWithoutStreamReconnects(t *testing.T) {
 	requireStreamBeforeRegistration(t, env)
 }
 
-// requireStreamBeforeRegistration checks, from the fake servers' request
+// requireStreamBeforeRegistration checks, from the proxies' request
 // logs, that every POST /v1/watch went to the server whose event stream the
 // session had opened last.
 func requireStreamBeforeRegistration(t *testing.T, env *watchEnv) {
 	t.Helper()
 	type request struct {
 		server int
-		clienttest.Request
+		faulthttp.Request
 	}
 	var all []request
 	for i := range 2 {
-		for _, r := range env.cluster.Server(i).Requests() {
+		for _, r := range env.cluster.Proxy(i).Requests() {
 			all = append(all, request{i, r})
 		}
 	}
@@ -73,8 +78,9 @@ func requireStreamBeforeRegistration(t *testing.T, env *watchEnv) {
 // stream and the registrations to different members) ends the watcher with
 // the server's message instead of retrying forever.
 func TestWatchRefusedWithoutStreamGivesUp(t *testing.T) {
+	t.Parallel()
 	env := newWatchEnv(t, 1)
-	env.cluster.RefuseNextWatches(0, 1000)
+	env.cluster.Proxy(0).RefuseWatches(1000)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, err := env.session.Watch(ctx, "/a")

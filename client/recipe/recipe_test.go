@@ -8,22 +8,19 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
-	"github.com/latch-io/latch/client/clienttest"
+	"github.com/latch-io/latch/internal/testkit/faulthttp"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
-// env is a fake cluster and a client of it.
+// env is a real cluster behind fault-injecting proxies and a client of it.
 type env struct {
-	cluster *clienttest.Cluster
+	cluster *faulthttp.Cluster
 	client  *client.Client
 }
 
 func newEnv(t *testing.T, servers int) *env {
 	t.Helper()
-	cluster, err := clienttest.NewCluster(servers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
+	cluster := faulthttp.NewCluster(t, servers, testcluster.Options{})
 	c, err := client.New(client.Config{Endpoints: cluster.URLs(), BackoffBase: time.Millisecond,
 		BackoffMax: 10 * time.Millisecond, NotifyJitter: 2 * time.Millisecond, ReconnectJitter: 5 * time.Millisecond})
 	if err != nil {
@@ -90,6 +87,7 @@ func acquireAsync(ctx context.Context, l *Lock) <-chan acquired {
 }
 
 func TestLockHandoff(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	a := NewLock(e.session(t, 10*time.Second), "R")
 	b := NewLock(e.session(t, 10*time.Second), "R")
@@ -125,9 +123,10 @@ func TestLockHandoff(t *testing.T) {
 // TestLockIdempotent retries an acquire after a 503 and acquires again:
 // the session keeps one place and one token.
 func TestLockIdempotent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	s := e.session(t, 10*time.Second)
-	e.cluster.Server(0).FailNext(1, api.CodeUnavailable, "")
+	e.cluster.Proxy(0).FailNext(1, api.CodeUnavailable, "")
 	first, err := NewLock(s, "R").Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +142,7 @@ func TestLockIdempotent(t *testing.T) {
 }
 
 func TestLockContextEndGivesUpPlace(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
@@ -176,6 +176,7 @@ func TestLockContextEndGivesUpPlace(t *testing.T) {
 }
 
 func TestLockLost(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		lose func(t *testing.T, e *env, s *client.Session, l *Lock)
@@ -249,6 +250,7 @@ func (e *env) candidates(t *testing.T, role string) int {
 // leader wakes exactly one candidate (no herd: no new watch registrations
 // but the successor's own re-checks), and leaders' tokens grow.
 func TestElectionSuccession(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	const n = 5
 	elections := make([]*Election, n)
@@ -295,6 +297,7 @@ func TestElectionSuccession(t *testing.T) {
 }
 
 func TestCampaignContextEndResigns(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 1)
 	leader := NewElection(e.session(t, 10*time.Second), "db")
 	if _, err := leader.Campaign(context.Background(), "a"); err != nil {
@@ -316,6 +319,7 @@ func TestCampaignContextEndResigns(t *testing.T) {
 // expiry, no candidate, a newcomer) and checks that Observe reports each
 // leader once, in order.
 func TestObserveOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	observer := NewElection(e.session(t, 10*time.Second), "db")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -370,6 +374,7 @@ func TestObserveOrder(t *testing.T) {
 // TestObserveReportsANewValueOfTheLeader: a leader that campaigns again
 // with a new value (a repeated join replaces it) is observed with it.
 func TestObserveReportsANewValueOfTheLeader(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

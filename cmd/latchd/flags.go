@@ -152,7 +152,7 @@ type flagCheck struct {
 // validateFlags checks the parsed flags and completes cfg from the ones
 // that are not Config fields (--initial-cluster, --initial-cluster-state).
 // The error names the first flag that is wrong, with its value.
-func validateFlags(fs *flag.FlagSet, cfg *server.Config, initial, clusterState string, logLevel slog.Level) error {
+func validateFlags(fs *flag.FlagSet, cfg *server.Config, initial, clusterState, logLevel string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (every setting is a --flag)", fs.Args())
 	}
@@ -178,7 +178,7 @@ func validateFlags(fs *flag.FlagSet, cfg *server.Config, initial, clusterState s
 
 // scalarChecks lists the rules on flags that stand alone or compare two
 // values of cfg.
-func scalarChecks(cfg *server.Config, logLevel slog.Level) []flagCheck {
+func scalarChecks(cfg *server.Config, logLevel string) []flagCheck {
 	return []flagCheck{
 		{"name", strconv.Quote(cfg.Name), checkMemberName(cfg.Name)},
 		{"data-dir", strconv.Quote(cfg.DataDir), nonEmpty(cfg.DataDir)},
@@ -200,7 +200,7 @@ func scalarChecks(cfg *server.Config, logLevel slog.Level) []flagCheck {
 		{"max-watches-per-session", cfg.MaxWatchesPerSession, inRange(cfg.MaxWatchesPerSession, 1, maxWatchesPerSessionLimit)},
 		{"watch-queue-len", cfg.WatchQueueLen, inRange(cfg.WatchQueueLen, 1, watchQueueLenLimit)},
 		{"max-pending-proposals", cfg.MaxPending, inRange(cfg.MaxPending, 1, maxPendingLimit)},
-		{"log-level", strconv.Quote(logLevel.String()), knownLevel(logLevel)},
+		{"log-level", strconv.Quote(logLevel), knownLevel(logLevel)},
 	}
 }
 
@@ -268,12 +268,16 @@ func orNil(cond bool, bad func() error) error {
 	return nil
 }
 
-// knownLevel accepts the four levels --log-level documents (slog would
-// also take offsets such as "info+2").
-func knownLevel(level slog.Level) error {
-	switch level {
-	case slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError:
-		return nil
+// logLevels are the names --log-level takes, exactly as written (slog's
+// own parser would also take "INFO" or offsets such as "info+2").
+var logLevels = map[string]slog.Level{
+	"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError,
+}
+
+// knownLevel accepts the four level names --log-level documents.
+func knownLevel(name string) error {
+	if _, ok := logLevels[name]; !ok {
+		return errors.New("want debug, info, warn or error")
 	}
-	return errors.New("want debug, info, warn or error")
+	return nil
 }

@@ -126,7 +126,7 @@ func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Leve
 	var (
 		cfg          server.Config
 		initial      string
-		logLevel     slog.Level
+		logLevel     string
 		pprof        bool
 		clusterState string
 	)
@@ -151,7 +151,7 @@ func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Leve
 	fs.IntVar(&cfg.MaxWatchesPerSession, "max-watches-per-session", 1000, "watches one session may hold")
 	fs.IntVar(&cfg.WatchQueueLen, "watch-queue-len", 1024, "undelivered events per session before its stream is cut (slow consumer)")
 	fs.IntVar(&cfg.MaxPending, "max-pending-proposals", 20000, "proposals waiting at once before writes get 429")
-	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&pprof, "enable-pprof", false, "serve Go profiles under /debug/pprof/ on the client address")
 	showVersion := fs.Bool("version", false, "print the version and the VCS revision, and exit")
 	limits.AddFlags(fs)
@@ -169,5 +169,5 @@ func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Leve
 	if err := limits.Validate(); err != nil {
 		return cfg, 0, false, usageError{err}
 	}
-	return cfg, logLevel, pprof, nil
+	return cfg, logLevels[logLevel], pprof, nil
 }

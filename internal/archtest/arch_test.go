@@ -16,7 +16,7 @@ const module = "github.com/latch-io/latch/"
 // layers lists the project's packages from the top down: a package may import
 // only packages on a lower line. Test infrastructure sits on top.
 var layers = [][]string{
-	{"internal/testkit/chaos", "test/process", "test/membership", "test/compose", "test/recipes", "test/fanout", "internal/archtest"},
+	{"internal/testkit/chaos", "internal/testkit/faulthttp", "test/process", "test/membership", "test/compose", "test/recipes", "test/fanout", "internal/archtest"},
 	{"internal/testkit/proccluster", "internal/testkit/testcluster", "internal/testkit/linearize"},
 	{"internal/testkit/crashfs"},
 	{"cmd/latchd", "cmd/latchctl"},
@@ -24,7 +24,6 @@ var layers = [][]string{
 	{"internal/loadgen"},
 	{"internal/loadgen/latency"},
 	{"client/recipe"},
-	{"client/clienttest"},
 	{"client"},
 	{"fencing"},
 	{"internal/httpapi"},

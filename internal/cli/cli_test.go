@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/client/clienttest"
 	"github.com/latch-io/latch/internal/loadgen"
+	"github.com/latch-io/latch/internal/testkit/faulthttp"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
 // result is what one latchctl invocation produced.
@@ -29,17 +31,17 @@ func latchctl(t *testing.T, env map[string]string, stdin string, args ...string)
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
 }
 
-func newCluster(t *testing.T, n int) (*clienttest.Cluster, map[string]string) {
+// newCluster starts n real members behind fault-injecting proxies, whose
+// URLs the returned environment names. Sessions last at least 2s (the
+// members' default), so a loaded machine does not expire them by accident.
+func newCluster(t *testing.T, n int) (*faulthttp.Cluster, map[string]string) {
 	t.Helper()
-	cluster, err := clienttest.NewCluster(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
+	cluster := faulthttp.NewCluster(t, n, testcluster.Options{})
 	return cluster, map[string]string{EnvEndpoints: strings.Join(cluster.URLs(), ",")}
 }
 
 func TestCommands(t *testing.T) {
+	t.Parallel()
 	cluster, env := newCluster(t, 2)
 	tests := []struct {
 		name   string
@@ -57,10 +59,12 @@ func TestCommands(t *testing.T) {
 		{"CAS on the right version", "", []string{"put", "--prev-version", "1", "/app/config", "v2"}, ExitOK, "version 2", ""},
 		{"CAS on a wrong version", "", []string{"put", "--prev-version", "1", "/app/config", "v3"}, ExitPrecondition, "", "precondition_failed"},
 		{"create only", "", []string{"put", "--prev-version", "none", "/app/config", "v3"}, ExitPrecondition, "", "precondition_failed"},
-		{"sequential", "", []string{"put", "--sequential", "/q/item-", "x"}, ExitOK, "/q/item-0000000001", ""},
+		// The suffix of a sequential create whose parent it makes is the
+		// index of that create (checkSequentialName).
+		{"sequential", "", []string{"put", "--sequential", "/q/item-", "x"}, ExitOK, "/q/item-", ""},
 		{"ls", "", []string{"ls", "/app"}, ExitOK, "config\nother\n", ""},
 		{"ls root", "", []string{"ls"}, ExitOK, "app\nq\n", ""},
-		{"rm a parent", "", []string{"rm", "/app"}, ExitPrecondition, "", "has children"},
+		{"rm a parent", "", []string{"rm", "/app"}, ExitPrecondition, "", `node "/app" has 2 children`},
 		{"rm -r", "", []string{"rm", "-r", "/app"}, ExitOK, "deleted /app", ""},
 		{"get missing", "", []string{"get", "/app/config"}, ExitNotFound, "", "not_found"},
 		{"bad path", "", []string{"get", "relative"}, ExitOther, "", "not absolute"},
@@ -84,16 +88,35 @@ func TestCommands(t *testing.T) {
 		})
 	}
 	_ = cluster
+	checkSequentialName(t, env)
+}
+
+// checkSequentialName reads back the node TestCommands made with put
+// --sequential /q/item-: a parent made by the create counts from the
+// create's own index, so the suffix is the node's created_index.
+func checkSequentialName(t *testing.T, env map[string]string) {
+	t.Helper()
+	listed := latchctl(t, env, "", "ls", "/q")
+	name := strings.TrimSpace(listed.stdout)
+	got := latchctl(t, env, "", "get", "-o", "json", "/q/"+name)
+	var node api.Node
+	if listed.code != ExitOK || got.code != ExitOK || json.Unmarshal([]byte(got.stdout), &node) != nil {
+		t.Fatalf("ls /q = %+v; get = %+v", listed, got)
+	}
+	if want := fmt.Sprintf("item-%010d", node.CreatedIndex); name != want {
+		t.Fatalf("sequential create made %s, want %s (its created_index)", name, want)
+	}
 }
 
 func TestSessionCommands(t *testing.T) {
+	t.Parallel()
 	cluster, env := newCluster(t, 1)
-	created := latchctl(t, env, "", "session", "create", "--timeout", "600ms", "-o", "json")
+	created := latchctl(t, env, "", "session", "create", "--timeout", "3s", "-o", "json")
 	var session struct {
 		SessionID string `json:"session_id"`
 		TimeoutMs int64  `json:"timeout_ms"`
 	}
-	if created.code != ExitOK || json.Unmarshal([]byte(created.stdout), &session) != nil || session.TimeoutMs != 600 {
+	if created.code != ExitOK || json.Unmarshal([]byte(created.stdout), &session) != nil || session.TimeoutMs != 3000 {
 		t.Fatalf("session create = %+v", created)
 	}
 	if got := latchctl(t, env, "", "put", "--ephemeral", "--session", session.SessionID, "/members/a", "x"); got.code != ExitOK {
@@ -131,6 +154,7 @@ func TestSessionCommands(t *testing.T) {
 }
 
 func TestUnavailable(t *testing.T) {
+	t.Parallel()
 	cluster, env := newCluster(t, 2)
 	cluster.Close()
 	for _, args := range [][]string{{"get", "/x"}, {"status"}} {
@@ -147,6 +171,7 @@ func TestUnavailable(t *testing.T) {
 }
 
 func TestBench(t *testing.T) {
+	t.Parallel()
 	_, env := newCluster(t, 2)
 	tests := []struct {
 		name string
@@ -184,8 +209,9 @@ func TestBench(t *testing.T) {
 }
 
 func TestBenchCountsErrors(t *testing.T) {
+	t.Parallel()
 	cluster, env := newCluster(t, 1)
-	cluster.Server(0).FailNext(5, api.CodePreconditionFailed, "")
+	cluster.Proxy(0).FailNext(5, api.CodePreconditionFailed, "")
 	got := latchctl(t, env, "", "bench", "-o", "json", "--duration", "200ms", "--clients", "1")
 	var r loadgen.BenchResult
 	if got.code != ExitOK || json.Unmarshal([]byte(got.stdout), &r) != nil {

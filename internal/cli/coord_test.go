@@ -69,6 +69,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 func TestLockCommand(t *testing.T) {
+	t.Parallel()
 	_, env := newCluster(t, 2)
 	tests := []struct {
 		name   string
@@ -105,8 +106,9 @@ func TestLockCommand(t *testing.T) {
 // TestLockLostStopsCommand expires the holder's session while its command
 // runs: the command is stopped and latchctl exits ExitLost.
 func TestLockLostStopsCommand(t *testing.T) {
+	t.Parallel()
 	cluster, env := newCluster(t, 1)
-	r := startLatchctl(env, "lock", "R", "--session-timeout", "600ms", "--grace", "5s", "--",
+	r := startLatchctl(env, "lock", "R", "--session-timeout", "2s", "--grace", "5s", "--",
 		"sh", "-c", "trap 'echo terminated; exit 0' TERM; echo started; while :; do sleep 0.05; done")
 	waitUntil(t, "the command to start", func() bool { return strings.Contains(r.stdout.String(), "started") })
 	got := latchctl(t, env, "", "lock-status", "-o", "json", "R")
@@ -133,6 +135,7 @@ func TestLockLostStopsCommand(t *testing.T) {
 }
 
 func TestWatchCommand(t *testing.T) {
+	t.Parallel()
 	_, env := newCluster(t, 2)
 	r := startLatchctl(env, "watch", "/app", "-r", "--persistent")
 	waitUntil(t, "the watch", func() bool { return strings.Contains(r.stderr.String(), "watching /app") })

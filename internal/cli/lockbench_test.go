@@ -9,6 +9,7 @@ import (
 )
 
 func TestLockBench(t *testing.T) {
+	t.Parallel()
 	_, env := newCluster(t, 2)
 	tests := []struct {
 		name  string

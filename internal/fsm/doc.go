@@ -1,6 +1,8 @@
 // Package fsm owns latch's replicated state machine: the hierarchical tree of
 // nodes, the session table with its owner index of ephemeral nodes, the
-// per-session exactly-once (deduplication) windows and the member list.
+// per-session exactly-once (deduplication) windows, the member list and the
+// removed members: every member whose removal was applied, kept for good
+// because raft must never see a removed id (derived from the name) again.
 //
 // Every replica applies the same committed commands (internal/command) in log
 // order through Apply, and must reach the same state. So Apply is
@@ -23,7 +25,8 @@
 //   - the root "/" always exists; every other node's parent exists;
 //   - an ephemeral node (Owner != 0) has no children and its owner session
 //     exists; the owner index holds exactly the ephemeral nodes;
-//   - a node's children count equals the number of nodes whose parent it is.
+//   - a node's children count equals the number of nodes whose parent it is;
+//   - no member id is both a member and removed.
 //
 // An FSM is not safe for concurrent use: the server serialises Apply and
 // guards reads with its own lock. Clone returns an O(1) copy-on-write copy

@@ -24,6 +24,14 @@ type FSM struct {
 	// members is sorted by ID. It is replaced on change, never modified in
 	// place, so clones may share it.
 	members []command.Member
+	// removed holds, sorted by ID, every member whose removal was applied
+	// and that was not added again since, as it was when removed (or with
+	// its ID only if it was no member then). Raft must never see a removed
+	// id again, and member ids derive from names, so the server refuses
+	// these ids and names for good. It grows by one entry per removed member
+	// and is never trimmed: removals are rare. Like members, it is replaced
+	// on change, never modified in place. Invariant: no ID is in both.
+	removed []command.Member
 	// applied is the index of the last entry applied or advanced over.
 	applied uint64
 	// generation marks the dedup tables this FSM may modify in place: a
@@ -137,6 +145,7 @@ func (f *FSM) Clone() *FSM {
 		sessions:   f.sessions.Copy(),
 		owners:     f.owners.Copy(),
 		members:    f.members,
+		removed:    f.removed,
 		applied:    f.applied,
 		generation: newGeneration(),
 	}

@@ -338,7 +338,7 @@ func TestDelete(t *testing.T) {
 			wantCode: api.CodePreconditionFailed,
 		},
 		{
-			name: "ephemeral node leaves the owner index", setup: []command.Command{createSession(1000), putEphemeral("/e", "", 1)}, cmd: del("/e"),
+			name: "ephemeral node leaves the owner index", setup: []command.Command{createSession(1000), putEphemeral("/e", "", 1)}, cmd: delAs(del("/e"), 1),
 			wantEvents: []Event{ev(EventDeleted, "/e", 1), ev(EventChildrenChanged, "/", 0)},
 			check: func(t *testing.T, h *harness) {
 				if s, _ := h.f.Session(1); s.Ephemerals != 0 {
@@ -351,13 +351,34 @@ func TestDelete(t *testing.T) {
 		},
 		{
 			name: "recursive delete of ephemeral nodes", setup: []command.Command{createSession(1000), putEphemeral("/d/e", "", 1), putEphemeral("/d/f", "", 1)},
-			cmd: delRecursive("/d"),
+			cmd: delAs(delRecursive("/d"), 1),
 			check: func(t *testing.T, h *harness) {
 				if s, _ := h.f.Session(1); s.Ephemerals != 0 {
 					t.Errorf("session still counts %d ephemerals", s.Ephemerals)
 				}
 			},
 			wantEvents: []Event{ev(EventDeleted, "/d/f", 1), ev(EventDeleted, "/d/e", 1), ev(EventDeleted, "/d", 1), ev(EventChildrenChanged, "/", 0)},
+		},
+		{
+			name: "another session's ephemeral node is refused", setup: []command.Command{createSession(1000), createSession(1000), putEphemeral("/e", "", 1)},
+			cmd: delAs(del("/e"), 2), wantCode: api.CodePreconditionFailed,
+		},
+		{
+			name: "an ephemeral node without a session is refused", setup: []command.Command{createSession(1000), putEphemeral("/e", "", 1)},
+			cmd: del("/e"), wantCode: api.CodePreconditionFailed,
+		},
+		{
+			name: "a recursive delete over another session's ephemeral node is refused", setup: []command.Command{createSession(1000), put("/d/p", "x"), putEphemeral("/d/e", "", 1)},
+			cmd: delRecursive("/d"), wantCode: api.CodePreconditionFailed,
+			check: func(t *testing.T, h *harness) {
+				if _, err := h.f.Get("/d/p"); err != nil {
+					t.Errorf("the refused delete removed /d/p: %v", err)
+				}
+			},
+		},
+		{
+			name: "version 1: anyone deletes an ephemeral node", setup: []command.Command{createSession(1000), putEphemeral("/e", "", 1)},
+			cmd: legacy(del("/e")), wantEvents: []Event{ev(EventDeleted, "/e", 1), ev(EventChildrenChanged, "/", 0)},
 		},
 	})
 }
@@ -569,7 +590,7 @@ func TestEnqueue(t *testing.T) {
 			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000003", 1, 4, 4},
 		},
 		{
-			name: "after release the session joins again at the end", setup: append(twoSessions, enqueue("/locks/R/lock-", 1), del("/locks/R/lock-0000000003")),
+			name: "after release the session joins again at the end", setup: append(twoSessions, enqueue("/locks/R/lock-", 1), delAs(del("/locks/R/lock-0000000003"), 1)),
 			cmd: enqueue("/locks/R/lock-", 1), wantNode: NodeMeta{"/locks/R/lock-0000000004", 1, 5, 5},
 		},
 		{

@@ -59,6 +59,12 @@ func delRecursive(path string) command.Command {
 	return command.Command{Op: command.OpDelete, Path: path, Recursive: true}
 }
 
+// delAs is a delete made on behalf of session.
+func delAs(c command.Command, session uint64) command.Command {
+	c.SessionID = session
+	return c
+}
+
 func createSession(timeoutMs uint64) command.Command {
 	return command.Command{Op: command.OpSessionCreate, TimeoutMs: timeoutMs}
 }

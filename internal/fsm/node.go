@@ -216,12 +216,34 @@ func (f *FSM) delete(index uint64, cmd *command.Command) (Result, []Event) {
 	if e.children > 0 {
 		subtree = f.subtree(e)
 	}
+	if err := othersEphemeral(cmd, subtree); err != nil {
+		return refuse(err)
+	}
 	events := make([]Event, 0, len(subtree)+1)
 	for i := len(subtree) - 1; i >= 0; i-- { // descendants before ancestors
 		events = append(events, f.remove(index, subtree[i]))
 	}
 	events = append(events, f.unlinkChild(index, cmd.Path))
 	return Result{Node: e.meta()}, events
+}
+
+// othersEphemeral refuses a delete that would remove an ephemeral node of a
+// session other than the command's: an ephemeral node says its session is
+// alive and holds something (a lock, a candidacy, a membership), so only
+// that session, or its end, takes it away. Otherwise anyone who can read a
+// lock's queue could delete its holder's node and take the lock. Version-1
+// commands keep the rule they were applied under (anyone could delete).
+func othersEphemeral(cmd *command.Command, nodes []entry) *api.Error {
+	if cmd.Legacy() {
+		return nil
+	}
+	for _, n := range nodes {
+		if n.owner != 0 && n.owner != cmd.SessionID {
+			return api.Errorf(api.CodePreconditionFailed,
+				"node %q is an ephemeral node of another session: only its session deletes it (by a delete with its session_id, a release, a resign or the session's end)", n.path)
+		}
+	}
+	return nil
 }
 
 // subtree returns root and its descendants in pre-order.

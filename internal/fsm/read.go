@@ -93,10 +93,44 @@ func (f *FSM) Members() []command.Member {
 
 // Member returns the member with raft id id, without copying the list.
 func (f *FSM) Member(id uint64) (command.Member, bool) {
-	for _, m := range f.members {
-		if m.ID == id {
+	if i, ok := findMember(f.members, id); ok {
+		return f.members[i], true
+	}
+	return command.Member{}, false
+}
+
+// RemovedMember reports whether the member with raft id id was removed from
+// the cluster (and not added again since) and returns it as it was when its
+// removal was applied: with its name and addresses, or with its ID alone if
+// the removal named an id that was no member. Raft must never see a removed
+// id again: the server refuses to add it and tells a removed peer that
+// contacts it so. The record is replicated and in snapshots, so it survives
+// restarts; there is one per removed member, kept forever.
+func (f *FSM) RemovedMember(id uint64) (command.Member, bool) {
+	if i, ok := findMember(f.removed, id); ok {
+		return f.removed[i], true
+	}
+	return command.Member{}, false
+}
+
+// RemovedMemberNamed returns the removed member (see RemovedMember) named
+// name, the one with the lowest id if several had that name. The empty name
+// never matches (a removed id without a record of its member has none). It
+// costs O(removed members).
+func (f *FSM) RemovedMemberNamed(name string) (command.Member, bool) {
+	if name == "" {
+		return command.Member{}, false
+	}
+	for _, m := range f.removed {
+		if m.Name == name {
 			return m, true
 		}
 	}
 	return command.Member{}, false
+}
+
+// RemovedMembers returns every removed member (see RemovedMember), sorted by
+// ID.
+func (f *FSM) RemovedMembers() []command.Member {
+	return append([]command.Member(nil), f.removed...)
 }

@@ -13,13 +13,15 @@ import (
 	"github.com/latch-io/latch/internal/command"
 )
 
-// Snapshot format, version 1. A snapshot is the 8-byte magic "LATCHFSM",
+// Snapshot format, version 2. A snapshot is the 8-byte magic "LATCHFSM",
 // a format version byte, then frames:
 //
 //	frame   = type byte, payload length (uvarint), payload, CRC-32C of
 //	          type, length and payload (4 bytes, little endian)
-//	header  = applied index, member count, session count, node count
+//	header  = applied index, member count, removed member count, session
+//	          count, node count
 //	member  = id, name, peer url, client url, learner (0/1)
+//	removed = a removed member, encoded as a member
 //	session = id, timeout ms, highest request seq, record count, records
 //	record  = seq, error code, error message, node path, version,
 //	          created index, modified index, session id, timeout ms
@@ -29,12 +31,19 @@ import (
 //	end     = empty
 //
 // Integers are uvarints and strings a uvarint length then the bytes. The
-// frames come in the order header, members (by id), sessions (by id), nodes
-// (in tree order: the root first, parents before children), end. The
-// encoding of a state is unique, so Hash can be a checksum of it.
+// frames come in the order header, members (by id), removed members (by
+// id), sessions (by id), nodes (in tree order: the root first, parents
+// before children), end. The encoding of a state is unique, so Hash can be
+// a checksum of it.
+//
+// Version 1, written by older binaries and still read, has no removed
+// members: its header lacks their count and it has no removed frames. A
+// state read from it remembers no removal, and is written back as version 2.
 const (
 	snapshotMagic   = "LATCHFSM"
-	snapshotVersion = 1
+	snapshotVersion = 2
+	// snapshotVersion1 is the format without removed members.
+	snapshotVersion1 = 1
 	// maxFramePayload bounds the memory ReadSnapshot allocates for one frame.
 	maxFramePayload = 16 << 20
 )
@@ -45,6 +54,7 @@ const (
 	frameSession
 	frameNode
 	frameEnd
+	frameRemoved // version 2
 )
 
 // ErrCorruptSnapshot is wrapped by every ReadSnapshot error about its input.
@@ -68,11 +78,15 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 	sw.frame(frameHeader, func(b []byte) []byte {
 		b = binary.AppendUvarint(b, f.applied)
 		b = binary.AppendUvarint(b, uint64(len(f.members)))
+		b = binary.AppendUvarint(b, uint64(len(f.removed)))
 		b = binary.AppendUvarint(b, uint64(f.sessions.Len()))
 		return binary.AppendUvarint(b, uint64(f.nodes.Len()))
 	})
 	for _, m := range f.members {
 		sw.frame(frameMember, func(b []byte) []byte { return appendMember(b, m) })
+	}
+	for _, m := range f.removed {
+		sw.frame(frameRemoved, func(b []byte) []byte { return appendMember(b, m) })
 	}
 	f.sessions.Scan(func(s session) bool {
 		sw.frame(frameSession, func(b []byte) []byte { return appendSession(b, s) })

@@ -12,12 +12,13 @@ import (
 	"github.com/latch-io/latch/internal/command"
 )
 
-// ReadSnapshot reads a snapshot written by WriteSnapshot and returns the
-// state it holds. It checks every frame's checksum and every invariant of
-// the state (order, parents, children counts, owners), so a corrupt input is
-// an error wrapping ErrCorruptSnapshot and naming the byte offset, never a
-// panic. Reading is buffered: it may consume bytes of r past the snapshot's
-// end.
+// ReadSnapshot reads a snapshot written by WriteSnapshot, of format version
+// 2 or 1 (no removed members), and returns the state it holds. It checks
+// every frame's checksum and every invariant of the state (order, parents,
+// children counts, owners, no removed member a member), so a corrupt input
+// is an error wrapping ErrCorruptSnapshot and naming the byte offset, never
+// a panic. Reading is buffered: it may consume bytes of r past the
+// snapshot's end.
 func ReadSnapshot(r io.Reader) (*FSM, error) {
 	sr := &snapshotReader{r: bufio.NewReaderSize(r, 256<<10)}
 	f, err := sr.read()
@@ -105,61 +106,82 @@ func (sr *snapshotReader) read() (*FSM, error) {
 	if string(magic[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, corruptf(0, "not a latch state machine snapshot")
 	}
-	if magic[len(snapshotMagic)] != snapshotVersion {
-		return nil, corruptf(int64(len(snapshotMagic)), "unknown snapshot format version %d", magic[len(snapshotMagic)])
+	version := magic[len(snapshotMagic)]
+	if version != snapshotVersion && version != snapshotVersion1 {
+		return nil, corruptf(int64(len(snapshotMagic)), "unknown snapshot format version %d", version)
 	}
 	f := New()
-	var counts [3]uint64
-	d, err := sr.frame(frameHeader)
+	counts, err := sr.readHeader(f, version)
 	if err != nil {
 		return nil, err
 	}
-	f.applied = d.uvarint()
-	for i := range counts {
-		counts[i] = d.uvarint()
-	}
-	if err := d.finish(); err != nil {
+	if f.members, err = sr.readMembers(frameMember, counts.members, nil); err != nil {
 		return nil, err
 	}
-	if err := sr.readMembers(f, counts[0]); err != nil {
+	isMember := func(id uint64) bool { _, ok := f.Member(id); return ok }
+	if f.removed, err = sr.readMembers(frameRemoved, counts.removed, isMember); err != nil {
 		return nil, err
 	}
-	if err := sr.readSessions(f, counts[1]); err != nil {
+	if err := sr.readSessions(f, counts.sessions); err != nil {
 		return nil, err
 	}
-	if err := sr.readNodes(f, counts[2]); err != nil {
+	if err := sr.readNodes(f, counts.nodes); err != nil {
 		return nil, err
 	}
-	if d, err = sr.frame(frameEnd); err != nil {
+	d, err := sr.frame(frameEnd)
+	if err != nil {
 		return nil, err
 	}
 	return f, d.finish()
 }
 
-func (sr *snapshotReader) readMembers(f *FSM, count uint64) error {
+// frameCounts are the numbers of frames of each kind a header announces.
+type frameCounts struct {
+	members, removed, sessions, nodes uint64
+}
+
+// readHeader reads the header frame of a snapshot of format version into f
+// (the applied index) and returns its counts. Version 1 has no removed
+// members.
+func (sr *snapshotReader) readHeader(f *FSM, version byte) (frameCounts, error) {
+	d, err := sr.frame(frameHeader)
+	if err != nil {
+		return frameCounts{}, err
+	}
+	var c frameCounts
+	f.applied = d.uvarint()
+	c.members = d.uvarint()
+	if version != snapshotVersion1 {
+		c.removed = d.uvarint()
+	}
+	c.sessions = d.uvarint()
+	c.nodes = d.uvarint()
+	return c, d.finish()
+}
+
+// readMembers reads count member frames of type typ (frameMember or
+// frameRemoved), which must be sorted by id and, if clash is set, have no id
+// for which it is true.
+func (sr *snapshotReader) readMembers(typ byte, count uint64, clash func(id uint64) bool) ([]command.Member, error) {
+	var members []command.Member
 	for i := uint64(0); i < count; i++ {
-		d, err := sr.frame(frameMember)
+		d, err := sr.frame(typ)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		m := command.Member{ID: d.uvarint(), Name: d.string(), PeerURL: d.string(), ClientURL: d.string()}
-		learnerAt := d.at()
-		switch d.byte() {
-		case 0:
-		case 1:
-			m.Learner = true
-		default:
-			d.fail(learnerAt, "learner flag is not 0 or 1")
-		}
-		if n := len(f.members); d.err == nil && n > 0 && f.members[n-1].ID >= m.ID {
+		m := d.member()
+		if n := len(members); d.err == nil && n > 0 && members[n-1].ID >= m.ID {
 			d.fail(d.base, "member %d out of order", m.ID)
 		}
-		if err := d.finish(); err != nil {
-			return err
+		if d.err == nil && clash != nil && clash(m.ID) {
+			d.fail(d.base, "removed member %d is also a member", m.ID)
 		}
-		f.members = append(f.members, m)
+		if err := d.finish(); err != nil {
+			return nil, err
+		}
+		members = append(members, m)
 	}
-	return nil
+	return members, nil
 }
 
 func (sr *snapshotReader) readSessions(f *FSM, count uint64) error {
@@ -276,6 +298,20 @@ func closeOpenNodes(stack []openNode, parent string) ([]openNode, error) {
 		stack = stack[:len(stack)-1]
 	}
 	return stack, nil
+}
+
+// member decodes a member or removed member frame.
+func (d *payloadDecoder) member() command.Member {
+	m := command.Member{ID: d.uvarint(), Name: d.string(), PeerURL: d.string(), ClientURL: d.string()}
+	learnerAt := d.at()
+	switch d.byte() {
+	case 0:
+	case 1:
+		m.Learner = true
+	default:
+		d.fail(learnerAt, "learner flag is not 0 or 1")
+	}
+	return m
 }
 
 // payloadDecoder decodes the fields of one frame payload, remembering the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"os"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -31,7 +32,15 @@ var snapshotStates = []struct {
 		{Op: command.OpMemberSet, Member: command.Member{ID: 1, Name: "n1", PeerURL: "http://p1"}},
 		putSequential("/q/s-"), putSequential("/q/s-"), del("/q/s-0000000001"), noop(),
 	}},
+	{"removed members", []command.Command{
+		setMember(1, "n1"), setMember(2, "n2"), {Op: command.OpMemberSet, Member: command.Member{ID: 4, Name: "n4", PeerURL: "127.0.0.1:2399", Learner: true}},
+		removeMember(4), removeMember(9), createSession(1000), putEphemeral("/e", "x", 1),
+	}},
 }
+
+// removedState is the index in snapshotStates of a state with every kind of
+// frame.
+const removedState = 5
 
 func buildState(t testing.TB, setup []command.Command) *harness {
 	h := newHarness(t)
@@ -53,7 +62,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			if !bytes.Equal(snapshotBytes(t, restored), data) {
 				t.Errorf("restored state serialises differently")
 			}
-			if tree(restored) != tree(h.f) || !reflect.DeepEqual(restored.Sessions(), h.f.Sessions()) || !reflect.DeepEqual(restored.Members(), h.f.Members()) {
+			if tree(restored) != tree(h.f) || !reflect.DeepEqual(restored.Sessions(), h.f.Sessions()) || !reflect.DeepEqual(restored.Members(), h.f.Members()) ||
+				!reflect.DeepEqual(restored.RemovedMembers(), h.f.RemovedMembers()) {
 				t.Errorf("restored state differs:\n%s\nwant\n%s", tree(restored), tree(h.f))
 			}
 			if err := checkInvariants(restored); err != nil {
@@ -97,6 +107,7 @@ func TestHashCoversState(t *testing.T) {
 		{"session timeout", func(f *FSM) { s, _ := f.sessions.Get(session{id: 1}); s.timeoutMs++; f.sessions.Set(s) }},
 		{"remembered result", func(f *FSM) { f.remember(1, 2, Result{}) }},
 		{"member", func(f *FSM) { f.setMember(command.Member{ID: 1}) }},
+		{"removed member", func(f *FSM) { f.removeMember(9) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,28 +138,48 @@ func corruptOffset(t *testing.T, err error) int {
 	return offset
 }
 
+// damagedInputs are snapshots, of both versions, that the truncation and
+// bit-flip tests damage.
+func damagedInputs(t *testing.T) map[string][]byte {
+	version1, err := os.ReadFile(version1SnapshotFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{
+		"sessions":         snapshotBytes(t, buildState(t, snapshotStates[3].setup).f),
+		"removed members":  snapshotBytes(t, buildState(t, snapshotStates[removedState].setup).f),
+		"version 1 golden": version1,
+	}
+}
+
 func TestSnapshotTruncatedAnywhere(t *testing.T) {
-	data := snapshotBytes(t, buildState(t, snapshotStates[3].setup).f)
-	for n := 0; n < len(data); n++ {
-		_, err := ReadSnapshot(bytes.NewReader(data[:n]))
-		if offset := corruptOffset(t, err); offset > n {
-			t.Errorf("truncated at %d: error names offset %d beyond the data", n, offset)
-		}
+	for name, data := range damagedInputs(t) {
+		t.Run(name, func(t *testing.T) {
+			for n := 0; n < len(data); n++ {
+				_, err := ReadSnapshot(bytes.NewReader(data[:n]))
+				if offset := corruptOffset(t, err); offset > n {
+					t.Errorf("truncated at %d: error names offset %d beyond the data", n, offset)
+				}
+			}
+		})
 	}
 }
 
 func TestSnapshotBitFlipAnywhere(t *testing.T) {
-	data := snapshotBytes(t, buildState(t, snapshotStates[3].setup).f)
-	for i := range data {
-		for _, bit := range []byte{0x01, 0x80} {
-			flipped := bytes.Clone(data)
-			flipped[i] ^= bit
-			_, err := ReadSnapshot(bytes.NewReader(flipped))
-			if err == nil {
-				t.Fatalf("flipping bit %#x of byte %d went unnoticed", bit, i)
+	for name, data := range damagedInputs(t) {
+		t.Run(name, func(t *testing.T) {
+			for i := range data {
+				for _, bit := range []byte{0x01, 0x80} {
+					flipped := bytes.Clone(data)
+					flipped[i] ^= bit
+					_, err := ReadSnapshot(bytes.NewReader(flipped))
+					if err == nil {
+						t.Fatalf("flipping bit %#x of byte %d went unnoticed", bit, i)
+					}
+					corruptOffset(t, err)
+				}
 			}
-			corruptOffset(t, err)
-		}
+		})
 	}
 }
 
@@ -189,8 +220,22 @@ func uvarints(values ...uint64) []byte {
 	return b
 }
 
+// header is a version-2 header without removed members.
 func header(applied, members, sessions, nodes uint64) frameSpec {
+	return headerRemoved(applied, members, 0, sessions, nodes)
+}
+
+func headerRemoved(applied, members, removed, sessions, nodes uint64) frameSpec {
+	return frameSpec{frameHeader, uvarints(applied, members, removed, sessions, nodes)}
+}
+
+// header1 is a version-1 header.
+func header1(applied, members, sessions, nodes uint64) frameSpec {
 	return frameSpec{frameHeader, uvarints(applied, members, sessions, nodes)}
+}
+
+func memberFrame(typ byte, m command.Member) frameSpec {
+	return frameSpec{typ, appendMember(nil, m)}
 }
 
 func nodeFrame(previous, path string, owner, children uint64) frameSpec {
@@ -212,8 +257,8 @@ func TestSnapshotRejectsInvalidState(t *testing.T) {
 		{"first node is not the root", handMade(snapshotVersion, header(0, 0, 0, 1), nodeFrame("", "/a", 0, 0), endFrame)},
 		{"frame of the wrong type", handMade(snapshotVersion, header(0, 0, 0, 1), endFrame)},
 		{"missing end frame", handMade(snapshotVersion, header(0, 0, 0, 1), nodeFrame("", "/", 0, 0))},
-		{"trailing bytes in a frame", handMade(snapshotVersion, frameSpec{frameHeader, uvarints(0, 0, 0, 1, 5)}, nodeFrame("", "/", 0, 0), endFrame)},
-		{"non-minimal integer", handMade(snapshotVersion, frameSpec{frameHeader, []byte{0x80, 0x00, 0, 0, 1}}, nodeFrame("", "/", 0, 0), endFrame)},
+		{"trailing bytes in a frame", handMade(snapshotVersion, frameSpec{frameHeader, uvarints(0, 0, 0, 0, 1, 5)}, nodeFrame("", "/", 0, 0), endFrame)},
+		{"non-minimal integer", handMade(snapshotVersion, frameSpec{frameHeader, []byte{0x80, 0x00, 0, 0, 0, 1}}, nodeFrame("", "/", 0, 0), endFrame)},
 		{"children count too high", handMade(snapshotVersion, header(0, 0, 0, 2), nodeFrame("", "/", 0, 2), nodeFrame("/", "/a", 0, 0), endFrame)},
 		{"children count too low", handMade(snapshotVersion, header(0, 0, 0, 3), root, nodeFrame("/", "/a", 0, 0), nodeFrame("/a", "/b", 0, 0), endFrame)},
 		{"nodes out of order", handMade(snapshotVersion, header(0, 0, 0, 3), nodeFrame("", "/", 0, 2), nodeFrame("/", "/b", 0, 0), nodeFrame("/b", "/a", 0, 0), endFrame)},
@@ -232,6 +277,22 @@ func TestSnapshotRejectsInvalidState(t *testing.T) {
 			frameSpec{frameSession, uvarints(9, 100, 500, 0)}, nodeFrame("", "/", 0, 0), endFrame)},
 		{"members out of order", handMade(snapshotVersion, header(0, 2, 0, 1),
 			frameSpec{frameMember, appendMember(nil, command.Member{ID: 2})}, frameSpec{frameMember, appendMember(nil, command.Member{ID: 1})}, nodeFrame("", "/", 0, 0), endFrame)},
+		{"removed members out of order", handMade(snapshotVersion, headerRemoved(0, 0, 2, 0, 1),
+			memberFrame(frameRemoved, command.Member{ID: 5}), memberFrame(frameRemoved, command.Member{ID: 3}), nodeFrame("", "/", 0, 0), endFrame)},
+		{"duplicate removed member", handMade(snapshotVersion, headerRemoved(0, 0, 2, 0, 1),
+			memberFrame(frameRemoved, command.Member{ID: 5}), memberFrame(frameRemoved, command.Member{ID: 5}), nodeFrame("", "/", 0, 0), endFrame)},
+		{"removed member is a member", handMade(snapshotVersion, headerRemoved(0, 1, 1, 0, 1),
+			memberFrame(frameMember, command.Member{ID: 5}), memberFrame(frameRemoved, command.Member{ID: 5}), nodeFrame("", "/", 0, 0), endFrame)},
+		{"removed member with a bad learner flag", handMade(snapshotVersion, headerRemoved(0, 0, 1, 0, 1),
+			frameSpec{frameRemoved, append(uvarints(5, 0, 0, 0), 2)}, nodeFrame("", "/", 0, 0), endFrame)},
+		{"removed count without removed frames", handMade(snapshotVersion, headerRemoved(0, 0, 1, 0, 1), nodeFrame("", "/", 0, 0), endFrame)},
+		{"removed frame beyond the count", handMade(snapshotVersion, header(0, 0, 0, 1), memberFrame(frameRemoved, command.Member{ID: 5}), nodeFrame("", "/", 0, 0), endFrame)},
+		{"member frame among the removed", handMade(snapshotVersion, headerRemoved(0, 0, 1, 0, 1), memberFrame(frameMember, command.Member{ID: 5}), nodeFrame("", "/", 0, 0), endFrame)},
+		{"version-1 header in version 2", handMade(snapshotVersion, header1(0, 0, 0, 1), nodeFrame("", "/", 0, 0), endFrame)},
+		{"version-2 header in version 1", handMade(snapshotVersion1, header(0, 0, 0, 1), nodeFrame("", "/", 0, 0), endFrame)},
+		{"removed frame in version 1", handMade(snapshotVersion1, header1(0, 0, 0, 1), memberFrame(frameRemoved, command.Member{ID: 5}), nodeFrame("", "/", 0, 0), endFrame)},
+		{"version 0", handMade(0, header(0, 0, 0, 1), nodeFrame("", "/", 0, 0), endFrame)},
+		{"version 3", handMade(3, header(0, 0, 0, 1), nodeFrame("", "/", 0, 0), endFrame)},
 		{"frame length over the limit", append(append([]byte(snapshotMagic), snapshotVersion, frameHeader), uvarints(maxFramePayload+1)...)},
 	}
 	for _, tt := range tests {
@@ -246,16 +307,33 @@ func TestSnapshotRejectsInvalidState(t *testing.T) {
 }
 
 func TestHandMadeSnapshotIsAccepted(t *testing.T) {
-	// The hand-made frames above are only meaningful if a correct hand-made
-	// snapshot is accepted.
-	data := handMade(snapshotVersion, header(4, 0, 1, 3), frameSpec{frameSession, uvarints(9, 100, 0, 0)},
-		nodeFrame("", "/", 0, 1), nodeFrame("/", "/a", 0, 1), nodeFrame("/a", "/a/b", 9, 0), endFrame)
-	f, err := ReadSnapshot(bytes.NewReader(data))
-	if err != nil {
-		t.Fatalf("ReadSnapshot: %v", err)
+	// The hand-made frames above are only meaningful if correct hand-made
+	// snapshots are accepted.
+	rest := []frameSpec{{frameSession, uvarints(9, 100, 0, 0)},
+		nodeFrame("", "/", 0, 1), nodeFrame("/", "/a", 0, 1), nodeFrame("/a", "/a/b", 9, 0), endFrame}
+	tests := []struct {
+		name        string
+		data        []byte
+		wantRemoved []command.Member
+	}{
+		{"version 2", handMade(snapshotVersion, append([]frameSpec{headerRemoved(4, 1, 2, 1, 3), memberFrame(frameMember, command.Member{ID: 3}),
+			memberFrame(frameRemoved, command.Member{ID: 2, Name: "n2"}), memberFrame(frameRemoved, command.Member{ID: 5})}, rest...)...),
+			[]command.Member{{ID: 2, Name: "n2"}, {ID: 5}}},
+		{"version 1", handMade(snapshotVersion1, append([]frameSpec{header1(4, 1, 1, 3), memberFrame(frameMember, command.Member{ID: 3})}, rest...)...), nil},
 	}
-	if s, _ := f.Session(9); s.Ephemerals != 1 || f.Applied() != 4 {
-		t.Errorf("session %+v, applied %d", s, f.Applied())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := ReadSnapshot(bytes.NewReader(tt.data))
+			if err != nil {
+				t.Fatalf("ReadSnapshot: %v", err)
+			}
+			if s, _ := f.Session(9); s.Ephemerals != 1 || f.Applied() != 4 || len(f.Members()) != 1 {
+				t.Errorf("session %+v, applied %d, members %+v", s, f.Applied(), f.Members())
+			}
+			if !reflect.DeepEqual(f.RemovedMembers(), tt.wantRemoved) {
+				t.Errorf("removed %+v, want %+v", f.RemovedMembers(), tt.wantRemoved)
+			}
+		})
 	}
 }
 
@@ -278,7 +356,8 @@ func TestWriteSnapshotReportsWriteErrors(t *testing.T) {
 
 // FuzzReadSnapshot checks that ReadSnapshot never panics, that what it
 // accepts satisfies the invariants, and that the format is canonical: the
-// accepted state serialises back to the input.
+// accepted state serialises back to the input (a version-1 input as
+// version 2, which toVersion1 turns back).
 func FuzzReadSnapshot(f *testing.F) {
 	for _, tt := range snapshotStates {
 		f.Add(snapshotBytes(f, buildState(f, tt.setup).f))
@@ -292,7 +371,11 @@ func FuzzReadSnapshot(f *testing.F) {
 		if err := checkInvariants(fsm); err != nil {
 			t.Fatalf("accepted a state breaking invariants: %v", err)
 		}
-		if again := snapshotBytes(t, fsm); !bytes.HasPrefix(data, again) {
+		again := snapshotBytes(t, fsm)
+		if data[len(snapshotMagic)] == snapshotVersion1 {
+			again = toVersion1(t, again)
+		}
+		if !bytes.HasPrefix(data, again) {
 			t.Fatalf("accepted input does not serialise back to itself")
 		}
 	})
@@ -307,16 +390,7 @@ func FuzzReadSnapshotFrames(f *testing.F) {
 		f.Add(unsealFrames(snapshotBytes(f, buildState(f, tt.setup).f)))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var frames []frameSpec
-		for len(data) > 0 {
-			length, n := binary.Uvarint(data[1:])
-			if n <= 0 || length > uint64(len(data)-1-n) {
-				break
-			}
-			frames = append(frames, frameSpec{data[0], data[1+n : 1+n+int(length)]})
-			data = data[1+n+int(length):]
-		}
-		sealed := handMade(snapshotVersion, frames...)
+		sealed := handMade(snapshotVersion, splitFrames(data)...)
 		fsm, err := ReadSnapshot(bytes.NewReader(sealed))
 		if err != nil {
 			corruptOffset(t, err)
@@ -329,6 +403,21 @@ func FuzzReadSnapshotFrames(f *testing.F) {
 			t.Fatalf("accepted input does not serialise back to itself")
 		}
 	})
+}
+
+// splitFrames splits unsealed frames (type byte, uvarint length, payload),
+// up to the first that is cut short.
+func splitFrames(data []byte) []frameSpec {
+	var frames []frameSpec
+	for len(data) > 0 {
+		length, n := binary.Uvarint(data[1:])
+		if n <= 0 || length > uint64(len(data)-1-n) {
+			break
+		}
+		frames = append(frames, frameSpec{data[0], data[1+n : 1+n+int(length)]})
+		data = data[1+n+int(length):]
+	}
+	return frames
 }
 
 // unsealFrames strips the magic and the checksums from a valid snapshot.

@@ -144,8 +144,9 @@ func (s *Server) Children(ctx context.Context, path string, opts ReadOptions) (a
 // those trees belong to the lock and election endpoints, and a node written
 // there by hand could otherwise hold a lock, jump a queue or make the
 // directory unusable (an ephemeral directory cannot have children). DELETE
-// stays allowed: deleting a queue node ends that place, as its session's end
-// would.
+// stays allowed, but the state machine refuses to delete another session's
+// ephemeral node: a queue node's own session deleting it ends that place, as
+// its session's end would.
 func refusePlainQueueWrite(path string) error {
 	for _, root := range []string{queues.LocksRoot, queues.ElectionsRoot} {
 		if path == root || strings.HasPrefix(path, root+"/") {

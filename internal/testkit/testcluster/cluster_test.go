@@ -152,6 +152,9 @@ func TestSessionExpiryReleasesLock(t *testing.T) {
 	if !lb.Held || lb.FencingToken <= la.FencingToken {
 		t.Fatalf("after expiry the waiter got %+v, want held with token > %d", lb, la.FencingToken)
 	}
+	// A heartbeat is answered from the receiving member's applied state, so
+	// ask node 2 once it has applied the expiry that handed b the lock.
+	c.WaitApplied(lb.Index, 10*time.Second)
 	err := Do(ctx, "POST", c.URL(2), "/v1/session/heartbeat", nil, api.SessionRequest{SessionID: a}, nil)
 	if api.CodeOf(err) != api.CodeSessionExpired {
 		t.Fatalf("heartbeat of the expired session: %v, want session_expired", err)

@@ -114,10 +114,23 @@ func TestPlainWritesCannotWedgeLocksOrElections(t *testing.T) {
 	if err != nil || !candidacy.IsLeader {
 		t.Fatalf("join R: %+v, %v; want the leader", candidacy, err)
 	}
-	// Deleting stays allowed: it ends that place, as the session's end would.
+	// Another client cannot delete the holder's node (it would take the lock
+	// from under its holder), nor the lock's directory around it.
 	lock, _ := acquireLock(ctx, base, "X", sess.SessionID, 0)
-	if err := Delete(ctx, base, lock.Path); err != nil {
-		t.Fatalf("DELETE of a queue node: %v", err)
+	if err := Delete(ctx, base, lock.Path); api.CodeOf(err) != api.CodePreconditionFailed {
+		t.Fatalf("DELETE of the holder's queue node without its session: %v, want 409 precondition_failed", err)
+	}
+	err = Do(ctx, http.MethodDelete, base, "/v1/kv/locks/X", url.Values{"recursive": {"true"}}, nil, nil)
+	if api.CodeOf(err) != api.CodePreconditionFailed {
+		t.Fatalf("recursive DELETE of a held lock's directory: %v, want 409 precondition_failed", err)
+	}
+	if state, err := lockState(ctx, base, "X"); err != nil || state.Holder == nil || state.Holder.SessionHandle != sess.SessionHandle {
+		t.Fatalf("lock X after the refused deletes: %+v, %v; want still held by %s", state.Holder, err, sess.SessionHandle)
+	}
+	// Its own session may: that ends the place, as the session's end would.
+	err = Do(ctx, http.MethodDelete, base, "/v1/kv"+lock.Path, url.Values{"session_id": {sess.SessionID}}, nil, nil)
+	if err != nil {
+		t.Fatalf("DELETE of a queue node by its session: %v", err)
 	}
 	if state, err := lockState(ctx, base, "X"); err != nil || state.Holder != nil {
 		t.Fatalf("lock X after its node was deleted: %+v, %v; want free", state.Holder, err)
