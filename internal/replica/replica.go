@@ -316,7 +316,7 @@ func (r *Replica) Restore(meta snap.Meta, body io.Reader) error {
 	}
 	r.mu.Lock()
 	r.fsm = f
-	members := f.Members()
+	members, removed := f.Members(), f.RemovedMembers()
 	for _, l := range r.cfg.Listeners {
 		l.RestoredLocked(f, meta.Index)
 	}
@@ -326,6 +326,7 @@ func (r *Replica) Restore(meta snap.Meta, body io.Reader) error {
 			r.cfg.Membership.PeerAdded(m.ID, m.PeerURL)
 		}
 	}
+	r.restoreRemoved(removed)
 	r.publishApplied(meta.Index)
 	// Entries the snapshot covered were never applied here: their waiters
 	// get "outcome unknown", and lock waiters look at the new state.
@@ -334,6 +335,23 @@ func (r *Replica) Restore(meta snap.Meta, body io.Reader) error {
 		l.Restored(meta.Index)
 	}
 	return nil
+}
+
+// restoreRemoved tells Membership of the removals a snapshot records, as
+// applying them did: a removed peer keeps an address (to be told it was
+// removed if it calls) and is marked removed; a member that finds itself
+// removed stops.
+func (r *Replica) restoreRemoved(removed []command.Member) {
+	for _, m := range removed {
+		if m.ID == r.cfg.Self {
+			go r.cfg.Membership.SelfRemoved()
+			continue
+		}
+		if m.PeerURL != "" {
+			r.cfg.Membership.PeerAdded(m.ID, m.PeerURL)
+		}
+		r.cfg.Membership.PeerRemoved(m.ID)
+	}
 }
 
 // LeaderChanged fails every waiting proposal when a known leader is lost or

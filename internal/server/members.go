@@ -63,9 +63,10 @@ func (s *Server) AddMember(ctx context.Context, m api.Member, promote bool) (api
 	if existing := s.memberByID(id); existing.ID != 0 {
 		return s.repeatedAdd(g, existing, m, promote)
 	}
-	if s.removedPeers.has(id) {
+	if removed, ok := s.removedMember(id, m.Name); ok {
 		// Member ids are derived from names, and raft must never see an id again.
-		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "the name %q belonged to a removed member; a removed member's name is never reused: choose another", m.Name)
+		return api.Member{}, api.Errorf(api.CodePreconditionFailed,
+			"member %q (%s) was removed from this cluster; a removed member's name can never be added again: choose another name", m.Name, api.FormatID(removed.ID))
 	}
 	member := command.Member{ID: id, Name: m.Name, PeerURL: m.PeerURL, ClientURL: m.ClientURL, Learner: true}
 	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id}
@@ -232,10 +233,27 @@ func (s *Server) RemoveMemberNamed(ctx context.Context, nameOrID string) error {
 
 // wasRemoved reports whether nameOrID names a member this server saw removed.
 func (s *Server) wasRemoved(nameOrID string) bool {
-	if id, err := api.ParseID(nameOrID); err == nil && s.removedPeers.has(id) {
-		return true
+	if id, err := api.ParseID(nameOrID); err == nil {
+		if _, ok := s.removedMember(id, ""); ok {
+			return true
+		}
 	}
-	return s.removedPeers.has(MemberID(nameOrID))
+	_, ok := s.removedMember(MemberID(nameOrID), nameOrID)
+	return ok
+}
+
+// removedMember finds a member removed from the cluster by id or by name
+// ("" matches no name), in the replicated record of removals, which
+// outlives restarts and snapshots.
+func (s *Server) removedMember(id uint64, name string) (command.Member, bool) {
+	var m command.Member
+	var ok bool
+	s.metaGroup().View(func(f *fsm.FSM) {
+		if m, ok = f.RemovedMember(id); !ok && name != "" {
+			m, ok = f.RemovedMemberNamed(name)
+		}
+	})
+	return m, ok
 }
 
 // RemoveMember removes a member, refusing if the voters left could not form

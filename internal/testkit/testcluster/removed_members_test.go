@@ -16,9 +16,6 @@ import (
 // the name is still 409, and repeating the removal is still 200, on every
 // member.
 func TestRemovedMemberRememberedAcrossRestart(t *testing.T) {
-	// The state machine keeps the removed members (fsm.RemovedMember); the
-	// server consults it once internal/server is wired. Delete this line then.
-	t.Skip("needs internal/server to consult fsm.RemovedMember/RemovedMemberNamed (issue 11 item 10)")
 	for _, size := range []int{1, 3} {
 		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) {
 			c := New(t, size, Options{SnapshotEvery: 1})
