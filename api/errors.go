@@ -72,6 +72,12 @@ func Errorf(c Code, format string, args ...any) *Error {
 	return &Error{Code: c, Message: fmt.Sprintf(format, args...)}
 }
 
+// SessionGone is the error of a request naming a session that is not live:
+// expired, closed, or never created (once forgotten, these look alike).
+func SessionGone(session uint64) *Error {
+	return Errorf(CodeSessionExpired, "session %s has expired or was closed", FormatID(session))
+}
+
 // CodeOf returns the API code of err: the code of the *Error it wraps, or
 // CodeInternal for any other non-nil error.
 func CodeOf(err error) Code {

@@ -29,10 +29,13 @@ func (c *Client) StatusOf(ctx context.Context, endpoint string) (*api.Status, er
 	return &status, nil
 }
 
-// Members returns GET /v1/cluster/members.
-func (c *Client) Members(ctx context.Context) (*api.Members, error) {
+// Members returns GET /v1/cluster/members: linearizable by default (it sees
+// every membership change acknowledged before it), or Stale() for this
+// endpoint's own view.
+func (c *Client) Members(ctx context.Context, opts ...ReadOption) (*api.Members, error) {
+	o := applyReadOptions(opts)
 	var members api.Members
-	cl := &call{method: "GET", path: "/v1/cluster/members", out: &members}
+	cl := &call{method: "GET", path: "/v1/cluster/members", query: o.query(c.LastIndex()), out: &members}
 	if err := c.do(ctx, cl); err != nil {
 		return nil, err
 	}

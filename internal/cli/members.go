@@ -41,22 +41,34 @@ func (a *app) membersCommand() *cobra.Command {
 		Short: "list and change the cluster's members (list, add, remove, promote)",
 		Long:  "members alone lists the members, as 'members list' does.",
 		Args:  cobra.NoArgs,
-		RunE:  a.listMembers,
 	}
-	members.AddCommand(&cobra.Command{
+	a.listMembersFlags(members)
+	list := &cobra.Command{
 		Use:   "list",
 		Short: "list the cluster's members",
 		Args:  cobra.NoArgs,
-		RunE:  a.listMembers,
-	}, a.addMemberCommand(), a.removeMemberCommand(), a.promoteMemberCommand())
+	}
+	a.listMembersFlags(list)
+	members.AddCommand(list, a.addMemberCommand(), a.removeMemberCommand(), a.promoteMemberCommand())
 	return members
 }
 
-func (a *app) listMembers(cmd *cobra.Command, args []string) error {
-	return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
-		members, err := c.Members(ctx)
-		return a.printResult(members, err, func(w io.Writer) { printMembers(w, members.Members) })
-	})
+// listMembersFlags makes cmd list the members, with its own --consistency:
+// linearizable by default; stale answers from the endpoint's own state, as
+// a member cut off from the leader still can.
+func (a *app) listMembersFlags(cmd *cobra.Command) {
+	var consistency string
+	cmd.Flags().StringVar(&consistency, "consistency", api.Linearizable, "linearizable or stale")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		opts, err := readOptions(consistency)
+		if err != nil {
+			return err
+		}
+		return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+			members, err := c.Members(ctx, opts...)
+			return a.printResult(members, err, func(w io.Writer) { printMembers(w, members.Members) })
+		})
+	}
 }
 
 func printMembers(w io.Writer, members []api.Member) {

@@ -154,8 +154,13 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) members(w http.ResponseWriter, r *http.Request) {
-	m := h.server.Members()
-	h.writeJSON(w, m.Index, m)
+	opts, err := readOnlyOptions(r)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	m, err := h.server.ReadMembers(r.Context(), opts)
+	h.reply(w, m, m.Index, err)
 }
 
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {

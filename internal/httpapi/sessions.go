@@ -70,7 +70,7 @@ func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(ids) == 1 && len(dead) == 1 {
-		h.writeError(w, api.Errorf(api.CodeSessionExpired, "session %s has expired or was closed", api.FormatID(ids[0])))
+		h.writeError(w, api.SessionGone(ids[0]))
 		return
 	}
 	out := api.Heartbeat{Alive: len(dead) == 0, Index: index}
@@ -107,7 +107,7 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := h.server.GetSession(r.Context(), id, opts)
 	if api.CodeOf(err) == api.CodeNotFound {
-		err = api.Errorf(api.CodeSessionExpired, "session %s has expired or was closed", api.FormatID(id))
+		err = api.SessionGone(id)
 	}
 	h.reply(w, out, out.Index, err)
 }

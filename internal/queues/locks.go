@@ -6,6 +6,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
 )
 
 // The directories of the lock and election queues and their nodes' name
@@ -76,7 +77,8 @@ func (q *Queues) ReleaseLock(ctx context.Context, name string, session, token ui
 		m, found := q.queuedBy(dir, lockQueue.prefix, session, token)
 		if !found {
 			if attempt > 0 {
-				return api.Released{}, api.Errorf(api.CodeLockNotHeld, "session %s holds no place in lock %q with token %d", api.FormatID(session), name, token)
+				return api.Released{}, q.notQueued(session, api.Errorf(api.CodeLockNotHeld,
+					"session %s holds no place in lock %q with token %d", api.FormatID(session), name, token))
 			}
 			continue
 		}
@@ -194,7 +196,20 @@ func (q *Queues) ResignElection(ctx context.Context, role string, session uint64
 			return api.Resigned{Resigned: true, Index: index}, nil
 		}
 	}
-	return api.Resigned{}, api.Errorf(api.CodeNotFound, "session %s is not a candidate for %q", api.FormatID(session), role)
+	return api.Resigned{}, q.notQueued(session, api.Errorf(api.CodeNotFound, "session %s is not a candidate for %q", api.FormatID(session), role))
+}
+
+// notQueued is the error of a release or resign that found no place of
+// session's: 410 if the session itself is gone (as every request naming a
+// dead session answers), else notFound. The caller has read the queue after
+// a linearizable barrier, so the state it reads here is as fresh.
+func (q *Queues) notQueued(session uint64, notFound error) error {
+	var err error
+	q.cfg.Replica.View(func(f *fsm.FSM) { _, err = f.Session(session) })
+	if err != nil {
+		return api.SessionGone(session)
+	}
+	return notFound
 }
 
 // ElectionState reports the leader of role and how many candidates there

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -43,7 +44,18 @@ func roleOf(st raft.Status, self uint64) string {
 	return "follower"
 }
 
-// Members lists the members recorded in the replicated state.
+// ReadMembers lists the members at the requested consistency: by default
+// after a linearizable barrier, so a removal or an addition acknowledged
+// anywhere is seen; a stale read answers from this server's state (what an
+// operator still gets from a member cut off from the leader).
+func (s *Server) ReadMembers(ctx context.Context, opts ReadOptions) (api.Members, error) {
+	if err := s.metaGroup().Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+		return api.Members{}, err
+	}
+	return s.Members(), nil
+}
+
+// Members lists the members recorded in this server's replicated state.
 func (s *Server) Members() api.Members {
 	g := s.metaGroup()
 	var members []command.Member

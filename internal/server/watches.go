@@ -89,9 +89,7 @@ func (s *Server) errNoStream(session uint64) error {
 		id, s.cfg.Name, id)
 }
 
-func errSessionGone(session uint64) error {
-	return api.Errorf(api.CodeSessionExpired, "session %s has expired or was closed", api.FormatID(session))
-}
+func errSessionGone(session uint64) error { return api.SessionGone(session) }
 
 // requireSession returns session_expired unless the session is alive, looked
 // up again after a linearizable barrier if this server does not know it.

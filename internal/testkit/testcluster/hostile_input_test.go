@@ -270,6 +270,8 @@ func TestErrorsConsistent(t *testing.T) {
 		{"GET never seen session", "GET", "/v1/session/0x00000000000000ff", "", api.CodeSessionExpired, "", "0x00000000000000ff"},
 		{"heartbeat closed session", "POST", "/v1/session/heartbeat", `{"session_id":"` + closed.SessionID + `"}`, api.CodeSessionExpired, "", closed.SessionID},
 		{"close closed session", "POST", "/v1/session/close", `{"session_id":"` + closed.SessionID + `"}`, api.CodeSessionExpired, "", ""},
+		{"release by closed session", "POST", "/v1/lock/release", `{"name":"l","session_id":"` + closed.SessionID + `"}`, api.CodeSessionExpired, "", closed.SessionID},
+		{"resign by closed session", "POST", "/v1/election/resign", `{"role":"r","session_id":"` + closed.SessionID + `"}`, api.CodeSessionExpired, "", closed.SessionID},
 		{"unknown endpoint", "GET", "/v2/status", "", api.CodeNotFound, "", "no such endpoint"},
 		{"unclean path", "GET", "/v1//status", "", api.CodeNotFound, "", "no such endpoint"},
 		{"trailing slash", "GET", "/v1/status/", "", api.CodeNotFound, "", "no such endpoint"},
