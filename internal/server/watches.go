@@ -63,7 +63,7 @@ func (s *Server) Watch(ctx context.Context, session uint64, req WatchRequest) (a
 		if n, gerr := f.Get(spec.Path); gerr == nil {
 			current = watch.Current{Exists: true, Version: n.Version, CreatedIndex: n.CreatedIndex, ModifiedIndex: n.ModifiedIndex}
 		}
-		id, err = g.watches.Add(session, spec, f.Applied(), current)
+		id, err = g.watches.AddLocked(session, spec, f.Applied(), current)
 	})
 	if errors.Is(err, watch.ErrNoStream) {
 		return api.Watch{}, s.errNoStream(session)
