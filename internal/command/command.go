@@ -1,6 +1,8 @@
 // Package command owns the encoding of the commands that latch replicates
-// through the Raft log: a Command is proposed by the server, carried as the
-// data of a log entry, and applied by internal/fsm on every replica.
+// through the Raft log: a Command is built by the server or a feature
+// (sessions, queues), proposed through its group's runtime
+// (replica.Replica.Propose), carried as the data of a log entry, and applied
+// by internal/fsm on every replica.
 //
 // The encoding is compact, binary and versioned: the first byte is the format
 // version (FormatVersion), so a future format can be introduced while old log

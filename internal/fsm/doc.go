@@ -28,8 +28,9 @@
 //   - a node's children count equals the number of nodes whose parent it is;
 //   - no member id is both a member and removed.
 //
-// An FSM is not safe for concurrent use: the server serialises Apply and
-// guards reads with its own lock. Clone returns an O(1) copy-on-write copy
+// An FSM is not safe for concurrent use: its group's runtime
+// (replica.Replica) serialises Apply under its write lock and runs reads
+// under its read lock (Replica.View). Clone returns an O(1) copy-on-write copy
 // (tidwall/btree's Copy) that another goroutine may read or serialise with
 // WriteSnapshot while the original keeps applying.
 package fsm

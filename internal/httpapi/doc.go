@@ -6,7 +6,11 @@
 // X-Latch-Index header. Bad input (unknown parameters or fields, malformed
 // or loosely spelled JSON, numbers over 2^53-1, oversized bodies, wrong
 // methods) is refused with docs/api.md's error codes before anything is
-// proposed, so it changes nothing.
+// proposed, so it changes nothing. A lock acquire that gave up after
+// wait_ms comes back from the server as a reply with Held false, and
+// writeLockNotHeld (locks.go) answers it as docs/api.md's 409
+// lock_not_held: the error envelope plus held, session_handle, position,
+// path and index.
 //
 // NewServer builds the one http.Server that latchd and the test clusters
 // run: Limits bound the header read, the body read, each reply write and

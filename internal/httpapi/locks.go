@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"time"
 
@@ -26,17 +25,19 @@ func (h *Handler) acquireLock(w http.ResponseWriter, r *http.Request) {
 	}
 	wait := time.Duration(req.WaitMs) * time.Millisecond
 	lock, err := h.server.AcquireLock(r.Context(), req.Name, session, wait)
-	var e *api.Error
-	if errors.As(err, &e) && e.Code == api.CodeLockNotHeld {
-		h.writeLockNotHeld(w, e, lock)
+	if err == nil && !lock.Held {
+		h.writeLockNotHeld(w, req.Name, lock)
 		return
 	}
 	h.reply(w, lock, lock.Index, err)
 }
 
-// writeLockNotHeld writes docs/api.md's 409 for an acquire that gave up: the error
-// envelope plus held:false, the position in the queue and the queue node.
-func (h *Handler) writeLockNotHeld(w http.ResponseWriter, e *api.Error, lock api.Lock) {
+// writeLockNotHeld answers an acquire that gave up after wait_ms (a reply
+// with Held false) as docs/api.md's 409: the lock_not_held error envelope
+// plus held:false, the session's handle, its position in the queue, the
+// queue node and the index.
+func (h *Handler) writeLockNotHeld(w http.ResponseWriter, name string, lock api.Lock) {
+	e := &api.Error{Code: api.CodeLockNotHeld, Message: "lock " + name + " not acquired within wait_ms"}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Code.Status())
 	_ = json.NewEncoder(w).Encode(struct {

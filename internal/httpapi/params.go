@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/server"
 )
 
@@ -106,18 +105,18 @@ func parseID(field, s string) (uint64, error) {
 
 // precondition reads prev_version=<N>|any|none; 0 means none (the node must
 // not exist), as a node's versions start at 1.
-func (p *params) precondition() (command.Precondition, uint64) {
+func (p *params) precondition() (server.Precondition, uint64) {
 	switch v := p.values.Get("prev_version"); v {
 	case "", "any":
-		return command.PrecondAny, 0
+		return server.AnyVersion, 0
 	case "none", "0":
-		return command.PrecondNone, 0
+		return server.NoNode, 0
 	default:
 		n, err := parseInteger(v)
 		if err != nil {
 			p.fail(api.Errorf(api.CodeInvalidArgument, "prev_version=%q is not a version (1 to %d), any, none or 0", v, uint64(api.MaxInteger)))
 		}
-		return command.PrecondVersion, n
+		return server.AtVersion, n
 	}
 }
 

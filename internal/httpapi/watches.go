@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/watch"
+	"github.com/latch-io/latch/internal/server"
 )
 
 // ssePing is how often an idle event stream carries a comment, so proxies
@@ -21,7 +21,7 @@ func (h *Handler) addWatch(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, err)
 		return
 	}
-	out, err := h.server.Watch(r.Context(), session, watch.Spec{
+	out, err := h.server.Watch(r.Context(), session, server.WatchRequest{
 		Path: req.Path, Recursive: req.Recursive, Persistent: req.Persistent, KnownIndex: req.KnownIndex,
 	})
 	h.reply(w, out, out.Index, err)
@@ -88,7 +88,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 }
 
 // pumpEvents copies the stream to w until the stream or the request ends.
-func (h *Handler) pumpEvents(w http.ResponseWriter, flusher http.Flusher, r *http.Request, stream *watch.Stream) {
+func (h *Handler) pumpEvents(w http.ResponseWriter, flusher http.Flusher, r *http.Request, stream server.EventStream) {
 	ping := time.NewTicker(ssePing)
 	defer ping.Stop()
 	for {

@@ -66,8 +66,8 @@ func TestLockHandoff(t *testing.T) {
 		t.Fatalf("first acquire: %+v, %v", first, err)
 	}
 	second, err := q.AcquireLock(ctx, "db", 2, 0)
-	if api.CodeOf(err) != api.CodeLockNotHeld || second.Held || second.Position != 1 {
-		t.Fatalf("second acquire without waiting: %+v, %v; want lock_not_held at position 1", second, err)
+	if err != nil || second.Held || second.Position != 1 || second.Path == "" || second.FencingToken != 0 {
+		t.Fatalf("second acquire without waiting: %+v, %v; want a reply, not held, at position 1 with its queue node and no token", second, err)
 	}
 	st, err := q.LockState(ctx, "db", api.Linearizable, 0)
 	if err != nil || st.Holder == nil || st.Holder.FencingToken != first.FencingToken || st.Waiters != 1 {

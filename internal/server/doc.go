@@ -3,7 +3,12 @@
 // (package replica) per consensus group with its features (package sessions
 // for session liveness and the heartbeat relay, package queues for locks and
 // elections, the watch registry), and keeps membership, configuration,
-// status, metrics and lifecycle. It is the API package httpapi serves.
+// status, metrics and lifecycle. It is the API package httpapi serves, in
+// request and reply types of its own (PutRequest and DeleteRequest with a
+// Precondition, ReadOptions, WatchRequest, the EventStream of Events, the
+// api replies), so httpapi imports neither command nor watch. A lock
+// acquire that gives up after its wait is a reply (api.Lock with Held
+// false), not an error.
 //
 // Every request finds its group through groupFor(path) (tree reads and
 // writes, locks, elections, watches) or metaGroup() (membership, sessions,

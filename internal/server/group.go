@@ -67,11 +67,11 @@ func (l watchListener) AppliedLocked(cmd *command.Command, _ fsm.Result) {
 
 // PublishLocked fires the watches of a batch's events, under the write lock
 // (a watch is registered under the read lock at the applied index).
-func (l watchListener) PublishLocked(events []fsm.Event) { l.w.Publish(events) }
+func (l watchListener) PublishLocked(events []fsm.Event) { l.w.PublishLocked(events) }
 
 // RestoredLocked drops every watch: the events between the old state and
 // the snapshot's are unknown.
-func (l watchListener) RestoredLocked(_ *fsm.FSM, index uint64) { l.w.Restored(index) }
+func (l watchListener) RestoredLocked(_ *fsm.FSM, index uint64) { l.w.RestoredLocked(index) }
 
 // UndecodableEntryError is the fatal error of a replica that met a committed
 // entry it cannot decode; ErrUndecodableEntry matches every one (errors.Is).

@@ -10,12 +10,38 @@ import (
 	"github.com/latch-io/latch/internal/queues"
 )
 
+// Precondition is the compare part of a compare-and-set write, read from
+// prev_version: the wire layer names it without knowing how a command
+// encodes it.
+type Precondition uint8
+
+// The preconditions of a write.
+const (
+	AnyVersion Precondition = iota // no condition (prev_version=any)
+	NoNode                         // the node must not exist (prev_version=none or 0)
+	AtVersion                      // the node's version must equal the request's Version
+)
+
+// command returns the precondition as a command carries it; an unknown one
+// is refused rather than read as no condition.
+func (p Precondition) command() (command.Precondition, error) {
+	switch p {
+	case AnyVersion:
+		return command.PrecondAny, nil
+	case NoNode:
+		return command.PrecondNone, nil
+	case AtVersion:
+		return command.PrecondVersion, nil
+	}
+	return 0, api.Errorf(api.CodeInvalidArgument, "unknown precondition %d", p)
+}
+
 // PutRequest is a validated-at-the-edge PUT of docs/api.md.
 type PutRequest struct {
 	Path         string
 	Value        []byte
-	Precondition command.Precondition
-	Version      uint64 // with command.PrecondVersion
+	Precondition Precondition
+	Version      uint64 // with AtVersion
 	Ephemeral    bool
 	Sequential   bool
 	SessionID    uint64
@@ -25,8 +51,8 @@ type PutRequest struct {
 // DeleteRequest is a DELETE of docs/api.md.
 type DeleteRequest struct {
 	Path         string
-	Precondition command.Precondition
-	Version      uint64
+	Precondition Precondition
+	Version      uint64 // with AtVersion
 	Recursive    bool
 	SessionID    uint64
 	RequestSeq   uint64
@@ -52,9 +78,13 @@ func (s *Server) Put(ctx context.Context, r PutRequest) (api.Node, error) {
 	if err := refusePlainQueueWrite(r.Path); err != nil {
 		return api.Node{}, err
 	}
+	precondition, err := r.Precondition.command()
+	if err != nil {
+		return api.Node{}, err
+	}
 	cmd := &command.Command{
 		Op: command.OpPut, Path: r.Path, Value: r.Value,
-		Precondition: r.Precondition, Version: r.Version,
+		Precondition: precondition, Version: r.Version,
 		Ephemeral: r.Ephemeral, Sequential: r.Sequential,
 		SessionID: r.SessionID, RequestSeq: r.RequestSeq,
 	}
@@ -77,9 +107,13 @@ func (s *Server) Delete(ctx context.Context, r DeleteRequest) (api.Deleted, erro
 	if err := api.ValidatePath(r.Path); err != nil {
 		return api.Deleted{}, err
 	}
+	precondition, err := r.Precondition.command()
+	if err != nil {
+		return api.Deleted{}, err
+	}
 	cmd := &command.Command{
 		Op: command.OpDelete, Path: r.Path,
-		Precondition: r.Precondition, Version: r.Version, Recursive: r.Recursive,
+		Precondition: precondition, Version: r.Version, Recursive: r.Recursive,
 		SessionID: r.SessionID, RequestSeq: r.RequestSeq,
 	}
 	res, index, err := s.groupFor(r.Path).Propose(ctx, cmd)

@@ -12,7 +12,8 @@ import (
 // hand over to its queues feature (package queues).
 
 // AcquireLock queues the session on lock name (or keeps its place) and waits
-// up to wait to hold it (queues.Queues.AcquireLock).
+// up to wait to hold it (queues.Queues.AcquireLock). A lock not held in time
+// is a reply with Held false and a nil error.
 func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, wait time.Duration) (api.Lock, error) {
 	return s.groupFor(queues.LocksRoot+"/"+name).queues.AcquireLock(ctx, name, session, wait)
 }

@@ -9,6 +9,27 @@ import (
 	"github.com/latch-io/latch/internal/watch"
 )
 
+// WatchRequest is a watch registration of docs/api.md: what to watch, and
+// from which index a change counts.
+type WatchRequest struct {
+	Path       string
+	Recursive  bool   // also the nodes below Path
+	Persistent bool   // fire on every change until cancelled, not once
+	KnownIndex uint64 // fire at once if the watched state changed after this index (0: no such check)
+}
+
+// EventStream is a session's stream of watch events as the wire layer reads
+// it: Events yields them in order and is closed when the stream ends, Reason
+// then says why, and Close ends it from the reader's side.
+type EventStream interface {
+	Events() <-chan api.Event
+	Reason() string
+	Close()
+}
+
+// The registry's stream is what Events hands out.
+var _ EventStream = (*watch.Stream)(nil)
+
 // Watch registers a watch for a live session on this server. It fires at
 // apply time here, whatever this server's role; with KnownIndex it fires at
 // once if what it watches changed after that index. Watches are local to
@@ -16,7 +37,8 @@ import (
 // event stream on it, so the session must have its stream attached here:
 // otherwise the registration is refused with precondition_failed (it would
 // be accepted silently and its events never reach a stream open elsewhere).
-func (s *Server) Watch(ctx context.Context, session uint64, spec watch.Spec) (api.Watch, error) {
+func (s *Server) Watch(ctx context.Context, session uint64, req WatchRequest) (api.Watch, error) {
+	spec := watch.Spec{Path: req.Path, Recursive: req.Recursive, Persistent: req.Persistent, KnownIndex: req.KnownIndex}
 	if err := api.ValidatePath(spec.Path); err != nil {
 		return api.Watch{}, err
 	}
@@ -41,7 +63,7 @@ func (s *Server) Watch(ctx context.Context, session uint64, spec watch.Spec) (ap
 		if n, gerr := f.Get(spec.Path); gerr == nil {
 			current = watch.Current{Exists: true, Version: n.Version, CreatedIndex: n.CreatedIndex, ModifiedIndex: n.ModifiedIndex}
 		}
-		id, err = g.watches.Add(session, spec, f.Applied(), current)
+		id, err = g.watches.AddLocked(session, spec, f.Applied(), current)
 	})
 	if errors.Is(err, watch.ErrNoStream) {
 		return api.Watch{}, s.errNoStream(session)
@@ -57,8 +79,9 @@ func (s *Server) CancelWatch(session, id uint64) error {
 	return s.metaGroup().watches.Cancel(session, id)
 }
 
-// Events attaches the session's event stream (replacing an older one).
-func (s *Server) Events(ctx context.Context, session uint64) (*watch.Stream, uint64, error) {
+// Events attaches the session's event stream (replacing an older one) and
+// returns it with the applied index it starts after.
+func (s *Server) Events(ctx context.Context, session uint64) (EventStream, uint64, error) {
 	g := s.metaGroup()
 	if err := g.requireSession(ctx, session); err != nil {
 		return nil, 0, err

@@ -25,7 +25,7 @@ func BenchmarkPublishNoMatch(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				events[0].Index = uint64(2 + i)
-				r.Publish(events)
+				r.PublishLocked(events)
 			}
 		})
 	}
@@ -64,7 +64,7 @@ func BenchmarkPublishFanOut(b *testing.B) {
 				}
 				events[0].Index = index
 				start := time.Now()
-				r.Publish(events)
+				r.PublishLocked(events)
 				publishing += time.Since(start)
 			}
 			if r.stats.SessionsDisconnected != 0 {
@@ -100,7 +100,7 @@ func BenchmarkFanOutDelivered(b *testing.B) {
 		received.Add(watchers)
 		events[0].Index = uint64(2 + i)
 		start := time.Now()
-		r.Publish(events)
+		r.PublishLocked(events)
 		received.Wait()
 		latencies = append(latencies, time.Since(start))
 	}
@@ -130,7 +130,7 @@ func BenchmarkAdd(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				spec := Spec{Path: paths[i%len(paths)], Recursive: recursive, Persistent: true}
-				if _, err := r.Add(uint64(1+i/DefaultMaxPerSession), spec, 1, Current{}); err != nil {
+				if _, err := r.AddLocked(uint64(1+i/DefaultMaxPerSession), spec, 1, Current{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -151,12 +151,12 @@ func BenchmarkAddKnownIndex(b *testing.B) {
 	for i := range events {
 		events[i] = changed(fmt.Sprintf("/busy/%d", i%100), uint64(10+i))
 	}
-	r.Publish(events)
+	r.PublishLocked(events)
 	at := events[len(events)-1].Index
 	spec := Spec{Path: "/quiet", Recursive: true, KnownIndex: events[0].Index}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if _, err := r.Add(uint64(1+i/DefaultMaxPerSession), spec, at, Current{Exists: true, ModifiedIndex: 1}); err != nil {
+		if _, err := r.AddLocked(uint64(1+i/DefaultMaxPerSession), spec, at, Current{Exists: true, ModifiedIndex: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -8,10 +8,16 @@
 // whose stream it has attached (Options.RequireStream: events could reach
 // no other stream), and fires them from its own apply path: the replica
 // runtime's apply path (replica.Replica.Apply, through the server's apply
-// listener) calls Publish with the events of each batch of applied entries
-// while it holds the state machine's write lock, and the server
-// (server.Server.Watch) calls Add under the read lock, so Add sees a history
-// consistent with the state it read.
+// listener) calls PublishLocked with the events of each batch of applied
+// entries while it holds the state machine's write lock, and the server
+// (server.Server.Watch) calls AddLocked under the read lock, so AddLocked
+// sees a history consistent with the state it read.
+//
+// Names: the exported methods ending in Locked (AddLocked, PublishLocked,
+// RestoredLocked) need the caller to hold the state machine's lock (read
+// for AddLocked, write for the others) and take the registry's own mutex
+// themselves; the unexported ones ending in Locked run with that mutex
+// (Registry.mu, or a session's mu where their comment says so) held.
 //
 // Semantics:
 //   - an exact watch on P fires for events whose path is P (CREATED, CHANGED,
@@ -30,9 +36,9 @@
 //
 // Invariants:
 //   - per session, queued events are in nondecreasing index order and none
-//     is queued twice: Publish runs in index order, and an event fired at once
-//     by Add carries index at, which no queued event exceeds;
-//   - Publish never blocks on a consumer and never slows apply: a session
+//     is queued twice: PublishLocked runs in index order, and an event fired
+//     at once by AddLocked carries index at, which no queued event exceeds;
+//   - PublishLocked never blocks on a consumer and never slows apply: a session
 //     whose queue would exceed Options.QueueLen is disconnected: its stream
 //     closes with a "slow consumer" reason, all its watches are dropped and
 //     its queue is emptied; the client re-registers with known_index;
@@ -46,5 +52,5 @@
 // Locks: Registry.mu guards the watch index, the sessions and the history;
 // each session's mu guards its queue and stream and is taken after
 // Registry.mu, or alone by the stream's pump goroutine, so delivery to many
-// streams runs in parallel with Publish and with itself.
+// streams runs in parallel with PublishLocked and with itself.
 package watch

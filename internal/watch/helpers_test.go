@@ -41,7 +41,7 @@ func pending(r *Registry, session uint64) []api.Event {
 
 func mustAdd(t testing.TB, r *Registry, session uint64, spec Spec, at uint64, current Current) uint64 {
 	t.Helper()
-	id, err := r.Add(session, spec, at, current)
+	id, err := r.AddLocked(session, spec, at, current)
 	if err != nil {
 		t.Fatalf("Add(%d, %+v, %d): %v", session, spec, at, err)
 	}

@@ -3,7 +3,7 @@ package watch
 import "github.com/latch-io/latch/internal/fsm"
 
 // history is a ring of the most recently published events, for the
-// known_index check of Add.
+// known_index check of AddLocked.
 type history struct {
 	ring  []fsm.Event // allocated once, at its full length
 	start int         // ring position of the oldest event

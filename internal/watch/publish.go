@@ -5,14 +5,14 @@ import (
 	"github.com/latch-io/latch/internal/fsm"
 )
 
-// Publish fans out the events of applied entries, in index order, to the
+// PublishLocked fans out the events of applied entries, in index order, to the
 // matching watches. The apply loop calls it while holding the state
 // machine's write lock. It never blocks on a consumer: a session whose queue
 // is full is disconnected instead. Per event it costs one map lookup for
 // exact watches and one per ancestor of the path (the path itself up to "/")
 // for recursive watches, skipped when there are none, and it allocates
 // nothing when no watch matches.
-func (r *Registry) Publish(events []fsm.Event) {
+func (r *Registry) PublishLocked(events []fsm.Event) {
 	if len(events) == 0 {
 		return
 	}
@@ -92,7 +92,7 @@ func (r *Registry) duplicateLocked(entry []fsm.Event, position int) bool {
 	return r.firstPosition[entry[position].Path] < position
 }
 
-// unlinkRemovedLocked unlinks the watches removed during Publish.
+// unlinkRemovedLocked unlinks the watches removed during PublishLocked.
 func (r *Registry) unlinkRemovedLocked() {
 	for i, w := range r.unlinkLater {
 		r.unlinkLocked(w)

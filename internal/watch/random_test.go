@@ -111,7 +111,7 @@ func TestRandomAgainstModel(t *testing.T) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	r := New(Options{QueueLen: 1 << 20, MaxPerSession: 1 << 20, HistoryLen: 1 << 20})
-	r.Restored(0)
+	r.RestoredLocked(0)
 	m := &model{current: map[string]Current{}, queues: map[uint64][]api.Event{}}
 	for step := range *stepsFlag {
 		session := 1 + rng.Uint64N(3)
@@ -123,7 +123,7 @@ func TestRandomAgainstModel(t *testing.T) {
 				m.publish(entry)
 				batch = append(batch, entry...)
 			}
-			r.Publish(batch)
+			r.PublishLocked(batch)
 		case op < 8:
 			spec := Spec{
 				Path:       randomPaths[rng.IntN(len(randomPaths))],
@@ -237,7 +237,7 @@ func TestConcurrentUse(t *testing.T) {
 					batch = append(batch, event(kind, randomPaths[rng.IntN(len(randomPaths))], index, index))
 				}
 			}
-			r.Publish(batch)
+			r.PublishLocked(batch)
 			stateMu.Unlock()
 		}
 	})
@@ -306,7 +306,7 @@ func runClient(t *testing.T, r *Registry, session uint64, rng *rand.Rand, lockSt
 				Persistent: rng.IntN(2) == 0,
 				KnownIndex: check.last,
 			}
-			id, err := r.Add(session, spec, at, Current{Exists: true, ModifiedIndex: at})
+			id, err := r.AddLocked(session, spec, at, Current{Exists: true, ModifiedIndex: at})
 			unlockState()
 			if err != nil {
 				t.Errorf("session %d: Add: %v", session, err)

@@ -33,18 +33,18 @@ func slowConsumerReason(undelivered int) string {
 	return fmt.Sprintf("slow consumer: %d events undelivered; re-register with known_index", undelivered)
 }
 
-// ErrNoStream is Add's refusal, with Options.RequireStream, of a watch for a
-// session that has no stream attached: its events could reach the session
-// only through a stream opened here later, and a client whose stream is on
-// another server would never see them.
+// ErrNoStream is AddLocked's refusal, with Options.RequireStream, of a watch
+// for a session that has no stream attached: its events could reach the
+// session only through a stream opened here later, and a client whose stream
+// is on another server would never see them.
 var ErrNoStream = errors.New("watch: the session has no event stream attached here")
 
 // Options configures a Registry. Zero fields take their defaults.
 type Options struct {
-	MaxPerSession int // watches a session may hold (default 1,000); over it Add returns *api.Error overloaded
+	MaxPerSession int // watches a session may hold (default 1,000); over it AddLocked returns *api.Error overloaded
 	QueueLen      int // undelivered events buffered per session (default 1,024)
 	HistoryLen    int // recent events kept for known_index checks (default 16,384)
-	// RequireStream makes Add refuse, with ErrNoStream, a watch for a
+	// RequireStream makes AddLocked refuse, with ErrNoStream, a watch for a
 	// session without an attached stream (see Registry.Stream). A server
 	// sets it: watches are local to it, so a registration is accepted only
 	// where the session's stream is. Without it a watch's events wait in
@@ -73,7 +73,7 @@ type Spec struct {
 	KnownIndex uint64
 }
 
-// Current is what the caller of Add read from the state machine for
+// Current is what the caller of AddLocked read from the state machine for
 // Spec.Path at the applied index it passes.
 type Current struct {
 	Exists        bool
@@ -102,9 +102,9 @@ type Registry struct {
 
 	// mu guards every field below but the atomic counters, the sessions
 	// and their watches; each session's queue, stream and the streams'
-	// closed state are guarded by session.mu, taken after mu. Publish holds
-	// mu for one batch of events; nothing holds it while waiting on a
-	// consumer.
+	// closed state are guarded by session.mu, taken after mu.
+	// PublishLocked holds mu for one batch of events; nothing holds it
+	// while waiting on a consumer.
 	mu sync.Mutex
 	// nextID is the last watch id handed out. It starts at a random point,
 	// so ids of different servers (and of one server's restarts) do not
@@ -123,9 +123,10 @@ type Registry struct {
 	queuedEvents    atomic.Int64
 	deliveredEvents atomic.Uint64
 
-	// publishing is true while Publish iterates the watch lists: a watch
-	// removed then is flagged and left in its list until Publish ends, in
-	// unlinkLater, so that iteration sees stable slices.
+	// publishing is true while PublishLocked iterates the watch lists: a
+	// watch removed then is flagged and left in its list until
+	// PublishLocked ends, in unlinkLater, so that iteration sees stable
+	// slices.
 	publishing  bool
 	unlinkLater []*watch
 	// firstPosition maps each path of the entry being published to the
@@ -150,9 +151,9 @@ func New(opts Options) *Registry {
 	}
 }
 
-// Add registers a watch for session at the applied index at; the caller holds
-// the state machine's read lock, so no event above at has been published, and
-// current is what it read for spec.Path. The watch fires for events with an
+// AddLocked registers a watch for session at the applied index at; the
+// caller holds the state machine's read lock, so no event above at has been
+// published, and current is what it read for spec.Path. The watch fires for events with an
 // index above max(at, spec.KnownIndex). If spec.KnownIndex is set, below at,
 // and what the watch covers changed in (KnownIndex, at] (current shows it,
 // the history holds a matching event, or the history no longer reaches back
@@ -166,7 +167,7 @@ func New(opts Options) *Registry {
 // and the registration happen under the lock that Stream and Stream.Close
 // take, so an accepted watch's events, its catch-up event included, go to
 // a stream that was attached when it was registered.
-func (r *Registry) Add(session uint64, spec Spec, at uint64, current Current) (id uint64, err error) {
+func (r *Registry) AddLocked(session uint64, spec Spec, at uint64, current Current) (id uint64, err error) {
 	if err := api.ValidatePath(spec.Path); err != nil {
 		return 0, err
 	}
@@ -236,14 +237,14 @@ func (r *Registry) SessionEnded(session uint64) {
 	delete(r.sessions, session)
 }
 
-// Restored tells the registry that the state machine was replaced by a
+// RestoredLocked tells the registry that the state machine was replaced by a
 // snapshot at index (at start-up, or when a lagging server installs one): the
-// history before it is unknown, so a later Add with a known_index below it
-// fires conservatively. Every session with watches is disconnected (reason
+// history before it is unknown, so a later AddLocked with a known_index
+// below it fires conservatively. Every session with watches is disconnected (reason
 // ReasonRestored), since the changes the snapshot skipped were never
 // published. Call it under the state machine's write lock. Without a call,
 // the history is taken to start just before the first published event.
-func (r *Registry) Restored(index uint64) {
+func (r *Registry) RestoredLocked(index uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.history.reset(index)

@@ -16,7 +16,7 @@ import (
 func TestRequireStream(t *testing.T) {
 	r := New(Options{RequireStream: true})
 	spec := Spec{Path: "/k", Persistent: true}
-	if _, err := r.Add(1, spec, 1, Current{}); !errors.Is(err, ErrNoStream) {
+	if _, err := r.AddLocked(1, spec, 1, Current{}); !errors.Is(err, ErrNoStream) {
 		t.Fatalf("Add without a stream: %v, want ErrNoStream", err)
 	}
 	if s := r.Stats(); s.Sessions != 0 || s.Watches != 0 || s.RefusedNoStream != 1 || s.WatchesAdded != 0 {
@@ -25,17 +25,17 @@ func TestRequireStream(t *testing.T) {
 
 	first := r.Stream(1)
 	id := mustAdd(t, r, 1, spec, 1, Current{})
-	if _, err := r.Add(2, spec, 1, Current{}); !errors.Is(err, ErrNoStream) {
+	if _, err := r.AddLocked(2, spec, 1, Current{}); !errors.Is(err, ErrNoStream) {
 		t.Fatalf("Add for another session: %v, want ErrNoStream", err)
 	}
 	first.Close()
 	waitDone(t, first)
 	for range first.Events() {
 	}
-	if _, err := r.Add(1, Spec{Path: "/j"}, 1, Current{}); !errors.Is(err, ErrNoStream) {
+	if _, err := r.AddLocked(1, Spec{Path: "/j"}, 1, Current{}); !errors.Is(err, ErrNoStream) {
 		t.Fatalf("Add after the client closed its stream: %v, want ErrNoStream", err)
 	}
-	r.Publish([]fsm.Event{changed("/k", 2)}) // queued for the next stream
+	r.PublishLocked([]fsm.Event{changed("/k", 2)}) // queued for the next stream
 	second := r.Stream(1)
 	defer second.Close()
 	got := receive(t, second, 1)
@@ -61,10 +61,10 @@ func TestRequireStreamAfterServerEnd(t *testing.T) {
 		{"session ended", func(r *Registry) { r.SessionEnded(1) }, false},
 		{"slow consumer", func(r *Registry) {
 			for index := uint64(2); index < 10; index++ {
-				r.Publish([]fsm.Event{changed("/k", index)})
+				r.PublishLocked([]fsm.Event{changed("/k", index)})
 			}
 		}, false},
-		{"restored", func(r *Registry) { r.Restored(50) }, false},
+		{"restored", func(r *Registry) { r.RestoredLocked(50) }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,7 +73,7 @@ func TestRequireStreamAfterServerEnd(t *testing.T) {
 			mustAdd(t, r, 1, Spec{Path: "/k", Persistent: true}, 1, Current{})
 			tt.end(r)
 			waitDone(t, stream)
-			_, err := r.Add(1, Spec{Path: "/again"}, 60, Current{})
+			_, err := r.AddLocked(1, Spec{Path: "/again"}, 60, Current{})
 			if admitted := err == nil; admitted != tt.admit {
 				t.Fatalf("Add after the stream ended (%q): %v; want accepted=%v", stream.Reason(), err, tt.admit)
 			}
@@ -88,7 +88,7 @@ func TestStatsCountDroppedWatches(t *testing.T) {
 	r := New(Options{QueueLen: 1})
 	mustAdd(t, r, 1, Spec{Path: "/k", Persistent: true}, 1, Current{})
 	mustAdd(t, r, 1, Spec{Path: "/", Recursive: true, Persistent: true}, 1, Current{})
-	r.Publish([]fsm.Event{changed("/k", 2)}) // two events, one slot: disconnected
+	r.PublishLocked([]fsm.Event{changed("/k", 2)}) // two events, one slot: disconnected
 	want := Stats{WatchesAdded: 2, WatchesDropped: 2, SessionsDisconnected: 1, EventsFired: 1, Sessions: 1}
 	if got := r.Stats(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("stats %+v, want %+v", got, want)

@@ -46,7 +46,7 @@ func TestMatching(t *testing.T) {
 			for _, kind := range kinds {
 				r := New(Options{})
 				mustAdd(t, r, 1, Spec{Path: tt.watch, Recursive: tt.recursive}, 1, Current{})
-				r.Publish([]fsm.Event{event(kind, tt.event, 3, 2)})
+				r.PublishLocked([]fsm.Event{event(kind, tt.event, 3, 2)})
 				got := pending(r, 1)
 				if fired := len(got) == 1; fired != tt.want {
 					t.Fatalf("%v on %q: fired %v (%v), want %v", kind, tt.event, fired, got, tt.want)
@@ -73,9 +73,9 @@ func TestOneShotAndPersistent(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := New(Options{})
 			id := mustAdd(t, r, 1, Spec{Path: "/k", Persistent: tt.persistent}, 1, Current{Exists: true, Version: 1})
-			r.Publish([]fsm.Event{changed("/k", 2), changed("/k", 3)})
-			r.Publish([]fsm.Event{changed("/k", 4), changed("/other", 5)})
-			r.Publish([]fsm.Event{event(fsm.EventDeleted, "/k", 6, 6)})
+			r.PublishLocked([]fsm.Event{changed("/k", 2), changed("/k", 3)})
+			r.PublishLocked([]fsm.Event{changed("/k", 4), changed("/other", 5)})
+			r.PublishLocked([]fsm.Event{event(fsm.EventDeleted, "/k", 6, 6)})
 			got := pending(r, 1)
 			if !reflect.DeepEqual(indexes(got), tt.wantIndex) {
 				t.Fatalf("indexes %v, want %v", indexes(got), tt.wantIndex)
@@ -92,7 +92,7 @@ func TestOneShotAndPersistent(t *testing.T) {
 			if wantFound := tt.wantLeft == 1; (err == nil) != wantFound || (err != nil && !isCode(err, api.CodeNotFound)) {
 				t.Fatalf("Cancel: %v", err)
 			}
-			r.Publish([]fsm.Event{changed("/k", 7)})
+			r.PublishLocked([]fsm.Event{changed("/k", 7)})
 			if n := len(pending(r, 1)); n != len(tt.wantIndex) {
 				t.Fatalf("%d events after cancel, want %d", n, len(tt.wantIndex))
 			}
@@ -106,12 +106,12 @@ func TestOrderingAcrossWatches(t *testing.T) {
 	mustAdd(t, r, 1, Spec{Path: "/", Recursive: true, Persistent: true}, 1, Current{})
 	mustAdd(t, r, 1, Spec{Path: "/b", Recursive: true}, 1, Current{})
 	mustAdd(t, r, 2, Spec{Path: "/b/c"}, 1, Current{})
-	r.Publish([]fsm.Event{changed("/b/c", 2), changed("/a", 3)})
-	r.Publish([]fsm.Event{
+	r.PublishLocked([]fsm.Event{changed("/b/c", 2), changed("/a", 3)})
+	r.PublishLocked([]fsm.Event{
 		event(fsm.EventCreated, "/a/x", 1, 4), event(fsm.EventChildrenChanged, "/a", 3, 4),
 		changed("/b/c", 5),
 	})
-	r.Publish([]fsm.Event{changed("/a", 6)})
+	r.PublishLocked([]fsm.Event{changed("/a", 6)})
 	got := pending(r, 1)
 	want := []struct {
 		index uint64
@@ -159,7 +159,7 @@ func TestOneEventPerWatchPathAndIndex(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := New(Options{})
 			mustAdd(t, r, 1, tt.spec, 6, Current{})
-			r.Publish(tt.events)
+			r.PublishLocked(tt.events)
 			var got []string
 			for _, e := range pending(r, 1) {
 				got = append(got, e.Event+" "+e.Path)
@@ -207,7 +207,7 @@ func TestKnownIndex(t *testing.T) {
 		for _, persistent := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/persistent=%v", tt.name, persistent), func(t *testing.T) {
 				r := New(Options{})
-				r.Publish(history)
+				r.PublishLocked(history)
 				spec := tt.spec
 				spec.Persistent = persistent
 				id := mustAdd(t, r, 1, spec, at, tt.current)
@@ -248,18 +248,18 @@ func TestKnownIndexBeyondHistory(t *testing.T) {
 		want    string
 	}{
 		{"history evicted fires conservatively", func(r *Registry) {
-			r.Publish([]fsm.Event{changed("/x", 5), changed("/y", 6), changed("/z", 7)}) // ring of 2: 5 evicted
+			r.PublishLocked([]fsm.Event{changed("/x", 5), changed("/y", 6), changed("/z", 7)}) // ring of 2: 5 evicted
 		}, 4, 8, exists, "CHANGED /k 7"},
 		{"history evicted deleted node", func(r *Registry) {
-			r.Publish([]fsm.Event{changed("/x", 5), changed("/y", 6), changed("/z", 7)})
+			r.PublishLocked([]fsm.Event{changed("/x", 5), changed("/y", 6), changed("/z", 7)})
 		}, 4, 8, Current{}, "DELETED /k 0"},
 		{"history still covering does not fire", func(r *Registry) {
-			r.Publish([]fsm.Event{changed("/x", 5), changed("/y", 6), changed("/z", 7)})
+			r.PublishLocked([]fsm.Event{changed("/x", 5), changed("/y", 6), changed("/z", 7)})
 		}, 5, 8, exists, ""},
 		{"nothing published yet fires conservatively", func(r *Registry) {}, 4, 8, exists, "CHANGED /k 7"},
-		{"restored snapshot beyond known fires", func(r *Registry) { r.Restored(100) }, 50, 120, exists, "CHANGED /k 7"},
-		{"restored snapshot at known does not fire", func(r *Registry) { r.Restored(100) }, 100, 120, exists, ""},
-		{"current shows change although history is short", func(r *Registry) { r.Restored(100) },
+		{"restored snapshot beyond known fires", func(r *Registry) { r.RestoredLocked(100) }, 50, 120, exists, "CHANGED /k 7"},
+		{"restored snapshot at known does not fire", func(r *Registry) { r.RestoredLocked(100) }, 100, 120, exists, ""},
+		{"current shows change although history is short", func(r *Registry) { r.RestoredLocked(100) },
 			50, 120, Current{Exists: true, Version: 9, CreatedIndex: 1, ModifiedIndex: 110}, "CHANGED /k 9"},
 	}
 	for _, tt := range tests {
@@ -286,7 +286,7 @@ func TestKnownIndexAheadOfServer(t *testing.T) {
 	// A client that saw index 20 elsewhere registers on a server at 12.
 	r := New(Options{})
 	mustAdd(t, r, 1, Spec{Path: "/k", KnownIndex: 20, Persistent: true}, 12, Current{Exists: true})
-	r.Publish([]fsm.Event{changed("/k", 15), changed("/k", 20), changed("/k", 21)})
+	r.PublishLocked([]fsm.Event{changed("/k", 15), changed("/k", 20), changed("/k", 21)})
 	if got := indexes(pending(r, 1)); !reflect.DeepEqual(got, []uint64{21}) {
 		t.Fatalf("got %v, want [21]", got)
 	}
@@ -294,9 +294,9 @@ func TestKnownIndexAheadOfServer(t *testing.T) {
 
 func TestPersistentFiredAtOnceKeepsFiring(t *testing.T) {
 	r := New(Options{})
-	r.Publish([]fsm.Event{changed("/k", 5)})
+	r.PublishLocked([]fsm.Event{changed("/k", 5)})
 	mustAdd(t, r, 1, Spec{Path: "/k", KnownIndex: 3, Persistent: true}, 6, Current{Exists: true, Version: 5, ModifiedIndex: 5})
-	r.Publish([]fsm.Event{changed("/k", 7)})
+	r.PublishLocked([]fsm.Event{changed("/k", 7)})
 	if got := indexes(pending(r, 1)); !reflect.DeepEqual(got, []uint64{6, 7}) {
 		t.Fatalf("got %v, want [6 7]", got)
 	}
@@ -306,7 +306,7 @@ func TestAddLimitsAndErrors(t *testing.T) {
 	r := New(Options{MaxPerSession: 2})
 	mustAdd(t, r, 1, Spec{Path: "/a"}, 1, Current{})
 	second := mustAdd(t, r, 1, Spec{Path: "/b"}, 1, Current{})
-	if _, err := r.Add(1, Spec{Path: "/c"}, 1, Current{}); !isCode(err, api.CodeOverloaded) {
+	if _, err := r.AddLocked(1, Spec{Path: "/c"}, 1, Current{}); !isCode(err, api.CodeOverloaded) {
 		t.Fatalf("third watch: %v, want overloaded", err)
 	}
 	mustAdd(t, r, 2, Spec{Path: "/c"}, 1, Current{}) // the limit is per session
@@ -315,7 +315,7 @@ func TestAddLimitsAndErrors(t *testing.T) {
 	}
 	mustAdd(t, r, 1, Spec{Path: "/c"}, 1, Current{})
 	for _, path := range []string{"", "a", "/a/", "/a//b", "/a/../b"} {
-		if _, err := r.Add(1, Spec{Path: path}, 1, Current{}); !isCode(err, api.CodeInvalidArgument) {
+		if _, err := r.AddLocked(1, Spec{Path: path}, 1, Current{}); !isCode(err, api.CodeInvalidArgument) {
 			t.Fatalf("path %q: %v, want invalid_argument", path, err)
 		}
 	}
@@ -330,10 +330,10 @@ func TestAddLimitsAndErrors(t *testing.T) {
 func TestStreamDeliversQueuedThenLive(t *testing.T) {
 	r := New(Options{})
 	mustAdd(t, r, 1, Spec{Path: "/", Recursive: true, Persistent: true}, 1, Current{})
-	r.Publish([]fsm.Event{changed("/a", 2), changed("/b", 3)})
+	r.PublishLocked([]fsm.Event{changed("/a", 2), changed("/b", 3)})
 	stream := r.Stream(1)
 	defer stream.Close()
-	r.Publish([]fsm.Event{changed("/c", 4)})
+	r.PublishLocked([]fsm.Event{changed("/c", 4)})
 	got := receive(t, stream, 3)
 	if !reflect.DeepEqual(indexes(got), []uint64{2, 3, 4}) {
 		t.Fatalf("got %v", got)
@@ -350,7 +350,7 @@ func TestStreamDeliversQueuedThenLive(t *testing.T) {
 func TestStreamReplacement(t *testing.T) {
 	r := New(Options{})
 	mustAdd(t, r, 1, Spec{Path: "/k", Persistent: true}, 1, Current{})
-	r.Publish([]fsm.Event{changed("/k", 2), changed("/k", 3), changed("/k", 4)})
+	r.PublishLocked([]fsm.Event{changed("/k", 2), changed("/k", 3), changed("/k", 4)})
 	old := r.Stream(1)
 	if got := receive(t, old, 1); got[0].Index != 2 {
 		t.Fatalf("first event %+v", got[0])
@@ -365,7 +365,7 @@ func TestStreamReplacement(t *testing.T) {
 	for e := range old.Events() {
 		oldTail = append(oldTail, e)
 	}
-	r.Publish([]fsm.Event{changed("/k", 5)})
+	r.PublishLocked([]fsm.Event{changed("/k", 5)})
 	got := append(oldTail, receive(t, replacement, 3-len(oldTail))...)
 	if !reflect.DeepEqual(indexes(got), []uint64{3, 4, 5}) {
 		t.Fatalf("after replacement got %v, want [3 4 5]", indexes(got))
@@ -385,7 +385,7 @@ func TestStreamCloseKeepsWatches(t *testing.T) {
 	}
 	for range first.Events() {
 	}
-	r.Publish([]fsm.Event{changed("/k", 2)})
+	r.PublishLocked([]fsm.Event{changed("/k", 2)})
 	second := r.Stream(1)
 	defer second.Close()
 	if got := receive(t, second, 1); got[0].Index != 2 {
@@ -399,7 +399,7 @@ func TestSessionEnded(t *testing.T) {
 	mustAdd(t, r, 1, Spec{Path: "/", Recursive: true}, 1, Current{})
 	mustAdd(t, r, 2, Spec{Path: "/k"}, 1, Current{})
 	stream := r.Stream(1)
-	r.Publish([]fsm.Event{changed("/k", 2), changed("/k", 3)})
+	r.PublishLocked([]fsm.Event{changed("/k", 2), changed("/k", 3)})
 	r.SessionEnded(1)
 	if reason := waitDone(t, stream); reason != ReasonSessionEnded {
 		t.Fatalf("reason %q", reason)
@@ -409,7 +409,7 @@ func TestSessionEnded(t *testing.T) {
 	if err := r.Cancel(1, id); !isCode(err, api.CodeNotFound) {
 		t.Fatalf("Cancel after SessionEnded: %v", err)
 	}
-	r.Publish([]fsm.Event{changed("/k", 4)})
+	r.PublishLocked([]fsm.Event{changed("/k", 4)})
 	if got := pending(r, 1); len(got) != 0 {
 		t.Fatalf("events after SessionEnded: %v", got)
 	}
@@ -442,7 +442,7 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 			index++
 			events = append(events, changed("/other", index))
 		}
-		r.Publish(events)
+		r.PublishLocked(events)
 	}
 	elapsed := time.Since(start)
 	t.Logf("published %d events with a stuck consumer in %v (%.0f ns/event)", total, elapsed, float64(elapsed.Nanoseconds())/total)
@@ -464,7 +464,7 @@ func TestSlowConsumerDisconnected(t *testing.T) {
 	if got := pending(r, 1); len(got) != 0 {
 		t.Fatalf("queue not reset: %d events", len(got))
 	}
-	r.Publish([]fsm.Event{changed("/hot", index+1)})
+	r.PublishLocked([]fsm.Event{changed("/hot", index+1)})
 	if got := pending(r, 2); len(got) != 1 {
 		t.Fatalf("healthy session got %v", got)
 	}
@@ -474,7 +474,7 @@ func TestSlowConsumerWithoutStream(t *testing.T) {
 	r := New(Options{QueueLen: 4})
 	mustAdd(t, r, 1, Spec{Path: "/k", Persistent: true}, 1, Current{})
 	for index := uint64(2); index < 10; index++ {
-		r.Publish([]fsm.Event{changed("/k", index)})
+		r.PublishLocked([]fsm.Event{changed("/k", index)})
 	}
 	stream := r.Stream(1)
 	if reason := waitDone(t, stream); reason != slowConsumerReason(5) {
@@ -494,7 +494,7 @@ func TestRestoredDisconnectsWatchers(t *testing.T) {
 	r := New(Options{})
 	mustAdd(t, r, 1, Spec{Path: "/k", Persistent: true}, 1, Current{})
 	stream := r.Stream(1)
-	r.Restored(50)
+	r.RestoredLocked(50)
 	if reason := waitDone(t, stream); reason != ReasonRestored {
 		t.Fatalf("reason %q", reason)
 	}
@@ -512,7 +512,7 @@ func TestPublishWithoutMatchAllocatesNothing(t *testing.T) {
 	allocs := testing.AllocsPerRun(1000, func() {
 		index++
 		events[0].Index, events[1].Index = index, index
-		r.Publish(events)
+		r.PublishLocked(events)
 	})
 	if allocs != 0 {
 		t.Fatalf("Publish without a matching watch allocates %.1f times", allocs)
@@ -522,7 +522,7 @@ func TestPublishWithoutMatchAllocatesNothing(t *testing.T) {
 func TestFireAtOnceIntoFullQueueDisconnects(t *testing.T) {
 	r := New(Options{QueueLen: 2})
 	mustAdd(t, r, 1, Spec{Path: "/k", Persistent: true}, 1, Current{})
-	r.Publish([]fsm.Event{changed("/k", 2), changed("/k", 3)})
+	r.PublishLocked([]fsm.Event{changed("/k", 2), changed("/k", 3)})
 	mustAdd(t, r, 1, Spec{Path: "/j", KnownIndex: 1, Persistent: true}, 3, Current{Exists: true, ModifiedIndex: 3})
 	if s := r.Stats(); s.Watches != 0 || s.SessionsDisconnected != 1 || s.Queued != 0 {
 		t.Fatalf("stats %+v: want the session disconnected and the new watch not kept", s)

@@ -125,7 +125,7 @@ func (c *Cluster) name(i int, name, initial string, extra ...string) {
 	m.Name = name
 	m.DataDir = filepath.Join(c.dir, name)
 	m.LogPath = filepath.Join(c.dir, name+".log")
-	m.args = append(memberFlags(c.opts, m, initial), extra...)
+	m.args = append(memberFlagsLocked(c.opts, m, initial), extra...)
 	if c.network != nil {
 		m.args = append([]string{"netns", "exec", c.network.namespace(i), c.bin}, m.args...)
 	}
@@ -144,7 +144,9 @@ func withDefaults(opts Options) Options {
 	return opts
 }
 
-func memberFlags(opts Options, m *Member, initial string) []string {
+// memberFlagsLocked returns the latchd flags of member m, whose name and
+// data directory it reads: m.mu must be held.
+func memberFlagsLocked(opts Options, m *Member, initial string) []string {
 	args := []string{
 		"--name", m.Name,
 		"--data-dir", m.DataDir,
@@ -164,7 +166,7 @@ func memberFlags(opts Options, m *Member, initial string) []string {
 		args = append(args, "--snapshot-count", strconv.FormatUint(opts.SnapshotCount, 10))
 	}
 	if opts.SyncJournal {
-		args = append(args, "--unsafe-sync-journal", journalPath(m))
+		args = append(args, "--unsafe-sync-journal", journalPathLocked(m))
 	}
 	return append(args, opts.ExtraFlags...)
 }

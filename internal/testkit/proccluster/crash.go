@@ -14,10 +14,10 @@ import (
 // started without Options.SyncJournal.
 var ErrNoSyncJournal = errors.New("proccluster: the cluster runs without sync journals (Options.SyncJournal)")
 
-// journalPath is where member m's sync journal lives: beside its data
+// journalPathLocked is where member m's sync journal lives: beside its data
 // directory, named after its current name. m.mu must be held, or m not
 // renamed concurrently (see Member).
-func journalPath(m *Member) string {
+func journalPathLocked(m *Member) string {
 	return filepath.Join(filepath.Dir(m.DataDir), m.Name+".journal")
 }
 
@@ -37,7 +37,7 @@ func (c *Cluster) CrashLosingUnsynced(i int, seed uint64) (crashfs.CutReport, er
 	c.Kill(i)
 	m := c.Members[i]
 	m.mu.Lock()
-	name, journal := m.Name, journalPath(m)
+	name, journal := m.Name, journalPathLocked(m)
 	m.mu.Unlock()
 	random := rand.New(rand.NewSource(int64(seed)))
 	report, err := crashfs.CutToJournal(journal, vfs.CrashOptions{TornSectors: random.Intn(2) == 0, Rand: random})
