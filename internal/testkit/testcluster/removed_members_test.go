@@ -29,18 +29,32 @@ func TestRemovedMemberRememberedAcrossRestart(t *testing.T) {
 			if err := Do(ctx, "DELETE", c.URL(leader), "/v1/cluster/members/n4", nil, nil, nil); err != nil {
 				t.Fatalf("remove n4: %v", err)
 			}
-			var last api.Node
-			for _, key := range []string{"/after/1", "/after/2"} {
-				var err error
-				if last, err = Put(ctx, c.URL(leader), key, "v", ""); err != nil {
-					t.Fatalf("put %s: %v", key, err)
-				}
+			// Every node's newest snapshot must cover the removal, so that the
+			// restart cannot learn it by replaying the log. A snapshot is cut
+			// in the background and one due while another is written is
+			// skipped, so write until each node has one past the first write
+			// after the removal (bounded).
+			first, err := Put(ctx, c.URL(leader), "/after/0", "v", "")
+			if err != nil {
+				t.Fatalf("put /after/0: %v", err)
 			}
-			c.WaitApplied(last.Index, 10*time.Second)
-			for i := range c.Nodes {
-				if !waitFor(10*time.Second, func() bool { s := c.SnapshotIndexes(i); return len(s) > 0 && s[len(s)-1] >= last.Index }) {
-					t.Fatalf("%s wrote no snapshot covering index %d: %v", c.Nodes[i].Name, last.Index, c.SnapshotIndexes(i))
+			covered := func() bool {
+				for i := range c.Nodes {
+					if s := c.SnapshotIndexes(i); len(s) == 0 || s[len(s)-1] < first.Index {
+						return false
+					}
 				}
+				return true
+			}
+			for n := 1; !covered(); n++ {
+				if n > 200 {
+					t.Fatalf("no snapshot covering index %d on every node after %d writes: %v", first.Index, n, c.SnapshotIndexes(0))
+				}
+				last, err := Put(ctx, c.URL(leader), fmt.Sprintf("/after/%d", n), "v", "")
+				if err != nil {
+					t.Fatalf("put /after/%d: %v", n, err)
+				}
+				c.WaitApplied(last.Index, 10*time.Second)
 			}
 			for i := range c.Nodes {
 				c.Stop(i)
@@ -59,7 +73,7 @@ func TestRemovedMemberRememberedAcrossRestart(t *testing.T) {
 					t.Errorf("repeated removal of %s through %s after the restart: %v, %v; want 200 {\"removed\":true}", added.ID, c.Nodes[i].Name, hex, err)
 				}
 			}
-			err := Do(ctx, "POST", c.URL(leader), "/v1/cluster/members", nil, add, nil)
+			err = Do(ctx, "POST", c.URL(leader), "/v1/cluster/members", nil, add, nil)
 			if api.CodeOf(err) != api.CodePreconditionFailed || !strings.Contains(err.Error(), "was removed") {
 				t.Fatalf("re-adding removed n4 after the restart: %v; want 409 precondition_failed saying it was removed", err)
 			}
