@@ -53,7 +53,7 @@ var allowed = map[string]rule{
 	"internal/vfs":       {},
 	"api":                {stdlibOnly: true},
 	// Where a path lives in a sharded cluster: a pure function.
-	"internal/placement": {tests: []string{"api", testkit + "testseed"}, never: []string{"net", "os", "time", "math/rand"}},
+	"internal/placement": {tests: []string{"api", testkit + "testseed"}, stdlibOnly: true, never: []string{"net", "os", "time", "math/rand"}},
 
 	// State.
 	"internal/command": {never: []string{"net", "os", "go.etcd.io/raft"}},
