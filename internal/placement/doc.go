@@ -41,9 +41,9 @@
 //
 // FNV-1a (64 bits) of the parent path's bytes is fully specified, needs no
 // key and no table, and is in Go's standard library (the tests check the
-// inline copy against hash/fnv). Its high bits mix poorly for keys that
-// differ only in their last bytes (/locks/a, /locks/b), so the sum goes
-// through the SplitMix64 finalizer before use.
+// inline copy against hash/fnv). It mixes a path's last bytes by one
+// multiplication only, so paths that differ there (/locks/a, /locks/b) get
+// related sums; the sum goes through the SplitMix64 finalizer before use.
 //
 // Jump consistent hash (Lamping and Veach, 2014) then maps the 64-bit key to
 // a shard in [0, N) with no table. Its property that matters is growth: going

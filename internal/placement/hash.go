@@ -17,7 +17,7 @@ func fnv1a(s string) uint64 {
 }
 
 // mix is the SplitMix64 finalizer: it spreads every input bit over every
-// output bit, which FNV-1a alone does not do for its high bits.
+// output bit, which FNV-1a does not do for a path's last bytes.
 func mix(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
