@@ -136,18 +136,29 @@ func TestLockQueue(t *testing.T) {
 }
 
 // TestSessionExpiryReleasesLock: a session that stops heartbeating loses its
-// lock, on every replica, and the waiter behind it gets a larger token.
+// lock, on every replica, and the waiter behind it gets a larger token. It
+// runs in virtual time.
 func TestSessionExpiryReleasesLock(t *testing.T) {
-	c := New(t, 3, Options{MinSessionTTL: 200 * time.Millisecond})
+	c := New(t, 3, virtualSteady(Options{MinSessionTTL: 200 * time.Millisecond}))
 	ctx := ctxT(t, 30*time.Second)
 	a := createSession(t, ctx, c.URL(0), 300*time.Millisecond).SessionID
+	created := c.Now()
 	b := createSession(t, ctx, c.URL(1), 20*time.Second).SessionID
 	var la, lb api.Lock
 	if err := Do(ctx, "POST", c.URL(0), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: a}, &la); err != nil {
 		t.Fatal(err)
 	}
-	// b waits; a never heartbeats, so it expires within its 300ms timeout.
-	if err := Do(ctx, "POST", c.URL(1), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: b, WaitMs: 15000}, &lb); err != nil {
+	// b waits; a never heartbeats, so it expires once its 300ms timeout
+	// has passed on the clock.
+	waited := make(chan error, 1)
+	go func() {
+		waited <- Do(ctx, "POST", c.URL(1), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: b, WaitMs: 15000}, &lb)
+	}()
+	var err error
+	if !c.AdvanceUntil(20*time.Second, func() bool { return received(waited, &err) }) {
+		t.Fatalf("the waiter still waits %v after a's session was created: %s", c.Now().Sub(created), c.describe())
+	}
+	if err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
 	if !lb.Held || lb.FencingToken <= la.FencingToken {
@@ -156,11 +167,21 @@ func TestSessionExpiryReleasesLock(t *testing.T) {
 	// A heartbeat is answered from the receiving member's applied state, so
 	// ask node 2 once it has applied the expiry that handed b the lock.
 	c.WaitApplied(lb.Index, 10*time.Second)
-	err := Do(ctx, "POST", c.URL(2), "/v1/session/heartbeat", nil, api.SessionRequest{SessionID: a}, nil)
+	err = Do(ctx, "POST", c.URL(2), "/v1/session/heartbeat", nil, api.SessionRequest{SessionID: a}, nil)
 	if api.CodeOf(err) != api.CodeSessionExpired {
 		t.Fatalf("heartbeat of the expired session: %v, want session_expired", err)
 	}
 	c.EnsureSame(10 * time.Second)
+}
+
+// received reports whether ch has a value, storing it in out.
+func received[T any](ch <-chan T, out *T) bool {
+	select {
+	case *out = <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // nextEvents returns the next n events of stream, failing the test if it
