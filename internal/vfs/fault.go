@@ -54,6 +54,11 @@ type Fault struct {
 	Err error
 	// Delay is slept before an affected call runs (latency injection).
 	Delay time.Duration
+	// Hold, if not nil, blocks an affected call, after Delay, until it is
+	// closed: a stall that lasts until the test ends it, whatever time (real
+	// or a test's virtual time) passes meanwhile. The call is counted (Calls)
+	// before it blocks, so a test can see that it is held.
+	Hold <-chan struct{}
 	// PartialWrite makes a failing Write or WriteAt store the first half of
 	// its bytes before returning Err, as a full disk or a crash might.
 	PartialWrite bool
@@ -69,11 +74,13 @@ type faultState struct {
 type verdict struct {
 	err     error
 	delay   time.Duration
+	holds   []<-chan struct{}
 	partial bool
 }
 
 // applyLocked counts the call against every fault and returns the combined
-// verdict: the first fault with an error wins, delays add up.
+// verdict: the first fault with an error wins, delays add up, and the call
+// waits for every hold.
 func (state *faultState) applyLocked(op Op, name string, out *verdict) {
 	if state.Ops&op == 0 || !matchName(state.Pattern, name) {
 		return
@@ -86,6 +93,9 @@ func (state *faultState) applyLocked(op Op, name string, out *verdict) {
 		return
 	}
 	out.delay += state.Delay
+	if state.Hold != nil {
+		out.holds = append(out.holds, state.Hold)
+	}
 	if out.err == nil && state.Err != nil {
 		out.err = state.Err
 		out.partial = state.PartialWrite
@@ -98,4 +108,14 @@ func matchName(pattern, name string) bool {
 	}
 	matched, err := filepath.Match(pattern, filepath.Base(name))
 	return err == nil && matched
+}
+
+// wait sleeps the verdict's delay, then blocks until every hold is closed.
+func (out *verdict) wait() {
+	if out.delay > 0 {
+		time.Sleep(out.delay)
+	}
+	for _, hold := range out.holds {
+		<-hold
+	}
 }

@@ -153,7 +153,7 @@ func crashContent(node *memNode, opts CrashOptions) []byte {
 }
 
 // check counts a call and applies faults. It must be called without m.mu
-// held; it sleeps for injected latency.
+// held; it sleeps for injected latency and blocks on injected holds.
 func (m *MemFS) check(op Op, name string) verdict {
 	m.mu.Lock()
 	m.calls[op]++
@@ -162,9 +162,7 @@ func (m *MemFS) check(op Op, name string) verdict {
 		state.applyLocked(op, name, &out)
 	}
 	m.mu.Unlock()
-	if out.delay > 0 {
-		time.Sleep(out.delay)
-	}
+	out.wait()
 	return out
 }
 

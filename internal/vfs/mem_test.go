@@ -132,6 +132,48 @@ func TestFaults(t *testing.T) {
 	}
 }
 
+// TestFaultHold: a held call blocks, counted, until the hold is closed, and
+// then completes; calls the fault does not match, or after its Count, pass.
+func TestFaultHold(t *testing.T) {
+	fs := NewMem()
+	fs.MkdirAll("/d", 0o755)
+	file := writeFile(t, fs, "/d/x.wal", "a", false)
+	other := writeFile(t, fs, "/d/x.snap", "a", false)
+	hold := make(chan struct{})
+	remove := fs.Inject(Fault{Ops: OpSync, Pattern: "*.wal", Count: 1, Hold: hold})
+	defer remove()
+	before := fs.Calls(OpSync)
+	done := make(chan error, 1)
+	go func() { done <- file.Sync() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for fs.Calls(OpSync) == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the held sync was never called")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := other.Sync(); err != nil {
+		t.Fatalf("a sync the fault does not match: %v", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the held sync returned (%v) before its hold was closed", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(hold)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the released sync: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sync stayed blocked after its hold was closed")
+	}
+	if err := file.Sync(); err != nil {
+		t.Fatalf("a sync after the fault's Count: %v", err)
+	}
+}
+
 func TestOSFileLockAndPreallocate(t *testing.T) {
 	dir := t.TempDir()
 	fs := OS()

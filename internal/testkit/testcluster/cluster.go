@@ -70,6 +70,9 @@ type Node struct {
 	addr   string
 	// started is the clock's reading when the node's raft node started.
 	started time.Time
+	// stalled: its Ready loop is stalled on purpose (Cluster.Stall), so
+	// Advance does not wait for it to tick.
+	stalled bool
 	http    *httpapi.Server
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -135,18 +136,29 @@ func TestLockQueue(t *testing.T) {
 }
 
 // TestSessionExpiryReleasesLock: a session that stops heartbeating loses its
-// lock, on every replica, and the waiter behind it gets a larger token.
+// lock, on every replica, and the waiter behind it gets a larger token. It
+// runs in virtual time.
 func TestSessionExpiryReleasesLock(t *testing.T) {
-	c := New(t, 3, Options{MinSessionTTL: 200 * time.Millisecond})
+	c := New(t, 3, virtualSteady(Options{MinSessionTTL: 200 * time.Millisecond}))
 	ctx := ctxT(t, 30*time.Second)
 	a := createSession(t, ctx, c.URL(0), 300*time.Millisecond).SessionID
+	created := c.Now()
 	b := createSession(t, ctx, c.URL(1), 20*time.Second).SessionID
 	var la, lb api.Lock
 	if err := Do(ctx, "POST", c.URL(0), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: a}, &la); err != nil {
 		t.Fatal(err)
 	}
-	// b waits; a never heartbeats, so it expires within its 300ms timeout.
-	if err := Do(ctx, "POST", c.URL(1), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: b, WaitMs: 15000}, &lb); err != nil {
+	// b waits; a never heartbeats, so it expires once its 300ms timeout
+	// has passed on the clock.
+	waited := make(chan error, 1)
+	go func() {
+		waited <- Do(ctx, "POST", c.URL(1), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: b, WaitMs: 15000}, &lb)
+	}()
+	var err error
+	if !c.AdvanceUntil(20*time.Second, func() bool { return received(waited, &err) }) {
+		t.Fatalf("the waiter still waits %v after a's session was created: %s", c.Now().Sub(created), c.describe())
+	}
+	if err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
 	if !lb.Held || lb.FencingToken <= la.FencingToken {
@@ -155,11 +167,21 @@ func TestSessionExpiryReleasesLock(t *testing.T) {
 	// A heartbeat is answered from the receiving member's applied state, so
 	// ask node 2 once it has applied the expiry that handed b the lock.
 	c.WaitApplied(lb.Index, 10*time.Second)
-	err := Do(ctx, "POST", c.URL(2), "/v1/session/heartbeat", nil, api.SessionRequest{SessionID: a}, nil)
+	err = Do(ctx, "POST", c.URL(2), "/v1/session/heartbeat", nil, api.SessionRequest{SessionID: a}, nil)
 	if api.CodeOf(err) != api.CodeSessionExpired {
 		t.Fatalf("heartbeat of the expired session: %v, want session_expired", err)
 	}
 	c.EnsureSame(10 * time.Second)
+}
+
+// received reports whether ch has a value, storing it in out.
+func received[T any](ch <-chan T, out *T) bool {
+	select {
+	case *out = <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // nextEvents returns the next n events of stream, failing the test if it
@@ -411,62 +433,106 @@ func TestRemovedWhileCutOffStops(t *testing.T) {
 // member, failing over on 503). No session may expire: heartbeats are
 // answered and relayed outside the stalled Ready loop, a new leader renews
 // every deadline, and the stalled leader, once it resumes, expires nothing
-// without first confirming it still leads (etcd #15247).
+// without first confirming it still leads (etcd #15247). It runs in virtual
+// time: the fsync is held until the test releases it, and the timeline
+// (below) is measured on the nodes' clock.
 func TestSlowLeaderFsyncExpiresNoSession(t *testing.T) {
-	c := New(t, 3, Steady(Options{MinSessionTTL: 500 * time.Millisecond}))
+	c := New(t, 3, virtualSteady(Options{MinSessionTTL: 500 * time.Millisecond}))
 	ctx := ctxT(t, 60*time.Second)
 	leader := c.WaitLeader(10 * time.Second)
-	var ids []string
+	const timeout, interval = 1500 * time.Millisecond, 250 * time.Millisecond
+	client := &batchClient{c: c, expired: map[string]bool{}}
 	for range 20 {
-		s := createSession(t, ctx, c.URL(leader), 1500*time.Millisecond)
-		ids = append(ids, s.SessionID)
+		client.ids = append(client.ids, createSession(t, ctx, c.URL(leader), timeout).SessionID)
 	}
-	stop := make(chan struct{})
-	var (
-		mu      sync.Mutex          // guards expired
-		expired = map[string]bool{} // ids a heartbeat answered as expired
-	)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // the clients: every 250ms, one batched heartbeat, trying each member until one answers
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(250 * time.Millisecond):
-			}
-			for i := range c.Nodes {
-				hb, err := Heartbeat(ctx, c.URL(i), ids...)
-				if err != nil {
-					continue // 503 from a member that cannot reach the leader: try the next
-				}
-				mu.Lock()
-				for _, id := range hb.Expired {
-					expired[id] = true
-				}
-				mu.Unlock()
-				break
-			}
-		}
-	}()
-	// The scenario's timeline (a window to observe, not a wait for a
-	// condition): 3 s of heartbeats so every session is older than its
-	// timeout (a follower's own deadlines for them are stale), then a 3 s
-	// stall, an election, the old leader's return, and two more timeouts.
-	time.Sleep(3 * time.Second)
-	remove := c.Nodes[leader].FS.Inject(vfs.Fault{Ops: vfs.OpSync, Delay: 3 * time.Second, Count: 1})
-	go Put(ctx, c.URL(leader), "/slow/fsync", "v", "") // its fsync stalls the leader's loop
-	time.Sleep(6 * time.Second)
-	remove()
-	close(stop)
-	wg.Wait()
-	for id := range expired {
+	// The scenario's timeline: two timeouts of heartbeats so every session
+	// is older than its timeout (a follower's own deadlines for them are
+	// stale), then a stall of two timeouts with an election, the old
+	// leader's return, and two more timeouts.
+	client.beatFor(ctx, 2*timeout, interval)
+	release := stallFsync(t, ctx, c, leader)
+	client.beatFor(ctx, 2*timeout, interval)
+	if stalled := c.Now().Sub(c.Nodes[leader].Server.LastTick()); stalled <= timeout {
+		t.Fatalf("%s's Ready loop ticked %v ago: it was not stalled for longer than the sessions' timeout %v", c.Nodes[leader].Name, stalled, timeout)
+	}
+	if !slices.ContainsFunc(c.Others(leader), func(i int) bool { return c.Nodes[i].Server.Status().Role == "leader" }) {
+		t.Fatalf("no new leader elected while %s was stalled: %s", c.Nodes[leader].Name, c.describe())
+	}
+	release()
+	client.beatFor(ctx, 2*timeout, interval)
+	t.Logf("%d of %d heartbeat rounds answered by no member", client.missed, 3*int(2*timeout/interval))
+	for id := range client.expired {
 		t.Errorf("session %s expired although its client heartbeated throughout", id)
 	}
-	for _, id := range ids {
+	for _, id := range client.ids {
 		if _, err := SessionInfo(ctx, c.URL(c.WaitLeader(10*time.Second)), id, api.Linearizable, 0); err != nil {
 			t.Errorf("session %s gone after the leader's slow fsync: %v", id, err)
 		}
+	}
+}
+
+// stallFsync holds node i's next fsync, brings it about with a write
+// through i (its Ready loop syncs the entry), and waits until the sync is
+// held: the loop is stuck in it, and Advance goes on without it. It returns
+// the release, which the test's cleanup also calls.
+func stallFsync(t *testing.T, ctx context.Context, c *Cluster, i int) (release func()) {
+	t.Helper()
+	fs := c.Nodes[i].FS
+	hold := make(chan struct{})
+	// Nothing syncs while virtual time stands still and no write is under
+	// way, so the next sync counted is the held one.
+	before := fs.Calls(vfs.OpSync)
+	remove := fs.Inject(vfs.Fault{Ops: vfs.OpSync, Count: 1, Hold: hold})
+	resume := c.Stall(i)
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			close(hold)
+			remove()
+			resume()
+		})
+	}
+	t.Cleanup(release) // before the cluster closes: a held sync would block its shutdown
+	go Put(ctx, c.URL(i), "/slow/fsync", "v", "")
+	if !waitFor(10*time.Second, func() bool { return fs.Calls(vfs.OpSync) > before }) {
+		t.Fatalf("the write through %s never reached an fsync", c.Nodes[i].Name)
+	}
+	return release
+}
+
+// batchClient heartbeats a batch of sessions as a client library would:
+// one batched call, trying each member until one answers (a member that
+// cannot reach the leader answers 503). It runs in virtual time.
+type batchClient struct {
+	c       *Cluster
+	ids     []string
+	expired map[string]bool // ids a heartbeat answered as expired
+	missed  int             // rounds no member answered
+}
+
+// beat sends one round: a batched heartbeat to each member in turn until
+// one answers. A call that hangs (it waits on virtual time, which stands
+// still meanwhile) gives up after a few real seconds, as a 503 would.
+func (b *batchClient) beat(ctx context.Context) {
+	for i := range b.c.Nodes {
+		callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		hb, err := Heartbeat(callCtx, b.c.URL(i), b.ids...)
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, id := range hb.Expired {
+			b.expired[id] = true
+		}
+		return
+	}
+	b.missed++
+}
+
+// beatFor sends a round every interval of virtual time for d.
+func (b *batchClient) beatFor(ctx context.Context, d, interval time.Duration) {
+	for elapsed := time.Duration(0); elapsed < d; elapsed += interval {
+		b.beat(ctx)
+		b.c.Advance(interval)
 	}
 }

@@ -117,8 +117,11 @@ next:
 // unknown endpoints, and checks that the session, watch, stream and HTTP
 // series exist with the values the traffic implies, labelled by route
 // pattern (never a raw path).
+//
+// It runs in virtual time: the expiring session expires once its timeout
+// has passed on the clock.
 func TestMetricsAfterTraffic(t *testing.T) {
-	c := New(t, 3, Steady(Options{}))
+	c := New(t, 3, virtualSteady(Options{}))
 	ctx := ctxT(t, 90*time.Second)
 	leader := c.WaitLeader(5 * time.Second)
 	n, o := c.Others(leader)[0], c.Others(leader)[1]
@@ -162,7 +165,8 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	if ev, ok := stream.Next(10 * time.Second); !ok || ev.WatchID != w.WatchID {
 		t.Fatalf("event %+v (ok %v), want one of watch %s", ev, ok, w.WatchID)
 	}
-	if !WaitFor(30*time.Second, func() bool {
+	c.Advance(2 * time.Second) // its timeout: no expiry can come sooner, so no scrape until then
+	if !c.AdvanceUntil(30*time.Second, func() bool {
 		v, _ := scrapeMetrics(t, ctx, at).value("latch_sessions_expired_total")
 		return v == 1
 	}) {

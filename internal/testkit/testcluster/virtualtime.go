@@ -56,6 +56,15 @@ func (c *Cluster) AdvanceUntil(timeout time.Duration, cond func() bool) bool {
 	}
 }
 
+// Stall tells Advance that node i's Ready loop is stalled on purpose (an
+// fsync the test holds, vfs.Fault.Hold): virtual time goes on for the
+// others without waiting for it to tick. The returned function, called
+// once the stall is released, makes Advance wait for node i again.
+func (c *Cluster) Stall(i int) (resume func()) {
+	c.Nodes[i].stalled = true
+	return func() { c.Nodes[i].stalled = false }
+}
+
 // tick advances the fake clock by d (at most a tick) and waits until every
 // running node's raft ticked at its clock's new reading.
 func (c *Cluster) tick(d time.Duration) {
@@ -64,6 +73,9 @@ func (c *Cluster) tick(d time.Duration) {
 	for _, i := range c.Running() {
 		n := c.Nodes[i]
 		s := n.Server
+		if n.stalled {
+			continue // stalled on purpose (Stall): it ticks again once it resumes
+		}
 		select {
 		case <-s.Done():
 			continue // stopped on its own (removed, or a fatal error): it ticks no more
