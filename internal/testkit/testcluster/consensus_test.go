@@ -14,14 +14,14 @@ import (
 	"github.com/latch-io/latch/internal/server"
 )
 
-// TestUndecodableEntryStopsEveryReplica commits an entry no replica can
+// TestUndecodableEntryStopsReplicas commits an entry no replica can
 // decode, as a peer running a binary with another command format would
 // propose it (a raw MsgProp through the leader's transport handler). Every
 // replica stops before applying it, with an error naming its raft index and
 // why, instead of skipping it: a replica that could decode it would diverge.
 // Until the process exits, the member is not ready and serves no read, not
 // even a stale one.
-func TestUndecodableEntryStopsEveryReplica(t *testing.T) {
+func TestUndecodableEntryStopsReplicas(t *testing.T) {
 	c := New(t, 3, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -36,17 +36,44 @@ func TestUndecodableEntryStopsEveryReplica(t *testing.T) {
 		t.Fatalf("leader did not take the proposal: %v", err)
 	}
 
-	for i, n := range c.Nodes {
+	// Every replica that learns the entry is committed stops at it. One that
+	// never learns it (the last leader stopped before telling it the commit
+	// index) cannot stop, but it is left without a quorum: it applies nothing
+	// past the entry and takes no write. A quorum has the entry, so at least
+	// a quorum of replicas stops.
+	stopped := func(n *Node) bool {
 		select {
 		case <-n.Server.Done():
-		case <-ctx.Done():
-			t.Fatalf("%s still running: the undecodable entry was skipped", n.Name)
+			return true
+		default:
+			return false
+		}
+	}
+	quorumStopped := func() bool {
+		count := 0
+		for _, n := range c.Nodes {
+			if stopped(n) {
+				count++
+			}
+		}
+		return count >= len(c.Nodes)/2+1
+	}
+	if !WaitFor(30*time.Second, quorumStopped) {
+		t.Fatalf("fewer than a quorum of replicas stopped: the undecodable entry was skipped (%s)", c.describe())
+	}
+	allStopped := func() bool { return stopped(c.Nodes[0]) && stopped(c.Nodes[1]) && stopped(c.Nodes[2]) }
+	WaitFor(5*time.Second, allStopped) // the last one usually learns the commit too
+	var bad uint64
+	for i, n := range c.Nodes {
+		if !stopped(n) {
+			continue
 		}
 		var undecodable *server.UndecodableEntryError
 		err := n.Server.Err()
 		if !errors.As(err, &undecodable) || !errors.Is(err, server.ErrUndecodableEntry) {
 			t.Fatalf("%s stopped with %v, want an UndecodableEntryError", n.Name, err)
 		}
+		bad = undecodable.Index
 		if applied := n.Server.AppliedIndex(); applied != undecodable.Index-1 {
 			t.Errorf("%s applied up to %d, want %d: just before the undecodable entry", n.Name, applied, undecodable.Index-1)
 		}
@@ -56,6 +83,18 @@ func TestUndecodableEntryStopsEveryReplica(t *testing.T) {
 		}
 		if _, err := Get(ctx, c.URL(i), "/before", api.Stale); api.CodeOf(err) != api.CodeUnavailable {
 			t.Errorf("%s served a stale read after stopping: %v", n.Name, err)
+		}
+	}
+	for i, n := range c.Nodes {
+		if stopped(n) {
+			continue
+		}
+		t.Logf("%s never learned the entry was committed: it is left without a quorum", n.Name)
+		if applied := n.Server.AppliedIndex(); applied >= bad {
+			t.Errorf("%s is running and applied %d, at or past the undecodable entry %d", n.Name, applied, bad)
+		}
+		if _, err := Put(ctx, c.URL(i), "/after", "v", ""); err == nil {
+			t.Errorf("%s took a write with a quorum of replicas stopped", n.Name)
 		}
 	}
 }
