@@ -11,7 +11,9 @@
 //     the commit quorum only after Advance, that is after step 2.
 //  2. HardState, entries and any snapshot marker are appended to the WAL with
 //     ONE fsync (wal.Save). Nothing that promises durability leaves before it:
-//     votes, MsgAppResp and every other message are sent only after it.
+//     votes, MsgAppResp and every other message are sent only after it,
+//     except a proposal or read-index request a follower forwards to the
+//     leader (MsgProp, MsgReadIndex), which promises nothing about this log.
 //     A Ready whose hard state moved only the commit index, with no entries
 //     and no snapshot, writes and fsyncs nothing (raft.MustSync): the commit
 //     index is relearned from the leader after a restart.

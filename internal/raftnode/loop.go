@@ -80,15 +80,18 @@ func (n *Node) observe(rd raft.Ready) {
 	}
 }
 
-// splitMessages returns the messages a leader may send before its own fsync
-// (appends and heartbeats to followers) and those that must wait for it.
+// splitMessages returns the messages that may leave before this Ready's
+// fsync and those that must wait for it. A leader's appends and heartbeats
+// go early (the package comment, step 1). So does, on any node, a proposal
+// or a read-index request forwarded to the leader: it promises nothing about
+// this node's log, and holding it behind an fsync of unrelated entries only
+// delays the request (a lock release arriving at a follower, say).
 func splitMessages(msgs []raftpb.Message, leading bool) (early, late []raftpb.Message) {
-	if !leading {
-		return nil, msgs
-	}
 	for _, m := range msgs {
-		switch m.Type {
-		case raftpb.MsgApp, raftpb.MsgHeartbeat:
+		switch {
+		case m.Type == raftpb.MsgProp || m.Type == raftpb.MsgReadIndex:
+			early = append(early, m)
+		case leading && (m.Type == raftpb.MsgApp || m.Type == raftpb.MsgHeartbeat):
 			early = append(early, m)
 		default:
 			late = append(late, m)
