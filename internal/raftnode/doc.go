@@ -11,9 +11,7 @@
 //     the commit quorum only after Advance, that is after step 2.
 //  2. HardState, entries and any snapshot marker are appended to the WAL with
 //     ONE fsync (wal.Save). Nothing that promises durability leaves before it:
-//     votes, MsgAppResp and every other message are sent only after it,
-//     except a proposal or read-index request a follower forwards to the
-//     leader (MsgProp, MsgReadIndex), which promises nothing about this log.
+//     votes, MsgAppResp and every other message are sent only after it.
 //     A Ready whose hard state moved only the commit index, with no entries
 //     and no snapshot, writes and fsyncs nothing (raft.MustSync): the commit
 //     index is relearned from the leader after a restart.
@@ -21,11 +19,7 @@
 //     new entries go to the in-memory raft log.
 //  4. Committed entries are applied in order through StateMachine.Apply, conf
 //     changes through ApplyConfChange. An entry is applied only after it is
-//     durable locally (it was persisted by this or an earlier Ready). Those
-//     persisted by an earlier Ready are applied before step 2, so a commit
-//     does not wait for the fsync of entries that arrived with it (its reply
-//     and the lock waiters it wakes go out one fsync sooner under load);
-//     the rest after step 3.
+//     durable locally (it was persisted by this or an earlier Ready).
 //  5. Advance.
 //
 // Every SnapshotEvery applied entries, and at the first chance after a conf

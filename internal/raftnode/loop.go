@@ -44,10 +44,6 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	n.observe(rd)
 	early, late := splitMessages(rd.Messages, n.leader.Load() == n.cfg.ID)
 	n.send(early)
-	durable, pending := n.splitDurable(rd)
-	if err := n.apply(durable); err != nil {
-		return err
-	}
 	if err := n.persist(rd); err != nil {
 		return err
 	}
@@ -60,38 +56,12 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		return fmt.Errorf("raftnode: group %d: append to raft log: %w", n.cfg.Group, err)
 	}
 	n.send(late)
-	if err := n.apply(pending); err != nil {
+	if err := n.apply(rd.CommittedEntries); err != nil {
 		return err
 	}
 	n.maybeSnapshot()
 	n.raft.Advance()
 	return nil
-}
-
-// splitDurable splits the Ready's committed entries into those already
-// durable here, persisted by an earlier Ready, which may be applied before
-// this Ready's fsync, and the rest, applied after it. Without the split an
-// entry committed while new entries arrive (the usual case under load)
-// waits for an fsync that does not concern it before its reply and its
-// wake-ups. An entry counts as durable if the raft log held it before this
-// Ready and this Ready's entries do not start at or below it; with a
-// snapshot in the Ready nothing is applied early.
-func (n *Node) splitDurable(rd raft.Ready) (durable, pending []raftpb.Entry) {
-	if !raft.IsEmptySnap(rd.Snapshot) || len(rd.CommittedEntries) == 0 {
-		return nil, rd.CommittedEntries
-	}
-	last, err := n.storage.LastIndex()
-	if err != nil {
-		return nil, rd.CommittedEntries
-	}
-	if len(rd.Entries) > 0 {
-		last = min(last, rd.Entries[0].Index-1)
-	}
-	i := 0
-	for i < len(rd.CommittedEntries) && rd.CommittedEntries[i].Index <= last {
-		i++
-	}
-	return rd.CommittedEntries[:i], rd.CommittedEntries[i:]
 }
 
 // observe passes leader changes and read states to the observer.
@@ -110,18 +80,15 @@ func (n *Node) observe(rd raft.Ready) {
 	}
 }
 
-// splitMessages returns the messages that may leave before this Ready's
-// fsync and those that must wait for it. A leader's appends and heartbeats
-// go early (the package comment, step 1). So does, on any node, a proposal
-// or a read-index request forwarded to the leader: it promises nothing about
-// this node's log, and holding it behind an fsync of unrelated entries only
-// delays the request (a lock release arriving at a follower, say).
+// splitMessages returns the messages a leader may send before its own fsync
+// (appends and heartbeats to followers) and those that must wait for it.
 func splitMessages(msgs []raftpb.Message, leading bool) (early, late []raftpb.Message) {
+	if !leading {
+		return nil, msgs
+	}
 	for _, m := range msgs {
-		switch {
-		case m.Type == raftpb.MsgProp || m.Type == raftpb.MsgReadIndex:
-			early = append(early, m)
-		case leading && (m.Type == raftpb.MsgApp || m.Type == raftpb.MsgHeartbeat):
+		switch m.Type {
+		case raftpb.MsgApp, raftpb.MsgHeartbeat:
 			early = append(early, m)
 		default:
 			late = append(late, m)
