@@ -68,6 +68,8 @@ var allowed = map[string]rule{
 	"internal/snap":      {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
 	"internal/wal":       {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
 	"internal/transport": {},
+	// The ZooKeeper wire codec: bytes only (the listener is not built yet).
+	"internal/zkproto": {stdlibOnly: true},
 
 	// One group's raft node and runtime.
 	"internal/raftnode": {
