@@ -572,3 +572,38 @@ func (i *IntResponse) Encode(w *Writer) { w.Int(i.Value) }
 
 // Decode implements Record.
 func (i *IntResponse) Decode(r *Reader) { i.Value = r.Int("IntResponse.value") }
+
+// NewRequestBody returns the zero record that follows a RequestHeader of
+// type op, or false for an opcode with no body (ping, closeSession, whoAmI)
+// or one this package does not decode as a single record (multi and
+// multiRead are a sequence of MultiHeader and bodies ended by a done
+// header, read by the caller; reconfig and sasl are not decoded).
+func NewRequestBody(op OpCode) (Record, bool) {
+	switch op {
+	case OpCreate, OpCreate2, OpCreateContainer:
+		return &CreateRequest{}, true
+	case OpCreateTTL:
+		return &CreateTTLRequest{}, true
+	case OpDelete, OpDeleteContainer:
+		return &DeleteRequest{}, true
+	case OpCheck:
+		return &CheckVersionRequest{}, true
+	case OpExists, OpGetData, OpGetChildren, OpGetChildren2:
+		return &PathWatchRequest{}, true
+	case OpSync, OpGetACL, OpGetAllChildrenNumber, OpGetEphemerals:
+		return &PathRequest{}, true
+	case OpSetData:
+		return &SetDataRequest{}, true
+	case OpSetACL:
+		return &SetACLRequest{}, true
+	case OpCheckWatches, OpRemoveWatches, OpAddWatch:
+		return &PathTypeRequest{}, true
+	case OpAuth:
+		return &AuthPacket{}, true
+	case OpSetWatches:
+		return &SetWatches{}, true
+	case OpSetWatches2:
+		return &SetWatches{Has2: true}, true
+	}
+	return nil, false
+}

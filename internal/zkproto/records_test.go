@@ -228,3 +228,38 @@ func TestConnectRequestReportsForm(t *testing.T) {
 		})
 	}
 }
+
+func TestNewRequestBody(t *testing.T) {
+	cases := []struct {
+		op   OpCode
+		want Record
+	}{
+		{OpCreate, &CreateRequest{}},
+		{OpCreate2, &CreateRequest{}},
+		{OpCreateContainer, &CreateRequest{}},
+		{OpCreateTTL, &CreateTTLRequest{}},
+		{OpDelete, &DeleteRequest{}},
+		{OpCheck, &CheckVersionRequest{}},
+		{OpExists, &PathWatchRequest{}},
+		{OpGetData, &PathWatchRequest{}},
+		{OpGetChildren2, &PathWatchRequest{}},
+		{OpSync, &PathRequest{}},
+		{OpGetEphemerals, &PathRequest{}},
+		{OpSetData, &SetDataRequest{}},
+		{OpSetACL, &SetACLRequest{}},
+		{OpAddWatch, &PathTypeRequest{}},
+		{OpAuth, &AuthPacket{}},
+		{OpSetWatches, &SetWatches{}},
+		{OpSetWatches2, &SetWatches{Has2: true}},
+		{OpPing, nil},
+		{OpMulti, nil},
+		{OpCloseSession, nil},
+		{OpCode(999), nil},
+	}
+	for _, tc := range cases {
+		got, ok := NewRequestBody(tc.op)
+		if ok != (tc.want != nil) || (ok && !reflect.DeepEqual(got, tc.want)) {
+			t.Errorf("op %d: got %#v, %v; want %#v", tc.op, got, ok, tc.want)
+		}
+	}
+}
