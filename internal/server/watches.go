@@ -57,7 +57,7 @@ func (s *Server) Watch(ctx context.Context, session uint64, req WatchRequest) (a
 	// event published under the write lock can pass meanwhile.
 	at := g.View(func(f *fsm.FSM) {
 		if _, err = f.Session(session); err != nil {
-			err = errSessionGone(session)
+			err = api.SessionGone(session)
 			return
 		}
 		if n, gerr := f.Get(spec.Path); gerr == nil {
@@ -92,7 +92,7 @@ func (s *Server) Events(ctx context.Context, session uint64) (EventStream, uint6
 	)
 	g.View(func(f *fsm.FSM) {
 		if _, err = f.Session(session); err != nil {
-			err = errSessionGone(session)
+			err = api.SessionGone(session)
 			return
 		}
 		stream = g.watches.Stream(session)
@@ -112,8 +112,6 @@ func (s *Server) errNoStream(session uint64) error {
 		id, s.cfg.Name, id)
 }
 
-func errSessionGone(session uint64) error { return api.SessionGone(session) }
-
 // requireSession returns session_expired unless the session is alive, looked
 // up again after a linearizable barrier if this server does not know it.
 func (g *group) requireSession(ctx context.Context, session uint64) error {
@@ -127,7 +125,7 @@ func (g *group) requireSession(ctx context.Context, session uint64) error {
 		return err
 	}
 	if _, dead := g.sessions.NotAlive([]uint64{session}); len(dead) > 0 {
-		return errSessionGone(session)
+		return api.SessionGone(session)
 	}
 	return nil
 }
