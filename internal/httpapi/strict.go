@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/latch-io/latch/api"
@@ -65,8 +66,23 @@ func kindName(t reflect.Type) string {
 	return "a " + t.Kind().String()
 }
 
+// fieldsByType caches jsonFields per body type: the set is fixed per type,
+// so the reflection walk is done once, not on every request.
+var fieldsByType sync.Map // reflect.Type -> []string
+
 // jsonFields returns the JSON names of struct type t's exported fields.
+// Callers must not modify the returned slice (it is shared).
 func jsonFields(t reflect.Type) []string {
+	if names, ok := fieldsByType.Load(t); ok {
+		return names.([]string)
+	}
+	names := structJSONFields(t)
+	fieldsByType.Store(t, names)
+	return names
+}
+
+// structJSONFields walks t's fields for jsonFields.
+func structJSONFields(t reflect.Type) []string {
 	var names []string
 	for i := range t.NumField() {
 		f := t.Field(i)
