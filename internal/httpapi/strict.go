@@ -246,9 +246,8 @@ func checkNested(dec *json.Decoder, field string, delim json.Delim, depth int) e
 // encoding/json would wrap nothing, but 2^64-1 fits a uint64 and overflows
 // every duration and sequence computed from it.
 func checkNumber(field string, n json.Number) error {
-	v, err := strconv.ParseUint(string(n), 10, 64)
-	if err != nil || v > api.MaxInteger {
-		return api.Errorf(api.CodeInvalidArgument, "bad JSON body: %s=%s is not an integer from 0 to %d", field, n, uint64(api.MaxInteger))
+	if _, err := parseInteger(string(n)); err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "bad JSON body: %s=%s %v", field, n, err)
 	}
 	return nil
 }
