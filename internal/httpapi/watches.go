@@ -38,7 +38,7 @@ func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case p.err != nil:
 		err = p.err
-	case err == nil && session == 0:
+	case session == 0:
 		err = api.Errorf(api.CodeInvalidArgument, "session_id is required")
 	}
 	if err == nil {
