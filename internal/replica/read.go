@@ -75,7 +75,7 @@ func (b *readBatcher) loop(stop <-chan struct{}) {
 		select {
 		case <-b.wake:
 		case <-stop:
-			b.finish(b.takePending(), 0, api.Errorf(api.CodeUnavailable, "server is stopping"))
+			b.finish(b.takePending(), 0, ErrStopping)
 			return
 		}
 		round := b.takePending()
@@ -128,7 +128,7 @@ func (b *readBatcher) readIndex(stop <-chan struct{}) (uint64, error) {
 			case <-deadline.C():
 				return 0, b.r.Unavailable("no quorum confirmed the read index in time")
 			case <-stop:
-				return 0, api.Errorf(api.CodeUnavailable, "server is stopping")
+				return 0, ErrStopping
 			}
 		}
 	}

@@ -310,7 +310,7 @@ func (s *Server) Close() error {
 		close(s.stop)
 		if g := s.main.Load(); g != nil {
 			g.Node().Stop()
-			g.FailAll(errStopping)
+			g.FailAll(replica.ErrStopping)
 		}
 		s.bg.Wait()
 		err = errors.Join(s.transport.Close(), s.wal.Close())

@@ -9,10 +9,7 @@ import (
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
-	"github.com/latch-io/latch/internal/replica"
 )
-
-var errStopping = replica.ErrStopping
 
 // Status reports this server's view of the cluster.
 func (s *Server) Status() api.Status {
