@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/latch-io/latch/api"
 	"log/slog"
 	"net"
 	"net/url"
@@ -58,21 +59,9 @@ func flagError(fs *flag.FlagSet, err error) error {
 	return usageError{err}
 }
 
-// memberNamePattern is what a member name may look like: it travels in
-// --initial-cluster (where ',' and '=' separate entries), in URLs of the
-// membership API and in logs.
-var memberNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-
-// checkMemberName says what is wrong with a member name, or nil.
-func checkMemberName(name string) error {
-	if name == "" {
-		return errors.New("must not be empty")
-	}
-	if !memberNamePattern.MatchString(name) {
-		return errors.New("want 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit")
-	}
-	return nil
-}
+// checkMemberName says what is wrong with a member name, or nil (the
+// membership API's rule, so an added member can be started by its name).
+func checkMemberName(name string) error { return api.CheckMemberName(name) }
 
 // hostnamePattern is one DNS label; a host name is labels joined by dots.
 var hostnamePattern = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$`)

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -93,16 +92,12 @@ func (s *Server) repeatedAdd(g *group, existing command.Member, m api.Member, pr
 	return toAPIMembers([]command.Member{existing})[0], nil
 }
 
-// maxMemberName bounds a member's name.
-const maxMemberName = 128
-
 // validateNewMember checks what a member needs to be usable: a name that
 // fits in --initial-cluster and in a URL path, a peer address the transport
 // can dial, and a client URL clients can be pointed at.
 func validateNewMember(m api.Member) error {
-	if m.Name == "" || len(m.Name) > maxMemberName || strings.ContainsFunc(m.Name, badNameRune) {
-		return api.Errorf(api.CodeInvalidArgument,
-			"name %q must be 1 to %d characters without '=', ',', '/', spaces or control characters", m.Name, maxMemberName)
+	if err := api.CheckMemberName(m.Name); err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "name %q: %v", m.Name, err)
 	}
 	if err := checkHostPort(strings.TrimPrefix(strings.TrimPrefix(m.PeerURL, "http://"), "tcp://")); err != nil {
 		return api.Errorf(api.CodeInvalidArgument, "peer_url %q is not host:port: %v", m.PeerURL, err)
@@ -124,10 +119,6 @@ func validateNewMember(m api.Member) error {
 		return api.Errorf(api.CodeInvalidArgument, "client_url %q is not http://host:port or https://host:port: %v", m.ClientURL, err)
 	}
 	return nil
-}
-
-func badNameRune(r rune) bool {
-	return r == '=' || r == ',' || r == '/' || unicode.IsSpace(r) || unicode.IsControl(r)
 }
 
 // checkHostPort checks that addr is host:port with a non-empty host and a

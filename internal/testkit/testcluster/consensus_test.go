@@ -134,6 +134,8 @@ func TestMembershipRepeatsAndAddresses(t *testing.T) {
 		{name: "name missing", body: map[string]any{"peer_url": "h:2380"}, field: "name"},
 		{name: "name with =", body: map[string]any{"name": "n8=x", "peer_url": "h:2380"}, field: "name"},
 		{name: "name with a slash", body: map[string]any{"name": "n8/x", "peer_url": "h:2380"}, field: "name"},
+		{name: "name latchd --name refuses", body: map[string]any{"name": "n8:x", "peer_url": "h:2380"}, field: "name"},
+		{name: "name over 63 characters", body: map[string]any{"name": strings.Repeat("n", 64), "peer_url": "h:2380"}, field: "name"},
 	}
 	for _, tt := range invalid {
 		t.Run(tt.name, func(t *testing.T) {
