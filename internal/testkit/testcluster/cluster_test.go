@@ -140,8 +140,8 @@ func TestSessionExpiryReleasesLock(t *testing.T) {
 	created := c.Now()
 	b := createSession(t, ctx, c.URL(1), 20*time.Second).SessionID
 	var la, lb api.Lock
-	if err := Do(ctx, "POST", c.URL(0), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: a}, &la); err != nil {
-		t.Fatal(err)
+	if err := Do(ctx, "POST", c.URL(0), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: a}, &la); err != nil || !la.Held || la.FencingToken == 0 {
+		t.Fatalf("a's acquire: %+v, %v; want held with a token", la, err)
 	}
 	// b waits; a never heartbeats, so it expires once its 300ms timeout
 	// has passed on the clock.
