@@ -48,8 +48,8 @@ func newQueues(t *testing.T, n uint64) (*Queues, *applyingReplica) {
 	q := New(Config{Replica: r, MaxValueSize: 16})
 	r.q = q
 	for id := uint64(1); id <= n; id++ {
-		if res, _, _ := r.Propose(context.Background(), &command.Command{Op: command.OpSessionCreate, SessionID: id, TimeoutMs: 10000}); res.Err != nil {
-			t.Fatal(res.Err)
+		if res, _, err := r.Propose(context.Background(), &command.Command{Op: command.OpSessionCreate, SessionID: id, TimeoutMs: 10000}); err != nil || res.Err != nil {
+			t.Fatalf("create session %d: %v / %v", id, err, res.Err)
 		}
 	}
 	return q, r

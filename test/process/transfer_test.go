@@ -44,8 +44,20 @@ func TestLeaderTransferThroughFollower(t *testing.T) {
 	if took > 3*time.Second {
 		t.Errorf("transfer through a follower took %v", took)
 	}
-	if want := c.Members[to].Name; status.LeaderID == "" || c.WaitLeader(30*time.Second) != to {
-		t.Errorf("leader after the transfer is not %s (reply names leader %q)", want, status.LeaderID)
+	// The reply is the status read once the follower saw the transferee
+	// lead: its leader_id is the transferee's id.
+	want := c.Members[to].Name
+	replyLeader := ""
+	for _, m := range status.Members {
+		if m.ID == status.LeaderID {
+			replyLeader = m.Name
+		}
+	}
+	if status.LeaderID == "" || replyLeader != want {
+		t.Errorf("reply to the transfer names leader %q (%q), want %s (members %+v)", status.LeaderID, replyLeader, want, status.Members)
+	}
+	if got := c.WaitLeader(30 * time.Second); got != to {
+		t.Errorf("leader after the transfer is member %d, want %d (%s)", got, to, want)
 	}
 	before := writes.count()
 	writes.waitCount(t, before+20)

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,8 @@ func TestUndecodableEntryExitsProcess(t *testing.T) {
 	}) {
 		t.Fatal("members still running 30 s after an undecodable entry was proposed")
 	}
+	atIndex := regexp.MustCompile(`committed entry at raft index (\d+) `)
+	firstIndex := ""
 	for i, m := range c.Members {
 		var exit *exec.ExitError
 		if err := c.ExitError(i); !errors.As(err, &exit) || exit.ExitCode() != 1 {
@@ -66,6 +69,14 @@ func TestUndecodableEntryExitsProcess(t *testing.T) {
 		if !strings.Contains(string(log), "latchd: stopped on a fatal error: server: committed entry at raft index ") ||
 			!strings.Contains(string(log), "does not decode, so this replica stopped before applying it: command: unknown format version 238") {
 			t.Errorf("%s's log does not name the undecodable entry and why:\n%s", m.Name, log)
+		}
+		// Every member stopped at the same entry of the one log.
+		if found := atIndex.FindSubmatch(log); found != nil {
+			if firstIndex == "" {
+				firstIndex = string(found[1])
+			} else if string(found[1]) != firstIndex {
+				t.Errorf("%s stopped at raft index %s, another member at %s", m.Name, found[1], firstIndex)
+			}
 		}
 	}
 }

@@ -112,7 +112,11 @@ func TestFaults(t *testing.T) {
 			b := newBackend(t)
 			p := newProxy(t, b)
 			p.Inject(tt.fault)
+			start := time.Now()
 			status, body, err := call(context.Background(), tt.method, p.URL()+"/v1/kv/a")
+			if took := time.Since(start); took < tt.fault.Delay {
+				t.Fatalf("call answered after %v, before the fault's delay %v", took, tt.fault.Delay)
+			}
 			if tt.wantErr != (err != nil) {
 				t.Fatalf("call = %d %q, %v; want an error: %v", status, body, err, tt.wantErr)
 			}
@@ -125,6 +129,9 @@ func TestFaults(t *testing.T) {
 			// The fault is spent (Times 1): the next request is forwarded.
 			if status, body, err := call(context.Background(), tt.method, p.URL()+"/v1/kv/a"); err != nil || status != http.StatusOK {
 				t.Fatalf("second call = %d %q, %v; want it forwarded", status, body, err)
+			}
+			if got := b.hits.Load(); got != tt.wantHits+1 {
+				t.Fatalf("backend saw %d requests after the second call, want %d", got, tt.wantHits+1)
 			}
 			if got := p.Count("", "/v1/kv/*"); got != 2 {
 				t.Fatalf("Count = %d, want 2", got)

@@ -93,25 +93,20 @@ func TestLockQueue(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	a := createSession(t, ctx, c.URL(0), 10*time.Second).SessionID
 	b := createSession(t, ctx, c.URL(1), 10*time.Second).SessionID
-	acquire := func(url, session string, waitMs uint64) (api.Lock, error) {
-		var l api.Lock
-		err := Do(ctx, "POST", url, "/v1/lock/acquire", nil, api.LockRequest{Name: "R", SessionID: session, WaitMs: waitMs}, &l)
-		return l, err
-	}
-	la, err := acquire(c.URL(0), a, 0)
+	la, err := acquireLock(ctx, c.URL(0), "R", a, 0)
 	if err != nil || !la.Held || la.FencingToken == 0 {
 		t.Fatalf("first acquire: %+v, %v", la, err)
 	}
-	again, err := acquire(c.URL(2), a, 0)
+	again, err := acquireLock(ctx, c.URL(2), "R", a, 0)
 	if err != nil || again.FencingToken != la.FencingToken || again.Path != la.Path {
 		t.Fatalf("acquire again by the holder: %+v, %v; want the same place %+v", again, err, la)
 	}
-	if _, err := acquire(c.URL(1), b, 50); api.CodeOf(err) != api.CodeLockNotHeld {
+	if _, err := acquireLock(ctx, c.URL(1), "R", b, 50*time.Millisecond); api.CodeOf(err) != api.CodeLockNotHeld {
 		t.Fatalf("second session acquire: err %v, want lock_not_held", err)
 	}
 	got := make(chan api.Lock, 1)
 	go func() {
-		l, err := acquire(c.URL(1), b, 10000)
+		l, err := acquireLock(ctx, c.URL(1), "R", b, 10*time.Second)
 		if err != nil {
 			t.Errorf("waiting acquire: %v", err)
 		}
@@ -145,8 +140,8 @@ func TestSessionExpiryReleasesLock(t *testing.T) {
 	created := c.Now()
 	b := createSession(t, ctx, c.URL(1), 20*time.Second).SessionID
 	var la, lb api.Lock
-	if err := Do(ctx, "POST", c.URL(0), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: a}, &la); err != nil {
-		t.Fatal(err)
+	if err := Do(ctx, "POST", c.URL(0), "/v1/lock/acquire", nil, api.LockRequest{Name: "E", SessionID: a}, &la); err != nil || !la.Held || la.FencingToken == 0 {
+		t.Fatalf("a's acquire: %+v, %v; want held with a token", la, err)
 	}
 	// b waits; a never heartbeats, so it expires once its 300ms timeout
 	// has passed on the clock.

@@ -73,6 +73,9 @@ func TestUndecodableEntryStopsReplicas(t *testing.T) {
 		if !errors.As(err, &undecodable) || !errors.Is(err, server.ErrUndecodableEntry) {
 			t.Fatalf("%s stopped with %v, want an UndecodableEntryError", n.Name, err)
 		}
+		if bad != 0 && undecodable.Index != bad {
+			t.Errorf("%s stopped at undecodable entry %d, another replica at %d: the replicas' logs differ", n.Name, undecodable.Index, bad)
+		}
 		bad = undecodable.Index
 		if applied := n.Server.AppliedIndex(); applied != undecodable.Index-1 {
 			t.Errorf("%s applied up to %d, want %d: just before the undecodable entry", n.Name, applied, undecodable.Index-1)

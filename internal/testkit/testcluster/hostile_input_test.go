@@ -346,7 +346,9 @@ func TestNodeJSONHasEveryField(t *testing.T) {
 		t.Fatalf("GET reply keys %q (%s)", got, get.body)
 	}
 	var fields map[string]any
-	_ = json.Unmarshal(get.body, &fields)
+	if err := json.Unmarshal(get.body, &fields); err != nil {
+		t.Fatalf("GET reply %s: %v", get.body, err)
+	}
 	if fields["value"] != "" || fields["ephemeral"] != false || fields["owner_handle"] != "" {
 		t.Errorf("persistent empty node: %s", get.body)
 	}
@@ -356,7 +358,9 @@ func TestNodeJSONHasEveryField(t *testing.T) {
 	}
 	get = hostileCall(t, ctx, "GET", base+"/v1/kv/eph", "")
 	fields = nil
-	_ = json.Unmarshal(get.body, &fields)
+	if err := json.Unmarshal(get.body, &fields); err != nil {
+		t.Fatalf("GET reply of the ephemeral node %s: %v", get.body, err)
+	}
 	if fields["ephemeral"] != true || fields["owner_handle"] != s.SessionHandle || fields["value"] != "" {
 		t.Errorf("ephemeral node of %s: %s", s.SessionID, get.body)
 	}

@@ -116,7 +116,10 @@ func TestPlainWritesCannotWedgeLocksOrElections(t *testing.T) {
 	}
 	// Another client cannot delete the holder's node (it would take the lock
 	// from under its holder), nor the lock's directory around it.
-	lock, _ := acquireLock(ctx, base, "X", sess.SessionID, 0)
+	lock, err := acquireLock(ctx, base, "X", sess.SessionID, 0)
+	if err != nil || !lock.Held {
+		t.Fatalf("acquire X: %+v, %v; want held", lock, err)
+	}
 	if err := Delete(ctx, base, lock.Path); api.CodeOf(err) != api.CodePreconditionFailed {
 		t.Fatalf("DELETE of the holder's queue node without its session: %v, want 409 precondition_failed", err)
 	}
