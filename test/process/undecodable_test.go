@@ -22,9 +22,10 @@ import (
 
 // TestUndecodableEntryExitsProcess has a peer speaking the peer protocol
 // (as a member running a binary with another command format would) propose
-// an entry latchd cannot decode. Once it is committed, every latchd stops
-// before applying it and exits non-zero, its log naming the raft index and
-// the reason.
+// an entry latchd cannot decode. Once it is committed, every latchd that
+// learns so (at least a quorum) stops before applying it and exits 1, its
+// log naming the raft index and the reason; one that never learns it takes
+// no write.
 func TestUndecodableEntryExitsProcess(t *testing.T) {
 	c := proccluster.Start(t, proccluster.Options{Nodes: 3})
 	leader := c.WaitLeader(30 * time.Second)
@@ -41,23 +42,41 @@ func TestUndecodableEntryExitsProcess(t *testing.T) {
 		Entries: []raftpb.Entry{{Data: []byte{0xee, 0x01, 0x02, 0x03}}}}
 	// The real member redials and replaces the impostor's connection, so
 	// the proposal is sent until the members stop.
-	exited := func() bool {
+	// Every member that learns the entry is committed exits; a quorum has
+	// the entry, so at least a quorum does. One that never learns the commit
+	// (its last leader exited before telling it) is left without a quorum.
+	exitedCount := func() int {
+		n := 0
 		for i := range c.Members {
-			if c.Running(i) {
-				return false
+			if !c.Running(i) {
+				n++
 			}
 		}
-		return true
+		return n
 	}
+	quorum := len(c.Members)/2 + 1
 	if !testcluster.WaitFor(30*time.Second, func() bool {
 		impostor.Send(1, []raftpb.Message{garbage})
-		return testcluster.WaitFor(300*time.Millisecond, exited)
+		return testcluster.WaitFor(300*time.Millisecond, func() bool { return exitedCount() >= quorum })
 	}) {
-		t.Fatal("members still running 30 s after an undecodable entry was proposed")
+		t.Fatal("fewer than a quorum of members exited 30 s after an undecodable entry was proposed")
+	}
+	testcluster.WaitFor(5*time.Second, func() bool { return exitedCount() == len(c.Members) }) // usually all
+	for i, m := range c.Members {
+		if !c.Running(i) {
+			continue
+		}
+		t.Logf("%s never learned the entry was committed: it is left without a quorum", m.Name)
+		if _, err := testcluster.Put(ctx, m.ClientURL, "/after", "v", ""); err == nil {
+			t.Errorf("%s took a write with a quorum of members exited", m.Name)
+		}
 	}
 	atIndex := regexp.MustCompile(`committed entry at raft index (\d+) `)
 	firstIndex := ""
 	for i, m := range c.Members {
+		if c.Running(i) {
+			continue
+		}
 		var exit *exec.ExitError
 		if err := c.ExitError(i); !errors.As(err, &exit) || exit.ExitCode() != 1 {
 			t.Errorf("%s ended with %v, want exit status 1", m.Name, err)
