@@ -94,7 +94,9 @@ var allowed = map[string]rule{
 		"internal/replica", "internal/sessions", "internal/snap", "internal/transport", "internal/vfs",
 		"internal/wal", "internal/watch",
 	}},
-	"internal/httpapi": {imports: []string{"api", "internal/server"}, tests: []string{testkit + "testcluster"}},
+	"internal/httpapi": {imports: []string{"api", "internal/server", "internal/ui"}, tests: []string{testkit + "testcluster"}},
+	// The dashboard's embedded assets and their handler.
+	"internal/ui": {stdlibOnly: true},
 
 	// The public Go API: nothing internal; its tests run against the
 	// in-process harnesses.
@@ -137,6 +139,7 @@ var allowed = map[string]rule{
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
 	"test/membership":   {tests: []string{"api", "client", testkit + "linearize", testkit + "proccluster", testkit + "testcluster"}},
 	"test/process":      {tests: []string{"api", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcluster"}},
+	"test/ui":           {tests: []string{"api", testkit + "proccluster"}},
 	"test/recipes":      {tests: []string{"api", "client", "client/recipe", "fencing", testkit + "proccluster", testkit + "testcluster"}},
 	"internal/archtest": {stdlibOnly: true},
 }
@@ -306,13 +309,13 @@ func TestCheckCatchesPlanted(t *testing.T) {
 		want  string // a part of the one problem expected, or "" for none
 	}{
 		{"httpapi imports command", "internal/httpapi",
-			pkgImports{code: []string{module + "api", module + "internal/server", module + "internal/command"}, tests: []string{module + "internal/testkit/testcluster"}},
+			pkgImports{code: []string{module + "api", module + "internal/server", module + "internal/ui", module + "internal/command"}, tests: []string{module + "internal/testkit/testcluster"}},
 			"imports internal/command, which archtest's allowed does not list"},
 		{"httpapi's tests import watch", "internal/httpapi",
-			pkgImports{code: []string{module + "api", module + "internal/server"}, tests: []string{module + "internal/testkit/testcluster", module + "internal/watch"}},
+			pkgImports{code: []string{module + "api", module + "internal/server", module + "internal/ui"}, tests: []string{module + "internal/testkit/testcluster", module + "internal/watch"}},
 			"tests of internal/httpapi import internal/watch"},
 		{"httpapi as it is", "internal/httpapi",
-			pkgImports{code: []string{"net/http", module + "api", module + "internal/server"}, tests: []string{module + "internal/httpapi", module + "internal/testkit/testcluster"}},
+			pkgImports{code: []string{"net/http", module + "api", module + "internal/server", module + "internal/ui"}, tests: []string{module + "internal/httpapi", module + "internal/testkit/testcluster"}},
 			""},
 		{"client imports internal", "client",
 			pkgImports{code: []string{module + "api", module + "internal/watch"}, tests: testHarnessImports()},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/ui"
 )
 
 // Handler serves the client API of one server.
@@ -55,6 +56,12 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.removeMember)
 	h.mux.HandleFunc("POST /v1/cluster/members/{id}/promote", h.promoteMember)
 	h.mux.HandleFunc("POST /v1/cluster/leader", h.transferLeader)
+	h.mux.HandleFunc("GET /v1/locks", h.listLocks)
+	h.mux.HandleFunc("GET /v1/elections", h.listElections)
+	h.mux.HandleFunc("GET /v1/sessions", h.listSessions)
+	h.mux.HandleFunc("GET /v1/cluster/health", h.clusterHealth)
+	h.mux.Handle("GET /ui", ui.Handler(http.HandlerFunc(h.noSuchEndpoint)))
+	h.mux.Handle("GET /ui/{asset...}", ui.Handler(http.HandlerFunc(h.noSuchEndpoint)))
 	h.mux.HandleFunc("GET /healthz", h.healthz)
 	h.mux.HandleFunc("GET /readyz", h.readyz)
 	h.mux.Handle("GET /metrics", h.server.MetricsHandler())
@@ -72,7 +79,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, api.Errorf(api.CodeInvalidArgument, "missing node path: nodes are at /v1/kv/{path}, the root node at /v1/kv/"))
 	case strings.HasPrefix(p, kvPrefix):
 		h.serveNode(w, r, "/"+strings.TrimPrefix(p, kvPrefix))
-	case p != "/" && path.Clean(p) != p:
+	case p != "/" && p != "/ui/" && path.Clean(p) != p:
 		h.noSuchEndpoint(w, r)
 	default:
 		h.mux.ServeHTTP(w, r)

@@ -90,24 +90,27 @@ func (q *Queues) enqueue(ctx context.Context, dir, prefix string, session uint64
 // queue lists the queue nodes of dir (see isQueueNode) in order, whether
 // dir exists, and the applied index read.
 func (q *Queues) queue(dir, prefix string) (members []queueMember, exists bool, index uint64) {
-	index = q.cfg.Replica.View(func(f *fsm.FSM) {
-		names, err := f.Children(dir)
-		if err != nil {
-			return
-		}
-		exists = true
-		for _, name := range names {
-			n, err := f.Get(api.Join(dir, name))
-			if err != nil || !isQueueNode(name, n.Owner, prefix) {
-				continue
-			}
-			members = append(members, queueMember{
-				name: name, path: n.Path, owner: n.Owner, token: n.CreatedIndex,
-				value: n.Value, version: n.Version,
-			})
-		}
-	})
+	index = q.cfg.Replica.View(func(f *fsm.FSM) { members, exists = queueIn(f, dir, prefix) })
 	return members, exists, index
+}
+
+// queueIn is queue over the state f, read under the caller's View.
+func queueIn(f *fsm.FSM, dir, prefix string) (members []queueMember, exists bool) {
+	names, err := f.Children(dir)
+	if err != nil {
+		return nil, false
+	}
+	for _, name := range names {
+		n, err := f.Get(api.Join(dir, name))
+		if err != nil || !isQueueNode(name, n.Owner, prefix) {
+			continue
+		}
+		members = append(members, queueMember{
+			name: name, path: n.Path, owner: n.Owner, token: n.CreatedIndex,
+			value: n.Value, version: n.Version,
+		})
+	}
+	return members, true
 }
 
 // position returns how many members are ahead of path and the one just
