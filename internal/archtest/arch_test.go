@@ -139,7 +139,7 @@ var allowed = map[string]rule{
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
 	"test/membership":   {tests: []string{"api", "client", testkit + "linearize", testkit + "proccluster", testkit + "testcluster"}},
 	"test/process":      {tests: []string{"api", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcluster"}},
-	"test/ui":           {tests: []string{"api", testkit + "proccluster"}},
+	"test/ui":           {tests: []string{testkit + "proccluster"}},
 	"test/recipes":      {tests: []string{"api", "client", "client/recipe", "fencing", testkit + "proccluster", testkit + "testcluster"}},
 	"internal/archtest": {stdlibOnly: true},
 }

@@ -1,0 +1,27 @@
+// Package ui tests latch's dashboard (/ui, package internal/ui) in a real
+// browser: headless Chromium, driven over the DevTools protocol
+// (github.com/chromedp/chromedp), opens /ui of a 3-member cluster of real
+// latchd processes (internal/testkit/proccluster) and checks the page's DOM
+// while the cluster changes under it.
+//
+// What TestDashboardInBrowser shows:
+//
+//   - the members table lists the three members with exactly one leader, the
+//     one the members themselves name;
+//   - a lock taken by the real latchctl binary ('latchctl lock') appears
+//     with its fencing token within 2 s of latchctl holding it;
+//   - after kill -9 of the raft leader, the new leader shows within 5 s and
+//     the killed member shows as down;
+//   - the page loads nothing from any origin but the member that served it,
+//     and throws no JavaScript exception;
+//   - screenshots of each step are saved to the directory the test logs
+//     (LATCH_UI_SCREENSHOTS, or the test's temporary directory).
+//
+// Chromium is found as LATCH_CHROMIUM or chromium, chromium-browser or
+// google-chrome on PATH. Without one the test skips with a message, unless
+// LATCH_REQUIRE_BROWSER is set (.ci/run installs Chromium and sets it), when
+// it fails. Run as root, Chromium gets --no-sandbox. The test ends only what
+// it started: the latchd members by PID (proccluster), latchctl by its own
+// process group, Chromium through chromedp (its process and the helpers that
+// carry its unique user-data directory).
+package ui
