@@ -128,7 +128,12 @@ async function pollHealth() {
   const commits = h.members.map((m) => m.commit_index);
   $("commit-index").textContent = commits.length ? Math.max(...commits) : "—";
   $("updated").textContent = "updated " + new Date().toLocaleTimeString();
-  const rows = h.members.map((m) => {
+  const up = h.members.filter((m) => m.reachable).length;
+  const upBox = $("members-up");
+  upBox.textContent = up + "/" + h.members.length;
+  upBox.className = up < h.members.length ? "warn" : "";
+  const members = [...h.members].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const rows = members.map((m) => {
     const isLeader = m.id === h.leader_id;
     const role = m.reachable ? m.role : "unknown";
     return el("tr", { "data-member": m.name, "data-role": role, class: isLeader ? "is-leader" : "" },
@@ -313,6 +318,7 @@ function showWatches(samples) {
 // drawChart draws series as a sparkline in a 300x60 SVG, scaled to its max.
 function drawChart(id, series) {
   const svg = $(id);
+  if (series.length < 2) return;
   const ns = "http://www.w3.org/2000/svg";
   const top = Math.max(...series, 1e-9);
   const step = 300 / (CHART_POINTS - 1);
@@ -325,6 +331,14 @@ function drawChart(id, series) {
   const title = document.createElementNS(ns, "title");
   title.textContent = "max " + top.toFixed(2);
   svg.replaceChildren(title, area, line);
+  $(id + "-max").textContent = "max " + formatNumber(top);
+}
+
+function formatNumber(v) {
+  if (v < 1e-6) return "0";
+  if (v < 10) return v.toFixed(2);
+  if (v < 1000) return v.toFixed(0);
+  return (v / 1000).toFixed(1) + "k";
 }
 
 // ---- key browser ----
@@ -347,10 +361,14 @@ function showCrumbs() {
   nav.replaceChildren(...items);
 }
 
+function showNodeHint() {
+  $("kv-node").replaceChildren(el("p", { class: "muted" }, "Select a key to see its value and metadata; a name ending in / opens a directory."));
+}
+
 function openDir(path) {
   kvPath = path;
   kvSelected = null;
-  $("kv-node").replaceChildren();
+  showNodeHint();
   refreshKeys();
 }
 
@@ -405,6 +423,7 @@ async function selectNode(path) {
 // ---- start ----
 
 document.addEventListener("DOMContentLoaded", () => {
+  showNodeHint();
   every(POLL_MS, pollHealth);
   every(POLL_MS, pollLocks);
   every(POLL_MS, pollElections);
