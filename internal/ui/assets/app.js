@@ -298,9 +298,9 @@ async function pollMetrics() {
   push(history.writes, writes);
   push(history.reads, reads);
   push(history.latency, latency);
-  $("writes-now").textContent = writes.toFixed(1);
-  $("reads-now").textContent = reads.toFixed(1);
-  $("latency-now").textContent = n > 0 ? latency.toFixed(2) : "—";
+  $("writes-now").textContent = formatNumber(writes);
+  $("reads-now").textContent = formatNumber(reads);
+  $("latency-now").textContent = n > 0 ? formatNumber(latency) : "—";
   drawChart("chart-writes", history.writes);
   drawChart("chart-reads", history.reads);
   drawChart("chart-latency", history.latency);
