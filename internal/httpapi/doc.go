@@ -12,6 +12,11 @@
 // lock_not_held: the error envelope plus held, session_handle, position,
 // path and index.
 //
+// listings.go serves the read-only listings (GET /v1/locks, /v1/elections,
+// /v1/sessions: a page of at most 1000 entries with a truncated flag; GET
+// /v1/cluster/health), and the Handler mounts the dashboard of package ui
+// at /ui and /ui/..., its unknown paths answered as the API's 404.
+//
 // NewServer builds the one http.Server that latchd and the test clusters
 // run: Limits bound the header read, the body read, each reply write and
 // the idle keep-alive of every connection, and how many connections a

@@ -11,6 +11,9 @@
 // data written before plain writes there were refused can hold, see
 // server.refusePlainQueueWrite) is ignored, so it can neither hold nor block.
 //
+// ListLocks and ListElections (list.go) read every queue of a kind from one
+// view of the state, a page of names at a time.
+//
 // Queues is a replica.Listener: the apply path hands it the deleted nodes
 // once the state that lacks them is visible, and a restore wakes every
 // waiter to look again.

@@ -15,6 +15,11 @@
 // status): one group runs today, and every WAL record and peer frame already
 // carries the group id, so sharding changes those two functions.
 //
+// The listings (listings.go: every lock, election and live session, a page
+// at a time) and ClusterHealth (health.go: each member's GET /v1/status,
+// probed over its client_url) are read-only views for operators and the
+// dashboard; ClusterHealth is the server's one outgoing HTTP request.
+//
 // The server is the transport's Handler and Snapshots (peers.go): it steps
 // raft messages into their group's node, hands heartbeat relays and their
 // acknowledgements to the group's sessions.Liveness, and answers members it

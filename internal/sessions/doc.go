@@ -20,5 +20,7 @@
 //
 // Liveness is a replica.Listener: it learns of created and ended sessions
 // from the apply path, of restores and of leader changes, and proposes and
-// reads through the replica runtime.
+// reads through the replica runtime. Remaining (remaining.go) shows, on
+// the leader only, each session's time left, for the session listing; it
+// changes nothing.
 package sessions
