@@ -23,10 +23,14 @@ const (
 	firstLoadWithin   = 20 * time.Second
 )
 
-// lockName is the lock latchctl takes; keyPath a node the key browser lists.
+// lockName is the lock latchctl takes, roleName the election it wins with
+// roleValue; keyPath a node the key browser lists, with keyValue.
 const (
-	lockName = "ui-dashboard"
-	keyPath  = "/ui-test"
+	lockName  = "ui-dashboard"
+	roleName  = "ui-scheduler"
+	roleValue = "10.0.0.7:9000"
+	keyPath   = "/ui-test"
+	keyValue  = "shown by the key browser"
 )
 
 // pageState is what the test reads of the dashboard's DOM.
@@ -38,10 +42,21 @@ type pageState struct {
 		Health string `json:"health"`
 	} `json:"members"`
 	Locks []struct {
-		Name  string `json:"name"`
-		Token string `json:"token"`
+		Name   string `json:"name"`
+		Token  string `json:"token"`
+		Holder string `json:"holder"`
 	} `json:"locks"`
-	Keys []string `json:"keys"`
+	Elections []struct {
+		Role  string `json:"role"`
+		Value string `json:"value"`
+		Token string `json:"token"`
+	} `json:"elections"`
+	Sessions     []string `json:"sessions"`
+	SessionCount string   `json:"sessionCount"`
+	Keys         []string `json:"keys"`
+	NodeValue    string   `json:"nodeValue"`
+	Charts       int      `json:"charts"`
+	Watches      string   `json:"watches"`
 }
 
 // stateScript reads pageState from the page.
@@ -50,9 +65,19 @@ const stateScript = `(() => ({
   members: [...document.querySelectorAll("#members tbody tr[data-member]")].map(r => ({
     name: r.dataset.member, role: r.dataset.role, health: r.querySelector("td.health").textContent })),
   locks: [...document.querySelectorAll("#locks tbody tr[data-lock]")].map(r => ({
-    name: r.dataset.lock, token: r.querySelector("td.token").textContent })),
+    name: r.dataset.lock, token: r.querySelector("td.token").textContent, holder: r.cells[1].textContent })),
+  elections: [...document.querySelectorAll("#elections tbody tr[data-election]")].map(r => ({
+    role: r.dataset.election, value: r.cells[2].textContent, token: r.cells[3].textContent })),
+  sessions: [...document.querySelectorAll("#sessions tbody tr[data-session]")].map(r => r.dataset.session),
+  sessionCount: document.getElementById("sessions-count").textContent,
   keys: [...document.querySelectorAll("#kv-children tbody tr[data-key]")].map(r => r.dataset.key),
+  nodeValue: (document.querySelector("#kv-node pre") || {}).textContent || "",
+  charts: document.querySelectorAll("svg polyline").length,
+  watches: document.getElementById("watches-registered").textContent,
 }))()`
+
+// openKeyScript clicks the key browser's link of keyPath.
+const openKeyScript = `document.querySelector('#kv-children tr[data-key="` + keyPath + `"] a').click()`
 
 // leaders returns the members the page shows with the role leader.
 func (s pageState) leaders() []string {
@@ -75,14 +100,24 @@ func (s pageState) health(name string) string {
 	return ""
 }
 
-// lockToken returns the token the page shows for lock name.
-func (s pageState) lockToken(name string) string {
+// lockToken returns the token and holder the page shows for lock name.
+func (s pageState) lockToken(name string) (token, holder string) {
 	for _, l := range s.Locks {
 		if l.Name == name {
-			return l.Token
+			return l.Token, l.Holder
 		}
 	}
-	return ""
+	return "", ""
+}
+
+// electionToken returns the token and value the page shows for role.
+func (s pageState) electionToken(role string) (token, value string) {
+	for _, e := range s.Elections {
+		if e.Role == role {
+			return e.Token, e.Value
+		}
+	}
+	return "", ""
 }
 
 // waitFor reads the page until ok holds of it or within passes, and
@@ -111,7 +146,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			c.LogTails(40)
 		}
 	}()
-	putNode(t, c.Members[leader].ClientURL, keyPath, "shown by the key browser")
+	putNode(t, c.Members[leader].ClientURL, keyPath, keyValue)
 
 	// The page is served by a follower, so that it outlives the leader's kill.
 	viewer := (leader + 1) % 3
@@ -131,19 +166,42 @@ func TestDashboardInBrowser(t *testing.T) {
 	if s, ok = waitFor(b, firstLoadWithin, func(s pageState) bool { return contains(s.Keys, keyPath) }); !ok {
 		t.Fatalf("the key browser does not list %s within %v: keys %v", keyPath, firstLoadWithin, s.Keys)
 	}
+	if _, err := eval[any](b, openKeyScript); err != nil {
+		t.Fatalf("click %s in the key browser: %v", keyPath, err)
+	}
+	if s, ok = waitFor(b, firstLoadWithin, func(s pageState) bool { return s.NodeValue == keyValue }); !ok {
+		t.Fatalf("the key browser does not show %s's value %q within %v: shows %q", keyPath, keyValue, firstLoadWithin, s.NodeValue)
+	}
+	if s, ok = waitFor(b, firstLoadWithin, func(s pageState) bool { return s.Charts == 3 && s.Watches != "—" }); !ok {
+		t.Fatalf("the load charts and watch figures are not drawn from /metrics within %v: %d charts, watches %q",
+			firstLoadWithin, s.Charts, s.Watches)
+	}
 	b.screenshot(t, shots, "1-cluster")
 
-	token, held := holdLock(t, c)
-	s, ok = waitFor(b, lockShownWithin, func(s pageState) bool { return s.lockToken(lockName) != "" })
+	token, held := hold(t, c, "lock", lockName)
+	s, ok = waitFor(b, lockShownWithin, func(s pageState) bool { token, _ := s.lockToken(lockName); return token != "" })
 	if !ok {
 		t.Fatalf("lock %s held by latchctl with token %d is not shown within %v of latchctl holding it: locks %+v",
 			lockName, token, lockShownWithin, s.Locks)
 	}
 	t.Logf("lock %s shown %v after latchctl held it", lockName, time.Since(held).Round(time.Millisecond))
-	if got := s.lockToken(lockName); got != strconv.FormatUint(token, 10) {
-		t.Fatalf("lock %s shows token %q, latchctl holds it with token %d", lockName, got, token)
+	shownToken, holder := s.lockToken(lockName)
+	if shownToken != strconv.FormatUint(token, 10) {
+		t.Fatalf("lock %s shows token %q, latchctl holds it with token %d", lockName, shownToken, token)
 	}
-	b.screenshot(t, shots, "2-lock")
+	if s, ok = waitFor(b, firstLoadWithin, func(s pageState) bool { return contains(s.Sessions, holder) }); !ok {
+		t.Fatalf("the holder's session %s is not in the sessions table within %v: %v (count %s)", holder, firstLoadWithin, s.Sessions, s.SessionCount)
+	}
+
+	roleToken, _ := hold(t, c, "elect", roleName, "--value", roleValue)
+	s, ok = waitFor(b, firstLoadWithin, func(s pageState) bool { token, _ := s.electionToken(roleName); return token != "" })
+	if !ok {
+		t.Fatalf("election %s won by latchctl is not shown within %v: %+v", roleName, firstLoadWithin, s.Elections)
+	}
+	if shown, value := s.electionToken(roleName); shown != strconv.FormatUint(roleToken, 10) || value != roleValue {
+		t.Fatalf("election %s shows token %q value %q; latchctl leads with token %d value %q", roleName, shown, value, roleToken, roleValue)
+	}
+	b.screenshot(t, shots, "2-lock-and-election")
 
 	c.Kill(leader)
 	killed := time.Now()
@@ -172,14 +230,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 }
 
-// holdLock starts 'latchctl lock' on lockName running cat, which holds
-// until the test closes its stdin, and returns the fencing token latchctl
-// reports and when it reported it. The cleanup ends cat (and so latchctl,
-// which releases the lock), or kills latchctl's process group.
-func holdLock(t *testing.T, c *proccluster.Cluster) (uint64, time.Time) {
+// hold starts 'latchctl lock NAME' or 'latchctl elect ROLE' (args, without
+// the command) running cat, which holds until the test closes its stdin,
+// and returns the fencing token latchctl reports and when it reported it.
+// The cleanup ends cat (and so latchctl, which releases or resigns), or
+// kills latchctl's process group.
+func hold(t *testing.T, c *proccluster.Cluster, args ...string) (uint64, time.Time) {
 	t.Helper()
-	cmd := exec.Command(buildLatchctl(t), "--endpoints", strings.Join(c.URLs(), ","),
-		"lock", lockName, "--session-timeout", "10s", "--", "cat")
+	argv := append([]string{"--endpoints", strings.Join(c.URLs(), ",")}, args...)
+	argv = append(argv, "--session-timeout", "10s", "--", "cat")
+	cmd := exec.Command(buildLatchctl(t), argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -204,9 +264,9 @@ func holdLock(t *testing.T, c *proccluster.Cluster) (uint64, time.Time) {
 	case token := <-tokens:
 		return token, time.Now()
 	case err := <-exited:
-		t.Fatalf("latchctl lock exited before holding: %v", err)
+		t.Fatalf("latchctl %v exited before holding: %v\n%s", args, err, output.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("latchctl lock did not hold %s within 30s", lockName)
+		t.Fatalf("latchctl %v did not hold within 30s", args)
 	}
 	return 0, time.Time{}
 }

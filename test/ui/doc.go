@@ -8,8 +8,12 @@
 //
 //   - the members table lists the three members with exactly one leader, the
 //     one the members themselves name;
+//   - the key browser lists a node and, clicked, shows its value; the load
+//     charts and watch figures are drawn from /metrics;
 //   - a lock taken by the real latchctl binary ('latchctl lock') appears
-//     with its fencing token within 2 s of latchctl holding it;
+//     with its fencing token within 2 s of latchctl holding it, and its
+//     holder's session handle in the sessions table; an election won by
+//     'latchctl elect' appears with its token and value;
 //   - after kill -9 of the raft leader, the new leader shows within 5 s and
 //     the killed member shows as down;
 //   - the page loads nothing from any origin but the member that served it,
