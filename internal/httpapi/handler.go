@@ -55,6 +55,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.removeMember)
 	h.mux.HandleFunc("POST /v1/cluster/members/{id}/promote", h.promoteMember)
 	h.mux.HandleFunc("POST /v1/cluster/leader", h.transferLeader)
+	h.mux.HandleFunc("GET /v1/snapshot", h.snapshot)
 	h.mux.HandleFunc("GET /healthz", h.healthz)
 	h.mux.HandleFunc("GET /readyz", h.readyz)
 	h.mux.Handle("GET /metrics", h.server.MetricsHandler())
