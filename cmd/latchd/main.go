@@ -43,6 +43,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "restore" {
+		return runRestore(args[1:])
+	}
 	limits := httpapi.DefaultLimits()
 	cfg, logLevel, pprof, err := parseFlags(args, &limits)
 	if err != nil {
