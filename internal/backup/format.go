@@ -36,7 +36,7 @@ const (
 	// maxChunk bounds one chunk of a body, written and read.
 	maxChunk = 1 << 20
 	// maxNameLen bounds the member name in the header.
-	maxNameLen = 1 << 10
+	maxNameLen  = 1 << 10
 	shardFields = 5 * 8
 )
 

@@ -54,4 +54,3 @@ func (b *Backup) Index() uint64 { return b.header.MaxIndex() }
 
 // Stream writes the backup file to w.
 func (b *Backup) Stream(w io.Writer) error { return backup.Write(w, b.header, b.sections) }
-
