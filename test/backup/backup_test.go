@@ -290,4 +290,3 @@ func flip(data []byte, at int) []byte {
 	out[at] ^= 0x40
 	return out
 }
-
