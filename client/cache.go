@@ -98,7 +98,7 @@ type Cache struct {
 	processed chan struct{} // closed when the updating goroutine returned
 	// processing is set once the updating goroutine runs (after the first load).
 	processing atomic.Bool
-	received  chan struct{} // closed when the receiving goroutine returned
+	received   chan struct{} // closed when the receiving goroutine returned
 }
 
 // cacheBatch is the work the updating goroutine takes at once.
