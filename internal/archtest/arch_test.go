@@ -140,6 +140,7 @@ var allowed = map[string]rule{
 
 	// The system tests (test files only) and this check.
 	"test/backup":       {tests: []string{"api", "client", "internal/cli", testkit + "proccluster"}},
+	"test/cache":        {tests: []string{"api", "client", testkit + "proccluster", testkit + "testseed"}},
 	"test/compose":      {tests: []string{"api", "client", testkit + "testcluster"}},
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
 	"test/membership":   {tests: []string{"api", "client", testkit + "linearize", testkit + "proccluster", testkit + "testcluster"}},
