@@ -14,5 +14,6 @@
 //     before.
 //   - TestStatusRefusesDamagedFiles: a truncated or bit-flipped backup file
 //     is refused by 'snapshot status' with the file's name and the byte
-//     offset, and a cut stream is never saved.
+//     offset (internal/cli's TestSnapshotSaveRefusesBadStreams shows that a
+//     cut or damaged stream is never saved).
 package backup
