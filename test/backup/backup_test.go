@@ -153,7 +153,8 @@ func TestSaveUnderLoadAndRestore(t *testing.T) {
 	defer func() { stopLoad(); writers.Wait() }()
 	waitFor(t, time.Minute, "300 acknowledged writes before the save", func() bool { return h.count() >= 300 })
 
-	endpoint := old.Members[old.WaitLeader(30*time.Second)%3].ClientURL
+	// From a follower: its linearizable barrier goes through the leader.
+	endpoint := old.Members[(old.WaitLeader(30*time.Second)+1)%len(old.Members)].ClientURL
 	if code, _, errOut := latchctl(t, "--endpoints", endpoint, "snapshot", "save", file); code != 0 {
 		t.Fatalf("snapshot save: exit %d: %s", code, errOut)
 	}
