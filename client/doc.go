@@ -61,6 +61,17 @@
 // (docs/design.md, "Load: herds and heartbeats"). Every event's index raises the
 // client's min_index, so a read made after a notification sees the change.
 //
+// # Cache
+//
+// NewCache holds the nodes under a prefix in memory (Cache.Get), fed by one
+// persistent recursive watch of a session: every notification makes the
+// cache re-read the changed node linearizably, a resync (a watch
+// re-registered with known_index after a lost stream found changes it
+// missed) makes it reload the whole prefix, and one goroutine applies the
+// reads a batch at a time, so a node's cached state only moves forward
+// (monotonic reads). GetConsistent reads through the server, through that
+// same goroutine. See docs/api.md, "The Go client's cache".
+//
 // # Locks and elections
 //
 // Session.AcquireLock, ReleaseLock, JoinElection, ResignElection and

@@ -1,6 +1,8 @@
 // Command latchd runs a latch server. With no flags it is a single-node
 // development server with its data in ./latch-data and the client API on
-// 127.0.0.1:2379.
+// 127.0.0.1:2379. 'latchd restore FILE ...' instead prepares the data
+// directory of a member of a new cluster seeded from a backup file and exits
+// (docs/operations.md "Backup and restore").
 package main
 
 import (
@@ -43,6 +45,9 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 && args[0] == "restore" {
+		return runRestore(args[1:])
+	}
 	limits := httpapi.DefaultLimits()
 	cfg, logLevel, pprof, err := parseFlags(args, &limits)
 	if err != nil {

@@ -63,6 +63,12 @@ var allowed = map[string]rule{
 		never:   []string{"net", "os", "time", "math/rand", "go.etcd.io/raft"},
 	},
 	"internal/watch": {imports: []string{"api", "internal/fsm"}, tests: []string{testkit + "testseed"}},
+	// The backup file: a format over the state machine's snapshot encoding.
+	"internal/backup": {
+		imports: []string{"internal/fsm"},
+		tests:   []string{"internal/command", testkit + "testseed"},
+		never:   []string{"net", "go.etcd.io/raft"},
+	},
 
 	// Storage and network.
 	"internal/snap":      {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
@@ -90,7 +96,7 @@ var allowed = map[string]rule{
 	// The server process and its wire: httpapi sees the server's own
 	// request and reply types, never a command or the watch registry.
 	"internal/server": {imports: []string{
-		"api", "internal/clock", "internal/command", "internal/fsm", "internal/queues", "internal/raftnode",
+		"api", "internal/backup", "internal/clock", "internal/command", "internal/fsm", "internal/queues", "internal/raftnode",
 		"internal/replica", "internal/sessions", "internal/snap", "internal/transport", "internal/vfs",
 		"internal/wal", "internal/watch",
 	}},
@@ -108,7 +114,7 @@ var allowed = map[string]rule{
 	"internal/loadgen/latency": {},
 	"internal/loadgen":         {imports: []string{"api", "client", "client/recipe", "internal/loadgen/latency"}},
 	"internal/cli": {
-		imports: []string{"api", "client", "client/recipe", "internal/buildinfo", "internal/loadgen"},
+		imports: []string{"api", "client", "client/recipe", "internal/backup", "internal/buildinfo", "internal/loadgen"},
 		tests:   testHarness,
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
@@ -135,6 +141,8 @@ var allowed = map[string]rule{
 	},
 
 	// The system tests (test files only) and this check.
+	"test/backup":       {tests: []string{"api", "client", "internal/cli", testkit + "proccluster"}},
+	"test/cache":        {tests: []string{"api", "client", testkit + "proccluster", testkit + "testseed"}},
 	"test/compose":      {tests: []string{"api", "client", testkit + "testcluster"}},
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
 	"test/membership":   {tests: []string{"api", "client", testkit + "linearize", testkit + "proccluster", testkit + "testcluster"}},

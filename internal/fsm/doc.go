@@ -15,6 +15,11 @@
 // Hash fingerprints the whole replicated state, so tests can check that
 // replicas which applied the same index are identical.
 //
+// Reseed is the one change made outside the log: it turns a state read from
+// a backup into the first state of a new cluster (server.Restore) before any
+// replica runs it, ending every session and raising every sequence counter
+// to the new log's start so no name is issued twice.
+//
 // Requests the state machine refuses (a version mismatch, a missing node, an
 // expired session, an invalid path...) are results, not failures: Apply
 // returns them in Result.Err as *api.Error with the code of docs/api.md and

@@ -62,6 +62,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /v1/cluster/health", h.clusterHealth)
 	h.mux.Handle("GET /ui", ui.Handler(http.HandlerFunc(h.noSuchEndpoint)))
 	h.mux.Handle("GET /ui/{asset...}", ui.Handler(http.HandlerFunc(h.noSuchEndpoint)))
+	h.mux.HandleFunc("GET /v1/snapshot", h.snapshot)
 	h.mux.HandleFunc("GET /healthz", h.healthz)
 	h.mux.HandleFunc("GET /readyz", h.readyz)
 	h.mux.Handle("GET /metrics", h.server.MetricsHandler())

@@ -26,6 +26,15 @@
 // saw removed with a removal notice. It is the replica runtime's Membership
 // (routes for new peers, removed members, its own removal) and Metrics.
 //
+// Backups (backup.go): TakeBackup clones every group's state machine
+// (copy-on-write, under the apply lock for O(1)) after a barrier, and the
+// Backup streams without any lock, so applying never waits on a backup
+// (backupGroups lists the groups: the main one until sharding). Restore
+// (restore.go) builds, from a backup file, the data directory of a member of
+// a new cluster: sessions ended, the member table and raft voters from
+// InitialCluster, the log started BumpIndex above the backup so no fencing
+// token or sequential name is issued twice.
+//
 // Time is Config.Clock: the raft nodes, the features and the server's own
 // retries and waits read it, so tests run them in virtual time.
 package server

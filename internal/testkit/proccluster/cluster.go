@@ -33,6 +33,13 @@ type Options struct {
 	// CrashLosingUnsynced can cut the data directory back to what was
 	// fsynced.
 	SyncJournal bool
+	// RestoreFrom, when set, names a backup file ('latchctl snapshot
+	// save') every member's data directory is prepared from with 'latchd
+	// restore FILE --name --data-dir --initial-cluster' and RestoreFlags
+	// (which must give the new --cluster-token; ExtraFlags gives it to the
+	// members) before the members start.
+	RestoreFrom  string
+	RestoreFlags []string
 }
 
 // Member is one latchd process of a cluster, a slot that keeps its
@@ -84,6 +91,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 		c.name(i, fmt.Sprintf("n%d", i+1), strings.Join(initial, ","))
 	}
 	t.Cleanup(c.cleanup)
+	if opts.RestoreFrom != "" {
+		if err := c.restoreDataDirs(strings.Join(initial, ",")); err != nil {
+			t.Fatalf("proccluster: %v", err)
+		}
+	}
 	for i := range c.Members {
 		if err := c.start(i); err != nil {
 			t.Fatalf("proccluster: %v", err)

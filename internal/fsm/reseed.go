@@ -1,0 +1,55 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/latch-io/latch/internal/command"
+)
+
+// Reseed turns a state read from a backup into the first state of a new
+// cluster, at index (the new log starts above it) with members as its member
+// table. It ends every session and deletes their ephemeral nodes (sessions
+// do not outlive their cluster), forgets the removed members (ids of another
+// cluster), and raises every node's sequence counter to at least index, so
+// a sequential name made above index sorts after every name the old cluster
+// could have made below it (a counter advances by at most one per entry).
+// Fencing tokens are creation indexes, above index too. index must exceed
+// Applied(); the state must not be shared with a running replica.
+func (f *FSM) Reseed(index uint64, members []command.Member) error {
+	if index <= f.applied {
+		return fmt.Errorf("fsm: reseed at index %d, not above the applied index %d", index, f.applied)
+	}
+	var sessions []uint64
+	f.sessions.Scan(func(s session) bool {
+		sessions = append(sessions, s.id)
+		return true
+	})
+	for _, id := range sessions {
+		f.endSession(index, id, nil)
+	}
+	var raised []entry
+	f.nodes.Scan(func(e entry) bool {
+		if e.sequence < index {
+			raised = append(raised, e)
+		}
+		return true
+	})
+	for _, e := range raised {
+		e.edit().sequence = index
+		f.nodes.Set(e)
+	}
+	f.members = slices.Clone(members)
+	slices.SortFunc(f.members, func(a, b command.Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	f.removed = nil
+	f.applied = index
+	return nil
+}

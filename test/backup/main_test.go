@@ -1,0 +1,14 @@
+package backup_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/latch-io/latch/internal/testkit/proccluster"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	proccluster.RemoveBuild()
+	os.Exit(code)
+}
