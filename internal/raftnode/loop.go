@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"fmt"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -14,13 +15,25 @@ import (
 func (n *Node) run() {
 	defer close(n.donec)
 	defer n.raft.Stop()
-	ticker := n.cfg.Clock.NewTicker(n.cfg.TickInterval)
-	defer ticker.Stop()
+	// Exactly one of the two tick channels is set: the shared Ticks' or a
+	// ticker of the node's own.
+	var ownTicks <-chan time.Time
+	var sharedTicks <-chan struct{}
+	if n.cfg.Ticker != nil {
+		ticks, unsubscribe := n.cfg.Ticker.subscribe()
+		defer unsubscribe()
+		sharedTicks = ticks
+	} else {
+		ticker := n.cfg.Clock.NewTicker(n.cfg.TickInterval)
+		defer ticker.Stop()
+		ownTicks = ticker.C()
+	}
 	for {
 		select {
-		case <-ticker.C():
-			n.raft.Tick()
-			n.lastTick.Store(int64(n.cfg.Clock.Since(n.started)))
+		case <-ownTicks:
+			n.tick()
+		case <-sharedTicks:
+			n.tick()
 		case rd := <-n.raft.Ready():
 			if err := n.handleReady(rd); err != nil {
 				n.fail(err)
@@ -37,6 +50,12 @@ func (n *Node) run() {
 			return
 		}
 	}
+}
+
+// tick advances raft's logical clock.
+func (n *Node) tick() {
+	n.raft.Tick()
+	n.lastTick.Store(int64(n.cfg.Clock.Since(n.started)))
 }
 
 // handleReady processes one Ready in the order the package comment gives.

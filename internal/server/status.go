@@ -25,6 +25,25 @@ func (s *Server) Status() api.Status {
 		out.LeaderID = api.FormatID(st.Lead)
 		out.LeaderClient = g.LeaderHint()
 	}
+	out.Shards = s.ShardStatuses()
+	return out
+}
+
+// ShardStatuses reports every running shard's leader, term and indexes as
+// this server sees them.
+func (s *Server) ShardStatuses() []api.ShardStatus {
+	out := make([]api.ShardStatus, 0, len(s.groups))
+	for shard, g := range s.allGroups() {
+		if g == nil {
+			continue
+		}
+		st := g.Node().Status()
+		row := api.ShardStatus{Shard: shard, Role: roleOf(st, s.id), Term: st.Term, CommitIndex: st.Commit, AppliedIndex: g.Applied()}
+		if st.Lead != raft.None {
+			row.LeaderID = api.FormatID(st.Lead)
+		}
+		out = append(out, row)
+	}
 	return out
 }
 
