@@ -90,7 +90,7 @@ var allowed = map[string]rule{
 	// The server process and its wire: httpapi sees the server's own
 	// request and reply types, never a command or the watch registry.
 	"internal/server": {imports: []string{
-		"api", "internal/clock", "internal/command", "internal/fsm", "internal/queues", "internal/raftnode",
+		"api", "internal/clock", "internal/command", "internal/fsm", "internal/placement", "internal/queues", "internal/raftnode",
 		"internal/replica", "internal/sessions", "internal/snap", "internal/transport", "internal/vfs",
 		"internal/wal", "internal/watch",
 	}},
@@ -110,7 +110,7 @@ var allowed = map[string]rule{
 		tests:   testHarness,
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
-	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/server"}},
+	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/placement", "internal/server"}},
 
 	// The test harnesses.
 	testkit + "testseed": {stdlibOnly: true},

@@ -113,10 +113,12 @@ func (m *metrics) forShard(shard int) groupMetrics {
 }
 
 // The replica runtime's figures (replica.Metrics).
-func (gm groupMetrics) Applied(index uint64) { gm.m.appliedIndex.WithLabelValues(gm.shard).Set(float64(index)) }
-func (gm groupMetrics) ProposalStarted()     { gm.m.proposalsPending.Inc() }
-func (gm groupMetrics) ProposalEnded()       { gm.m.proposalsPending.Dec() }
-func (gm groupMetrics) ProposalFailed()      { gm.m.proposalsFailed.Inc() }
+func (gm groupMetrics) Applied(index uint64) {
+	gm.m.appliedIndex.WithLabelValues(gm.shard).Set(float64(index))
+}
+func (gm groupMetrics) ProposalStarted() { gm.m.proposalsPending.Inc() }
+func (gm groupMetrics) ProposalEnded()   { gm.m.proposalsPending.Dec() }
+func (gm groupMetrics) ProposalFailed()  { gm.m.proposalsFailed.Inc() }
 
 // LeaderChanged records a leader change (replica.Metrics).
 func (gm groupMetrics) LeaderChanged(leader, term uint64) {
