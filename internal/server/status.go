@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -118,3 +119,25 @@ func (s *Server) LastTick() time.Time { return s.metaGroup().LastTick() }
 
 // LeaderID is the raft id of the leader this server follows (0: none known).
 func (s *Server) LeaderID() uint64 { return s.metaGroup().Leader() }
+
+// ShardConfig returns the voters and learners of shard's consensus group
+// as this server's raft node sees them (nil, nil for no such shard).
+func (s *Server) ShardConfig(shard int) (voters, learners []uint64) {
+	if shard < 0 || shard >= len(s.groups) {
+		return nil, nil
+	}
+	g := s.groups[shard].Load()
+	if g == nil {
+		return nil, nil
+	}
+	st := g.Node().Status()
+	for id := range st.Config.Voters.IDs() {
+		voters = append(voters, id)
+	}
+	for id := range st.Config.Learners {
+		learners = append(learners, id)
+	}
+	slices.Sort(voters)
+	slices.Sort(learners)
+	return voters, learners
+}

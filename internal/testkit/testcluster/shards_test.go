@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -224,5 +225,79 @@ func TestShardsLeaderBalance(t *testing.T) {
 	t.Logf("balance returned %v (virtual) after the stop: %v", took, c.leadCounts(0))
 	if rounds := took / (time.Duration(10) * c.opts.TickInterval); rounds > 30 {
 		t.Fatalf("balance took %d balancer rounds after the restart, want a few", rounds)
+	}
+}
+
+// shardConfigsAre reports whether node i sees, in every shard, exactly the
+// given voters and learners.
+func (c *Cluster) shardConfigsAre(i, shards int, voters, learners []uint64) bool {
+	for k := range shards {
+		v, l := c.Nodes[i].Server.ShardConfig(k)
+		if !slices.Equal(v, voters) || !slices.Equal(l, learners) {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedIDs(ids ...uint64) []uint64 {
+	slices.Sort(ids)
+	return ids
+}
+
+// TestShardsMembershipReachesEveryGroup adds a learner to a 4-shard
+// cluster through the membership API: it becomes a learner of every shard
+// and catches up in each; promoted, it becomes a voter of every shard;
+// then a removed member leaves every shard's configuration, and the cluster
+// keeps taking writes.
+func TestShardsMembershipReachesEveryGroup(t *testing.T) {
+	const shards = 4
+	c := New(t, 3, Options{Shards: shards})
+	ctx := ctxT(t, 90*time.Second)
+	leader := c.WaitLeader(10 * time.Second)
+	var added api.Member
+	if err := Do(ctx, "POST", c.URL(leader), "/v1/cluster/members", nil,
+		map[string]any{"name": "n4", "peer_url": c.PeerURL("n4"), "learner": true}, &added); err != nil || !added.Learner {
+		t.Fatalf("add learner: %+v, %v", added, err)
+	}
+	n4 := c.AddNode("n4")
+	ids := []uint64{c.Nodes[0].ID, c.Nodes[1].ID, c.Nodes[2].ID}
+	if !waitFor(30*time.Second, func() bool {
+		return c.shardConfigsAre(leader, shards, sortedIDs(ids...), []uint64{c.Nodes[n4].ID}) && sameShardIndexes(c)
+	}) {
+		t.Fatalf("n4 is not a caught-up learner of every shard: %+v", c.Status(n4).Shards)
+	}
+	var promoted api.Member
+	if err := Do(ctx, "POST", c.URL(leader), "/v1/cluster/members/n4/promote", nil, nil, &promoted); err != nil || promoted.Learner {
+		t.Fatalf("promote n4: %+v, %v", promoted, err)
+	}
+	all := sortedIDs(append(slices.Clone(ids), c.Nodes[n4].ID)...)
+	if !waitFor(30*time.Second, func() bool { return c.shardConfigsAre(leader, shards, all, nil) }) {
+		v, l := c.Nodes[leader].Server.ShardConfig(shards - 1)
+		t.Fatalf("n4 did not become a voter of every shard: last shard voters %v learners %v", v, l)
+	}
+	leader = c.WaitLeader(10 * time.Second)
+	victim := (leader + 1) % 3
+	if err := Do(ctx, "DELETE", c.URL(leader), "/v1/cluster/members/"+c.Nodes[victim].Name, nil, nil, nil); err != nil {
+		t.Fatalf("remove %s: %v", c.Nodes[victim].Name, err)
+	}
+	var left []uint64
+	for _, id := range all {
+		if id != c.Nodes[victim].ID {
+			left = append(left, id)
+		}
+	}
+	if !waitFor(30*time.Second, func() bool { return c.shardConfigsAre(leader, shards, left, nil) }) {
+		t.Fatalf("the removal did not reach every shard: %+v", c.Status(leader).Shards)
+	}
+	if !waitFor(10*time.Second, func() bool { return c.Nodes[victim].Server.Err() != nil }) {
+		t.Fatalf("removed member %s did not stop", c.Nodes[victim].Name)
+	}
+	c.Stop(victim)
+	if _, err := Put(ctx, c.URL(n4), "/after-membership", "x", ""); err != nil {
+		t.Fatalf("write after the membership changes: %v", err)
+	}
+	if !waitFor(20*time.Second, func() bool { return c.everyShardLed(shards) && sameShardIndexes(c) }) {
+		t.Fatalf("survivors disagree: %+v / %+v", c.Status(leader).Shards, c.Status(n4).Shards)
 	}
 }
