@@ -121,7 +121,7 @@ var allowed = map[string]rule{
 	testkit + "linearize": {imports: []string{"api"}},
 	testkit + "testcluster": {
 		imports: []string{"api", "internal/clock", "internal/httpapi", "internal/server", "internal/transport", "internal/vfs"},
-		tests:   []string{"client", "client/recipe", testkit + "linearize", testkit + "testseed"},
+		tests:   []string{"client", "client/recipe", "internal/placement", testkit + "linearize", testkit + "testseed"},
 	},
 	testkit + "proccluster": {
 		imports: []string{"api", "internal/vfs", testkit + "crashfs"},
