@@ -52,10 +52,32 @@ func (n *Node) run() {
 	}
 }
 
-// tick advances raft's logical clock.
+// tick advances raft's logical clock and, every walCheckElections
+// election timeouts, snapshots the group if it holds back the WAL.
 func (n *Node) tick() {
 	n.raft.Tick()
 	n.lastTick.Store(int64(n.cfg.Clock.Since(n.started)))
+	n.ticks++
+	if n.ticks%uint64(walCheckElections*n.cfg.ElectionTicks) == 0 {
+		n.snapshotIfPinning()
+	}
+}
+
+// walCheckElections is how many election timeouts pass between two checks
+// of whether the group pins the WAL's oldest segment.
+const walCheckElections = 5
+
+// snapshotIfPinning snapshots a group whose entries in the WAL's oldest
+// segment no snapshot covers while later segments exist: a group that
+// takes few writes (an idle shard) would otherwise never reach
+// SnapshotEvery, and the WAL, which drops segments only from the front,
+// would keep every segment written since.
+func (n *Node) snapshotIfPinning() {
+	if n.snapshotting || n.appliedIndex <= n.snapshotIndex || !n.cfg.WAL.PinsOldest(n.cfg.Group) {
+		return
+	}
+	n.snapshotDue = true
+	n.maybeSnapshot()
 }
 
 // handleReady processes one Ready in the order the package comment gives.

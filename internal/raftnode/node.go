@@ -131,6 +131,7 @@ type Node struct {
 	snapshotDue bool
 	snapDone    chan snapshotResult
 	term        uint64
+	ticks       uint64 // raft ticks since the node started
 	// persistedHardState is the hard state last written to the WAL; a Ready
 	// whose hard state differs from it only in the commit index needs no fsync.
 	persistedHardState raftpb.HardState

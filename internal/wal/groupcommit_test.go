@@ -66,3 +66,29 @@ func waitUntil(timeout time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// TestPinsOldestNamesTheGroupHoldingBackRelease: with two segments, the
+// group whose entries in the first no snapshot covers pins it, until its
+// snapshot is released; a group with no entries there never pins it.
+func TestPinsOldestNamesTheGroupHoldingBackRelease(t *testing.T) {
+	fs := vfs.NewMem()
+	w, _ := mustOpen(t, fs, 2048)
+	defer w.Close()
+	mustSave(t, w, entries(2, 1, 2, 1)) // the idle group: two entries, then nothing
+	for call := uint64(0); w.SegmentCount() < 3; call++ {
+		mustSave(t, w, entries(1, call*3+1, call*3+3, 1))
+	}
+	if w.PinsOldest(3) {
+		t.Fatal("group 3, with no entries, pins the oldest segment")
+	}
+	if !w.PinsOldest(2) {
+		t.Fatal("idle group 2 does not pin the oldest segment")
+	}
+	mustSave(t, w, Batch{Group: 2, Snapshot: &SnapshotMarker{Index: 2, Term: 1}})
+	if err := w.Release(2, 2); err != nil {
+		t.Fatal(err)
+	}
+	if w.PinsOldest(2) {
+		t.Fatal("group 2 still pins the oldest segment after its snapshot was released")
+	}
+}

@@ -8,6 +8,7 @@
 package testcluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,7 @@ import (
 // Options tune the cluster; zero values take test-friendly defaults.
 type Options struct {
 	Shards           int           // server.Config.Shards (default 1)
+	WALSegmentSize   int64         // default 1 MiB
 	TickInterval     time.Duration // default 10ms
 	ElectionTicks    int           // default 10
 	SnapshotEvery    uint64        // default 10,000
@@ -148,7 +150,7 @@ func (c *Cluster) serverConfig(i int) server.Config {
 	return server.Config{
 		Name: n.Name, DataDir: "/data", ClientAddr: n.addr, PeerAddr: c.initial[n.Name], Shards: c.opts.Shards,
 		InitialCluster: c.initial, Join: n.Join, TickInterval: c.opts.TickInterval, ElectionTicks: c.opts.ElectionTicks,
-		SnapshotEvery: c.opts.SnapshotEvery, RequestTimeout: c.opts.RequestTimeout, WALSegmentSize: 1 << 20,
+		SnapshotEvery: c.opts.SnapshotEvery, RequestTimeout: c.opts.RequestTimeout, WALSegmentSize: cmp.Or(c.opts.WALSegmentSize, 1<<20),
 		MinSessionTTL: c.opts.MinSessionTTL, MaxSessionTTL: c.opts.MaxSessionTTL,
 		UnsafeLocalReads: c.opts.UnsafeLocalReads, UnsafeNoSync: c.opts.UnsafeNoSync, FS: n.FS,
 		NewTransport: func(id uint64, h transport.Handler, s transport.Snapshots) (transport.Transport, error) {

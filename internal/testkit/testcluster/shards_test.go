@@ -343,3 +343,30 @@ func pathOutsideShard0(t *testing.T, c *Cluster) string {
 }
 
 var placement4, _ = placement.New(4)
+
+// TestShardsIdleGroupsDoNotPinTheWAL writes to one shard of a 4-shard
+// cluster with small WAL segments: the idle shards snapshot when they hold
+// back the oldest segment, so the WAL's segments are released and their
+// count stays bounded instead of growing with every write.
+func TestShardsIdleGroupsDoNotPinTheWAL(t *testing.T) {
+	c := New(t, 3, Options{Shards: 4, WALSegmentSize: 16 << 10, SnapshotEvery: 50})
+	ctx := ctxT(t, 60*time.Second)
+	leader := c.WaitLeader(10 * time.Second)
+	value := strings.Repeat("v", 500)
+	for k := range 300 {
+		if _, err := Put(ctx, c.URL(leader), fmt.Sprintf("/busy-%d", k%20), value, ""); err != nil {
+			t.Fatalf("put %d: %v", k, err)
+		}
+	}
+	segments := func(i int) int {
+		names, err := c.Nodes[i].FS.List("/data/wal")
+		if err != nil {
+			t.Fatalf("list the WAL of %s: %v", c.Nodes[i].Name, err)
+		}
+		return len(names)
+	}
+	// 300 writes of 500 bytes fill about 10 segments of 16 KiB.
+	if !waitFor(20*time.Second, func() bool { return segments(0) <= 3 && segments(1) <= 3 && segments(2) <= 3 }) {
+		t.Fatalf("WAL segments not released: %d, %d, %d", segments(0), segments(1), segments(2))
+	}
+}
