@@ -28,7 +28,9 @@ func (a *app) statusCommand() *cobra.Command {
 		Short: "show every endpoint's role, term, leader and indexes",
 		Long: "status asks each endpoint for GET /v1/status; it fails (exit 4) only if none answers.\n" +
 			"LEADER is the leader's member name and LEADER URL its client URL, as that endpoint sees\n" +
-			"them ('-' while it knows no leader); -o json adds leader_name beside each raw status.",
+			"them ('-' while it knows no leader); -o json adds leader_name beside each raw status.\n" +
+			"With more than one shard, a second table shows each endpoint's view of every shard: its\n" +
+			"role there, the shard's leader, term, commit and applied index.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
