@@ -92,15 +92,18 @@ func toAPIMembers(ms []command.Member) []api.Member {
 }
 
 // Ready reports whether the server knows a leader and has applied everything
-// it knows to be committed (the /readyz check); never once its raft node
+// it knows to be committed, in every shard (the /readyz check); never once its raft node
 // stopped (a fatal error, such as a committed entry it cannot decode).
 func (s *Server) Ready() bool {
-	g := s.metaGroup()
-	if g == nil || g.Halted() != nil {
-		return false
+	for _, g := range s.allGroups() {
+		if g == nil || g.Halted() != nil {
+			return false
+		}
+		if st := g.Node().Status(); st.Lead == raft.None || g.Applied() < st.Commit {
+			return false
+		}
 	}
-	st := g.Node().Status()
-	return st.Lead != raft.None && g.Applied() >= st.Commit
+	return true
 }
 
 // AppliedIndex is the main group's applied index on this server.
