@@ -250,6 +250,19 @@ type Status struct {
 	CommitIndex  uint64   `json:"commit_index"`
 	AppliedIndex uint64   `json:"applied_index"`
 	Members      []Member `json:"members"`
+	// Shards is every shard's state on this server, by shard number; the
+	// fields above are shard 0's (the meta group's).
+	Shards []ShardStatus `json:"shards"`
+}
+
+// ShardStatus is one shard's consensus group as one server sees it.
+type ShardStatus struct {
+	Shard        int    `json:"shard"`
+	Role         string `json:"role"`
+	LeaderID     string `json:"leader_id"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
 }
 
 // Members is the reply to GET /v1/cluster/members.

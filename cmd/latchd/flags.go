@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latch-io/latch/internal/placement"
 	"github.com/latch-io/latch/internal/server"
 )
 
@@ -175,6 +176,7 @@ func scalarChecks(cfg *server.Config, logLevel string) []flagCheck {
 		{"listen-peer", strconv.Quote(cfg.PeerAddr), checkHostPort(cfg.PeerAddr, true)},
 		{"advertise-client", strconv.Quote(cfg.AdvertiseClientURL), orNil(cfg.AdvertiseClientURL != "", func() error { return checkClientURL(cfg.AdvertiseClientURL) })},
 		{"cluster-token", strconv.Quote(cfg.ClusterToken), checkClusterToken(cfg.ClusterToken)},
+		{"shards", cfg.Shards, inRange(cfg.Shards, 1, placement.MaxShards)},
 		{"snapshot-count", cfg.SnapshotEvery, orNil(cfg.SnapshotEvery == 0, func() error { return errors.New("must be at least 1") })},
 		{"max-value-size", cfg.MaxValueSize, inRange(cfg.MaxValueSize, 1, server.MaxMaxValueSize)},
 		{"tick", cfg.TickInterval, positive(cfg.TickInterval)},

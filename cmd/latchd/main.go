@@ -155,6 +155,7 @@ func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Leve
 	fs.StringVar(&cfg.UnsafeSyncJournal, "unsafe-sync-journal", "", "TEST ONLY (crash faults for internal/testkit/proccluster): record what each fsync made durable in this file, outside --data-dir; hidden, never use")
 	fs.IntVar(&cfg.MaxWatchesPerSession, "max-watches-per-session", 1000, "watches one session may hold")
 	fs.IntVar(&cfg.WatchQueueLen, "watch-queue-len", 1024, "undelivered events per session before its stream is cut (slow consumer)")
+	fs.IntVar(&cfg.Shards, "shards", 1, "number of shards (consensus groups), fixed when the cluster is created (1 to 1024)")
 	fs.IntVar(&cfg.MaxPending, "max-pending-proposals", 20000, "proposals waiting at once before writes get 429")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&pprof, "enable-pprof", false, "serve Go profiles under /debug/pprof/ on the client address")

@@ -96,7 +96,7 @@ var allowed = map[string]rule{
 	// The server process and its wire: httpapi sees the server's own
 	// request and reply types, never a command or the watch registry.
 	"internal/server": {imports: []string{
-		"api", "internal/backup", "internal/clock", "internal/command", "internal/fsm", "internal/queues", "internal/raftnode",
+		"api", "internal/backup", "internal/clock", "internal/command", "internal/fsm", "internal/placement", "internal/queues", "internal/raftnode",
 		"internal/replica", "internal/sessions", "internal/snap", "internal/transport", "internal/vfs",
 		"internal/wal", "internal/watch",
 	}},
@@ -118,7 +118,7 @@ var allowed = map[string]rule{
 		tests:   testHarness,
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
-	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/server"}},
+	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/placement", "internal/server"}},
 
 	// The test harnesses.
 	testkit + "testseed": {stdlibOnly: true},
@@ -129,7 +129,7 @@ var allowed = map[string]rule{
 	testkit + "linearize": {imports: []string{"api"}},
 	testkit + "testcluster": {
 		imports: []string{"api", "internal/clock", "internal/httpapi", "internal/server", "internal/transport", "internal/vfs"},
-		tests:   []string{"client", "client/recipe", testkit + "linearize", testkit + "testseed"},
+		tests:   []string{"client", "client/recipe", "internal/placement", testkit + "linearize", testkit + "testseed"},
 	},
 	testkit + "proccluster": {
 		imports: []string{"api", "internal/vfs", testkit + "crashfs"},

@@ -28,7 +28,9 @@ func (a *app) statusCommand() *cobra.Command {
 		Short: "show every endpoint's role, term, leader and indexes",
 		Long: "status asks each endpoint for GET /v1/status; it fails (exit 4) only if none answers.\n" +
 			"LEADER is the leader's member name and LEADER URL its client URL, as that endpoint sees\n" +
-			"them ('-' while it knows no leader); -o json adds leader_name beside each raw status.",
+			"them ('-' while it knows no leader); -o json adds leader_name beside each raw status.\n" +
+			"With more than one shard, a second table shows each endpoint's view of every shard: its\n" +
+			"role there, the shard's leader, term, commit and applied index.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(ctx context.Context, c *client.Client) error {
@@ -66,14 +68,7 @@ func collectStatus(ctx context.Context, c *client.Client, endpoints []string) ([
 
 // leaderName returns the name of the leader s reports, its id if s does
 // not list that member, or "" if s knows no leader.
-func leaderName(s *api.Status) string {
-	for _, m := range s.Members {
-		if m.ID == s.LeaderID && m.Name != "" {
-			return m.Name
-		}
-	}
-	return s.LeaderID
-}
+func leaderName(s *api.Status) string { return memberName(s, s.LeaderID) }
 
 func printStatus(w io.Writer, rows []endpointStatus) {
 	table := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -88,6 +83,49 @@ func printStatus(w io.Writer, rows []endpointStatus) {
 			orDash(row.LeaderName), orDash(s.LeaderClient), s.CommitIndex, s.AppliedIndex)
 	}
 	_ = table.Flush()
+	if sharded(rows) {
+		fmt.Fprintln(w)
+		printShards(w, rows)
+	}
+}
+
+// sharded reports whether an endpoint runs more than one shard: only then
+// does status print the per-shard table (with one shard it repeats the
+// first).
+func sharded(rows []endpointStatus) bool {
+	for _, row := range rows {
+		if row.Status != nil && len(row.Status.Shards) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// printShards prints each endpoint's view of every shard: its role there,
+// the shard's leader (by member name), term and indexes.
+func printShards(w io.Writer, rows []endpointStatus) {
+	table := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(table, "ENDPOINT\tSHARD\tROLE\tLEADER\tTERM\tCOMMIT\tAPPLIED")
+	for _, row := range rows {
+		if row.Status == nil {
+			continue
+		}
+		for _, sh := range row.Status.Shards {
+			fmt.Fprintf(table, "%s\t%d\t%s\t%s\t%d\t%d\t%d\n", row.Endpoint, sh.Shard, sh.Role,
+				orDash(memberName(row.Status, sh.LeaderID)), sh.Term, sh.CommitIndex, sh.AppliedIndex)
+		}
+	}
+	_ = table.Flush()
+}
+
+// memberName returns the name s lists for member id, else id itself.
+func memberName(s *api.Status, id string) string {
+	for _, m := range s.Members {
+		if m.ID == id && m.Name != "" {
+			return m.Name
+		}
+	}
+	return id
 }
 
 // orDash shows an unknown value as "-".

@@ -84,17 +84,18 @@ func TestValidateDropsReadFractionOutsideMixed(t *testing.T) {
 	}
 }
 
-// TestReadMetricsKeepsUnlabelledSamples checks the /metrics reader: comments,
-// labelled samples and unparsable values are skipped.
-func TestReadMetricsKeepsUnlabelledSamples(t *testing.T) {
+// TestReadMetricsSumsSeriesByName checks the /metrics reader: comments and
+// unparsable values are skipped, and the samples of a labelled series (the
+// per-shard applied index) add up under its name.
+func TestReadMetricsSumsSeriesByName(t *testing.T) {
 	text := "# HELP latch_raft_applied_index x\n# TYPE latch_raft_applied_index gauge\n" +
-		"latch_raft_applied_index 42\nprocess_resident_memory_bytes 1.5e+06\n" +
-		"latch_requests_total{code=\"ok\"} 7\nbroken NaNx\n\n"
+		"latch_raft_applied_index{shard=\"0\"} 40\nlatch_raft_applied_index{shard=\"1\"} 2\nprocess_resident_memory_bytes 1.5e+06\n" +
+		"latch_requests_total{code=\"a b\"} 7\nbroken NaNx\n\n"
 	got := map[string]float64{}
 	if err := readMetrics(strings.NewReader(text), got); err != nil {
 		t.Fatalf("readMetrics: %v", err)
 	}
-	want := map[string]float64{"latch_raft_applied_index": 42, "process_resident_memory_bytes": 1.5e6}
+	want := map[string]float64{"latch_raft_applied_index": 42, "process_resident_memory_bytes": 1.5e6, "latch_requests_total": 7}
 	if len(got) != len(want) {
 		t.Fatalf("readMetrics = %v, want %v", got, want)
 	}

@@ -119,25 +119,36 @@ func (b *serverSampler) get(ctx context.Context, u string, decode func(io.Reader
 	return decode(response.Body)
 }
 
-// readMetrics reads the unlabelled samples of a Prometheus text exposition.
+// readMetrics reads the samples of a Prometheus text exposition by name:
+// the samples of a labelled series add up under its name (the per-shard
+// latch_raft_applied_index sums to the entries applied over every shard).
 func readMetrics(r io.Reader, into map[string]float64) error {
 	scanner := bufio.NewScanner(r)
 	scanner.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for scanner.Scan() {
 		line := scanner.Text()
-		if line == "" || line[0] == '#' || strings.Contains(line, "{") {
+		if line == "" || line[0] == '#' {
 			continue
 		}
-		name, value, ok := strings.Cut(line, " ")
+		series, value, ok := cutSample(line)
 		if !ok {
 			continue
 		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err == nil {
-			into[name] = v
+		name, _, _ := strings.Cut(series, "{")
+		if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
+			into[name] += v
 		}
 	}
 	return scanner.Err()
+}
+
+// cutSample splits a sample line into its series (name and labels) and
+// value; label values may hold spaces, so the series ends at its "}".
+func cutSample(line string) (series, value string, ok bool) {
+	if end := strings.LastIndex(line, "}"); end >= 0 {
+		return line[:end+1], line[end+1:], true
+	}
+	return strings.Cut(line, " ")
 }
 
 // deltas compares two samples per endpoint over a phase of seconds;

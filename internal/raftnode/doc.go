@@ -36,7 +36,10 @@
 // node stops before applying anything after it.
 //
 // The node reads time only through Config.Clock (internal/clock): the
-// ticker that ticks raft every TickInterval, LastTick, the election timeout
+// ticker that ticks raft every TickInterval (or the process's one shared
+// Ticks, Config.Ticker, which ticks every group at the same instants so
+// that their heartbeats leave together and one timer serves them all),
+// LastTick, the election timeout
 // a forwarded proposal may wait, and the durations given to Hooks. Under a
 // clock.Fake, raft's clock moves only when the test advances it.
 package raftnode

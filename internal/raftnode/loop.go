@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"fmt"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -14,13 +15,25 @@ import (
 func (n *Node) run() {
 	defer close(n.donec)
 	defer n.raft.Stop()
-	ticker := n.cfg.Clock.NewTicker(n.cfg.TickInterval)
-	defer ticker.Stop()
+	// Exactly one of the two tick channels is set: the shared Ticks' or a
+	// ticker of the node's own.
+	var ownTicks <-chan time.Time
+	var sharedTicks <-chan struct{}
+	if n.cfg.Ticker != nil {
+		ticks, unsubscribe := n.cfg.Ticker.subscribe()
+		defer unsubscribe()
+		sharedTicks = ticks
+	} else {
+		ticker := n.cfg.Clock.NewTicker(n.cfg.TickInterval)
+		defer ticker.Stop()
+		ownTicks = ticker.C()
+	}
 	for {
 		select {
-		case <-ticker.C():
-			n.raft.Tick()
-			n.lastTick.Store(int64(n.cfg.Clock.Since(n.started)))
+		case <-ownTicks:
+			n.tick()
+		case <-sharedTicks:
+			n.tick()
 		case rd := <-n.raft.Ready():
 			if err := n.handleReady(rd); err != nil {
 				n.fail(err)
@@ -37,6 +50,34 @@ func (n *Node) run() {
 			return
 		}
 	}
+}
+
+// tick advances raft's logical clock and, every walCheckElections
+// election timeouts, snapshots the group if it holds back the WAL.
+func (n *Node) tick() {
+	n.raft.Tick()
+	n.lastTick.Store(int64(n.cfg.Clock.Since(n.started)))
+	n.ticks++
+	if n.ticks%uint64(walCheckElections*n.cfg.ElectionTicks) == 0 {
+		n.snapshotIfPinning()
+	}
+}
+
+// walCheckElections is how many election timeouts pass between two checks
+// of whether the group pins the WAL's oldest segment.
+const walCheckElections = 5
+
+// snapshotIfPinning snapshots a group whose entries in the WAL's oldest
+// segment no snapshot covers while later segments exist: a group that
+// takes few writes (an idle shard) would otherwise never reach
+// SnapshotEvery, and the WAL, which drops segments only from the front,
+// would keep every segment written since.
+func (n *Node) snapshotIfPinning() {
+	if n.snapshotting || n.appliedIndex <= n.snapshotIndex || !n.cfg.WAL.PinsOldest(n.cfg.Group) {
+		return
+	}
+	n.snapshotDue = true
+	n.maybeSnapshot()
 }
 
 // handleReady processes one Ready in the order the package comment gives.

@@ -70,10 +70,14 @@ type Config struct {
 	// Clock drives raft's logical clock (a ticker of TickInterval), the
 	// bound on a forwarded proposal's wait, LastTick and the hook durations.
 	// Default clock.Real(); tests step ticks by advancing a clock.Fake.
-	Clock         clock.Clock
-	TickInterval  time.Duration // default 100ms
-	ElectionTicks int           // default 10
-	HeartbeatTick int           // default 1
+	Clock        clock.Clock
+	TickInterval time.Duration // default 100ms
+	// Ticker, if set, drives raft's clock instead of a ticker of the node's
+	// own: one shared by every group of the process (its interval is then
+	// the Ticks'; TickInterval still scales the forwarded-proposal bound).
+	Ticker        *Ticks
+	ElectionTicks int // default 10
+	HeartbeatTick int // default 1
 	// SnapshotEvery is how many applied entries trigger a snapshot (default 10,000).
 	SnapshotEvery uint64
 	// CompactionLag is how many entries before a snapshot stay in the raft log
@@ -127,6 +131,7 @@ type Node struct {
 	snapshotDue bool
 	snapDone    chan snapshotResult
 	term        uint64
+	ticks       uint64 // raft ticks since the node started
 	// persistedHardState is the hard state last written to the WAL; a Ready
 	// whose hard state differs from it only in the commit index needs no fsync.
 	persistedHardState raftpb.HardState

@@ -41,12 +41,15 @@ func (s *Server) TakeBackup(ctx context.Context, opts ReadOptions) (*Backup, err
 }
 
 // backupGroups are the groups a backup holds, in group order: every group
-// this member runs (the main group until the tree is sharded).
+// this member runs, one per shard.
 func (s *Server) backupGroups() []*group {
-	if g := s.main.Load(); g != nil {
-		return []*group{g}
+	var groups []*group
+	for _, g := range s.allGroups() {
+		if g != nil {
+			groups = append(groups, g)
+		}
 	}
-	return nil
+	return groups
 }
 
 // Index is the highest applied index of the backup's groups.

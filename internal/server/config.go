@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/internal/clock"
+	"github.com/latch-io/latch/internal/placement"
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/vfs"
 )
@@ -46,6 +47,12 @@ type Config struct {
 	// ClusterToken names the cluster; peers with another token are refused
 	// (default "latch").
 	ClusterToken string
+
+	// Shards is the number of shards (consensus groups), from 1 (the
+	// default) to placement.MaxShards. It is fixed when the cluster is
+	// created: recorded in the data directory, checked at every start and
+	// in the peer handshake.
+	Shards int
 
 	TickInterval  time.Duration // raft tick (default 100ms)
 	ElectionTicks int           // election timeout in ticks (default 10)
@@ -108,6 +115,9 @@ func (c *Config) setDefaults() {
 	if c.ClusterToken == "" {
 		c.ClusterToken = "latch"
 	}
+	if c.Shards == 0 {
+		c.Shards = 1
+	}
 	if c.TickInterval == 0 {
 		c.TickInterval = 100 * time.Millisecond
 	}
@@ -146,6 +156,9 @@ func (c *Config) setDefaults() {
 func (c *Config) validate() error {
 	if _, ok := c.InitialCluster[c.Name]; !ok {
 		return fmt.Errorf("server: initial cluster does not name this member %q", c.Name)
+	}
+	if c.Shards < 1 || c.Shards > placement.MaxShards {
+		return fmt.Errorf("server: --shards %d outside [1, %d]", c.Shards, placement.MaxShards)
 	}
 	if c.MaxValueSize < 1 || c.MaxValueSize > MaxMaxValueSize {
 		return fmt.Errorf("server: max value size %d outside [1, %d]", c.MaxValueSize, MaxMaxValueSize)

@@ -10,10 +10,25 @@
 // acquire that gives up after its wait is a reply (api.Lock with Held
 // false), not an error.
 //
-// Every request finds its group through groupFor(path) (tree reads and
-// writes, locks, elections, watches) or metaGroup() (membership, sessions,
-// status): one group runs today, and every WAL record and peer frame already
-// carries the group id, so sharding changes those two functions.
+// The server runs Config.Shards consensus groups (shards.go): shard k is
+// consensus group k+1, and shard 0 (group 1) is the meta group that holds
+// the member table and the sessions, so a data directory written by a
+// single-group server is shard 0 of --shards 1. The shard count is recorded
+// in the data directory and checked at every start (another count is
+// refused, ErrShardCount) and in the peer handshake. All groups share the
+// one WAL (group commit across groups), the snapshot store (files per
+// group), one peer connection per member pair, and one raft ticker.
+//
+// Every request finds its group through groupFor(path) (the shard of the
+// path's parent: tree reads and writes), childGroup(dir) (the shard of a
+// directory's children: a lock's or an election's queue) or metaGroup()
+// (membership, sessions, watches, status). Until the cross-shard protocols
+// are wired in, a request whose parent directory lives in another shard
+// fails with the single-group errors; nothing panics.
+//
+// With more than one shard, a coordination loop (shardcoord.go) keeps every
+// shard group's membership equal to the meta group's, and the meta leader
+// balances the shard leaderships over the voters.
 //
 // The listings (listings.go: every lock, election and live session, a page
 // at a time) and ClusterHealth (health.go: each member's GET /v1/status,

@@ -42,7 +42,7 @@ func (s *Server) newGroup(id uint64) *group {
 		Self: s.id, Group: id, RequestTimeout: s.cfg.RequestTimeout, ElectionTimeout: s.electionTimeout(),
 		MaxPending: s.cfg.MaxPending, UnsafeLocalReads: s.cfg.UnsafeLocalReads,
 		Listeners:  []replica.Listener{g.sessions, watchListener{w: g.watches}, g.queues},
-		Membership: (*membership)(s), Metrics: s.metrics, Clock: s.cfg.Clock, Logger: s.log, Stop: s.stop,
+		Membership: (*membership)(s), Metrics: s.metrics.forShard(shardOfGroup(id)), Clock: s.cfg.Clock, Logger: s.log, Stop: s.stop,
 	})
 	return g
 }

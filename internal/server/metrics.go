@@ -16,12 +16,12 @@ import (
 // metrics are the server's Prometheus series, in a registry of its own so
 // that several servers can share a process in tests.
 type metrics struct {
-	registry         *prometheus.Registry
-	term             prometheus.Gauge
-	hasLeader        prometheus.Gauge
-	leaderChanges    prometheus.Counter
-	commitIndex      prometheus.GaugeFunc
-	appliedIndex     prometheus.Gauge
+	registry *prometheus.Registry
+	// The per-group series, labelled shard="k" (groupMetrics sets them).
+	term             *prometheus.GaugeVec
+	hasLeader        *prometheus.GaugeVec
+	leaderChanges    *prometheus.CounterVec
+	appliedIndex     *prometheus.GaugeVec
 	proposalsPending prometheus.Gauge
 	proposalsFailed  prometheus.Counter
 	walFsync         prometheus.Histogram
@@ -44,10 +44,10 @@ func newMetrics(s *Server) *metrics {
 	latency := prometheus.ExponentialBuckets(0.0001, 2, 16) // 100µs .. ~3.3s
 	m := &metrics{
 		registry:         prometheus.NewRegistry(),
-		term:             prometheus.NewGauge(prometheus.GaugeOpts{Name: "latch_raft_term", Help: "Current raft term."}),
-		hasLeader:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "latch_raft_has_leader", Help: "1 if a leader is known."}),
-		leaderChanges:    prometheus.NewCounter(prometheus.CounterOpts{Name: "latch_raft_leader_changes_total", Help: "Leader changes seen."}),
-		appliedIndex:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "latch_raft_applied_index", Help: "Last applied raft index."}),
+		term:             prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "latch_raft_term", Help: "Current raft term, per shard."}, shardLabel),
+		hasLeader:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "latch_raft_has_leader", Help: "1 if a leader is known, per shard."}, shardLabel),
+		leaderChanges:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "latch_raft_leader_changes_total", Help: "Leader changes seen, per shard."}, shardLabel),
+		appliedIndex:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "latch_raft_applied_index", Help: "Last applied raft index, per shard."}, shardLabel),
 		proposalsPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "latch_proposals_pending", Help: "Proposals waiting to be applied."}),
 		proposalsFailed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "latch_proposals_failed_total", Help: "Proposals answered with an error of unknown outcome or refused for overload."}),
 		walFsync:         prometheus.NewHistogram(prometheus.HistogramOpts{Name: "latch_wal_fsync_duration_seconds", Help: "WAL save (write + fsync) latency per Ready.", Buckets: latency}),
@@ -56,26 +56,22 @@ func newMetrics(s *Server) *metrics {
 		snapshotDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "latch_snapshot_save_duration_seconds", Help: "Snapshot save latency.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		snapshotsFailed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "latch_snapshot_save_failures_total", Help: "Snapshots that failed to save."}),
 	}
-	m.commitIndex = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "latch_raft_commit_index", Help: "Commit index known here."},
-		func() float64 {
-			if g := s.metaGroup(); g != nil {
-				return float64(g.Node().Status().Commit)
-			}
-			return 0
-		})
 	lockWakeups := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "latch_lock_wakeups_total",
 		Help: "Lock and election waiters woken by the deletion of the node ahead of them (one per handoff without a herd)."},
 		func() float64 {
-			if g := s.metaGroup(); g != nil {
-				return float64(g.queues.Wakeups())
+			var total uint64
+			for _, g := range s.allGroups() {
+				if g != nil {
+					total += g.queues.Wakeups()
+				}
 			}
-			return 0
+			return float64(total)
 		})
 	m.registry.MustRegister(lockWakeups)
 	m.addSessionMetrics(s)
-	m.registry.MustRegister(watchCollector{s})
+	m.registry.MustRegister(watchCollector{s}, commitCollector{s})
 	m.addHTTPMetrics()
-	m.registry.MustRegister(m.term, m.hasLeader, m.leaderChanges, m.commitIndex, m.appliedIndex,
+	m.registry.MustRegister(m.term, m.hasLeader, m.leaderChanges, m.appliedIndex,
 		m.proposalsPending, m.proposalsFailed, m.walFsync, m.entriesPerSave, m.applyDuration, m.snapshotDuration, m.snapshotsFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -97,20 +93,58 @@ func (m *metrics) nodeHooks() raftnode.Hooks {
 	}
 }
 
+// shardLabel labels the per-group series with the group's shard number.
+var shardLabel = []string{"shard"}
+
+// groupMetrics is one group's replica.Metrics: its series carry the
+// group's shard label; proposals are counted over every group.
+type groupMetrics struct {
+	m     *metrics
+	shard string
+}
+
+func (m *metrics) forShard(shard int) groupMetrics {
+	gm := groupMetrics{m: m, shard: strconv.Itoa(shard)}
+	// Every shard's series exist from the start, so a shard with no leader
+	// yet reads 0 rather than being absent.
+	m.hasLeader.WithLabelValues(gm.shard).Set(0)
+	m.leaderChanges.WithLabelValues(gm.shard).Add(0)
+	return gm
+}
+
 // The replica runtime's figures (replica.Metrics).
-func (m *metrics) Applied(index uint64) { m.appliedIndex.Set(float64(index)) }
-func (m *metrics) ProposalStarted()     { m.proposalsPending.Inc() }
-func (m *metrics) ProposalEnded()       { m.proposalsPending.Dec() }
-func (m *metrics) ProposalFailed()      { m.proposalsFailed.Inc() }
+func (gm groupMetrics) Applied(index uint64) {
+	gm.m.appliedIndex.WithLabelValues(gm.shard).Set(float64(index))
+}
+func (gm groupMetrics) ProposalStarted() { gm.m.proposalsPending.Inc() }
+func (gm groupMetrics) ProposalEnded()   { gm.m.proposalsPending.Dec() }
+func (gm groupMetrics) ProposalFailed()  { gm.m.proposalsFailed.Inc() }
 
 // LeaderChanged records a leader change (replica.Metrics).
-func (m *metrics) LeaderChanged(leader, term uint64) {
-	m.leaderChanges.Inc()
-	m.term.Set(float64(term))
+func (gm groupMetrics) LeaderChanged(leader, term uint64) {
+	gm.m.leaderChanges.WithLabelValues(gm.shard).Inc()
+	gm.m.term.WithLabelValues(gm.shard).Set(float64(term))
 	if leader != 0 {
-		m.hasLeader.Set(1)
+		gm.m.hasLeader.WithLabelValues(gm.shard).Set(1)
 	} else {
-		m.hasLeader.Set(0)
+		gm.m.hasLeader.WithLabelValues(gm.shard).Set(0)
+	}
+}
+
+// commitCollector reports every running group's commit index, read from
+// raft at scrape time.
+type commitCollector struct{ s *Server }
+
+var commitIndexDesc = prometheus.NewDesc("latch_raft_commit_index", "Commit index known here, per shard.", shardLabel, nil)
+
+func (c commitCollector) Describe(ch chan<- *prometheus.Desc) { ch <- commitIndexDesc }
+
+func (c commitCollector) Collect(ch chan<- prometheus.Metric) {
+	for shard, g := range c.s.allGroups() {
+		if g != nil {
+			ch <- prometheus.MustNewConstMetric(commitIndexDesc, prometheus.GaugeValue,
+				float64(g.Node().Status().Commit), strconv.Itoa(shard))
+		}
 	}
 }
 

@@ -66,6 +66,9 @@ func Restore(cfg Config, opts RestoreOptions) (Restored, error) {
 	if err := checkRestorable(cfg, contents.Header); err != nil {
 		return Restored{}, err
 	}
+	// The new cluster keeps the backed-up cluster's shard count: placement
+	// depends on it. Its members are started with --shards of that count.
+	cfg.Shards = len(contents.Header.Shards)
 	index := contents.Header.MaxIndex() + opts.BumpIndex
 	if index < opts.BumpIndex {
 		return Restored{}, fmt.Errorf("server: restore: bump %d overflows index %d", opts.BumpIndex, contents.Header.MaxIndex())
@@ -88,9 +91,9 @@ func readBackup(cfg Config, name string) (*backup.Contents, error) {
 // checkRestorable refuses a backup this binary cannot seed a cluster from,
 // a reused cluster token and an existing data directory.
 func checkRestorable(cfg Config, h backup.Header) error {
-	for _, shard := range h.Shards {
-		if shard.Group != mainGroup {
-			return fmt.Errorf("server: restore: the backup holds group %d; this binary runs group %d only", shard.Group, mainGroup)
+	for i, shard := range h.Shards {
+		if shard.Group != groupOfShard(i) {
+			return fmt.Errorf("server: restore: the backup's section %d holds group %d, not shard %d's group %d", i, shard.Group, i, groupOfShard(i))
 		}
 	}
 	if backup.TokenHash(cfg.ClusterToken) == h.TokenHash {
@@ -141,6 +144,9 @@ func prepareDataDir(cfg Config, contents *backup.Contents, index uint64) (err er
 	}
 	if err := writeRestoredWAL(cfg, filepath.Join(temp, "wal"), batches); err != nil {
 		return err
+	}
+	if err := writeShardCountIn(cfg.FS, temp, cfg.Shards); err != nil {
+		return fmt.Errorf("server: restore: %w", err)
 	}
 	return renameDataDir(cfg, temp)
 }

@@ -32,9 +32,9 @@ func backupFile(t *testing.T) (string, uint64) {
 		}
 	}
 	h := backup.Header{TokenHash: backup.TokenHash("old"), Member: "old-member", Shards: []backup.Shard{{
-		Group: mainGroup, Index: f.Applied(), Term: 4, NodeCount: uint64(f.NodeCount()), SessionCount: 1}}}
+		Group: groupOfShard(0), Index: f.Applied(), Term: 4, NodeCount: uint64(f.NodeCount()), SessionCount: 1}}}
 	var out bytes.Buffer
-	if err := backup.Write(&out, h, []backup.Section{{Group: mainGroup, WriteBody: f.WriteSnapshot}}); err != nil {
+	if err := backup.Write(&out, h, []backup.Section{{Group: groupOfShard(0), WriteBody: f.WriteSnapshot}}); err != nil {
 		t.Fatal(err)
 	}
 	name := filepath.Join(t.TempDir(), "backup.latch")
@@ -65,7 +65,7 @@ func TestRestorePreparesAFirstSnapshotAndALogAboveIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	meta, body, _, err := snaps.Load(mainGroup)
+	meta, body, _, err := snaps.Load(groupOfShard(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestRestorePreparesAFirstSnapshotAndALogAboveIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	g := groups[mainGroup]
+	g := groups[groupOfShard(0)]
 	if g == nil || g.Snapshot.Index != restored.Index || g.HardState.Commit != restored.Index || len(g.Entries) != 0 {
 		t.Fatalf("WAL holds %+v; want a snapshot marker and commit at %d and no entry", g, restored.Index)
 	}

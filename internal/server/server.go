@@ -15,6 +15,7 @@ import (
 
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/placement"
 	"github.com/latch-io/latch/internal/raftnode"
 	"github.com/latch-io/latch/internal/replica"
 	"github.com/latch-io/latch/internal/snap"
@@ -22,9 +23,6 @@ import (
 	"github.com/latch-io/latch/internal/vfs"
 	"github.com/latch-io/latch/internal/wal"
 )
-
-// mainGroup is the id of the one consensus group that runs today.
-const mainGroup = 1
 
 // Server is one running latch server.
 type Server struct {
@@ -38,7 +36,12 @@ type Server struct {
 	// removedPeers are members this server applied the removal of.
 	removedPeers removedSet
 
-	main atomic.Pointer[group] // set once its raft node runs
+	// shards places paths; groups[k] is shard k's group (consensus group
+	// k+1), each set once its raft node runs.
+	shards placement.Map
+	// ticker drives the raft clock of every group: one timer per process.
+	ticker *raftnode.Ticks
+	groups []atomic.Pointer[group]
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -69,24 +72,47 @@ func New(cfg Config) (*Server, error) {
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 	}
+	shards, err := placement.New(cfg.Shards)
+	if err != nil {
+		return nil, fmt.Errorf("server: --shards: %w", err)
+	}
+	s.shards = shards
+	s.groups = make([]atomic.Pointer[group], cfg.Shards)
+	s.ticker = raftnode.NewTicks(cfg.Clock, cfg.TickInterval)
 	s.metrics = newMetrics(s)
-	if err := s.openStorage(); err != nil {
+	if err := s.open(); err != nil {
+		s.ticker.Stop()
 		return nil, err
+	}
+	s.startShardCoordination()
+	return s, nil
+}
+
+// open opens the storage, checks the shard count, and starts the transport
+// and the groups; on an error it closes what it opened.
+func (s *Server) open() error {
+	if err := s.openStorage(); err != nil {
+		return err
 	}
 	recovered, err := s.openWAL()
 	if err != nil {
-		return nil, err
+		return err
+	}
+	if err := s.checkShardCount(recovered); err != nil {
+		s.wal.Close()
+		return err
 	}
 	if err := s.startTransport(); err != nil {
 		s.wal.Close()
-		return nil, err
+		return err
 	}
-	if err := s.startGroup(recovered[mainGroup]); err != nil {
+	if err := s.startGroups(recovered); err != nil {
+		s.stopGroups()
 		s.transport.Close()
 		s.wal.Close()
-		return nil, err
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 func (s *Server) openStorage() error {
@@ -127,7 +153,7 @@ func (s *Server) startTransport() error {
 		tr, err = s.cfg.NewTransport(s.id, s, s)
 	} else {
 		tr, err = transport.NewTCP(transport.Config{
-			ID: s.id, ClusterID: clusterID(s.cfg.ClusterToken), ListenAddr: s.cfg.PeerAddr,
+			ID: s.id, ClusterID: clusterID(s.cfg.ClusterToken), Shards: s.cfg.Shards, ListenAddr: s.cfg.PeerAddr,
 			Listener: s.cfg.PeerListener, Handler: s, Snapshots: s, Logger: s.log,
 		})
 	}
@@ -152,25 +178,51 @@ func clusterID(token string) uint64 {
 	return h.Sum64()
 }
 
-func (s *Server) startGroup(recovered *wal.GroupState) error {
-	g := s.newGroup(mainGroup)
+// startGroups starts the raft node of every shard, the meta group (shard
+// 0) first. Every group has the same members: each bootstraps from the same
+// initial cluster, or joins with the others.
+func (s *Server) startGroups(recovered map[uint64]*wal.GroupState) error {
+	for shard := range s.cfg.Shards {
+		if err := s.startGroup(shard, recovered[groupOfShard(shard)]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
+	id := groupOfShard(shard)
+	g := s.newGroup(id)
 	node, err := raftnode.Start(raftnode.Config{
-		ID: s.id, Group: mainGroup, Peers: s.bootstrapPeers(), Join: s.cfg.Join, Recovered: recovered,
+		ID: s.id, Group: id, Peers: s.bootstrapPeers(), Join: s.cfg.Join, Recovered: recovered,
 		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g.Replica, Observer: g.Replica,
 		Logger: s.log, TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks,
 		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.metrics.nodeHooks(), Clock: s.cfg.Clock,
+		Ticker: s.ticker,
 	})
 	if err != nil {
-		return fmt.Errorf("server: start group %d: %w", mainGroup, err)
+		return fmt.Errorf("server: start group %d (shard %d): %w", id, shard, err)
 	}
 	g.Attach(node)
-	s.main.Store(g)
+	s.groups[shard].Store(g)
 	s.goBackground(g.RunReads)
-	s.goBackground(func() { s.announce(g) })
-	s.goBackground(func() { g.sessions.RunRelay(s.stop) })
-	s.goBackground(func() { g.sessions.RunExpiry(s.stop) })
+	if shard == 0 {
+		s.goBackground(func() { s.announce(g) })
+		s.goBackground(func() { g.sessions.RunRelay(s.stop) })
+		s.goBackground(func() { g.sessions.RunExpiry(s.stop) })
+	}
 	go s.watchNode(node)
 	return nil
+}
+
+// stopGroups stops every running group's raft node.
+func (s *Server) stopGroups() {
+	for shard := range s.groups {
+		if g := s.groups[shard].Load(); g != nil {
+			g.Node().Stop()
+			g.FailAll(replica.ErrStopping)
+		}
+	}
 }
 
 // bootstrapPeers are the initial members with their addresses in the conf
@@ -260,27 +312,43 @@ func (s *Server) isLearner(g *group) bool {
 	return ok
 }
 
-// lookupGroup returns the running group id, or nil.
+// lookupGroup returns running group id, or nil.
 func (s *Server) lookupGroup(id uint64) *group {
-	if id != mainGroup {
+	if id < 1 || id > uint64(len(s.groups)) {
 		return nil
 	}
-	return s.main.Load()
+	return s.groups[shardOfGroup(id)].Load()
 }
 
-// groupFor returns the group that owns path: every path belongs to the main
-// group until the tree is sharded, and this is the one place that will
-// change. Reads and writes of the tree, locks, elections and watches find
-// their group here.
+// groupFor returns the group that holds path's record: the group of
+// placement's Shard(path). Reads and writes of the tree find their group
+// here; with one shard every path is in the meta group.
 func (s *Server) groupFor(path string) *group {
-	_ = path
-	return s.main.Load()
+	return s.groups[s.shards.Shard(path)].Load()
+}
+
+// childGroup returns the group that holds dir's children (placement's
+// ChildShard): a lock's or an election's queue, whose nodes are the
+// children of /locks/NAME or /elections/ROLE, so that one lock's fencing
+// tokens come from one log.
+func (s *Server) childGroup(dir string) *group {
+	return s.groups[s.shards.ChildShard(dir)].Load()
 }
 
 // metaGroup returns the group that holds the member table and the sessions
-// (the main group), nil before it runs. Membership, sessions, heartbeats and
-// status find their group here.
-func (s *Server) metaGroup() *group { return s.main.Load() }
+// (shard 0, consensus group 1), nil before it runs. Membership, sessions,
+// heartbeats and status find their group here.
+func (s *Server) metaGroup() *group { return s.groups[0].Load() }
+
+// allGroups returns the running groups in shard order (nil entries for
+// groups not running yet).
+func (s *Server) allGroups() []*group {
+	out := make([]*group, len(s.groups))
+	for shard := range s.groups {
+		out[shard] = s.groups[shard].Load()
+	}
+	return out
+}
 
 func (s *Server) electionTimeout() time.Duration {
 	return time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval
@@ -308,10 +376,8 @@ func (s *Server) Close() error {
 	var err error
 	s.stopOnce.Do(func() {
 		close(s.stop)
-		if g := s.main.Load(); g != nil {
-			g.Node().Stop()
-			g.FailAll(replica.ErrStopping)
-		}
+		s.stopGroups()
+		s.ticker.Stop()
 		s.bg.Wait()
 		err = errors.Join(s.transport.Close(), s.wal.Close())
 		close(s.done)

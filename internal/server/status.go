@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -24,6 +25,25 @@ func (s *Server) Status() api.Status {
 	if st.Lead != raft.None {
 		out.LeaderID = api.FormatID(st.Lead)
 		out.LeaderClient = g.LeaderHint()
+	}
+	out.Shards = s.ShardStatuses()
+	return out
+}
+
+// ShardStatuses reports every running shard's leader, term and indexes as
+// this server sees them.
+func (s *Server) ShardStatuses() []api.ShardStatus {
+	out := make([]api.ShardStatus, 0, len(s.groups))
+	for shard, g := range s.allGroups() {
+		if g == nil {
+			continue
+		}
+		st := g.Node().Status()
+		row := api.ShardStatus{Shard: shard, Role: roleOf(st, s.id), Term: st.Term, CommitIndex: st.Commit, AppliedIndex: g.Applied()}
+		if st.Lead != raft.None {
+			row.LeaderID = api.FormatID(st.Lead)
+		}
+		out = append(out, row)
 	}
 	return out
 }
@@ -72,15 +92,18 @@ func toAPIMembers(ms []command.Member) []api.Member {
 }
 
 // Ready reports whether the server knows a leader and has applied everything
-// it knows to be committed (the /readyz check); never once its raft node
+// it knows to be committed, in every shard (the /readyz check); never once its raft node
 // stopped (a fatal error, such as a committed entry it cannot decode).
 func (s *Server) Ready() bool {
-	g := s.metaGroup()
-	if g == nil || g.Halted() != nil {
-		return false
+	for _, g := range s.allGroups() {
+		if g == nil || g.Halted() != nil {
+			return false
+		}
+		if st := g.Node().Status(); st.Lead == raft.None || g.Applied() < st.Commit {
+			return false
+		}
 	}
-	st := g.Node().Status()
-	return st.Lead != raft.None && g.Applied() >= st.Commit
+	return true
 }
 
 // AppliedIndex is the main group's applied index on this server.
@@ -99,3 +122,25 @@ func (s *Server) LastTick() time.Time { return s.metaGroup().LastTick() }
 
 // LeaderID is the raft id of the leader this server follows (0: none known).
 func (s *Server) LeaderID() uint64 { return s.metaGroup().Leader() }
+
+// ShardConfig returns the voters and learners of shard's consensus group
+// as this server's raft node sees them (nil, nil for no such shard).
+func (s *Server) ShardConfig(shard int) (voters, learners []uint64) {
+	if shard < 0 || shard >= len(s.groups) {
+		return nil, nil
+	}
+	g := s.groups[shard].Load()
+	if g == nil {
+		return nil, nil
+	}
+	st := g.Node().Status()
+	for id := range st.Config.Voters.IDs() {
+		voters = append(voters, id)
+	}
+	for id := range st.Config.Learners {
+		learners = append(learners, id)
+	}
+	slices.Sort(voters)
+	slices.Sort(learners)
+	return voters, learners
+}

@@ -92,7 +92,7 @@ func dialMessages(t *testing.T, addr string, from, to, cluster uint64) net.Conn 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	hello := handshake{version: protocolVersion, kind: kindMessages, cluster: cluster, from: from, to: to}
+	hello := handshake{version: protocolVersion, kind: kindMessages, shards: 1, cluster: cluster, from: from, to: to}
 	if _, err := conn.Write(hello.encode()); err != nil {
 		t.Fatal(err)
 	}

@@ -38,8 +38,10 @@
 //     TCP.misaddressed) is dropped and counted; the connection, which
 //     carries replication, stays up; so is a peer frame that does not
 //     decode (Stats.PeerFramesDropped).
-//   - A connection whose handshake names another cluster id, or another
-//     node id than ours, is refused.
+//   - A connection whose handshake names another cluster id, another
+//     shard count (Config.Shards; one connection carries every shard's
+//     messages), or another node id than ours, is refused; a shard count
+//     refusal is logged naming both counts.
 //   - A snapshot body is never held whole in memory: at most one chunk is
 //     buffered on each side.
 package transport

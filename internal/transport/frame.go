@@ -13,7 +13,7 @@ import (
 // Wire format. Every connection starts with a handshake from the dialer,
 // answered by one status byte from the acceptor:
 //
-//	handshake: magic "LTCH" | version u8 | kind u8 | 2 zero bytes | cluster u64 | from u64 | to u64
+//	handshake: magic "LTCH" | version u8 | kind u8 | shards u16 | cluster u64 | from u64 | to u64
 //	status:    u8 (statusOK, or the reason the acceptor refused and closes)
 //
 // A message connection (kindMessages) then carries frames from dialer to
@@ -32,10 +32,12 @@ import (
 //	chunk:      length u32 (> 0) | crc32c(data) u32 | data
 //	terminator: 0 u32 | crc32c(whole body) u32
 //
-// All integers are big-endian.
+// shards is the dialer's shard count (Config.Shards): one connection carries
+// the messages of every shard, and members of one cluster must agree on how
+// many there are. All integers are big-endian.
 
 const (
-	protocolVersion  = 2 // 2: message connections may carry peer frames
+	protocolVersion  = 3 // 2: message connections may carry peer frames; 3: the handshake carries the shard count
 	handshakeSize    = 32
 	frameHeaderSize  = 12 // length u32 + group u64
 	peerFrameFlag    = 1 << 31
@@ -48,6 +50,7 @@ const (
 	statusWrongPeer  = 2 // the dialer wanted another node id
 	statusBadRequest = 3 // unknown version or kind
 	statusFailed     = 4 // snapshot: stored or processed with an error
+	statusShards     = 5 // shard count mismatch
 )
 
 var magic = [4]byte{'L', 'T', 'C', 'H'}
@@ -56,6 +59,7 @@ var magic = [4]byte{'L', 'T', 'C', 'H'}
 type handshake struct {
 	version uint8
 	kind    uint8
+	shards  uint16
 	cluster uint64
 	from    uint64
 	to      uint64
@@ -66,6 +70,7 @@ func (h handshake) encode() []byte {
 	copy(b, magic[:])
 	b[4] = h.version
 	b[5] = h.kind
+	binary.BigEndian.PutUint16(b[6:], h.shards)
 	binary.BigEndian.PutUint64(b[8:], h.cluster)
 	binary.BigEndian.PutUint64(b[16:], h.from)
 	binary.BigEndian.PutUint64(b[24:], h.to)
@@ -83,6 +88,7 @@ func readHandshake(r io.Reader) (handshake, error) {
 	return handshake{
 		version: b[4],
 		kind:    b[5],
+		shards:  binary.BigEndian.Uint16(b[6:]),
 		cluster: binary.BigEndian.Uint64(b[8:]),
 		from:    binary.BigEndian.Uint64(b[16:]),
 		to:      binary.BigEndian.Uint64(b[24:]),
@@ -98,6 +104,8 @@ func statusError(status byte) error {
 		return ErrClusterMismatch
 	case statusWrongPeer:
 		return ErrWrongPeer
+	case statusShards:
+		return ErrShardMismatch
 	default:
 		return fmt.Errorf("peer refused with status %d", status)
 	}

@@ -71,9 +71,16 @@ func (t *TCP) serverHandshake(conn net.Conn) (handshake, bool) {
 		status = statusCluster
 	case hello.to != t.cfg.ID:
 		status = statusWrongPeer
+	case int(hello.shards) != t.cfg.Shards:
+		status = statusShards
 	}
 	if _, err := conn.Write([]byte{status}); err != nil {
 		t.logger.Debug("write handshake status", "remote", conn.RemoteAddr(), "err", err)
+		return handshake{}, false
+	}
+	if status == statusShards {
+		t.reject(conn, fmt.Sprintf("handshake refused: the peer runs with --shards %d, this member with --shards %d; every member of a cluster must run with the shard count it was created with",
+			hello.shards, t.cfg.Shards), statusError(status), "peer", hello.from)
 		return handshake{}, false
 	}
 	if status != statusOK {

@@ -85,6 +85,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	setDefault(&cfg.Shards, 1)
+	if cfg.Shards > 1<<16-1 {
+		return cfg, fmt.Errorf("transport: config: %d shards do not fit the handshake's 16 bits", cfg.Shards)
+	}
 	setDefault(&cfg.QueueSize, 4096)
 	setDefault(&cfg.MaxFrameSize, 64<<20)
 	setDefault(&cfg.SnapshotChunkSize, 256<<10)
@@ -289,7 +293,7 @@ func (t *TCP) dial(ctx context.Context, addr string, id uint64, kind uint8) (net
 
 func (t *TCP) clientHandshake(conn net.Conn, id uint64, kind uint8) error {
 	conn.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	hello := handshake{version: protocolVersion, kind: kind, cluster: t.cfg.ClusterID, from: t.cfg.ID, to: id}
+	hello := handshake{version: protocolVersion, kind: kind, shards: uint16(t.cfg.Shards), cluster: t.cfg.ClusterID, from: t.cfg.ID, to: id}
 	if _, err := conn.Write(hello.encode()); err != nil {
 		return err
 	}

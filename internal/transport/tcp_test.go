@@ -150,7 +150,7 @@ func TestTCPRefusesWrongCluster(t *testing.T) {
 // TestTCPSurvivesGarbage writes malformed input to the peer port and checks
 // that each connection is closed, counted, and that the transport still works.
 func TestTCPSurvivesGarbage(t *testing.T) {
-	hello := handshake{version: protocolVersion, kind: kindMessages, cluster: 7, from: 1, to: 2}.encode()
+	hello := handshake{version: protocolVersion, kind: kindMessages, shards: 1, cluster: 7, from: 1, to: 2}.encode()
 	frameHeader := func(length uint32) []byte {
 		b := binary.BigEndian.AppendUint32(append([]byte(nil), hello...), length)
 		return binary.BigEndian.AppendUint64(b, 1)
@@ -175,11 +175,11 @@ func TestTCPSurvivesGarbage(t *testing.T) {
 		{name: "oversized frame", input: frameHeader(1 << 31)},
 		{name: "frame shorter than its group", input: frameHeader(3)},
 		{name: "garbage message", input: append(frameHeader(8+6), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)},
-		{name: "snapshot stream without MsgSnap", input: append(handshake{version: protocolVersion, kind: kindSnapshot, cluster: 7, from: 1, to: 2}.encode(), valid...)},
+		{name: "snapshot stream without MsgSnap", input: append(handshake{version: protocolVersion, kind: kindSnapshot, shards: 1, cluster: 7, from: 1, to: 2}.encode(), valid...)},
 		{name: "oversized raft frame", input: frameHeader(1<<31 - 1)},
 		{name: "peer frame shorter than its header", input: append(peerHeader(peerHeaderSize-1), 1, 2, 3, 4, 5)},
 		{name: "oversized peer frame", input: peerHeader(maxPeerFrame + 1)},
-		{name: "snapshot stream opened by a peer frame", input: append(handshake{version: protocolVersion, kind: kindSnapshot, cluster: 7, from: 1, to: 2}.encode(), notice...)},
+		{name: "snapshot stream opened by a peer frame", input: append(handshake{version: protocolVersion, kind: kindSnapshot, shards: 1, cluster: 7, from: 1, to: 2}.encode(), notice...)},
 		{name: "protocol version 1", input: handshake{version: 1, kind: kindMessages, cluster: 7, from: 1, to: 2}.encode()},
 	}
 	receiver := startNode(t, 2, 7, "127.0.0.1:0", func(cfg *Config) { cfg.MaxFrameSize = 1 << 20 })

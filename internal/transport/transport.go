@@ -101,6 +101,9 @@ type Stats struct {
 type Config struct {
 	ID        uint64 // this node's raft id; never 0
 	ClusterID uint64 // peers with another cluster id are refused in the handshake
+	// Shards is the cluster's shard count (default 1); peers with another
+	// count are refused in the handshake. At most 65535.
+	Shards int
 	// Listener accepts peer connections; the transport owns and closes it.
 	// If nil, the transport listens on ListenAddr.
 	Listener   net.Listener
@@ -124,6 +127,8 @@ type Config struct {
 var (
 	// ErrClusterMismatch means a peer belongs to another cluster.
 	ErrClusterMismatch = errors.New("transport: cluster id mismatch")
+	// ErrShardMismatch means a peer runs with another shard count.
+	ErrShardMismatch = errors.New("transport: shard count mismatch: the peer runs with another --shards")
 	// ErrWrongPeer means a peer expected another node id at this address.
 	ErrWrongPeer = errors.New("transport: connection meant for another node id")
 	// ErrFrameTooLarge means a frame's declared length exceeds the limit.

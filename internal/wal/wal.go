@@ -498,6 +498,20 @@ func (w *WAL) Close() error {
 }
 
 // SegmentCount reports how many segment files the log has (for tests and metrics).
+// PinsOldest reports whether group holds back the release of the oldest
+// segment: the log has more than one segment and the oldest holds entries of
+// group that no snapshot of it covers (Release) yet. Segments go only from
+// the front, so one idle group that never snapshots would keep every later
+// segment too; its node snapshots when it pins.
+func (w *WAL) PinsOldest(group uint64) bool {
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	if len(w.segments) < 2 {
+		return false
+	}
+	return w.segments[0].maxIndex[group] > w.released[group]
+}
+
 func (w *WAL) SegmentCount() int {
 	w.writeMu.Lock()
 	defer w.writeMu.Unlock()

@@ -17,6 +17,7 @@ var (
 	oneWayFlag   = flag.Bool("chaos.oneway", false, "include one-way partitions (off in the short runs; a stuck-member bug they exposed is fixed, see docs/correctness.md)")
 	lenientFlag  = flag.Bool("chaos.lenient", false, "report liveness failures of TestChaos without failing (TestSoak always fails on them)")
 	soakFlag     = flag.Duration("chaos.soak", 0, "run TestSoak: runs of -chaos.duration with fresh seeds until this much time passed")
+	shardsFlag   = flag.Int("chaos.shards", 1, "latchd --shards of every member")
 )
 
 func TestMain(m *testing.M) {
@@ -40,7 +41,7 @@ func shortDuration() time.Duration {
 }
 
 func config(seed uint64) Config {
-	return Config{Seed: seed, Duration: shortDuration(), Partitions: proccluster.NetnsAvailable() == nil, OneWay: *oneWayFlag, LeaderTransfers: true, MemberReplacements: true, UnsyncedCrashes: true}
+	return Config{Seed: seed, Duration: shortDuration(), Shards: *shardsFlag, Partitions: proccluster.NetnsAvailable() == nil, OneWay: *oneWayFlag, LeaderTransfers: true, MemberReplacements: true, UnsyncedCrashes: true}
 }
 
 func runAndReport(t *testing.T, cfg Config) Report {

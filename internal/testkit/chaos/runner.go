@@ -17,6 +17,8 @@ type Config struct {
 	Seed     uint64        // drives the fault schedule and the workloads' choices
 	Duration time.Duration // time under faults, before healing
 	Nodes    int           // cluster size; default 5
+	// Shards is latchd's --shards for every member (default 1).
+	Shards int
 	// FaultEvery is the mean time between the start of faults; default 3s.
 	FaultEvery time.Duration
 	// Partitions enables partitions; it needs network namespaces.
@@ -244,7 +246,7 @@ func Run(t testing.TB, cfg Config) Report {
 	report := Report{Seed: cfg.Seed, Runs: 1, Faults: map[string]int{}}
 	cluster := proccluster.Start(t, proccluster.Options{
 		Nodes: cfg.Nodes, Tick: tick, ElectionTicks: electionTicks, MinSessionTimeout: time.Second,
-		SnapshotCount: 500, ExtraFlags: cfg.ExtraFlags, Netns: cfg.Partitions, SyncJournal: cfg.UnsyncedCrashes,
+		SnapshotCount: 500, Shards: cfg.Shards, ExtraFlags: cfg.ExtraFlags, Netns: cfg.Partitions, SyncJournal: cfg.UnsyncedCrashes,
 	})
 	r := &run{
 		cfg: cfg, cluster: cluster, report: &report, logf: t.Logf,

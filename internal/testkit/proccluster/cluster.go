@@ -22,6 +22,7 @@ type Options struct {
 	ElectionTicks     int           // --election-ticks; default latchd's
 	MinSessionTimeout time.Duration // --min-session-timeout; default latchd's
 	SnapshotCount     uint64        // --snapshot-count; default latchd's
+	Shards            int           // --shards; default latchd's (1)
 	LogLevel          string        // --log-level; default "warn"
 	ExtraFlags        []string      // appended to every member's flags
 	// Netns puts every member in its own network namespace, so that
@@ -176,6 +177,9 @@ func memberFlagsLocked(opts Options, m *Member, initial string) []string {
 	}
 	if opts.SnapshotCount > 0 {
 		args = append(args, "--snapshot-count", strconv.FormatUint(opts.SnapshotCount, 10))
+	}
+	if opts.Shards > 0 {
+		args = append(args, "--shards", strconv.Itoa(opts.Shards))
 	}
 	if opts.SyncJournal {
 		args = append(args, "--unsafe-sync-journal", journalPathLocked(m))

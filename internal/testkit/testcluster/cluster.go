@@ -8,6 +8,7 @@
 package testcluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,8 @@ import (
 
 // Options tune the cluster; zero values take test-friendly defaults.
 type Options struct {
+	Shards           int           // server.Config.Shards (default 1)
+	WALSegmentSize   int64         // default 1 MiB
 	TickInterval     time.Duration // default 10ms
 	ElectionTicks    int           // default 10
 	SnapshotEvery    uint64        // default 10,000
@@ -130,17 +133,7 @@ func (c *Cluster) start(i int) {
 		n.Clock = c.opts.clockOf(n.Name)
 	}
 	n.URL = "http://" + n.addr
-	s, err := server.New(server.Config{
-		Name: n.Name, DataDir: "/data", ClientAddr: n.addr, PeerAddr: c.initial[n.Name],
-		InitialCluster: c.initial, Join: n.Join, TickInterval: c.opts.TickInterval, ElectionTicks: c.opts.ElectionTicks,
-		SnapshotEvery: c.opts.SnapshotEvery, RequestTimeout: c.opts.RequestTimeout, WALSegmentSize: 1 << 20,
-		MinSessionTTL: c.opts.MinSessionTTL, MaxSessionTTL: c.opts.MaxSessionTTL,
-		UnsafeLocalReads: c.opts.UnsafeLocalReads, UnsafeNoSync: c.opts.UnsafeNoSync, FS: n.FS,
-		NewTransport: func(id uint64, h transport.Handler, s transport.Snapshots) (transport.Transport, error) {
-			return c.Net.Join(id, h, s), nil
-		},
-		Logger: logger(n.Name), Clock: n.Clock,
-	})
+	s, err := server.New(c.serverConfig(i))
 	if err != nil {
 		ln.Close()
 		c.t.Fatalf("testcluster: start %s: %v", n.Name, err)
@@ -149,6 +142,22 @@ func (c *Cluster) start(i int) {
 	n.started = s.LastTick() // before the first tick: when its raft node started
 	n.http = httpapi.NewServer(httpapi.New(s, logger(n.Name)), c.opts.HTTPLimits, logger(n.Name))
 	go n.http.Serve(ln)
+}
+
+// serverConfig is node i's server configuration (its client address set).
+func (c *Cluster) serverConfig(i int) server.Config {
+	n := c.Nodes[i]
+	return server.Config{
+		Name: n.Name, DataDir: "/data", ClientAddr: n.addr, PeerAddr: c.initial[n.Name], Shards: c.opts.Shards,
+		InitialCluster: c.initial, Join: n.Join, TickInterval: c.opts.TickInterval, ElectionTicks: c.opts.ElectionTicks,
+		SnapshotEvery: c.opts.SnapshotEvery, RequestTimeout: c.opts.RequestTimeout, WALSegmentSize: cmp.Or(c.opts.WALSegmentSize, 1<<20),
+		MinSessionTTL: c.opts.MinSessionTTL, MaxSessionTTL: c.opts.MaxSessionTTL,
+		UnsafeLocalReads: c.opts.UnsafeLocalReads, UnsafeNoSync: c.opts.UnsafeNoSync, FS: n.FS,
+		NewTransport: func(id uint64, h transport.Handler, s transport.Snapshots) (transport.Transport, error) {
+			return c.Net.Join(id, h, s), nil
+		},
+		Logger: logger(n.Name), Clock: n.Clock,
+	}
 }
 
 func orDefault(s, def string) string {
