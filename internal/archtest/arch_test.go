@@ -58,7 +58,7 @@ var allowed = map[string]rule{
 	// State.
 	"internal/command": {never: []string{"net", "os", "go.etcd.io/raft"}},
 	"internal/fsm": {
-		imports: []string{"api", "internal/command"},
+		imports: []string{"api", "internal/command", "internal/placement"},
 		tests:   []string{testkit + "testseed"},
 		never:   []string{"net", "os", "time", "math/rand", "go.etcd.io/raft"},
 	},
