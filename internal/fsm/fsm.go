@@ -191,9 +191,9 @@ func (f *FSM) Applied() uint64 { return f.applied }
 // could be (it updates f).
 func (f *FSM) Clone() *FSM {
 	clone := &FSM{
-		nodes:      f.nodes.Copy(),
-		sessions:   f.sessions.Copy(),
-		owners:     f.owners.Copy(),
+		nodes:        f.nodes.Copy(),
+		sessions:     f.sessions.Copy(),
+		owners:       f.owners.Copy(),
 		members:      f.members,
 		removed:      f.removed,
 		applied:      f.applied,
