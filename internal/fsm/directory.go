@@ -152,7 +152,7 @@ func (f *FSM) parentOf(index uint64, dir string, cmd *command.Command) (parentDi
 	case cmd.Incarnation == 0:
 		r := redo(RedoOpenDirectory, "%s: directory %q is not open here: open it", f.shard, dir)
 		return parentDir{}, &r
-	case cmd.Observed < f.dirFence || cmd.Observed == 0:
+	case cmd.Observed < f.dirFence:
 		r := redo(RedoDirectoryFenced, "%s: directory %q was read at index %d, below the directory fence %d: read it again",
 			f.shard, dir, cmd.Observed, f.dirFence)
 		return parentDir{}, &r
@@ -285,7 +285,7 @@ func (f *FSM) closableNode(path string) (entry, *Result) {
 		return entry{}, &r
 	}
 	if !f.foreignChildren(path) {
-		r := Result{Err: api.Errorf(api.CodeInternal, "%s: %q is not a node here whose children live in another shard", f.shard, path)}
+		r, _ := f.wrongShard("%q is not a node here whose children live in another shard", path)
 		return entry{}, &r
 	}
 	e, ok := f.lookup(path)
@@ -316,7 +316,7 @@ func (f *FSM) closeDirectory(index uint64, cmd *command.Command) (Result, []Even
 	}
 	switch {
 	case !f.foreignDirectory(cmd.Path):
-		return f.wrongShard("%s holds no directory record of %q", f.shard, cmd.Path)
+		return f.wrongShard("it holds no directory record of %q", cmd.Path)
 	case cmd.Incarnation == 0:
 		return refuse(api.Errorf(api.CodeInvalidArgument, "closing directory %q needs its incarnation", cmd.Path))
 	}
