@@ -345,3 +345,26 @@ func (f *FSM) deleteClosed(index uint64, cmd *command.Command) (Result, []Event)
 	}
 	return Result{Node: e.meta()}, []Event{f.remove(index, e), f.unlinkChild(index, e.path)}
 }
+
+// ClosingDirectory is a directory marked closing by a delete in progress.
+type ClosingDirectory struct {
+	Path        string
+	Mark        uint64 // the index of its OpDirMark
+	Incarnation uint64 // its created_index
+}
+
+// ClosingDirectories returns the directories of this shard marked closing,
+// in tree order: deletes in progress, or left by a server that stopped
+// midway, which the shard's leader finishes (OpDirClose, then OpDirDelete,
+// or OpDirUnmark if the close is refused). It costs a scan of the shard's
+// nodes; the leader calls it when it takes office.
+func (f *FSM) ClosingDirectories() []ClosingDirectory {
+	var list []ClosingDirectory
+	f.nodes.Scan(func(e entry) bool {
+		if e.closing != 0 {
+			list = append(list, ClosingDirectory{Path: e.path, Mark: e.closing, Incarnation: e.created})
+		}
+		return true
+	})
+	return list
+}

@@ -221,12 +221,18 @@ func TestDirectoryCloseProtocol(t *testing.T) {
 		t.Fatalf("mark %+v, want mark %d of incarnation %d", mark, s.index, created)
 	}
 	s.refused(command.Command{Op: command.OpDirMark, Path: p}, api.CodePreconditionFailed, RedoNone) // one delete at a time
+	if list := s.f.ClosingDirectories(); len(list) != 1 || list[0] != (ClosingDirectory{Path: p, Mark: mark.Mark, Incarnation: created}) {
+		t.Errorf("ClosingDirectories = %+v", list)
+	}
 
 	// The close finds a child: refused, fence unchanged; the delete undoes its mark.
 	ch.refused(command.Command{Op: command.OpDirClose, Path: p, Incarnation: created}, api.CodePreconditionFailed, RedoNone)
 	ch.refused(command.Command{Op: command.OpDirClose, Path: p, Incarnation: created + 1}, api.CodePreconditionFailed, RedoNone)
 	s.refused(command.Command{Op: command.OpDirUnmark, Path: p, Mark: mark.Mark + 1}, api.CodePreconditionFailed, RedoNone)
 	s.mustApply(command.Command{Op: command.OpDirUnmark, Path: p, Mark: mark.Mark})
+	if list := s.f.ClosingDirectories(); len(list) != 0 {
+		t.Errorf("ClosingDirectories after the unmark = %+v", list)
+	}
 	s.refused(command.Command{Op: command.OpDirDelete, Path: p, Mark: mark.Mark}, api.CodePreconditionFailed, RedoNone)
 
 	// Without children: mark, close (the record goes, the fence rises), delete.
