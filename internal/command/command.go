@@ -14,6 +14,11 @@
 // other input (truncated, trailing bytes, unknown op, unknown flag, a field
 // marked present but zero, a non-minimal varint) is an error wrapping
 // ErrMalformed or ErrUnknownVersion. Unmarshal never panics.
+//
+// Version 3 adds, for sharded clusters, the ops OpSessionsEnded through
+// OpDirDelete and the fields Incarnation, Observed and Mark (docs/design.md,
+// "Sharding", lists the server steps that propose them); a version-1 or -2
+// encoding that holds any of them is malformed.
 package command
 
 import (
