@@ -8,7 +8,10 @@ import (
 )
 
 // Get returns the node at path: not_found if it does not exist,
-// invalid_argument if path is invalid (both *api.Error).
+// invalid_argument if path is invalid (both *api.Error). In a sharded
+// cluster, ask the shard holding the node (placement Shard); if its
+// children live in another shard, ChildrenCount is 0 here and the count is
+// that shard's Directory(path).ChildrenCount.
 func (f *FSM) Get(path string) (Node, error) {
 	e, err := f.get(path)
 	if err != nil {
@@ -76,7 +79,9 @@ func (f *FSM) childrenCount(path string) (int, error) {
 }
 
 // Session returns the live session id: not_found (*api.Error) if it is
-// unknown, closed or expired.
+// unknown, closed or expired. Only shard 0 holds sessions: in another shard
+// of a sharded cluster, Session, Sessions and SessionCount see the local
+// records of the sessions that wrote there (timeout 0), never liveness.
 func (f *FSM) Session(id uint64) (Session, error) {
 	s, ok := f.sessions.Get(session{id: id})
 	if !ok {
