@@ -58,7 +58,7 @@ var allowed = map[string]rule{
 	// State.
 	"internal/command": {never: []string{"net", "os", "go.etcd.io/raft"}},
 	"internal/fsm": {
-		imports: []string{"api", "internal/command"},
+		imports: []string{"api", "internal/command", "internal/placement"},
 		tests:   []string{testkit + "testseed"},
 		never:   []string{"net", "os", "time", "math/rand", "go.etcd.io/raft"},
 	},
@@ -332,7 +332,7 @@ func TestCheckCatchesPlanted(t *testing.T) {
 			pkgImports{code: []string{module + "api"}, tests: append(testHarnessImports(), module+"internal/server")},
 			"tests of client import internal/server"},
 		{"product code imports a harness", "internal/fsm",
-			pkgImports{code: []string{module + "api", module + "internal/command", module + "internal/testkit/testseed"}, tests: []string{module + "internal/testkit/testseed"}},
+			pkgImports{code: []string{module + "api", module + "internal/command", module + "internal/placement", module + "internal/testkit/testseed"}, tests: []string{module + "internal/testkit/testseed"}},
 			"no product package's non-test code imports the test harnesses"},
 		{"unlisted package", "internal/newthing", pkgImports{}, "has no line in archtest's allowed"},
 		{"listed import unused", "internal/queues",
@@ -342,16 +342,16 @@ func TestCheckCatchesPlanted(t *testing.T) {
 		{"api's tests import a module", "api", pkgImports{tests: []string{"github.com/google/go-cmp/cmp"}}, "standard library only"},
 		{"clock imports a module", "internal/clock", pkgImports{code: []string{"golang.org/x/time/rate"}}, "standard library only"},
 		{"fsm imports net/netip, under net", "internal/fsm",
-			pkgImports{code: []string{module + "api", module + "internal/command", "net/netip"}, tests: []string{module + "internal/testkit/testseed"}},
+			pkgImports{code: []string{module + "api", module + "internal/command", module + "internal/placement", "net/netip"}, tests: []string{module + "internal/testkit/testseed"}},
 			"imports net/netip, which it must not"},
 		{"fsm imports math/rand/v2", "internal/fsm",
-			pkgImports{code: []string{module + "api", module + "internal/command", "math/rand/v2"}, tests: []string{module + "internal/testkit/testseed"}},
+			pkgImports{code: []string{module + "api", module + "internal/command", module + "internal/placement", "math/rand/v2"}, tests: []string{module + "internal/testkit/testseed"}},
 			"imports math/rand/v2, which it must not"},
 		{"fsm imports raft", "internal/fsm",
-			pkgImports{code: []string{module + "api", module + "internal/command", "go.etcd.io/raft/v3/raftpb"}, tests: []string{module + "internal/testkit/testseed"}},
+			pkgImports{code: []string{module + "api", module + "internal/command", module + "internal/placement", "go.etcd.io/raft/v3/raftpb"}, tests: []string{module + "internal/testkit/testseed"}},
 			"imports go.etcd.io/raft/v3/raftpb, which it must not"},
 		{"fsm's tests may use time", "internal/fsm",
-			pkgImports{code: []string{module + "api", module + "internal/command", "strings"}, tests: []string{"time", module + "internal/testkit/testseed"}},
+			pkgImports{code: []string{module + "api", module + "internal/command", module + "internal/placement", "strings"}, tests: []string{"time", module + "internal/testkit/testseed"}},
 			""},
 	}
 	for _, tt := range tests {

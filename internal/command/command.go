@@ -14,6 +14,11 @@
 // other input (truncated, trailing bytes, unknown op, unknown flag, a field
 // marked present but zero, a non-minimal varint) is an error wrapping
 // ErrMalformed or ErrUnknownVersion. Unmarshal never panics.
+//
+// Version 3 adds, for sharded clusters, the ops OpSessionsEnded through
+// OpDirDelete and the fields Incarnation, Observed and Mark (docs/design.md,
+// "Sharding", lists the server steps that propose them); a version-1 or -2
+// encoding that holds any of them is malformed.
 package command
 
 import (
@@ -29,10 +34,19 @@ import (
 // counter starts at the index that created it, so a parent deleted and made
 // again never hands out a name twice; OpEnqueue of a session already queued
 // updates its node's value.
-const FormatVersion byte = 2
+//
+// Version 3 adds the operations and fields of sharding (OpSessionsEnded and
+// after; Incarnation, Observed, Mark) and changes no rule of an earlier
+// operation, so a version-2 entry applies exactly as before. A version-1 or
+// version-2 encoding holding any of them is malformed.
+const FormatVersion byte = 3
 
 // FormatV1 is the first version: the rules before version 2.
 const FormatV1 byte = 1
+
+// FormatV2 is the version before sharding: the ops up to OpEnqueue and the
+// fields up to LeaderTerm, applied with the rules of version 3.
+const FormatV2 byte = 2
 
 // Op is the kind of a replicated command.
 type Op uint8
@@ -53,10 +67,36 @@ const (
 	// version 1 nothing changes); otherwise it is an ephemeral sequential put. So retried or concurrent joins of one
 	// session never make two nodes.
 	OpEnqueue
+	// OpSessionsEnded (version 3), in a shard other than 0: the sessions in
+	// Sessions ended in shard 0; delete their ephemeral nodes and
+	// exactly-once windows in this shard and raise its session fence to the
+	// entry's index.
+	OpSessionsEnded
+	// OpSessionsCleaned (version 3), in shard 0: every shard applied the
+	// OpSessionsEnded of the sessions in Sessions; drop them from the ending
+	// list.
+	OpSessionsCleaned
+	// OpDirMark (version 3), in Shard(Path): mark the directory Path
+	// closing, if Precondition holds; the mark is the entry's index.
+	OpDirMark
+	// OpDirUnmark (version 3), in Shard(Path): remove Path's closing mark
+	// Mark (a close refused for children undoes its mark).
+	OpDirUnmark
+	// OpDirClose (version 3), in ChildShard(Path): close Path's directory
+	// record of incarnation Incarnation if it has no children (or if there
+	// is none), raising the directory fence to the entry's index.
+	OpDirClose
+	// OpDirDelete (version 3), in Shard(Path): delete Path if it is still
+	// closing under the mark Mark.
+	OpDirDelete
 	opCount // first invalid op
 )
 
-var opNames = [...]string{"noop", "put", "delete", "session_create", "session_close", "session_expire", "member_set", "member_remove", "enqueue"}
+// opCountV2 is the first op a version-2 (or version-1) encoding cannot hold.
+const opCountV2 = OpSessionsEnded
+
+var opNames = [...]string{"noop", "put", "delete", "session_create", "session_close", "session_expire", "member_set", "member_remove", "enqueue",
+	"sessions_ended", "sessions_cleaned", "dir_mark", "dir_unmark", "dir_close", "dir_delete"}
 
 func (o Op) String() string {
 	if o < opCount {
@@ -117,6 +157,21 @@ type Command struct {
 	// expiry only if the entry was appended in that same term, so an expiry
 	// a deposed leader proposed (and raft forwarded to its successor) is void.
 	LeaderTerm uint64
+	// Incarnation (version 3) is a directory's created_index in its own
+	// shard: on OpPut and OpEnqueue under a parent whose record lives in
+	// another shard, the parent the server checked there (open its
+	// directory record if none is open); on OpDirClose, the directory
+	// closed.
+	Incarnation uint64
+	// Observed (version 3) is an applied index of the command's shard that
+	// the server read through a barrier before the linearizable reads it
+	// made in other shards (the parent's state, the session's liveness).
+	// The shard refuses the command if a directory close or a session end
+	// applied since (the fences); the server then reads again.
+	Observed uint64
+	// Mark (version 3) is the closing mark of OpDirUnmark and OpDirDelete:
+	// the index of the OpDirMark that made it.
+	Mark uint64
 }
 
 // Errors returned (wrapped) by Unmarshal.
@@ -149,7 +204,12 @@ const (
 	hasMemberPeerURL
 	hasMemberClientURL
 	hasLeaderTerm
+	hasIncarnation // version 3
+	hasObserved
+	hasMark
 	presenceMask = 1<<iota - 1
+	// presenceMaskV2 holds the fields of versions 1 and 2.
+	presenceMaskV2 = hasIncarnation - 1
 )
 
 // headerLen is the version, op, flags and precondition bytes.
@@ -183,6 +243,9 @@ func (c *Command) Size() int {
 	n += optionalBytesLen(len(c.Member.PeerURL))
 	n += optionalBytesLen(len(c.Member.ClientURL))
 	n += optionalUvarintLen(c.LeaderTerm)
+	n += optionalUvarintLen(c.Incarnation)
+	n += optionalUvarintLen(c.Observed)
+	n += optionalUvarintLen(c.Mark)
 	return n
 }
 
@@ -213,6 +276,9 @@ func (c *Command) AppendMarshal(dst []byte) []byte {
 	dst = appendOptionalString(dst, c.Member.PeerURL)
 	dst = appendOptionalString(dst, c.Member.ClientURL)
 	dst = appendOptionalUvarint(dst, c.LeaderTerm)
+	dst = appendOptionalUvarint(dst, c.Incarnation)
+	dst = appendOptionalUvarint(dst, c.Observed)
+	dst = appendOptionalUvarint(dst, c.Mark)
 	return dst
 }
 
@@ -265,6 +331,9 @@ func (c *Command) presence() uint64 {
 	set(hasMemberPeerURL, c.Member.PeerURL != "")
 	set(hasMemberClientURL, c.Member.ClientURL != "")
 	set(hasLeaderTerm, c.LeaderTerm != 0)
+	set(hasIncarnation, c.Incarnation != 0)
+	set(hasObserved, c.Observed != 0)
+	set(hasMark, c.Mark != 0)
 	return m
 }
 
@@ -279,8 +348,8 @@ func Unmarshal(data []byte) (Command, error) {
 	}
 	switch data[0] {
 	case FormatVersion:
-	case FormatV1:
-		c.Format = FormatV1
+	case FormatV1, FormatV2:
+		c.Format = data[0]
 	default:
 		return c, fmt.Errorf("%w %d", ErrUnknownVersion, data[0])
 	}
@@ -292,8 +361,8 @@ func Unmarshal(data []byte) (Command, error) {
 		return Command{}, err
 	}
 	mask := d.uvarint("presence mask")
-	if d.err == nil && mask&^presenceMask != 0 {
-		d.fail("unknown presence bits %#x", mask&^presenceMask)
+	if known := c.knownPresence(); d.err == nil && mask&^known != 0 {
+		d.fail("unknown presence bits %#x in format version %d", mask&^known, data[0])
 	}
 	c.ID = d.optionalUvarint(mask, hasID, "id")
 	c.Path = d.optionalString(mask, hasPath, "path")
@@ -310,6 +379,9 @@ func Unmarshal(data []byte) (Command, error) {
 	c.Member.PeerURL = d.optionalString(mask, hasMemberPeerURL, "member peer url")
 	c.Member.ClientURL = d.optionalString(mask, hasMemberClientURL, "member client url")
 	c.LeaderTerm = d.optionalUvarint(mask, hasLeaderTerm, "leader term")
+	c.Incarnation = d.optionalUvarint(mask, hasIncarnation, "incarnation")
+	c.Observed = d.optionalUvarint(mask, hasObserved, "observed index")
+	c.Mark = d.optionalUvarint(mask, hasMark, "mark")
 	if d.err == nil && d.offset != len(data) {
 		d.fail("%d trailing bytes", len(data)-d.offset)
 	}
@@ -319,10 +391,18 @@ func Unmarshal(data []byte) (Command, error) {
 	return c, nil
 }
 
+// knownPresence returns the presence bits c's format version defines.
+func (c *Command) knownPresence() uint64 {
+	if c.Format != 0 {
+		return presenceMaskV2
+	}
+	return presenceMask
+}
+
 func (c *Command) decodeHeader(data []byte) error {
 	c.Op = Op(data[1])
-	if c.Op >= opCount {
-		return fmt.Errorf("%w: unknown op %d", ErrMalformed, data[1])
+	if c.Op >= opCount || (c.Format != 0 && c.Op >= opCountV2) {
+		return fmt.Errorf("%w: unknown op %d in format version %d", ErrMalformed, data[1], data[0])
 	}
 	flags := data[2]
 	if flags&^flagMask != 0 {

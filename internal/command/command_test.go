@@ -145,6 +145,9 @@ func FuzzUnmarshal(f *testing.F) {
 	for _, tt := range sampleCommands {
 		f.Add(tt.command.Marshal())
 	}
+	for _, tt := range shardCommands {
+		f.Add(tt.command.Marshal())
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Unmarshal(data)
 		if err != nil {

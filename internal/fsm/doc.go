@@ -33,6 +33,68 @@
 //   - a node's children count equals the number of nodes whose parent it is;
 //   - no member id is both a member and removed.
 //
+// # Shards
+//
+// A state machine is one shard of its cluster: shard k of N (NewShard; New
+// is shard 0 of 1), fixed at construction by the server, the same on every
+// replica, and recorded in the snapshot (format version 3 when N > 1; a
+// snapshot of another shard or N is refused with ErrWrongShard). With N = 1
+// nothing below exists and the state machine is exactly what it was: same
+// rules, same snapshot bytes (version 2). With N > 1 (docs/design.md,
+// "Sharding"), shard k holds the nodes whose parent directory places on k
+// (internal/placement), so a shard's nodes are no connected tree, and the
+// invariants become, per shard:
+//   - every node but the root has its parent here (a node, persistent) or a
+//     directory record of its parent here (the parent's node lives in
+//     another shard); the root is kept in every shard, but only
+//     Shard("/")'s is the real one;
+//   - a node's children count is its number of children here, and 0 if its
+//     children live in another shard; a directory record's count is its
+//     number of children here;
+//   - an ephemeral node's owner has a session record here: the session
+//     itself in shard 0, elsewhere a local record (its ephemeral count and
+//     exactly-once window) made by its first write here;
+//   - a closing mark is only on a persistent node whose children live in
+//     another shard; the ending list and the session table (shard 0) share
+//     no id.
+//
+// Across shards (checked by the simulation in sim_test.go): every open
+// directory record's directory exists in its own shard with the record's
+// incarnation, so no child is ever left under a deleted directory (the
+// argument is in docs/design.md, "Directories across shards"); and every
+// session state outside shard 0 (a local record, an ephemeral node) belongs
+// to a session live or ending in shard 0.
+//
+// # A session's end in every shard: deleted or refused, never leaked
+//
+// Shard 0 holds the sessions. The entry that ends session s there (close or
+// expiry, index e) deletes its ephemerals in shard 0 and puts s on the
+// ending list. Shard 0's leader then proposes, in every other shard k, an
+// OpSessionsEnded naming s; applied at index i_k, it deletes s's ephemeral
+// nodes, queue places and exactly-once window in k and raises k's session
+// fence to i_k. When every shard applied it, OpSessionsCleaned drops s from
+// the list. A write of s in k (an ephemeral create, an enqueue, an
+// exactly-once write) carries Observed = j: an applied index of k the server
+// read through a barrier before it read, linearizably, that s is live in
+// shard 0. k refuses it (RedoSessionFenced, not remembered) if j < k's fence.
+// Let the write commit in k at index x:
+//  1. x < i_k: the node exists when OpSessionsEnded applies, which deletes
+//     every ephemeral of s in k. Deleted by that end.
+//  2. x > i_k and j < i_k: at x the fence is at least i_k > j. Refused.
+//  3. x > i_k and j >= i_k: the barrier found k's commit index at or past
+//     i_k, so i_k committed before the liveness read began; i_k was proposed
+//     only after e committed in shard 0; so that read saw s ended and the
+//     write was never proposed. Impossible.
+//
+// However long a proposal is delayed or retried, the check is made where it
+// applies, against a j fixed before the liveness read. Memory is bounded: a
+// shard keeps one fence, a local record only for sessions that are live or
+// on the ending list (OpSessionsEnded deletes it, and a record that holds
+// nothing is dropped at once), and the ending list only sessions whose
+// cleanup is in flight; nothing is kept per session after its cleanup. The
+// price is spurious refusals: any session's end in k between j and x
+// refuses the write once, and the server retries.
+//
 // An FSM is not safe for concurrent use: its group's runtime
 // (replica.Replica) serialises Apply under its write lock and runs reads
 // under its read lock (Replica.View). Clone returns an O(1) copy-on-write copy

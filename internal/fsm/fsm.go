@@ -8,6 +8,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/placement"
 )
 
 // FSM is the replicated state machine of one consensus group. It is not safe
@@ -38,6 +39,24 @@ type FSM struct {
 	// table made under another generation is shared with a clone and is
 	// copied before it is modified.
 	generation uint64
+	// shard is which shard of the cluster this state machine is (see
+	// shard.go); fixed at construction, recorded in snapshots.
+	shard shardID
+	// The sharding state (shard.go, directory.go, fence.go). All of it is
+	// empty, and the fences 0, when the cluster has one shard.
+	//
+	// dirs holds the directory records of this shard, by path: one per
+	// directory P whose children live here (ChildShard(P)) while P's own
+	// record lives in another shard.
+	dirs *btree.BTreeG[dirRecord]
+	// ending holds, in shard 0 only, the sessions ended whose cleanup is
+	// not yet confirmed in every other shard, by id.
+	ending *btree.BTreeG[endingSession]
+	// dirFence is the index of the latest OpDirClose applied.
+	dirFence uint64
+	// sessionFence is the index of the latest OpSessionsEnded applied
+	// (shards other than 0).
+	sessionFence uint64
 }
 
 // generations hands out generation numbers, unique in the process.
@@ -47,17 +66,37 @@ func newGeneration() uint64 { return generations.Add(1) }
 
 var treeOptions = btree.Options{NoLocks: true}
 
-// New returns an empty state machine: the root node only, applied index 0.
-func New() *FSM {
+// New returns an empty state machine of a cluster with one shard: the root
+// node only, applied index 0.
+func New() *FSM { return newShard(unsharded) }
+
+// NewShard returns the empty state machine of shard shard of a cluster with
+// shards shards (see placement). Every replica of the shard must be built
+// with the same pair. NewShard(0, 1) is New().
+func NewShard(shard, shards int) (*FSM, error) {
+	id, err := newShardID(shard, shards)
+	if err != nil {
+		return nil, err
+	}
+	return newShard(id), nil
+}
+
+func newShard(id shardID) *FSM {
 	f := &FSM{
 		nodes:      btree.NewBTreeGOptions(entryLess, treeOptions),
 		sessions:   btree.NewBTreeGOptions(sessionLess, treeOptions),
 		owners:     btree.NewBTreeGOptions(ownerLess, treeOptions),
+		dirs:       btree.NewBTreeGOptions(dirRecordLess, treeOptions),
+		ending:     btree.NewBTreeGOptions(endingLess, treeOptions),
 		generation: newGeneration(),
+		shard:      id,
 	}
 	f.nodes.Set(entry{path: "/", nodeData: &nodeData{}})
 	return f
 }
+
+// placementMap returns the placement of f's cluster.
+func (f *FSM) placementMap() placement.Map { return f.shard.placement }
 
 // Result is the outcome of one applied command.
 type Result struct {
@@ -72,6 +111,13 @@ type Result struct {
 	// entries without one).
 	SessionID uint64
 	TimeoutMs uint64
+	// Redo, with Err, says that the server must take another protocol step
+	// and propose again (see Redo); Err then has code unavailable, so a
+	// refusal the server does not handle still reads as retryable.
+	Redo Redo
+	// Mark is the closing mark OpDirMark made (its index); Node then holds
+	// the marked directory, whose CreatedIndex is its incarnation.
+	Mark uint64
 }
 
 // NodeMeta is the metadata of a node.
@@ -106,18 +152,22 @@ func (f *FSM) Apply(index uint64, cmd *command.Command) (Result, []Event) {
 		return Result{}, nil
 	case command.OpPut, command.OpDelete, command.OpEnqueue:
 		return f.applyWrite(index, cmd)
-	case command.OpSessionCreate:
-		return f.createSession(index, cmd), nil
-	case command.OpSessionClose:
-		return f.closeSession(index, cmd.SessionID)
-	case command.OpSessionExpire:
-		return f.expireSessions(index, cmd.Sessions)
-	case command.OpMemberSet:
-		f.setMember(cmd.Member)
-		return Result{}, nil
-	case command.OpMemberRemove:
-		f.removeMember(cmd.Member.ID)
-		return Result{}, nil
+	case command.OpSessionCreate, command.OpSessionClose, command.OpSessionExpire:
+		return f.applySession(index, cmd)
+	case command.OpMemberSet, command.OpMemberRemove:
+		return f.applyMember(cmd)
+	case command.OpSessionsEnded:
+		return f.sessionsEnded(index, cmd.Sessions)
+	case command.OpSessionsCleaned:
+		return f.sessionsCleaned(cmd.Sessions)
+	case command.OpDirMark:
+		return f.markClosing(index, cmd)
+	case command.OpDirUnmark:
+		return f.unmarkClosing(cmd)
+	case command.OpDirClose:
+		return f.closeDirectory(index, cmd)
+	case command.OpDirDelete:
+		return f.deleteClosed(index, cmd)
 	default:
 		return refuse(api.Errorf(api.CodeInvalidArgument, "unknown operation %v", cmd.Op))
 	}
@@ -141,13 +191,18 @@ func (f *FSM) Applied() uint64 { return f.applied }
 // could be (it updates f).
 func (f *FSM) Clone() *FSM {
 	clone := &FSM{
-		nodes:      f.nodes.Copy(),
-		sessions:   f.sessions.Copy(),
-		owners:     f.owners.Copy(),
-		members:    f.members,
-		removed:    f.removed,
-		applied:    f.applied,
-		generation: newGeneration(),
+		nodes:        f.nodes.Copy(),
+		sessions:     f.sessions.Copy(),
+		owners:       f.owners.Copy(),
+		members:      f.members,
+		removed:      f.removed,
+		applied:      f.applied,
+		generation:   newGeneration(),
+		shard:        f.shard,
+		dirs:         f.dirs.Copy(),
+		ending:       f.ending.Copy(),
+		dirFence:     f.dirFence,
+		sessionFence: f.sessionFence,
 	}
 	f.generation = newGeneration()
 	return clone
@@ -162,7 +217,10 @@ func refuse(err *api.Error) (Result, []Event) {
 func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 	exactlyOnce := cmd.SessionID != 0 && cmd.RequestSeq != 0
 	if cmd.SessionID != 0 {
-		s, ok := f.sessions.Get(session{id: cmd.SessionID})
+		s, ok, refusal := f.writingSession(cmd)
+		if refusal != nil {
+			return *refusal, nil
+		}
 		if !ok {
 			return refuse(api.Errorf(api.CodeSessionExpired, "session %s is expired or unknown", api.FormatID(cmd.SessionID)))
 		}
@@ -184,8 +242,13 @@ func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 	default:
 		result, events = f.delete(index, cmd)
 	}
+	if result.Redo != RedoNone {
+		f.dropIdleSession(cmd.SessionID)
+		return result, nil // not remembered: the retry must apply
+	}
 	if exactlyOnce {
 		f.remember(cmd.SessionID, cmd.RequestSeq, result)
 	}
+	f.dropIdleSession(cmd.SessionID)
 	return result, events
 }

@@ -14,6 +14,9 @@ func (f *FSM) put(index uint64, cmd *command.Command) (Result, []Event) {
 	if err := checkPut(cmd); err != nil {
 		return refuse(err)
 	}
+	if f.shard.sharded() {
+		return f.putSharded(index, cmd)
+	}
 	parent, missing, err := f.existingAncestor(api.Parent(cmd.Path))
 	if err != nil {
 		return refuse(err)
@@ -204,11 +207,16 @@ func (f *FSM) delete(index uint64, cmd *command.Command) (Result, []Event) {
 	if !ok {
 		return refuse(api.Errorf(api.CodeNotFound, "node %q not found", cmd.Path))
 	}
+	if f.shard.sharded() && !f.holdsNode(cmd.Path) {
+		return f.wrongShard("node %q lives in shard %d", cmd.Path, f.placementMap().Shard(cmd.Path))
+	}
 	switch {
 	case cmd.Precondition == command.PrecondNone:
 		return refuse(api.Errorf(api.CodePreconditionFailed, "node %q exists", cmd.Path))
 	case cmd.Precondition == command.PrecondVersion && e.version != cmd.Version:
 		return refuse(api.Errorf(api.CodePreconditionFailed, "node %q has version %d, not %d", cmd.Path, e.version, cmd.Version))
+	case f.shard.sharded():
+		return f.deleteSharded(index, cmd, e)
 	case e.children > 0 && !cmd.Recursive:
 		return refuse(api.Errorf(api.CodePreconditionFailed, "node %q has %d children", cmd.Path, e.children))
 	}
@@ -273,6 +281,9 @@ func (f *FSM) remove(index uint64, e entry) Event {
 // unlinkChild decrements the children count of path's parent and returns
 // the parent's event.
 func (f *FSM) unlinkChild(index uint64, path string) Event {
+	if dir := api.Parent(path); f.foreignDirectory(dir) {
+		return f.unlinkChildRecord(index, dir)
+	}
 	parent, _ := f.lookup(api.Parent(path))
 	parent.edit().children--
 	f.nodes.Set(parent)

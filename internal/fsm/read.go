@@ -8,7 +8,10 @@ import (
 )
 
 // Get returns the node at path: not_found if it does not exist,
-// invalid_argument if path is invalid (both *api.Error).
+// invalid_argument if path is invalid (both *api.Error). In a sharded
+// cluster, ask the shard holding the node (placement Shard); if its
+// children live in another shard, ChildrenCount is 0 here and the count is
+// that shard's Directory(path).ChildrenCount.
 func (f *FSM) Get(path string) (Node, error) {
 	e, err := f.get(path)
 	if err != nil {
@@ -29,13 +32,18 @@ func (f *FSM) get(path string) (entry, error) {
 
 // Children returns the names of path's children, sorted bytewise; errors as
 // Get. It costs O(children × log nodes), not O(subtree).
+//
+// In a sharded cluster, ask the shard holding path's children
+// (placement ChildShard): if path's own node lives in another shard, the
+// names come from its directory record and path's existence is not checked
+// here (an unknown directory has no children).
 func (f *FSM) Children(path string) ([]string, error) {
-	e, err := f.get(path)
+	count, err := f.childrenCount(path)
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, e.children)
-	if e.children == 0 {
+	names := make([]string, 0, count)
+	if count == 0 {
 		return names, nil
 	}
 	prefix := childPrefix(path)
@@ -56,8 +64,24 @@ func (f *FSM) Children(path string) ([]string, error) {
 	return names, nil
 }
 
+// childrenCount returns the number of path's children in this shard, from
+// its node or, if that lives in another shard, from its directory record.
+func (f *FSM) childrenCount(path string) (int, error) {
+	if f.foreignDirectory(path) {
+		d, err := f.Directory(path)
+		return d.ChildrenCount, err
+	}
+	e, err := f.get(path)
+	if err != nil {
+		return 0, err
+	}
+	return e.children, nil
+}
+
 // Session returns the live session id: not_found (*api.Error) if it is
-// unknown, closed or expired.
+// unknown, closed or expired. Only shard 0 holds sessions: in another shard
+// of a sharded cluster, Session, Sessions and SessionCount see the local
+// records of the sessions that wrote there (timeout 0), never liveness.
 func (f *FSM) Session(id uint64) (Session, error) {
 	s, ok := f.sessions.Get(session{id: id})
 	if !ok {

@@ -130,6 +130,9 @@ func (f *FSM) createSession(index uint64, cmd *command.Command) Result {
 	if _, taken := f.sessions.Get(session{id: id}); taken {
 		return Result{Err: api.Errorf(api.CodePreconditionFailed, "session id %s is taken", api.FormatID(id))}
 	}
+	if _, ending := f.ending.Get(endingSession{id: id}); ending {
+		return Result{Err: api.Errorf(api.CodePreconditionFailed, "session id %s is taken by a session still ending", api.FormatID(id))}
+	}
 	f.sessions.Set(session{id: id, timeoutMs: cmd.TimeoutMs})
 	return Result{SessionID: id, TimeoutMs: cmd.TimeoutMs}
 }
@@ -139,6 +142,7 @@ func (f *FSM) closeSession(index, id uint64) (Result, []Event) {
 	if _, ok := f.sessions.Get(session{id: id}); !ok {
 		return refuse(api.Errorf(api.CodeSessionExpired, "session %s is expired or unknown", api.FormatID(id)))
 	}
+	f.noteEnded(index, id)
 	return Result{}, f.endSession(index, id, nil)
 }
 
@@ -147,6 +151,7 @@ func (f *FSM) expireSessions(index uint64, ids []uint64) (Result, []Event) {
 	var events []Event
 	for _, id := range ids {
 		if _, ok := f.sessions.Get(session{id: id}); ok {
+			f.noteEnded(index, id)
 			events = f.endSession(index, id, events)
 		}
 	}

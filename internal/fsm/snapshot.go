@@ -39,11 +39,28 @@ import (
 // Version 1, written by older binaries and still read, has no removed
 // members: its header lacks their count and it has no removed frames. A
 // state read from it remembers no removal, and is written back as version 2.
+//
+// Version 3 is the state of one shard of a sharded cluster (more than one
+// shard); a state machine of a cluster with one shard has none of its state
+// and is written as version 2, byte for byte as before. Version 3 adds:
+//
+//	header    = applied index, shard, shard count, directory fence,
+//	            session fence, member count, removed member count, session
+//	            count, ending count, directory count, node count
+//	ending    = session id, index it ended at (shard 0 only)
+//	directory = path, incarnation, sequence, children count
+//	node      = as in version 2, then the closing mark
+//
+// with the frames in the order header, members, removed members, sessions,
+// ending sessions (by id), directories (in tree order), nodes, end. Versions
+// 1 and 2 are the state of shard 0 of 1.
 const (
 	snapshotMagic   = "LATCHFSM"
 	snapshotVersion = 2
 	// snapshotVersion1 is the format without removed members.
 	snapshotVersion1 = 1
+	// snapshotVersion3 is the format of a shard of a sharded cluster.
+	snapshotVersion3 = 3
 	// maxFramePayload bounds the memory ReadSnapshot allocates for one frame.
 	maxFramePayload = 16 << 20
 )
@@ -54,7 +71,9 @@ const (
 	frameSession
 	frameNode
 	frameEnd
-	frameRemoved // version 2
+	frameRemoved   // version 2
+	frameEnding    // version 3
+	frameDirectory // version 3
 )
 
 // ErrCorruptSnapshot is wrapped by every ReadSnapshot error about its input.
@@ -74,14 +93,13 @@ func (f *FSM) WriteSnapshot(w io.Writer) error {
 
 func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 	sw := snapshotWriter{w: w}
-	sw.write(append([]byte(snapshotMagic), snapshotVersion))
-	sw.frame(frameHeader, func(b []byte) []byte {
-		b = binary.AppendUvarint(b, f.applied)
-		b = binary.AppendUvarint(b, uint64(len(f.members)))
-		b = binary.AppendUvarint(b, uint64(len(f.removed)))
-		b = binary.AppendUvarint(b, uint64(f.sessions.Len()))
-		return binary.AppendUvarint(b, uint64(f.nodes.Len()))
-	})
+	sharded := f.shard.sharded()
+	version := byte(snapshotVersion)
+	if sharded {
+		version = snapshotVersion3
+	}
+	sw.write(append([]byte(snapshotMagic), version))
+	sw.frame(frameHeader, func(b []byte) []byte { return f.appendHeader(b, sharded) })
 	for _, m := range f.members {
 		sw.frame(frameMember, func(b []byte) []byte { return appendMember(b, m) })
 	}
@@ -92,9 +110,18 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 		sw.frame(frameSession, func(b []byte) []byte { return appendSession(b, s) })
 		return sw.err == nil
 	})
+	if sharded {
+		f.writeShardFrames(&sw)
+	}
 	previous := ""
 	f.nodes.Scan(func(e entry) bool {
-		sw.frame(frameNode, func(b []byte) []byte { return appendNode(b, previous, e) })
+		sw.frame(frameNode, func(b []byte) []byte {
+			b = appendNode(b, previous, e)
+			if sharded {
+				b = binary.AppendUvarint(b, e.closing)
+			}
+			return b
+		})
 		previous = e.path
 		return sw.err == nil
 	})
@@ -106,6 +133,46 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 		return fmt.Errorf("fsm: write snapshot: %w", err)
 	}
 	return nil
+}
+
+// appendHeader appends the header frame's payload, of version 3 if sharded,
+// else of version 2.
+func (f *FSM) appendHeader(b []byte, sharded bool) []byte {
+	b = binary.AppendUvarint(b, f.applied)
+	if sharded {
+		b = binary.AppendUvarint(b, uint64(f.shard.index))
+		b = binary.AppendUvarint(b, uint64(f.shard.count()))
+		b = binary.AppendUvarint(b, f.dirFence)
+		b = binary.AppendUvarint(b, f.sessionFence)
+	}
+	b = binary.AppendUvarint(b, uint64(len(f.members)))
+	b = binary.AppendUvarint(b, uint64(len(f.removed)))
+	b = binary.AppendUvarint(b, uint64(f.sessions.Len()))
+	if sharded {
+		b = binary.AppendUvarint(b, uint64(f.ending.Len()))
+		b = binary.AppendUvarint(b, uint64(f.dirs.Len()))
+	}
+	return binary.AppendUvarint(b, uint64(f.nodes.Len()))
+}
+
+// writeShardFrames writes the ending sessions and directory records of a
+// version-3 snapshot.
+func (f *FSM) writeShardFrames(sw *snapshotWriter) {
+	f.ending.Scan(func(e endingSession) bool {
+		sw.frame(frameEnding, func(b []byte) []byte {
+			return binary.AppendUvarint(binary.AppendUvarint(b, e.id), e.ended)
+		})
+		return sw.err == nil
+	})
+	f.dirs.Scan(func(r dirRecord) bool {
+		sw.frame(frameDirectory, func(b []byte) []byte {
+			b = appendString(b, r.path)
+			b = binary.AppendUvarint(b, r.incarnation)
+			b = binary.AppendUvarint(b, r.sequence)
+			return binary.AppendUvarint(b, uint64(r.children))
+		})
+		return sw.err == nil
+	})
 }
 
 // Hash returns a fingerprint of all replicated state, the applied index

@@ -10,17 +10,39 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/placement"
 )
 
-// ReadSnapshot reads a snapshot written by WriteSnapshot, of format version
-// 2 or 1 (no removed members), and returns the state it holds. It checks
-// every frame's checksum and every invariant of the state (order, parents,
-// children counts, owners, no removed member a member), so a corrupt input
-// is an error wrapping ErrCorruptSnapshot and naming the byte offset, never
-// a panic. Reading is buffered: it may consume bytes of r past the
-// snapshot's end.
+// ReadSnapshot reads a snapshot written by WriteSnapshot of the state
+// machine of a cluster with one shard (format version 2, or 1: no removed
+// members) and returns the state it holds. It checks every frame's checksum
+// and every invariant of the state (order, parents, children counts,
+// owners, no removed member a member), so a corrupt input is an error
+// wrapping ErrCorruptSnapshot and naming the byte offset, never a panic. A
+// snapshot of a shard of a sharded cluster is refused (ErrWrongShard).
+// Reading is buffered: it may consume bytes of r past the snapshot's end.
 func ReadSnapshot(r io.Reader) (*FSM, error) {
-	sr := &snapshotReader{r: bufio.NewReaderSize(r, 256<<10)}
+	return readSnapshot(r, unsharded)
+}
+
+// ReadShardSnapshot is ReadSnapshot for shard shard of a cluster of shards
+// shards: the snapshot must be of that shard (format version 3, or 2 or 1
+// for shard 0 of 1); a snapshot of another shard or shard count is refused
+// with an error wrapping ErrWrongShard.
+func ReadShardSnapshot(r io.Reader, shard, shards int) (*FSM, error) {
+	want, err := newShardID(shard, shards)
+	if err != nil {
+		return nil, err
+	}
+	return readSnapshot(r, want)
+}
+
+// ErrWrongShard is wrapped by the error of a snapshot read for a shard it
+// is not of.
+var ErrWrongShard = errors.New("fsm: snapshot of another shard")
+
+func readSnapshot(r io.Reader, want shardID) (*FSM, error) {
+	sr := &snapshotReader{r: bufio.NewReaderSize(r, 256<<10), want: want}
 	f, err := sr.read()
 	if err != nil {
 		return nil, err
@@ -33,6 +55,8 @@ type snapshotReader struct {
 	r       *bufio.Reader
 	offset  int64 // bytes consumed so far
 	payload []byte
+	want    shardID // the shard the snapshot must be of
+	version byte
 }
 
 func corruptf(offset int64, format string, args ...any) error {
@@ -106,12 +130,13 @@ func (sr *snapshotReader) read() (*FSM, error) {
 	if string(magic[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, corruptf(0, "not a latch state machine snapshot")
 	}
-	version := magic[len(snapshotMagic)]
-	if version != snapshotVersion && version != snapshotVersion1 {
-		return nil, corruptf(int64(len(snapshotMagic)), "unknown snapshot format version %d", version)
+	sr.version = magic[len(snapshotMagic)]
+	switch sr.version {
+	case snapshotVersion, snapshotVersion1, snapshotVersion3:
+	default:
+		return nil, corruptf(int64(len(snapshotMagic)), "unknown snapshot format version %d", sr.version)
 	}
-	f := New()
-	counts, err := sr.readHeader(f, version)
+	f, counts, err := sr.readHeader()
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +150,18 @@ func (sr *snapshotReader) read() (*FSM, error) {
 	if err := sr.readSessions(f, counts.sessions); err != nil {
 		return nil, err
 	}
-	if err := sr.readNodes(f, counts.nodes); err != nil {
+	if err := sr.readEnding(f, counts.ending); err != nil {
+		return nil, err
+	}
+	if err := sr.readDirectories(f, counts.directories); err != nil {
+		return nil, err
+	}
+	if f.shard.sharded() {
+		err = sr.readShardNodes(f, counts.nodes)
+	} else {
+		err = sr.readNodes(f, counts.nodes)
+	}
+	if err != nil {
 		return nil, err
 	}
 	d, err := sr.frame(frameEnd)
@@ -137,26 +173,68 @@ func (sr *snapshotReader) read() (*FSM, error) {
 
 // frameCounts are the numbers of frames of each kind a header announces.
 type frameCounts struct {
-	members, removed, sessions, nodes uint64
+	members, removed, sessions, ending, directories, nodes uint64
 }
 
-// readHeader reads the header frame of a snapshot of format version into f
-// (the applied index) and returns its counts. Version 1 has no removed
-// members.
-func (sr *snapshotReader) readHeader(f *FSM, version byte) (frameCounts, error) {
+// readHeader reads the header frame and returns the empty state machine of
+// the shard it names, with its applied index and fences, and its counts.
+// Version 1 has no removed members; versions 1 and 2 are shard 0 of 1.
+func (sr *snapshotReader) readHeader() (*FSM, frameCounts, error) {
+	start := sr.offset
 	d, err := sr.frame(frameHeader)
 	if err != nil {
-		return frameCounts{}, err
+		return nil, frameCounts{}, err
 	}
 	var c frameCounts
-	f.applied = d.uvarint()
+	applied := d.uvarint()
+	id := unsharded
+	var dirFence, sessionFence uint64
+	if sr.version == snapshotVersion3 {
+		id = d.shardID()
+		dirFence, sessionFence = d.uvarint(), d.uvarint()
+	}
 	c.members = d.uvarint()
-	if version != snapshotVersion1 {
+	if sr.version != snapshotVersion1 {
 		c.removed = d.uvarint()
 	}
 	c.sessions = d.uvarint()
+	if sr.version == snapshotVersion3 {
+		c.ending, c.directories = d.uvarint(), d.uvarint()
+	}
 	c.nodes = d.uvarint()
-	return c, d.finish()
+	switch {
+	case d.err != nil:
+	case dirFence > applied || sessionFence > applied:
+		d.fail(d.base, "fences %d and %d beyond the applied index %d", dirFence, sessionFence, applied)
+	case id.meta() && sessionFence != 0:
+		d.fail(d.base, "shard 0 has a session fence")
+	case !id.meta() && c.ending != 0:
+		d.fail(d.base, "%s has ending sessions", id)
+	}
+	if err := d.finish(); err != nil {
+		return nil, frameCounts{}, err
+	}
+	if id != sr.want {
+		return nil, frameCounts{}, fmt.Errorf("%w: offset %d: the snapshot is of %s, not %s", ErrWrongShard, start, id, sr.want)
+	}
+	f := newShard(id)
+	f.applied, f.dirFence, f.sessionFence = applied, dirFence, sessionFence
+	return f, c, nil
+}
+
+// shardID decodes the shard and shard count of a version-3 header: a
+// sharded cluster's (a cluster with one shard writes version 2).
+func (d *payloadDecoder) shardID() shardID {
+	at := d.at()
+	shard, shards := d.uvarint(), d.uvarint()
+	if d.err != nil {
+		return unsharded
+	}
+	if shards < 2 || shards > placement.MaxShards || shard >= shards {
+		d.fail(at, "shard %d of %d: a version-3 snapshot is of a shard of 2 to %d", shard, shards, placement.MaxShards)
+		return unsharded
+	}
+	return mustShardID(int(shard), int(shards))
 }
 
 // readMembers reads count member frames of type typ (frameMember or

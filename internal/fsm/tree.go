@@ -23,7 +23,11 @@ type nodeData struct {
 	modified uint64
 	owner    uint64 // the session owning this ephemeral node; 0 = persistent
 	sequence uint64 // the next suffix of a sequential child
-	children int    // number of direct children
+	children int    // number of direct children (in this shard)
+	// closing is the closing mark of a directory whose children live in
+	// another shard: the index of the OpDirMark of a delete in progress;
+	// 0 if none.
+	closing uint64
 }
 
 // edit gives e a private copy of its data and returns it for modification;
