@@ -67,7 +67,9 @@ var allowed = map[string]rule{
 	// Storage and network.
 	"internal/snap":      {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
 	"internal/wal":       {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
-	"internal/transport": {},
+	"internal/transport": {tests: []string{"internal/tlsconfig", testkit + "testcerts"}},
+	// The TLS configs of every port, reloaded from files.
+	"internal/tlsconfig": {tests: []string{testkit + "testcerts"}, stdlibOnly: true},
 	// The ZooKeeper wire codec: bytes only (the listener is not built yet).
 	"internal/zkproto": {stdlibOnly: true},
 
@@ -113,7 +115,8 @@ var allowed = map[string]rule{
 	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/server"}},
 
 	// The test harnesses.
-	testkit + "testseed": {stdlibOnly: true},
+	testkit + "testseed":  {stdlibOnly: true},
+	testkit + "testcerts": {stdlibOnly: true},
 	testkit + "crashfs": {
 		imports: []string{"internal/vfs"},
 		tests:   []string{"internal/wal", testkit + "testseed"},
