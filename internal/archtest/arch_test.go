@@ -96,7 +96,7 @@ var allowed = map[string]rule{
 		"internal/replica", "internal/sessions", "internal/snap", "internal/transport", "internal/vfs",
 		"internal/wal", "internal/watch",
 	}},
-	"internal/httpapi": {imports: []string{"api", "internal/server"}, tests: []string{testkit + "testcluster"}},
+	"internal/httpapi": {imports: []string{"api", "internal/server", "internal/tlsconfig"}, tests: []string{testkit + "testcluster", testkit + "testcerts"}},
 
 	// The public Go API: nothing internal; its tests run against the
 	// in-process harnesses.
@@ -112,7 +112,7 @@ var allowed = map[string]rule{
 		tests:   testHarness,
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
-	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/server"}},
+	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/server", "internal/tlsconfig"}},
 
 	// The test harnesses.
 	testkit + "testseed":  {stdlibOnly: true},
@@ -298,6 +298,11 @@ func findCycle(rules map[string]rule) []string {
 	return nil
 }
 
+// httpapiTestImports are the module imports of httpapi's tests as they are.
+func httpapiTestImports() []string {
+	return []string{module + "internal/testkit/testcluster", module + "internal/testkit/testcerts"}
+}
+
 // TestCheckCatchesPlanted shows check and findCycle refusing planted
 // violations, so that TestImportsAllowed and TestAllowListShape passing
 // means something.
@@ -309,13 +314,13 @@ func TestCheckCatchesPlanted(t *testing.T) {
 		want  string // a part of the one problem expected, or "" for none
 	}{
 		{"httpapi imports command", "internal/httpapi",
-			pkgImports{code: []string{module + "api", module + "internal/server", module + "internal/command"}, tests: []string{module + "internal/testkit/testcluster"}},
+			pkgImports{code: []string{module + "api", module + "internal/server", module + "internal/tlsconfig", module + "internal/command"}, tests: httpapiTestImports()},
 			"imports internal/command, which archtest's allowed does not list"},
 		{"httpapi's tests import watch", "internal/httpapi",
-			pkgImports{code: []string{module + "api", module + "internal/server"}, tests: []string{module + "internal/testkit/testcluster", module + "internal/watch"}},
+			pkgImports{code: []string{module + "api", module + "internal/server", module + "internal/tlsconfig"}, tests: append(httpapiTestImports(), module+"internal/watch")},
 			"tests of internal/httpapi import internal/watch"},
 		{"httpapi as it is", "internal/httpapi",
-			pkgImports{code: []string{"net/http", module + "api", module + "internal/server"}, tests: []string{module + "internal/httpapi", module + "internal/testkit/testcluster"}},
+			pkgImports{code: []string{"net/http", module + "api", module + "internal/server", module + "internal/tlsconfig"}, tests: append(httpapiTestImports(), module+"internal/httpapi")},
 			""},
 		{"client imports internal", "client",
 			pkgImports{code: []string{module + "api", module + "internal/watch"}, tests: testHarnessImports()},
