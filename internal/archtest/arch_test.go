@@ -101,7 +101,7 @@ var allowed = map[string]rule{
 	// The public Go API: nothing internal; its tests run against the
 	// in-process harnesses.
 	"fencing":       {imports: []string{"api"}},
-	"client":        {imports: []string{"api"}, tests: testHarness},
+	"client":        {imports: []string{"api"}, tests: append(testHarness, testkit+"testcerts")},
 	"client/recipe": {imports: []string{"api", "client"}, tests: testHarness},
 
 	// The CLI and the binaries.
@@ -109,7 +109,7 @@ var allowed = map[string]rule{
 	"internal/loadgen":         {imports: []string{"api", "client", "client/recipe", "internal/loadgen/latency"}},
 	"internal/cli": {
 		imports: []string{"api", "client", "client/recipe", "internal/buildinfo", "internal/loadgen"},
-		tests:   testHarness,
+		tests:   append(testHarness, testkit+"testcerts"),
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
 	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/server", "internal/tlsconfig"}},

@@ -68,9 +68,9 @@ type Usage int
 
 // Usages of Issue.
 const (
-	Server Usage = 1 << iota // TLS server authentication
-	Client                   // TLS client authentication
-	Peer   = Server | Client // a cluster member: it both accepts and dials
+	Server Usage             = 1 << iota // TLS server authentication
+	Client                               // TLS client authentication
+	Peer   = Server | Client             // a cluster member: it both accepts and dials
 )
 
 // Options adjust a certificate; zero fields take the defaults named.
