@@ -127,7 +127,7 @@ var allowed = map[string]rule{
 		tests:   []string{"client", "client/recipe", testkit + "linearize", testkit + "testseed"},
 	},
 	testkit + "proccluster": {
-		imports: []string{"api", "internal/vfs", testkit + "crashfs"},
+		imports: []string{"api", "internal/vfs", testkit + "crashfs", testkit + "testcerts"},
 		tests:   []string{testkit + "testcluster", testkit + "testseed"},
 	},
 	testkit + "faulthttp": {imports: []string{"api", testkit + "testcluster"}},
@@ -139,7 +139,7 @@ var allowed = map[string]rule{
 	"test/compose":      {tests: []string{"api", "client", testkit + "testcluster"}},
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
 	"test/membership":   {tests: []string{"api", "client", testkit + "linearize", testkit + "proccluster", testkit + "testcluster"}},
-	"test/process":      {tests: []string{"api", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcluster"}},
+	"test/process":      {tests: []string{"api", "client", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcerts", testkit + "testcluster"}},
 	"test/recipes":      {tests: []string{"api", "client", "client/recipe", "fencing", testkit + "proccluster", testkit + "testcluster"}},
 	"internal/archtest": {stdlibOnly: true},
 }

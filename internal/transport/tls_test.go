@@ -7,8 +7,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/latch-io/latch/internal/tlsconfig"
 	"github.com/latch-io/latch/internal/testkit/testcerts"
+	"github.com/latch-io/latch/internal/tlsconfig"
 )
 
 // withTLS returns a tune func that secures a node with cert, trusting ca.
