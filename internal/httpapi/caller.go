@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"net/http"
 
 	"github.com/latch-io/latch/internal/tlsconfig"
@@ -26,10 +28,39 @@ func CallerFrom(ctx context.Context) (Caller, bool) {
 	return c, ok
 }
 
+// tlsConnKey is the context key of a connection's *tls.Conn: Server's
+// connections wrap the TLS connection (to enforce Limits on the plaintext),
+// so the http.Server does not see it and leaves Request.TLS nil.
+type tlsConnKey struct{}
+
+// withTLSConn is the http.Server's ConnContext: it keeps the connection's
+// *tls.Conn, if it has one, for withCaller.
+func withTLSConn(ctx context.Context, c net.Conn) context.Context {
+	if wrapped, ok := c.(*apiConn); ok {
+		c = wrapped.Conn
+	}
+	if tlsConn, ok := c.(*tls.Conn); ok {
+		return context.WithValue(ctx, tlsConnKey{}, tlsConn)
+	}
+	return ctx
+}
+
+// connectionState returns the TLS state of r's connection, or nil.
+func connectionState(r *http.Request) *tls.ConnectionState {
+	if r.TLS != nil {
+		return r.TLS
+	}
+	if tlsConn, ok := r.Context().Value(tlsConnKey{}).(*tls.Conn); ok {
+		state := tlsConn.ConnectionState() // complete: the request was read through it
+		return &state
+	}
+	return nil
+}
+
 // withCaller returns r with its Caller in its context.
 func withCaller(r *http.Request) *http.Request {
 	var c Caller
-	if name, ok := tlsconfig.Identity(r.TLS); ok {
+	if name, ok := tlsconfig.Identity(connectionState(r)); ok {
 		c.CertName = name
 	}
 	return r.WithContext(context.WithValue(r.Context(), callerKey{}, c))

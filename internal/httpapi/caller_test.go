@@ -3,32 +3,40 @@ package httpapi
 import (
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/latch-io/latch/internal/testkit/testcerts"
+	"github.com/latch-io/latch/internal/tlsconfig"
 )
 
-// TestCallerCarriesTheClientCertificateName: a request over TLS with a
-// verified client certificate has its common name in its context; one
-// without a certificate has an empty Caller.
+// TestCallerCarriesTheClientCertificateName: through the Server's TLS
+// listener (as latchd serves it), a request with a verified client
+// certificate has its common name in its context; one without a
+// certificate has an empty Caller.
 func TestCallerCarriesTheClientCertificateName(t *testing.T) {
 	ca := testcerts.NewCA(t, "client CA")
 	seen := make(chan Caller, 2)
-	server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	server := NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, ok := CallerFrom(withCaller(r).Context())
 		if !ok {
 			t.Error("no Caller in the request's context")
 		}
 		seen <- c
-	}))
-	server.TLS = &tls.Config{
+	}), Limits{}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTLS := &tls.Config{
 		Certificates: []tls.Certificate{ca.Issue(t, "server", testcerts.Server, testcerts.Options{}).TLS(t)},
 		ClientCAs:    ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven,
 	}
-	server.StartTLS()
+	go server.Serve(tlsconfig.WrapListener(ln, serverTLS))
 	defer server.Close()
+	url := "https://" + ln.Addr().String() + "/"
 
 	get := func(cert *testcerts.Cert) Caller {
 		t.Helper()
@@ -37,7 +45,8 @@ func TestCallerCarriesTheClientCertificateName(t *testing.T) {
 			cfg.Certificates = []tls.Certificate{cert.TLS(t)}
 		}
 		client := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
-		resp, err := client.Get(server.URL)
+		defer client.CloseIdleConnections()
+		resp, err := client.Get(url)
 		if err != nil {
 			t.Fatalf("GET: %v", err)
 		}
