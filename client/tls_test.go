@@ -48,7 +48,7 @@ func TestHTTPSKeepsTheScheme(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadTLS: %v", err)
 	}
-	c, err := New(Config{Endpoints: []string{cluster.URL(follower)}, TLS: cfg})
+	c, err := New(Config{Endpoints: []string{cluster.URL(follower)}, TLS: cfg, DialTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestHTTPSRefusals(t *testing.T) {
 			if err != nil {
 				t.Fatalf("LoadTLS: %v", err)
 			}
-			c, err := New(Config{Endpoints: []string{cluster.URL(0)}, TLS: cfg, MaxAttempts: 1})
+			c, err := New(Config{Endpoints: []string{cluster.URL(0)}, TLS: cfg, MaxAttempts: 1, DialTimeout: 10 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

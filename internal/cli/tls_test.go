@@ -26,7 +26,9 @@ func TestTLSFlags(t *testing.T) {
 	certFile, keyFile := ca.Issue(t, "alice", testcerts.Client, testcerts.Options{}).Write(t, dir, "alice")
 	caFile := ca.WriteCA(t, dir, "ca.crt")
 	env := map[string]string{EnvEndpoints: cluster.URL(0)}
-	secured := []string{"--cacert", caFile, "--cert", certFile, "--key", keyFile}
+	// A TLS handshake under the race detector on a loaded machine can take
+	// longer than the default 2s.
+	secured := []string{"--dial-timeout", "10s", "--cacert", caFile, "--cert", certFile, "--key", keyFile}
 
 	if got := latchctl(t, env, "", append(secured, "put", "/tls/k", "v")...); got.code != ExitOK {
 		t.Fatalf("put over https = %+v", got)
@@ -39,7 +41,7 @@ func TestTLSFlags(t *testing.T) {
 	if bench.code != ExitOK || json.Unmarshal([]byte(bench.stdout), &r) != nil || r.Ops == 0 || r.Errors != 0 {
 		t.Fatalf("bench over https = %+v", bench)
 	}
-	if got := latchctl(t, env, "", "--cacert", caFile, "get", "/tls/k"); got.code != ExitUnavailable || !strings.Contains(got.stderr, "certificate required") {
+	if got := latchctl(t, env, "", "--dial-timeout", "10s", "--cacert", caFile, "get", "/tls/k"); got.code != ExitUnavailable || !strings.Contains(got.stderr, "certificate required") {
 		t.Fatalf("get without a client certificate = %+v; want exit %d naming the missing certificate", got, ExitUnavailable)
 	}
 	if got := latchctl(t, env, "", "--cert", certFile, "get", "/tls/k"); got.code != ExitOther || !strings.Contains(got.stderr, "--cacert, --cert, --key") {

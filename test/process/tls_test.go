@@ -136,7 +136,7 @@ func putEventually(t *testing.T, c *client.Client, path, value string) {
 // tlsClient returns a latch client of urls with the cluster's test client certificate.
 func tlsClient(t *testing.T, cluster *proccluster.Cluster, urls []string) *client.Client {
 	t.Helper()
-	c, err := client.New(client.Config{Endpoints: urls, TLS: cluster.Security.ClientTLS(t), MaxAttempts: 20})
+	c, err := client.New(client.Config{Endpoints: urls, TLS: cluster.Security.ClientTLS(t), MaxAttempts: 20, DialTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
