@@ -6,6 +6,11 @@
 // the files' stat (identity, size, modification time) on every handshake and
 // reloads them when they changed, so certificates rotate without a restart.
 //
+// latchd builds one Source per port from its flags; a listener of the
+// client API's kind (the ZooKeeper-protocol port shares the client port's
+// certificates) secures itself with WrapListener(ln, source.ServerConfig()),
+// and a handshake's verified client name is Identity(&state).
+//
 // Invariants:
 //   - A Source always serves the last good certificate and CA pool: a new
 //     file that does not parse, or a key that does not match its
