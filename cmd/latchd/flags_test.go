@@ -68,6 +68,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{"certificate without key", []string{"--cert-file", "c.pem"}, "--cert-file and --key-file go together: give both or neither"},
 		{"peer key without certificate", []string{"--peer-key-file", "k.pem"}, "--peer-cert-file and --peer-key-file go together: give both or neither"},
 		{"client CA without certificate", []string{"--trusted-ca-file", "ca.pem"}, "--trusted-ca-file needs --cert-file and --key-file"},
+		{"client cert auth without TLS", []string{"--client-cert-auth"}, "--client-cert-auth needs --cert-file and --key-file (client certificates are checked in the TLS handshake)"},
 		{"client cert auth without CA", []string{"--cert-file", "c.pem", "--key-file", "k.pem", "--client-cert-auth"},
 			"--client-cert-auth needs --trusted-ca-file (the CA client certificates must chain to)"},
 		{"peer TLS without the peer CA", []string{"--peer-cert-file", "c.pem", "--peer-key-file", "k.pem"},

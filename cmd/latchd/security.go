@@ -44,6 +44,9 @@ func (s *securityFlags) validate(cfg *server.Config) error {
 	if err := s.client.Check(""); err != nil {
 		return err
 	}
+	if s.client.ClientCertAuth && !s.client.Enabled() {
+		return errors.New("--client-cert-auth needs --cert-file and --key-file (client certificates are checked in the TLS handshake)")
+	}
 	if s.peer.CertFile != "" && s.peer.KeyFile != "" && s.peer.TrustedCAFile == "" {
 		return errors.New("--peer-trusted-ca-file is required with --peer-cert-file: members verify each other's certificates against it")
 	}
