@@ -3,9 +3,11 @@ package process
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"math/big"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +118,40 @@ func TestTLSRefusesPlainAndUnauthenticatedClients(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "certificate required") {
 		t.Fatalf("GET without a client certificate: %v; want the handshake refused (certificate required)", err)
 	}
+
+	// TLS 1.1 is refused on the client port.
+	old := cluster.Security.ClientTLS(t)
+	old.MinVersion, old.MaxVersion = tls.VersionTLS10, tls.VersionTLS11
+	if _, err := tlsExchange(cluster.Members[0].ClientURL, old); err == nil || !strings.Contains(err.Error(), "protocol version not supported") {
+		t.Fatalf("TLS 1.1 handshake on the client port: %v; want protocol version not supported", err)
+	}
+	// A client certificate (from the client CA) does not open the peer port.
+	user := cluster.Security.ClientTLS(t)
+	userCert := user.Certificates[0]
+	peerDial := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: cluster.Security.PeerCA.Pool(), ServerName: "127.0.0.1",
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &userCert, nil }}
+	if _, err := tlsExchange(cluster.Members[0].PeerAddr, peerDial); err == nil || !strings.Contains(err.Error(), "unknown certificate authority") {
+		t.Fatalf("client certificate on the peer port: %v; want unknown certificate authority", err)
+	}
+}
+
+// tlsExchange runs a TLS handshake with addr (a URL's host:port or an
+// address) and reads once, so that a refusal of the client's certificate,
+// which TLS 1.3 reports after the handshake, surfaces; it returns the
+// handshake's state or the error.
+func tlsExchange(addr string, cfg *tls.Config) (tls.ConnectionState, error) {
+	addr = strings.TrimPrefix(addr, "https://")
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		return tls.ConnectionState{}, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	var b [1]byte
+	if _, err := conn.Read(b[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return tls.ConnectionState{}, err
+	}
+	return conn.ConnectionState(), nil
 }
 
 // putEventually writes value at path, again after an unknown outcome (a
