@@ -11,6 +11,9 @@
 # --listen-client address to clients (leader hints) and its --listen-peer
 # address to peers, so listen on a name the other containers resolve
 # (the compose service name), not 0.0.0.0; see docker-compose.yml.
+# latchd refuses a non-loopback address without TLS: the default command
+# below exits naming --insecure-listen until you add TLS flags
+# (docs/security.md) or, on a private network, --insecure-listen.
 FROM scratch
 COPY latchd latchctl /
 VOLUME /data

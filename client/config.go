@@ -39,7 +39,9 @@ type Config struct {
 	// partition heal does not reconnect every client at once (bottleneck 5).
 	// Later attempts back off like requests. Default 200ms.
 	ReconnectJitter time.Duration
-	// TLS, when set, is used for https endpoints.
+	// TLS, when set, is used for https endpoints (LoadTLS builds one from
+	// PEM files); an https endpoint without it trusts the system's roots.
+	// Leader hints keep the scheme the server advertises.
 	TLS *tls.Config
 	// Transport, when set, replaces the client's own tuned transport; share
 	// one between many Clients to share their connection pools.

@@ -57,6 +57,24 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{"initial cluster without this member", []string{"--name", "n4", "--initial-cluster", "n1=10.0.0.1:2380,n2=10.0.0.2:2380"}, `--initial-cluster does not list this member (--name "n4")`},
 		{"initial cluster with a bad port", []string{"--name", "n1", "--initial-cluster", "n1=10.0.0.1:99999"}, `--initial-cluster: n1=10.0.0.1:99999: port "99999": want a number from 1 to 65535`},
 		{"initial cluster without a host", []string{"--name", "n1", "--initial-cluster", "n1=:2380"}, `--initial-cluster: n1=:2380: want host:port with a host that peers can reach`},
+		{"client port on every interface in clear", []string{"--listen-client", "0.0.0.0:2379"},
+			`--listen-client "0.0.0.0:2379" is not a loopback address and the client port has no TLS (--cert-file, --key-file): refusing to serve clients in clear text; give certificates, or --insecure-listen to allow it`},
+		{"client port on a host name in clear", []string{"--listen-client", "n1:2379"},
+			`--listen-client "n1:2379" is not a loopback address and the client port has no TLS (--cert-file, --key-file): refusing to serve clients in clear text; give certificates, or --insecure-listen to allow it`},
+		{"peer port on a LAN address in clear", []string{"--listen-peer", "10.0.0.1:2380"},
+			`--listen-peer "10.0.0.1:2380" is not a loopback address and the peer port has no TLS (--peer-cert-file, --peer-key-file, --peer-trusted-ca-file): refusing to replicate in clear text; give certificates, or --insecure-listen to allow it`},
+		{"TLS 1.1", []string{"--tls-min-version", "1.1"}, `--tls-min-version "1.1": TLS 1.1 is refused: it is deprecated (RFC 8996); want 1.2 or 1.3`},
+		{"unknown TLS version", []string{"--tls-min-version", "tls13"}, `--tls-min-version "tls13": want 1.2 or 1.3`},
+		{"certificate without key", []string{"--cert-file", "c.pem"}, "--cert-file and --key-file go together: give both or neither"},
+		{"peer key without certificate", []string{"--peer-key-file", "k.pem"}, "--peer-cert-file and --peer-key-file go together: give both or neither"},
+		{"client CA without certificate", []string{"--trusted-ca-file", "ca.pem"}, "--trusted-ca-file needs --cert-file and --key-file"},
+		{"client cert auth without TLS", []string{"--client-cert-auth"}, "--client-cert-auth needs --cert-file and --key-file (client certificates are checked in the TLS handshake)"},
+		{"client cert auth without CA", []string{"--cert-file", "c.pem", "--key-file", "k.pem", "--client-cert-auth"},
+			"--client-cert-auth needs --trusted-ca-file (the CA client certificates must chain to)"},
+		{"peer TLS without the peer CA", []string{"--peer-cert-file", "c.pem", "--peer-key-file", "k.pem"},
+			"--peer-trusted-ca-file is required with --peer-cert-file: members verify each other's certificates against it"},
+		{"TLS client port advertised as http", []string{"--cert-file", "c.pem", "--key-file", "k.pem", "--advertise-client", "http://127.0.0.1:2379"},
+			`--advertise-client "http://127.0.0.1:2379": the client port serves TLS (--cert-file), so want an https:// URL`},
 		{"initial cluster with a bad name", []string{"--name", "n1", "--initial-cluster", "n1=10.0.0.1:2380,n 2=10.0.0.2:2380"}, `--initial-cluster: member name "n 2": want 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit`},
 		{"initial cluster sharing an address", []string{"--name", "n1", "--initial-cluster", "n1=10.0.0.1:2380,n2=10.0.0.1:2380"}, `--initial-cluster: n1 and n2 have the same peer address 10.0.0.1:2380`},
 		{"joining without the running members", []string{"--initial-cluster-state", "existing"}, `--initial-cluster-state existing needs --initial-cluster to list the running members and this one`},
@@ -65,7 +83,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()))
+			_, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()), new(securityFlags))
 			var usage usageError
 			if !errors.As(err, &usage) || err.Error() != tt.want {
 				t.Fatalf("parseFlags(%q) = %v\nwant usage error %q", tt.args, err, tt.want)
@@ -85,15 +103,20 @@ func TestParseFlagsAcceptsValidSettings(t *testing.T) {
 		{"README three-node member", []string{"--name", "n1", "--data-dir", "/tmp/latch-n1", "--listen-client", "127.0.0.1:7001",
 			"--listen-peer", "127.0.0.1:7101", "--initial-cluster", "n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103"}},
 		{"compose joiner", []string{"--name", "o1", "--data-dir", "/data", "--listen-client", "o1:2379", "--listen-peer", "o1:2380",
-			"--initial-cluster-state", "existing", "--cluster-token", "latch-compose", "--initial-cluster", "n1=n1:2380,n2=n2:2380,n3=n3:2380,o1=o1:2380"}},
+			"--initial-cluster-state", "existing", "--cluster-token", "latch-compose", "--initial-cluster", "n1=n1:2380,n2=n2:2380,n3=n3:2380,o1=o1:2380", "--insecure-listen"}},
 		{"every interface, IPv6 and URL prefixes", []string{"--name", "a.b_c-1", "--listen-client", ":2379", "--listen-peer", "[::1]:2380",
-			"--advertise-client", "https://latch.example.com:2379", "--initial-cluster", "a.b_c-1=http://[::1]:2380,z=tcp://db-2.example.com:2380"}},
+			"--advertise-client", "https://latch.example.com:2379", "--initial-cluster", "a.b_c-1=http://[::1]:2380,z=tcp://db-2.example.com:2380", "--insecure-listen"}},
 		{"fast test timing", []string{"--tick", "10ms", "--election-ticks", "2", "--min-session-timeout", "1s", "--max-session-timeout", "1s",
 			"--snapshot-count", "1", "--max-value-size", "1048576", "--log-level", "warn"}},
+		{"TLS on both ports, on a LAN", []string{"--name", "n1", "--listen-client", "10.0.0.1:2379", "--listen-peer", "10.0.0.1:2380",
+			"--initial-cluster", "n1=10.0.0.1:2380", "--cert-file", "c.pem", "--key-file", "k.pem", "--trusted-ca-file", "ca.pem",
+			"--client-cert-auth", "--peer-cert-file", "p.pem", "--peer-key-file", "pk.pem", "--peer-trusted-ca-file", "pca.pem", "--tls-min-version", "1.3"}},
+		{"clear text on a LAN, explicitly", []string{"--listen-client", "10.0.0.1:2379", "--listen-peer", "10.0.0.1:2380", "--insecure-listen"}},
+		{"localhost in clear", []string{"--listen-client", "localhost:2379", "--listen-peer", "[::1]:2380"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()))
+			cfg, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()), new(securityFlags))
 			if err != nil {
 				t.Fatalf("parseFlags(%q) = %v", tt.args, err)
 			}
@@ -122,6 +145,11 @@ func TestCommandLineErrors(t *testing.T) {
 		{"unknown flag", []string{"--bogus"}, exitUsage, "", "latchd: flag provided but not defined: -bogus\nrun 'latchd --help' for usage\n"},
 		{"unparsable value", []string{"--tick", "soon"}, exitUsage, "",
 			"latchd: invalid value \"soon\" for flag -tick: parse error\nrun 'latchd --help' for usage\n"},
+		{"clear text on every interface", []string{"--listen-client", ":2379"}, exitUsage, "",
+			"latchd: --listen-client \":2379\" is not a loopback address and the client port has no TLS (--cert-file, --key-file): " +
+				"refusing to serve clients in clear text; give certificates, or --insecure-listen to allow it\nrun 'latchd --help' for usage\n"},
+		{"unreadable certificate", []string{"--cert-file", "absent.crt", "--key-file", "absent.key"}, exitFailure, "",
+			"latchd: client TLS: tlsconfig: stat absent.crt: no such file or directory\n"},
 		{"help", []string{"--help"}, 0, "Usage of latchd:\n", ""},
 		{"version", []string{"--version"}, 0, "latchd ", ""},
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/latch-io/latch/internal/buildinfo"
 	"github.com/latch-io/latch/internal/httpapi"
 	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/tlsconfig"
 )
 
 func main() {
@@ -49,17 +50,25 @@ func run(args []string) error {
 		return runRestore(args[1:])
 	}
 	limits := httpapi.DefaultLimits()
-	cfg, logLevel, pprof, err := parseFlags(args, &limits)
+	var security securityFlags
+	cfg, logLevel, pprof, err := parseFlags(args, &limits, &security)
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
 	cfg.Logger = logger
+	clientTLS, err := security.apply(&cfg, logger)
+	if err != nil {
+		return err
+	}
 
 	// Bind the client port before recovering, so a port clash fails fast.
 	ln, err := net.Listen("tcp", cfg.ClientAddr)
 	if err != nil {
 		return fmt.Errorf("listen for clients: %w", err)
+	}
+	if clientTLS != nil {
+		ln = tlsconfig.WrapListener(ln, clientTLS)
 	}
 	s, err := server.New(cfg)
 	if err != nil {
@@ -73,7 +82,8 @@ func run(args []string) error {
 	httpServer := httpapi.NewServer(handler, limits, logger)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpServer.Serve(ln) }()
-	logger.Info("latchd serving", "name", cfg.Name, "client", cfg.ClientAddr, "peer", cfg.PeerAddr, "data", cfg.DataDir)
+	logger.Info("latchd serving", "name", cfg.Name, "client", cfg.ClientAddr, "peer", cfg.PeerAddr, "data", cfg.DataDir,
+		"client_tls", clientTLS != nil, "peer_tls", cfg.PeerServerTLS != nil)
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
@@ -126,7 +136,7 @@ func usage(fs *flag.FlagSet) {
 	shown.PrintDefaults()
 }
 
-func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Level, bool, error) {
+func parseFlags(args []string, limits *httpapi.Limits, security *securityFlags) (server.Config, slog.Level, bool, error) {
 	fs := flag.NewFlagSet("latchd", flag.ContinueOnError)
 	var (
 		cfg          server.Config
@@ -161,6 +171,7 @@ func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Leve
 	fs.BoolVar(&pprof, "enable-pprof", false, "serve Go profiles under /debug/pprof/ on the client address")
 	showVersion := fs.Bool("version", false, "print the version and the VCS revision, and exit")
 	limits.AddFlags(fs)
+	security.addFlags(fs)
 	fs.Usage = func() { usage(fs) }
 	fs.SetOutput(io.Discard) // flagError reports a bad flag once
 	if err := fs.Parse(args); err != nil {
@@ -173,6 +184,9 @@ func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Leve
 		return cfg, 0, false, usageError{err}
 	}
 	if err := limits.Validate(); err != nil {
+		return cfg, 0, false, usageError{err}
+	}
+	if err := security.validate(&cfg); err != nil {
 		return cfg, 0, false, usageError{err}
 	}
 	return cfg, logLevels[logLevel], pprof, nil

@@ -73,7 +73,9 @@ var allowed = map[string]rule{
 	// Storage and network.
 	"internal/snap":      {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
 	"internal/wal":       {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
-	"internal/transport": {},
+	"internal/transport": {tests: []string{"internal/tlsconfig", testkit + "testcerts"}},
+	// The TLS configs of every port, reloaded from files.
+	"internal/tlsconfig": {tests: []string{testkit + "testcerts"}, stdlibOnly: true},
 	// The ZooKeeper wire codec: bytes only (the listener is not built yet).
 	"internal/zkproto": {stdlibOnly: true},
 
@@ -100,14 +102,14 @@ var allowed = map[string]rule{
 		"internal/replica", "internal/sessions", "internal/snap", "internal/transport", "internal/vfs",
 		"internal/wal", "internal/watch",
 	}},
-	"internal/httpapi": {imports: []string{"api", "internal/server", "internal/ui"}, tests: []string{testkit + "testcluster"}},
+	"internal/httpapi": {imports: []string{"api", "internal/server", "internal/tlsconfig", "internal/ui"}, tests: []string{testkit + "testcluster", testkit + "testcerts"}},
 	// The dashboard's embedded assets and their handler.
 	"internal/ui": {stdlibOnly: true},
 
 	// The public Go API: nothing internal; its tests run against the
 	// in-process harnesses.
 	"fencing":       {imports: []string{"api"}},
-	"client":        {imports: []string{"api"}, tests: testHarness},
+	"client":        {imports: []string{"api"}, tests: append(testHarness, testkit+"testcerts")},
 	"client/recipe": {imports: []string{"api", "client"}, tests: testHarness},
 
 	// The CLI and the binaries.
@@ -115,13 +117,14 @@ var allowed = map[string]rule{
 	"internal/loadgen":         {imports: []string{"api", "client", "client/recipe", "internal/loadgen/latency"}},
 	"internal/cli": {
 		imports: []string{"api", "client", "client/recipe", "internal/backup", "internal/buildinfo", "internal/loadgen"},
-		tests:   testHarness,
+		tests:   append(testHarness, testkit+"testcerts"),
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
-	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/placement", "internal/server"}},
+	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/placement", "internal/server", "internal/tlsconfig"}},
 
 	// The test harnesses.
-	testkit + "testseed": {stdlibOnly: true},
+	testkit + "testseed":  {stdlibOnly: true},
+	testkit + "testcerts": {stdlibOnly: true},
 	testkit + "crashfs": {
 		imports: []string{"internal/vfs"},
 		tests:   []string{"internal/wal", testkit + "testseed"},
@@ -132,7 +135,7 @@ var allowed = map[string]rule{
 		tests:   []string{"client", "client/recipe", "internal/placement", testkit + "linearize", testkit + "testseed"},
 	},
 	testkit + "proccluster": {
-		imports: []string{"api", "internal/vfs", testkit + "crashfs"},
+		imports: []string{"api", "internal/vfs", testkit + "crashfs", testkit + "testcerts"},
 		tests:   []string{testkit + "testcluster", testkit + "testseed"},
 	},
 	testkit + "faulthttp": {imports: []string{"api", testkit + "testcluster"}},
@@ -146,7 +149,7 @@ var allowed = map[string]rule{
 	"test/compose":      {tests: []string{"api", "client", testkit + "testcluster"}},
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
 	"test/membership":   {tests: []string{"api", "client", testkit + "linearize", testkit + "proccluster", testkit + "testcluster"}},
-	"test/process":      {tests: []string{"api", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcluster"}},
+	"test/process":      {tests: []string{"api", "client", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcerts", testkit + "testcluster"}},
 	"test/ui":           {tests: []string{testkit + "proccluster"}},
 	"test/recipes":      {tests: []string{"api", "client", "client/recipe", "fencing", testkit + "proccluster", testkit + "testcluster"}},
 	"internal/archtest": {stdlibOnly: true},
@@ -306,6 +309,11 @@ func findCycle(rules map[string]rule) []string {
 	return nil
 }
 
+// httpapiTestImports are the module imports of httpapi's tests as they are.
+func httpapiTestImports() []string {
+	return []string{module + "internal/testkit/testcluster", module + "internal/testkit/testcerts"}
+}
+
 // TestCheckCatchesPlanted shows check and findCycle refusing planted
 // violations, so that TestImportsAllowed and TestAllowListShape passing
 // means something.
@@ -317,19 +325,19 @@ func TestCheckCatchesPlanted(t *testing.T) {
 		want  string // a part of the one problem expected, or "" for none
 	}{
 		{"httpapi imports command", "internal/httpapi",
-			pkgImports{code: []string{module + "api", module + "internal/server", module + "internal/ui", module + "internal/command"}, tests: []string{module + "internal/testkit/testcluster"}},
+			pkgImports{code: []string{module + "api", module + "internal/server", module + "internal/tlsconfig", module + "internal/ui", module + "internal/command"}, tests: httpapiTestImports()},
 			"imports internal/command, which archtest's allowed does not list"},
 		{"httpapi's tests import watch", "internal/httpapi",
-			pkgImports{code: []string{module + "api", module + "internal/server", module + "internal/ui"}, tests: []string{module + "internal/testkit/testcluster", module + "internal/watch"}},
+			pkgImports{code: []string{module + "api", module + "internal/server", module + "internal/tlsconfig", module + "internal/ui"}, tests: append(httpapiTestImports(), module+"internal/watch")},
 			"tests of internal/httpapi import internal/watch"},
 		{"httpapi as it is", "internal/httpapi",
-			pkgImports{code: []string{"net/http", module + "api", module + "internal/server", module + "internal/ui"}, tests: []string{module + "internal/httpapi", module + "internal/testkit/testcluster"}},
+			pkgImports{code: []string{"net/http", module + "api", module + "internal/server", module + "internal/tlsconfig", module + "internal/ui"}, tests: append(httpapiTestImports(), module+"internal/httpapi")},
 			""},
 		{"client imports internal", "client",
-			pkgImports{code: []string{module + "api", module + "internal/watch"}, tests: testHarnessImports()},
+			pkgImports{code: []string{module + "api", module + "internal/watch"}, tests: append(testHarnessImports(), module+testkit+"testcerts")},
 			"client imports internal/watch"},
 		{"client's tests import the server", "client",
-			pkgImports{code: []string{module + "api"}, tests: append(testHarnessImports(), module+"internal/server")},
+			pkgImports{code: []string{module + "api"}, tests: append(testHarnessImports(), module+testkit+"testcerts", module+"internal/server")},
 			"tests of client import internal/server"},
 		{"product code imports a harness", "internal/fsm",
 			pkgImports{code: []string{module + "api", module + "internal/command", module + "internal/placement", module + "internal/testkit/testseed"}, tests: []string{module + "internal/testkit/testseed"}},

@@ -46,7 +46,7 @@ func (a *app) benchCommand() *cobra.Command {
 				cfg.Seed = uint64(time.Now().UnixNano())
 			}
 			result, err := loadgen.Profiled(cpuProfile, func() (*loadgen.BenchResult, error) {
-				return loadgen.RunBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
+				return loadgen.RunBench(cmd.Context(), a.connection(), cfg)
 			})
 			return a.printResult(result, fromLoadgen(err), func(w io.Writer) { loadgen.PrintBench(w, result) })
 		},
@@ -84,7 +84,7 @@ func (a *app) lockBenchCommand() *cobra.Command {
 				return fromLoadgen(err)
 			}
 			result, err := loadgen.Profiled(cpuProfile, func() (*loadgen.LockBenchResult, error) {
-				return loadgen.RunLockBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg)
+				return loadgen.RunLockBench(cmd.Context(), a.connection(), cfg)
 			})
 			return a.printResult(result, fromLoadgen(err), func(w io.Writer) { loadgen.PrintLockBench(w, result) })
 		},
@@ -116,7 +116,7 @@ func (a *app) sessionBenchCommand() *cobra.Command {
 			if err := cfg.Validate(); err != nil {
 				return fromLoadgen(err)
 			}
-			result, err := loadgen.RunSessionBench(cmd.Context(), a.endpoints, a.dialTimeout, cfg, a.io.Stderr)
+			result, err := loadgen.RunSessionBench(cmd.Context(), a.connection(), cfg, a.io.Stderr)
 			return a.printResult(result, fromLoadgen(err), func(w io.Writer) { loadgen.PrintSessionBench(w, result) })
 		},
 	}

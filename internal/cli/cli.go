@@ -39,6 +39,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -181,6 +182,8 @@ type app struct {
 	output         string
 	dialTimeout    time.Duration
 	commandTimeout time.Duration
+	tlsFiles       client.TLSFiles // --cacert, --cert, --key
+	tls            *tls.Config     // loaded from tlsFiles by checkGlobalFlags; nil without any
 	// ran is set once a command's own code starts: errors before it are
 	// cobra's usage errors.
 	ran bool
@@ -207,6 +210,9 @@ func (a *app) rootCommand() *cobra.Command {
 	flags.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	flags.DurationVar(&a.dialTimeout, "dial-timeout", 2*time.Second, "timeout to connect to a server")
 	flags.DurationVar(&a.commandTimeout, "command-timeout", 10*time.Second, "timeout of a whole command (not bench or keepalive)")
+	flags.StringVar(&a.tlsFiles.CAFile, "cacert", "", "PEM CA bundle that https endpoints' certificates must chain to (default: the system's roots)")
+	flags.StringVar(&a.tlsFiles.CertFile, "cert", "", "PEM client certificate, for servers started with --client-cert-auth (with --key)")
+	flags.StringVar(&a.tlsFiles.KeyFile, "key", "", "PEM private key of --cert")
 	root.SetVersionTemplate("{{.Version}}\n")
 	// The exit codes end the root's help (not every command's).
 	root.SetUsageTemplate(root.UsageTemplate() + "{{if not .HasParent}}\n" + exitCodesHelp + "\n{{end}}")
@@ -227,12 +233,24 @@ func (a *app) checkGlobalFlags(cmd *cobra.Command) error {
 			a.endpoints = []string{DefaultEndpoint}
 		}
 	}
+	if a.tlsFiles != (client.TLSFiles{}) {
+		cfg, err := client.LoadTLS(a.tlsFiles)
+		if err != nil {
+			return usagef("--cacert, --cert, --key: %v", err)
+		}
+		a.tls = cfg
+	}
 	return nil
+}
+
+// connection is how every client of this run reaches the cluster.
+func (a *app) connection() client.Config {
+	return client.Config{Endpoints: a.endpoints, DialTimeout: a.dialTimeout, TLS: a.tls}
 }
 
 // newClient returns a client of the chosen endpoints.
 func (a *app) newClient() (*client.Client, error) {
-	c, err := client.New(client.Config{Endpoints: a.endpoints, DialTimeout: a.dialTimeout})
+	c, err := client.New(a.connection())
 	if err != nil {
 		return nil, usageError{err}
 	}

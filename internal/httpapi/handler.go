@@ -74,6 +74,7 @@ func (h *Handler) routes() {
 // Other paths that are not clean (".", "..", "//", a trailing "/") are
 // unknown endpoints rather than redirects.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = withCaller(r)
 	defer h.instrument(&w, r)()
 	switch p := r.URL.Path; {
 	case p == "/v1/kv":

@@ -122,6 +122,7 @@ func NewServer(h http.Handler, limits Limits, log *slog.Logger) *Server {
 			IdleTimeout:       limits.IdleTimeout,
 			MaxHeaderBytes:    limits.MaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			ConnContext:       withTLSConn,
 		},
 		limits: limits,
 		log:    log,
@@ -129,7 +130,9 @@ func NewServer(h http.Handler, limits Limits, log *slog.Logger) *Server {
 }
 
 // Serve serves connections from ln, at most Limits.MaxConnections at once,
-// until the server is shut down.
+// until the server is shut down. ln may be a TLS listener
+// (tlsconfig.WrapListener): the limits then apply to the decrypted stream,
+// and a verified client certificate's name reaches the handler (CallerFrom).
 func (s *Server) Serve(ln net.Listener) error {
 	return s.Server.Serve(newLimitListener(ln, s.limits.MaxConnections, s.limits.MaxHeaderBytes, s.log))
 }

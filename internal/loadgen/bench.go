@@ -78,8 +78,8 @@ type benchWorker struct {
 
 // RunBench prepares the keys, runs the workers for cfg.Duration (or until
 // ctx ends) and merges their figures.
-func RunBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg BenchConfig) (*BenchResult, error) {
-	target := newBenchTarget(endpoints, dialTimeout)
+func RunBench(ctx context.Context, conn client.Config, cfg BenchConfig) (*BenchResult, error) {
+	target := newBenchTarget(conn)
 	defer target.close()
 	keys := make([]string, cfg.Keys)
 	for i := range keys {

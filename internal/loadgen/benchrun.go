@@ -33,23 +33,23 @@ func (e *UsageError) Unwrap() error { return e.Err }
 
 func usagef(format string, args ...any) error { return &UsageError{fmt.Errorf(format, args...)} }
 
-// benchTarget is the cluster a benchmark loads: its endpoints, and the one
-// connection pool that every client of the run shares.
+// benchTarget is the cluster a benchmark loads: how to reach it, and the
+// one connection pool that every client of the run shares.
 type benchTarget struct {
-	endpoints   []string
-	dialTimeout time.Duration
-	transport   *http.Transport
+	conn      client.Config
+	transport *http.Transport
 }
 
-func newBenchTarget(endpoints []string, dialTimeout time.Duration) *benchTarget {
-	return &benchTarget{endpoints: endpoints, dialTimeout: dialTimeout,
-		transport: client.NewTransport(client.Config{DialTimeout: dialTimeout})}
+func newBenchTarget(conn client.Config) *benchTarget {
+	return &benchTarget{conn: conn, transport: client.NewTransport(conn)}
 }
 
 // newClient returns a client of the target over the shared pool; a bad
 // endpoint is a usage error.
 func (t *benchTarget) newClient() (*client.Client, error) {
-	c, err := client.New(client.Config{Endpoints: t.endpoints, DialTimeout: t.dialTimeout, Transport: t.transport})
+	cfg := t.conn
+	cfg.Transport = t.transport
+	c, err := client.New(cfg)
 	if err != nil {
 		return nil, &UsageError{err}
 	}

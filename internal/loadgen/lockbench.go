@@ -79,15 +79,15 @@ type lockWorker struct {
 
 // RunLockBench creates the workers' sessions, runs them for cfg.Duration
 // (or until ctx ends), closes the sessions and merges the figures.
-func RunLockBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg LockBenchConfig) (*LockBenchResult, error) {
-	target := newBenchTarget(endpoints, dialTimeout)
+func RunLockBench(ctx context.Context, conn client.Config, cfg LockBenchConfig) (*LockBenchResult, error) {
+	target := newBenchTarget(conn)
 	defer target.close()
 	workers, err := newLockWorkers(ctx, target, cfg)
 	defer closeLockWorkers(workers)
 	if err != nil {
 		return nil, err
 	}
-	servers := serverSampler{http: target.httpClient(), endpoints: endpoints}
+	servers := serverSampler{http: target.httpClient(), endpoints: conn.Endpoints}
 	result := &LockBenchResult{LockBenchConfig: cfg, ErrorsByCode: map[string]uint64{}, LoadBefore: loadAverage()}
 	before, sampleErr := servers.sample(ctx)
 	elapsed := runTimed(ctx, cfg.Duration, len(workers), func(stop context.Context, i int) { workers[i].run(stop) })

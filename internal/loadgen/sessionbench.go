@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
 	"github.com/latch-io/latch/internal/loadgen/latency"
 )
 
@@ -74,10 +75,10 @@ type sessionBench struct {
 	progress io.Writer
 }
 
-func RunSessionBench(ctx context.Context, endpoints []string, dialTimeout time.Duration, cfg SessionBenchConfig, progress io.Writer) (*SessionBenchResult, error) {
-	target := newBenchTarget(endpoints, dialTimeout)
+func RunSessionBench(ctx context.Context, conn client.Config, cfg SessionBenchConfig, progress io.Writer) (*SessionBenchResult, error) {
+	target := newBenchTarget(conn)
 	defer target.close()
-	b := &sessionBench{serverSampler: serverSampler{http: target.httpClient(), endpoints: endpoints}, progress: progress}
+	b := &sessionBench{serverSampler: serverSampler{http: target.httpClient(), endpoints: conn.Endpoints}, progress: progress}
 	result := &SessionBenchResult{SessionBenchConfig: cfg, IntervalSeconds: cfg.Interval.Seconds()}
 
 	before, err := b.sample(ctx)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -33,10 +34,18 @@ type Config struct {
 	ClientAddr string // the client API's host:port
 	// AdvertiseClientURL is the URL clients reach this server's API at,
 	// announced to peers through the log for leader hints (default
-	// "http://" + ClientAddr; set it when listening on 0.0.0.0 or behind NAT).
+	// "http://" + ClientAddr, "https://" with ClientTLS; set it when
+	// listening on 0.0.0.0 or behind NAT).
 	AdvertiseClientURL string
-	PeerAddr           string // host:port the peer transport listens on
-	PeerListener       net.Listener
+	// ClientTLS says the client API is served over TLS (the caller serves
+	// it): the default advertised client URL is then https://.
+	ClientTLS    bool
+	PeerAddr     string // host:port the peer transport listens on
+	PeerListener net.Listener
+	// PeerServerTLS and PeerClientTLS, set together, secure the peer
+	// transport (transport.Config.ServerTLS and ClientTLS).
+	PeerServerTLS *tls.Config
+	PeerClientTLS func(host string) *tls.Config
 	// InitialCluster maps member names to peer addresses (host:port); it must
 	// contain Name. It bootstraps a new cluster; on restart it only seeds peers.
 	InitialCluster map[string]string

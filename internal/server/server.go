@@ -155,6 +155,7 @@ func (s *Server) startTransport() error {
 		tr, err = transport.NewTCP(transport.Config{
 			ID: s.id, ClusterID: clusterID(s.cfg.ClusterToken), Shards: s.cfg.Shards, ListenAddr: s.cfg.PeerAddr,
 			Listener: s.cfg.PeerListener, Handler: s, Snapshots: s, Logger: s.log,
+			ServerTLS: s.cfg.PeerServerTLS, ClientTLS: s.cfg.PeerClientTLS,
 		})
 	}
 	if err != nil {
@@ -389,6 +390,9 @@ func (s *Server) Close() error {
 func (s *Server) clientURL() string {
 	if s.cfg.AdvertiseClientURL != "" {
 		return s.cfg.AdvertiseClientURL
+	}
+	if s.cfg.ClientTLS {
+		return "https://" + s.cfg.ClientAddr
 	}
 	return "http://" + s.cfg.ClientAddr
 }

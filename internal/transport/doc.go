@@ -22,6 +22,12 @@
 //     per-link goroutines, with partitions, one-way cuts, drops, delays and
 //     crashed nodes under test control.
 //
+// With Config.ServerTLS and Config.ClientTLS every connection, message
+// streams and snapshots alike, is a TLS stream and the handshake below runs
+// inside it; the TLS configs (internal/tlsconfig) make it mutual, so a
+// member accepts only dialers with a certificate from the peer CA and dials
+// only listeners with one.
+//
 // Invariants:
 //   - Send never blocks on the network, on a peer or on the Handler: a
 //     message that cannot be queued is dropped and its peer reported
@@ -38,6 +44,9 @@
 //     TCP.misaddressed) is dropped and counted; the connection, which
 //     carries replication, stays up; so is a peer frame that does not
 //     decode (Stats.PeerFramesDropped).
+//   - With TLS configured, nothing is read from or written to a connection
+//     in clear: a failed TLS handshake closes it, logged and counted in
+//     Stats.ConnectionsFailed (dialer) or Stats.FramesRejected (acceptor).
 //   - A connection whose handshake names another cluster id, another
 //     shard count (Config.Shards; one connection carries every shard's
 //     messages), or another node id than ours, is refused; a shard count

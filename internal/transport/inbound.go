@@ -2,6 +2,8 @@ package transport
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +43,9 @@ func (t *TCP) acceptLoop() {
 // of messages or one snapshot.
 func (t *TCP) serve(conn net.Conn) {
 	defer t.untrack(conn)
+	if !t.tlsHandshake(conn) {
+		return
+	}
 	hello, ok := t.serverHandshake(conn)
 	if !ok {
 		return
@@ -52,6 +57,23 @@ func (t *TCP) serve(conn net.Conn) {
 	case kindSnapshot:
 		t.receiveSnapshot(conn, reader, hello.from)
 	}
+}
+
+// tlsHandshake completes the TLS handshake of an accepted connection, if
+// it is one, within HandshakeTimeout, and reports whether it succeeded: a
+// dialer without a certificate from the peer CA is refused here.
+func (t *TCP) tlsHandshake(conn net.Conn) bool {
+	tlsConn, ok := conn.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.HandshakeTimeout)
+	defer cancel()
+	if err := tlsConn.HandshakeContext(ctx); err != nil {
+		t.reject(conn, "TLS handshake refused", err)
+		return false
+	}
+	return true
 }
 
 // serverHandshake reads the dialer's handshake, answers it, and reports

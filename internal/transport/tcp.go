@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,6 +55,9 @@ func NewTCP(cfg Config) (*TCP, error) {
 			return nil, fmt.Errorf("transport: listen on %s: %w", cfg.ListenAddr, err)
 		}
 	}
+	if cfg.ServerTLS != nil {
+		listener = tls.NewListener(listener, cfg.ServerTLS)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &TCP{
 		cfg:      cfg,
@@ -81,6 +85,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Listener == nil && cfg.ListenAddr == "" {
 		return cfg, errors.New("transport: config: Listener or ListenAddr is required")
+	}
+	if (cfg.ServerTLS == nil) != (cfg.ClientTLS == nil) {
+		return cfg, ErrTLSConfig
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -282,13 +289,38 @@ func (t *TCP) dial(ctx context.Context, addr string, id uint64, kind uint8) (net
 	if err != nil {
 		return nil, fmt.Errorf("dial peer %d at %s: %w", id, addr, err)
 	}
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	raw := conn
+	stop := context.AfterFunc(ctx, func() { raw.Close() })
 	defer stop()
+	if conn, err = t.secure(ctx, conn, addr); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("TLS with peer %d at %s: %w", id, addr, err)
+	}
 	if err := t.clientHandshake(conn, id, kind); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("handshake with peer %d at %s: %w", id, addr, err)
 	}
 	return conn, nil
+}
+
+// secure runs the TLS handshake on a dialed conn when the transport is
+// configured for TLS, and returns the connection to use (conn itself
+// without TLS).
+func (t *TCP) secure(ctx context.Context, conn net.Conn, addr string) (net.Conn, error) {
+	if t.cfg.ClientTLS == nil {
+		return conn, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return conn, err
+	}
+	tlsConn := tls.Client(conn, t.cfg.ClientTLS(host))
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.HandshakeTimeout)
+	defer cancel()
+	if err := tlsConn.HandshakeContext(ctx); err != nil {
+		return conn, err
+	}
+	return tlsConn, nil
 }
 
 func (t *TCP) clientHandshake(conn net.Conn, id uint64, kind uint8) error {

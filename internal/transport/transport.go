@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -111,6 +112,14 @@ type Config struct {
 	Handler    Handler
 	Snapshots  Snapshots // nil refuses snapshots in both directions
 	Logger     *slog.Logger
+	// ServerTLS, when set, makes every accepted connection speak TLS with
+	// it before the handshake; members authenticate each other when it
+	// requires and verifies client certificates. Set ClientTLS with it.
+	ServerTLS *tls.Config
+	// ClientTLS, when set, returns the TLS config of one dial to host (the
+	// peer address's host, which the peer's certificate must name); it is
+	// called per dial so that rotated certificates are used.
+	ClientTLS func(host string) *tls.Config
 
 	QueueSize         int           // messages queued per peer before drops; default 4096
 	MaxFrameSize      int           // largest accepted message frame in bytes; default 64 MiB
@@ -137,6 +146,8 @@ var (
 	ErrCorrupt = errors.New("transport: corrupt stream")
 	// ErrClosed means the transport was closed.
 	ErrClosed = errors.New("transport: closed")
+	// ErrTLSConfig means ServerTLS and ClientTLS were not set together.
+	ErrTLSConfig = errors.New("transport: config: ServerTLS and ClientTLS go together")
 	// ErrNoSnapshots means the node has no Snapshots to read or store bodies.
 	ErrNoSnapshots = errors.New("transport: snapshots not configured")
 )

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,11 @@ type Options struct {
 	// members) before the members start.
 	RestoreFrom  string
 	RestoreFlags []string
+	// TLS starts every member with TLS on both ports: certificates from a
+	// peer CA (mutual TLS between members) and from a client CA (HTTPS,
+	// client certificates required); see Cluster.Security. Without it,
+	// members on non-loopback addresses (Netns) get --insecure-listen.
+	TLS bool
 }
 
 // Member is one latchd process of a cluster, a slot that keeps its
@@ -49,7 +55,7 @@ type Options struct {
 // the slot, which callers must not do while others read them.
 type Member struct {
 	Name      string // --name: n1..nN, then the names given to Replace
-	ClientURL string // http://host:port of the client API
+	ClientURL string // http://host:port of the client API (https:// with Options.TLS)
 	PeerAddr  string // host:port of the peer transport
 	DataDir   string // --data-dir; kept across Kill and Restart
 	LogPath   string // stdout and stderr of every run, appended
@@ -73,6 +79,10 @@ type Cluster struct {
 	opts    Options
 	dir     string   // holds the members' data directories and logs
 	network *network // nil on loopback
+	// Security holds the certificates of a cluster started with
+	// Options.TLS; nil otherwise.
+	Security *Security
+	http     *http.Client // for the members' client API (HTTPClient)
 }
 
 // Start builds latchd if needed and starts opts.Nodes members on free
@@ -81,13 +91,21 @@ func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	opts = withDefaults(opts)
 	c := &Cluster{t: t, bin: Build(t), opts: opts, dir: t.TempDir()}
+	if opts.TLS {
+		c.Security = newSecurity(t, c.dir)
+	}
+	c.http = newHTTPClient(t, c.Security)
 	clientAddrs, peerAddrs := c.addresses(opts)
 	var initial []string
 	for i := range opts.Nodes {
 		initial = append(initial, fmt.Sprintf("n%d=%s", i+1, peerAddrs[i]))
 	}
 	for i := range opts.Nodes {
-		m := &Member{ClientURL: "http://" + clientAddrs[i], PeerAddr: peerAddrs[i]}
+		scheme := "http://"
+		if opts.TLS {
+			scheme = "https://"
+		}
+		m := &Member{ClientURL: scheme + clientAddrs[i], PeerAddr: peerAddrs[i]}
 		c.Members = append(c.Members, m)
 		c.name(i, fmt.Sprintf("n%d", i+1), strings.Join(initial, ","))
 	}
@@ -139,6 +157,13 @@ func (c *Cluster) name(i int, name, initial string, extra ...string) {
 	m.DataDir = filepath.Join(c.dir, name)
 	m.LogPath = filepath.Join(c.dir, name+".log")
 	m.args = append(memberFlagsLocked(c.opts, m, initial), extra...)
+	switch {
+	case c.Security != nil:
+		c.Security.IssueMemberCerts(c.t, name, hostOf(m.ClientURL))
+		m.args = append(m.args, c.Security.memberFlags(name)...)
+	case c.network != nil:
+		m.args = append(m.args, "--insecure-listen") // namespace addresses are not loopback
+	}
 	if c.network != nil {
 		m.args = append([]string{"netns", "exec", c.network.namespace(i), c.bin}, m.args...)
 	}
@@ -163,7 +188,7 @@ func memberFlagsLocked(opts Options, m *Member, initial string) []string {
 	args := []string{
 		"--name", m.Name,
 		"--data-dir", m.DataDir,
-		"--listen-client", strings.TrimPrefix(m.ClientURL, "http://"),
+		"--listen-client", hostPort(m.ClientURL),
 		"--listen-peer", m.PeerAddr,
 		"--initial-cluster", initial,
 		"--tick", opts.Tick.String(),

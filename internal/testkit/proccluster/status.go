@@ -11,18 +11,16 @@ import (
 	"github.com/latch-io/latch/api"
 )
 
-// statusClient asks members for their status; short timeouts, since a
-// paused member never answers.
-var statusClient = &http.Client{Timeout: time.Second}
-
 // Status returns member i's GET /v1/status.
 func (c *Cluster) Status(i int) (api.Status, error) {
-	return fetchStatus(c.Members[i].ClientURL)
+	return c.fetchStatus(c.Members[i].ClientURL)
 }
 
-func fetchStatus(base string) (api.Status, error) {
+// fetchStatus asks base for its status, with a short timeout since a
+// paused member never answers.
+func (c *Cluster) fetchStatus(base string) (api.Status, error) {
 	var st api.Status
-	resp, err := statusClient.Get(base + "/v1/status")
+	resp, err := c.http.Get(base + "/v1/status")
 	if err != nil {
 		return st, err
 	}

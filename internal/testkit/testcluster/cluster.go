@@ -10,6 +10,7 @@ package testcluster
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -50,6 +51,9 @@ type Options struct {
 	// advances it (Advance, AdvanceUntil; New, WaitLeader and LeaderIn advance
 	// it tick by tick while they wait). Real time still bounds every wait.
 	Time *clock.Fake
+	// ClientTLS, when set, serves every node's client API over TLS with it
+	// (URLs are https://, as latchd with --cert-file).
+	ClientTLS *tls.Config
 }
 
 // Cluster is a set of in-process servers over one fake network.
@@ -67,7 +71,7 @@ type Node struct {
 	ID     uint64
 	FS     *vfs.MemFS
 	Server *server.Server // nil while crashed
-	URL    string         // http://host:port of its client API
+	URL    string         // http://host:port (https:// with Options.ClientTLS) of its client API
 	Join   bool           // started into a running cluster (AddNode)
 	Clock  clock.Clock    // the node's clock (Options.Clock)
 	addr   string
@@ -133,6 +137,9 @@ func (c *Cluster) start(i int) {
 		n.Clock = c.opts.clockOf(n.Name)
 	}
 	n.URL = "http://" + n.addr
+	if c.opts.ClientTLS != nil {
+		n.URL = "https://" + n.addr
+	}
 	s, err := server.New(c.serverConfig(i))
 	if err != nil {
 		ln.Close()
@@ -141,6 +148,9 @@ func (c *Cluster) start(i int) {
 	n.Server = s
 	n.started = s.LastTick() // before the first tick: when its raft node started
 	n.http = httpapi.NewServer(httpapi.New(s, logger(n.Name)), c.opts.HTTPLimits, logger(n.Name))
+	if c.opts.ClientTLS != nil {
+		ln = tls.NewListener(ln, c.opts.ClientTLS)
+	}
 	go n.http.Serve(ln)
 }
 
@@ -148,7 +158,7 @@ func (c *Cluster) start(i int) {
 func (c *Cluster) serverConfig(i int) server.Config {
 	n := c.Nodes[i]
 	return server.Config{
-		Name: n.Name, DataDir: "/data", ClientAddr: n.addr, PeerAddr: c.initial[n.Name], Shards: c.opts.Shards,
+		Name: n.Name, DataDir: "/data", ClientAddr: n.addr, ClientTLS: c.opts.ClientTLS != nil, PeerAddr: c.initial[n.Name], Shards: c.opts.Shards,
 		InitialCluster: c.initial, Join: n.Join, TickInterval: c.opts.TickInterval, ElectionTicks: c.opts.ElectionTicks,
 		SnapshotEvery: c.opts.SnapshotEvery, RequestTimeout: c.opts.RequestTimeout, WALSegmentSize: cmp.Or(c.opts.WALSegmentSize, 1<<20),
 		MinSessionTTL: c.opts.MinSessionTTL, MaxSessionTTL: c.opts.MaxSessionTTL,
