@@ -65,7 +65,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()))
+			_, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()), new(zkOptions))
 			var usage usageError
 			if !errors.As(err, &usage) || err.Error() != tt.want {
 				t.Fatalf("parseFlags(%q) = %v\nwant usage error %q", tt.args, err, tt.want)
@@ -93,7 +93,7 @@ func TestParseFlagsAcceptsValidSettings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()))
+			cfg, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()), new(zkOptions))
 			if err != nil {
 				t.Fatalf("parseFlags(%q) = %v", tt.args, err)
 			}

@@ -44,7 +44,8 @@ func main() {
 
 func run(args []string) error {
 	limits := httpapi.DefaultLimits()
-	cfg, logLevel, pprof, err := parseFlags(args, &limits)
+	var zk zkOptions
+	cfg, logLevel, pprof, err := parseFlags(args, &limits, &zk)
 	if err != nil {
 		return err
 	}
@@ -56,9 +57,17 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen for clients: %w", err)
 	}
+	zkln, err := listenZK(zk)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	s, err := server.New(cfg)
 	if err != nil {
 		ln.Close()
+		if zkln != nil {
+			zkln.Close()
+		}
 		return err
 	}
 	var handler http.Handler = httpapi.New(s, logger)
@@ -69,6 +78,7 @@ func run(args []string) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpServer.Serve(ln) }()
 	logger.Info("latchd serving", "name", cfg.Name, "client", cfg.ClientAddr, "peer", cfg.PeerAddr, "data", cfg.DataDir)
+	zkServer := serveZK(zkln, s, zk, logger)
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
@@ -78,7 +88,10 @@ func run(args []string) error {
 	case <-s.Done():
 	case err := <-serveErr:
 		logger.Error("client listener failed", "err", err)
+	case err := <-zkServer.failed():
+		logger.Error("ZooKeeper listener failed", "err", err)
 	}
+	zkServer.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = httpServer.Shutdown(ctx)
@@ -121,7 +134,7 @@ func usage(fs *flag.FlagSet) {
 	shown.PrintDefaults()
 }
 
-func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Level, bool, error) {
+func parseFlags(args []string, limits *httpapi.Limits, zk *zkOptions) (server.Config, slog.Level, bool, error) {
 	fs := flag.NewFlagSet("latchd", flag.ContinueOnError)
 	var (
 		cfg          server.Config
@@ -155,6 +168,7 @@ func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Leve
 	fs.BoolVar(&pprof, "enable-pprof", false, "serve Go profiles under /debug/pprof/ on the client address")
 	showVersion := fs.Bool("version", false, "print the version and the VCS revision, and exit")
 	limits.AddFlags(fs)
+	zk.addFlags(fs)
 	fs.Usage = func() { usage(fs) }
 	fs.SetOutput(io.Discard) // flagError reports a bad flag once
 	if err := fs.Parse(args); err != nil {
@@ -167,6 +181,9 @@ func parseFlags(args []string, limits *httpapi.Limits) (server.Config, slog.Leve
 		return cfg, 0, false, usageError{err}
 	}
 	if err := limits.Validate(); err != nil {
+		return cfg, 0, false, usageError{err}
+	}
+	if err := zk.validate(); err != nil {
 		return cfg, 0, false, usageError{err}
 	}
 	return cfg, logLevels[logLevel], pprof, nil

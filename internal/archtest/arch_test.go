@@ -68,7 +68,7 @@ var allowed = map[string]rule{
 	"internal/snap":      {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
 	"internal/wal":       {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
 	"internal/transport": {},
-	// The ZooKeeper wire codec: bytes only (the listener is not built yet).
+	// The ZooKeeper wire codec: bytes only.
 	"internal/zkproto": {stdlibOnly: true},
 
 	// One group's raft node and runtime.
@@ -95,6 +95,11 @@ var allowed = map[string]rule{
 		"internal/wal", "internal/watch",
 	}},
 	"internal/httpapi": {imports: []string{"api", "internal/server"}, tests: []string{testkit + "testcluster"}},
+	// The ZooKeeper-protocol listener: the server's API over zkproto's codec.
+	"internal/zkserver": {
+		imports: []string{"api", "internal/server", "internal/zkproto"},
+		tests:   []string{testkit + "testcluster", testkit + "proccluster"},
+	},
 
 	// The public Go API: nothing internal; its tests run against the
 	// in-process harnesses.
@@ -110,7 +115,7 @@ var allowed = map[string]rule{
 		tests:   testHarness,
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
-	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/server"}},
+	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/server", "internal/zkserver"}},
 
 	// The test harnesses.
 	testkit + "testseed": {stdlibOnly: true},
