@@ -29,6 +29,15 @@ func (c *conn) handle(frame []byte) bool {
 		body = rec
 	}
 	resp, code, end := c.dispatch(h, body)
+	if code == zkproto.ErrOperationTimeout {
+		// The member could not answer in time (no leader, no quorum): end
+		// the connection unanswered, as a ZooKeeper server that lost its
+		// quorum does. The client sees ConnectionLoss, reconnects (here or
+		// elsewhere) with its session, and its recipes recover as they do
+		// from ZooKeeper; a write's outcome is then unknown to it, as there.
+		c.l.log.Info("zk: request timed out; closing the connection", "session", c.session, "op", h.Type)
+		return true
+	}
 	_ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp)
 	return end || code == zkproto.ErrSessionExpired
 }
