@@ -259,7 +259,10 @@ func (c *conn) read(op zkproto.OpCode, req *zkproto.PathWatchRequest) (zkproto.R
 	case zkproto.OpExists:
 		return &zkproto.StatResponse{Stat: stat}, zkproto.ErrOK
 	case zkproto.OpGetData:
-		return &zkproto.GetDataResponse{Data: n.Value, Stat: stat}, zkproto.ErrOK
+		// latch does not tell an empty value from none: both go as an empty
+		// buffer, never as jute's null (length -1), which some clients
+		// (kazoo's recipes) do not expect for a node they created empty.
+		return &zkproto.GetDataResponse{Data: nonNil(n.Value), Stat: stat}, zkproto.ErrOK
 	case zkproto.OpGetChildren:
 		return &zkproto.GetChildrenResponse{Children: n.Children}, zkproto.ErrOK
 	}
@@ -477,4 +480,12 @@ func (c *conn) whoAmI() zkproto.Record {
 		host = c.nc.RemoteAddr().String()
 	}
 	return &whoAmIResponse{infos: []clientInfo{{"ip", host}}}
+}
+
+// nonNil returns b, or an empty slice for nil.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }
