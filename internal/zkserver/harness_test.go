@@ -19,7 +19,7 @@ type zkCluster struct {
 }
 
 // startZK starts n in-process members and a listener on each.
-func startZK(t *testing.T, n int, cfg Config) *zkCluster {
+func startZK(t testing.TB, n int, cfg Config) *zkCluster {
 	t.Helper()
 	c := &zkCluster{Cluster: testcluster.New(t, n, testcluster.Options{MinSessionTTL: time.Second, MaxSessionTTL: 30 * time.Second})}
 	for i := range c.Nodes {
