@@ -21,28 +21,6 @@ func (r *rawClient) event() zkproto.WatcherEvent {
 	return ev
 }
 
-// callSkippingEvents calls and returns the reply, collecting the
-// notifications that come before it.
-func (r *rawClient) callSkippingEvents(op zkproto.OpCode, body zkproto.Record) (zkproto.ReplyHeader, []zkproto.WatcherEvent) {
-	r.t.Helper()
-	xid := r.send(op, body)
-	var events []zkproto.WatcherEvent
-	for {
-		h, rest := r.reply()
-		if h.Xid == xid {
-			return h, events
-		}
-		if h.Xid != zkproto.XidNotification {
-			r.t.Fatalf("reply xid %d while waiting for %d", h.Xid, xid)
-		}
-		var ev zkproto.WatcherEvent
-		if err := zkproto.Decode(rest, &ev, "WatcherEvent"); err != nil {
-			r.t.Fatal(err)
-		}
-		events = append(events, ev)
-	}
-}
-
 func mustOK(t *testing.T, what string, h zkproto.ReplyHeader) {
 	t.Helper()
 	if h.Err != zkproto.ErrOK {
