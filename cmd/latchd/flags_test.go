@@ -44,6 +44,8 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{"client port out of range", []string{"--listen-client", "127.0.0.1:70000"}, `--listen-client "127.0.0.1:70000": port "70000": want a number from 1 to 65535`},
 		{"peer port zero", []string{"--listen-peer", "127.0.0.1:0"}, `--listen-peer "127.0.0.1:0": port "0": want a number from 1 to 65535`},
 		{"peer host malformed", []string{"--listen-peer", "bad host:2380"}, `--listen-peer "bad host:2380": host "bad host" is neither an IP address nor a host name`},
+		{"zk address without port", []string{"--listen-zk", "127.0.0.1"}, `--listen-zk "127.0.0.1": want host:port: address 127.0.0.1: missing port in address`},
+		{"unknown four-letter word", []string{"--zk-4lw-whitelist", "ruok,dump"}, `--zk-4lw-whitelist "ruok,dump": unknown four-letter word "dump": want some of conf,isro,mntr,ruok,srvr,stat, or *`},
 		{"advertised URL without scheme", []string{"--advertise-client", "10.0.0.1:2379"}, `--advertise-client "10.0.0.1:2379": want an http:// or https:// URL: parse "10.0.0.1:2379": first path segment in URL cannot contain colon`},
 		{"advertised host:port", []string{"--advertise-client", "n1:2379"}, `--advertise-client "n1:2379": want an http:// or https:// URL`},
 		{"advertised URL of another scheme", []string{"--advertise-client", "ftp://10.0.0.1:2379"}, `--advertise-client "ftp://10.0.0.1:2379": want an http:// or https:// URL`},
@@ -63,6 +65,8 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 			`--listen-client "n1:2379" is not a loopback address and the client port has no TLS (--cert-file, --key-file): refusing to serve clients in clear text; give certificates, or --insecure-listen to allow it`},
 		{"peer port on a LAN address in clear", []string{"--listen-peer", "10.0.0.1:2380"},
 			`--listen-peer "10.0.0.1:2380" is not a loopback address and the peer port has no TLS (--peer-cert-file, --peer-key-file, --peer-trusted-ca-file): refusing to replicate in clear text; give certificates, or --insecure-listen to allow it`},
+		{"ZooKeeper port off loopback in clear", []string{"--listen-zk", "0.0.0.0:2181"},
+			`--listen-zk "0.0.0.0:2181" is not a loopback address and the client port has no TLS (--cert-file, --key-file): refusing to serve clients in clear text; give certificates, or --insecure-listen to allow it`},
 		{"TLS 1.1", []string{"--tls-min-version", "1.1"}, `--tls-min-version "1.1": TLS 1.1 is refused: it is deprecated (RFC 8996); want 1.2 or 1.3`},
 		{"unknown TLS version", []string{"--tls-min-version", "tls13"}, `--tls-min-version "tls13": want 1.2 or 1.3`},
 		{"certificate without key", []string{"--cert-file", "c.pem"}, "--cert-file and --key-file go together: give both or neither"},
@@ -83,7 +87,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()), new(securityFlags))
+			_, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()), new(securityFlags), new(zkOptions))
 			var usage usageError
 			if !errors.As(err, &usage) || err.Error() != tt.want {
 				t.Fatalf("parseFlags(%q) = %v\nwant usage error %q", tt.args, err, tt.want)
@@ -106,6 +110,8 @@ func TestParseFlagsAcceptsValidSettings(t *testing.T) {
 			"--initial-cluster-state", "existing", "--cluster-token", "latch-compose", "--initial-cluster", "n1=n1:2380,n2=n2:2380,n3=n3:2380,o1=o1:2380", "--insecure-listen"}},
 		{"every interface, IPv6 and URL prefixes", []string{"--name", "a.b_c-1", "--listen-client", ":2379", "--listen-peer", "[::1]:2380",
 			"--advertise-client", "https://latch.example.com:2379", "--initial-cluster", "a.b_c-1=http://[::1]:2380,z=tcp://db-2.example.com:2380", "--insecure-listen"}},
+		{"ZooKeeper listener", []string{"--listen-zk", "127.0.0.1:2181", "--zk-4lw-whitelist", "ruok, srvr,mntr"}},
+		{"every four-letter word", []string{"--listen-zk", ":2181", "--zk-4lw-whitelist", "*", "--insecure-listen"}},
 		{"fast test timing", []string{"--tick", "10ms", "--election-ticks", "2", "--min-session-timeout", "1s", "--max-session-timeout", "1s",
 			"--snapshot-count", "1", "--max-value-size", "1048576", "--log-level", "warn"}},
 		{"TLS on both ports, on a LAN", []string{"--name", "n1", "--listen-client", "10.0.0.1:2379", "--listen-peer", "10.0.0.1:2380",
@@ -116,7 +122,7 @@ func TestParseFlagsAcceptsValidSettings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()), new(securityFlags))
+			cfg, _, _, err := parseFlags(tt.args, new(httpapi.DefaultLimits()), new(securityFlags), new(zkOptions))
 			if err != nil {
 				t.Fatalf("parseFlags(%q) = %v", tt.args, err)
 			}

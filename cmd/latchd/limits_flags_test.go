@@ -12,7 +12,7 @@ import (
 // that is not positive is refused with an error naming its flag.
 func TestLimitFlags(t *testing.T) {
 	limits := httpapi.DefaultLimits()
-	if _, _, _, err := parseFlags([]string{"--max-connections", "7", "--http-body-timeout", "3s", "--http-idle-timeout", "1m"}, &limits, new(securityFlags)); err != nil {
+	if _, _, _, err := parseFlags([]string{"--max-connections", "7", "--http-body-timeout", "3s", "--http-idle-timeout", "1m"}, &limits, new(securityFlags), new(zkOptions)); err != nil {
 		t.Fatal(err)
 	}
 	if limits.MaxConnections != 7 || limits.BodyTimeout != 3*time.Second || limits.IdleTimeout != time.Minute ||
@@ -24,7 +24,7 @@ func TestLimitFlags(t *testing.T) {
 		{"http-write-timeout", "0s"}, {"http-idle-timeout", "-5m"},
 	} {
 		limits := httpapi.DefaultLimits()
-		_, _, _, err := parseFlags([]string{"--" + tt.flag, tt.value}, &limits, new(securityFlags))
+		_, _, _, err := parseFlags([]string{"--" + tt.flag, tt.value}, &limits, new(securityFlags), new(zkOptions))
 		if err == nil || !strings.Contains(err.Error(), "--"+tt.flag) {
 			t.Errorf("--%s %s: %v; want an error naming the flag", tt.flag, tt.value, err)
 		}

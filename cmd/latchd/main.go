@@ -51,7 +51,8 @@ func run(args []string) error {
 	}
 	limits := httpapi.DefaultLimits()
 	var security securityFlags
-	cfg, logLevel, pprof, err := parseFlags(args, &limits, &security)
+	var zk zkOptions
+	cfg, logLevel, pprof, err := parseFlags(args, &limits, &security, &zk)
 	if err != nil {
 		return err
 	}
@@ -70,9 +71,21 @@ func run(args []string) error {
 	if clientTLS != nil {
 		ln = tlsconfig.WrapListener(ln, clientTLS)
 	}
+	zkln, err := listenZK(zk)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if zkln != nil && clientTLS != nil {
+		// The ZooKeeper port is a client port: same certificates, same rules.
+		zkln = tlsconfig.WrapListener(zkln, clientTLS)
+	}
 	s, err := server.New(cfg)
 	if err != nil {
 		ln.Close()
+		if zkln != nil {
+			zkln.Close()
+		}
 		return err
 	}
 	var handler http.Handler = httpapi.New(s, logger)
@@ -84,6 +97,7 @@ func run(args []string) error {
 	go func() { serveErr <- httpServer.Serve(ln) }()
 	logger.Info("latchd serving", "name", cfg.Name, "client", cfg.ClientAddr, "peer", cfg.PeerAddr, "data", cfg.DataDir,
 		"client_tls", clientTLS != nil, "peer_tls", cfg.PeerServerTLS != nil)
+	zkServer := serveZK(zkln, s, zk, logger)
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
@@ -93,7 +107,10 @@ func run(args []string) error {
 	case <-s.Done():
 	case err := <-serveErr:
 		logger.Error("client listener failed", "err", err)
+	case err := <-zkServer.failed():
+		logger.Error("ZooKeeper listener failed", "err", err)
 	}
+	zkServer.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = httpServer.Shutdown(ctx)
@@ -136,7 +153,7 @@ func usage(fs *flag.FlagSet) {
 	shown.PrintDefaults()
 }
 
-func parseFlags(args []string, limits *httpapi.Limits, security *securityFlags) (server.Config, slog.Level, bool, error) {
+func parseFlags(args []string, limits *httpapi.Limits, security *securityFlags, zk *zkOptions) (server.Config, slog.Level, bool, error) {
 	fs := flag.NewFlagSet("latchd", flag.ContinueOnError)
 	var (
 		cfg          server.Config
@@ -172,6 +189,7 @@ func parseFlags(args []string, limits *httpapi.Limits, security *securityFlags) 
 	showVersion := fs.Bool("version", false, "print the version and the VCS revision, and exit")
 	limits.AddFlags(fs)
 	security.addFlags(fs)
+	zk.addFlags(fs)
 	fs.Usage = func() { usage(fs) }
 	fs.SetOutput(io.Discard) // flagError reports a bad flag once
 	if err := fs.Parse(args); err != nil {
@@ -187,6 +205,12 @@ func parseFlags(args []string, limits *httpapi.Limits, security *securityFlags) 
 		return cfg, 0, false, usageError{err}
 	}
 	if err := security.validate(&cfg); err != nil {
+		return cfg, 0, false, usageError{err}
+	}
+	if err := zk.validate(); err != nil {
+		return cfg, 0, false, usageError{err}
+	}
+	if err := security.checkClearText("--listen-zk", zk.addr); err != nil {
 		return cfg, 0, false, usageError{err}
 	}
 	return cfg, logLevels[logLevel], pprof, nil

@@ -72,6 +72,17 @@ func (s *securityFlags) validate(cfg *server.Config) error {
 	return nil
 }
 
+// checkClearText refuses a client-facing listener other than the client
+// port (flag, at addr; empty: off) on a non-loopback address without TLS,
+// unless --insecure-listen: it serves with the client port's certificates.
+func (s *securityFlags) checkClearText(flag, addr string) error {
+	if addr == "" || s.insecureListen || s.client.Enabled() || isLoopback(addr) {
+		return nil
+	}
+	return fmt.Errorf("%s %q is not a loopback address and the client port has no TLS (--cert-file, --key-file): "+
+		"refusing to serve clients in clear text; give certificates, or --insecure-listen to allow it", flag, addr)
+}
+
 // isLoopback reports whether host:port listens on loopback only: a
 // loopback IP address or "localhost". Any other name, and an empty host
 // (every interface), is not.

@@ -76,7 +76,7 @@ var allowed = map[string]rule{
 	"internal/transport": {tests: []string{"internal/tlsconfig", testkit + "testcerts"}},
 	// The TLS configs of every port, reloaded from files.
 	"internal/tlsconfig": {tests: []string{testkit + "testcerts"}, stdlibOnly: true},
-	// The ZooKeeper wire codec: bytes only (the listener is not built yet).
+	// The ZooKeeper wire codec: bytes only.
 	"internal/zkproto": {stdlibOnly: true},
 
 	// One group's raft node and runtime.
@@ -105,6 +105,11 @@ var allowed = map[string]rule{
 	"internal/httpapi": {imports: []string{"api", "internal/server", "internal/tlsconfig", "internal/ui"}, tests: []string{testkit + "testcluster", testkit + "testcerts"}},
 	// The dashboard's embedded assets and their handler.
 	"internal/ui": {stdlibOnly: true},
+	// The ZooKeeper-protocol listener: the server's API over zkproto's codec.
+	"internal/zkserver": {
+		imports: []string{"api", "internal/server", "internal/zkproto"},
+		tests:   []string{testkit + "testcluster", testkit + "proccluster"},
+	},
 
 	// The public Go API: nothing internal; its tests run against the
 	// in-process harnesses.
@@ -120,7 +125,7 @@ var allowed = map[string]rule{
 		tests:   append(testHarness, testkit+"testcerts"),
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
-	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/placement", "internal/server", "internal/tlsconfig"}},
+	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/placement", "internal/server", "internal/tlsconfig", "internal/zkserver"}},
 
 	// The test harnesses.
 	testkit + "testseed":  {stdlibOnly: true},

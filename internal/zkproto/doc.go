@@ -6,7 +6,7 @@
 // types, keeper states, create modes).
 //
 // It owns bytes only: no listener, no sessions, no mapping onto latch's state
-// (the listener is not built yet). It imports the standard library only.
+// (package zkserver is the listener). It imports the standard library only.
 //
 // Invariants:
 //   - Decoding never panics, whatever the input; every length (buffer,

@@ -47,6 +47,9 @@ type Options struct {
 	// client certificates required); see Cluster.Security. Without it,
 	// members on non-loopback addresses (Netns) get --insecure-listen.
 	TLS bool
+	// ZK gives every member a ZooKeeper-protocol listener (--listen-zk) on a
+	// free loopback port, in Member.ZKAddr.
+	ZK bool
 }
 
 // Member is one latchd process of a cluster, a slot that keeps its
@@ -57,6 +60,7 @@ type Member struct {
 	Name      string // --name: n1..nN, then the names given to Replace
 	ClientURL string // http://host:port of the client API (https:// with Options.TLS)
 	PeerAddr  string // host:port of the peer transport
+	ZKAddr    string // host:port of the ZooKeeper listener (Options.ZK), else ""
 	DataDir   string // --data-dir; kept across Kill and Restart
 	LogPath   string // stdout and stderr of every run, appended
 
@@ -100,12 +104,21 @@ func Start(t testing.TB, opts Options) *Cluster {
 	for i := range opts.Nodes {
 		initial = append(initial, fmt.Sprintf("n%d=%s", i+1, peerAddrs[i]))
 	}
+	var zkAddrs []string
+	if opts.ZK {
+		for _, port := range freePorts(t, opts.Nodes) {
+			zkAddrs = append(zkAddrs, fmt.Sprintf("127.0.0.1:%d", port))
+		}
+	}
 	for i := range opts.Nodes {
 		scheme := "http://"
 		if opts.TLS {
 			scheme = "https://"
 		}
 		m := &Member{ClientURL: scheme + clientAddrs[i], PeerAddr: peerAddrs[i]}
+		if opts.ZK {
+			m.ZKAddr = zkAddrs[i]
+		}
 		c.Members = append(c.Members, m)
 		c.name(i, fmt.Sprintf("n%d", i+1), strings.Join(initial, ","))
 	}
@@ -208,6 +221,9 @@ func memberFlagsLocked(opts Options, m *Member, initial string) []string {
 	}
 	if opts.SyncJournal {
 		args = append(args, "--unsafe-sync-journal", journalPathLocked(m))
+	}
+	if m.ZKAddr != "" {
+		args = append(args, "--listen-zk", m.ZKAddr, "--zk-4lw-whitelist", "*")
 	}
 	return append(args, opts.ExtraFlags...)
 }

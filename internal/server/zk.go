@@ -1,0 +1,143 @@
+package server
+
+import (
+	"context"
+	"strings"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/fsm"
+)
+
+// The reads below serve the ZooKeeper listener (package zkserver): they
+// read what a ZooKeeper reply needs from one consistent view of the state,
+// which the node-at-a-time reads of kv.go cannot give (a Stat beside the
+// children list, the owner of an ephemeral node, a subtree count).
+
+// NodeView is one node as the ZooKeeper listener reads it. Owner is the
+// owning session's id (0: persistent): the listener shows it only to that
+// session itself, since an id is a bearer secret.
+type NodeView struct {
+	Path          string
+	Value         []byte // shared with the state: do not modify
+	Version       uint64 // 1 on create, as in docs/api.md
+	CreatedIndex  uint64
+	ModifiedIndex uint64
+	Owner         uint64
+	ChildrenCount int
+	Children      []string // with NodeReadOptions.Children, sorted
+	Index         uint64   // the applied index of the view
+}
+
+// NodeReadOptions says what a NodeView read returns beside the node.
+type NodeReadOptions struct {
+	ReadOptions
+	Children bool
+}
+
+// ReadNode reads a node (and, if asked, its children) from one view, after
+// the barrier opts ask for. A missing node is not_found.
+func (s *Server) ReadNode(ctx context.Context, path string, opts NodeReadOptions) (NodeView, error) {
+	if err := api.ValidatePath(path); err != nil {
+		return NodeView{}, err
+	}
+	g := s.groupFor(path)
+	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+		return NodeView{}, err
+	}
+	var out NodeView
+	var err error
+	out.Index = g.View(func(f *fsm.FSM) {
+		var n fsm.Node
+		if n, err = f.Get(path); err != nil {
+			return
+		}
+		out.Path, out.Value, out.Version = n.Path, n.Value, n.Version
+		out.CreatedIndex, out.ModifiedIndex = n.CreatedIndex, n.ModifiedIndex
+		out.Owner, out.ChildrenCount = n.Owner, n.ChildrenCount
+		if opts.Children {
+			out.Children, err = f.Children(path)
+		}
+	})
+	return out, err
+}
+
+// CountDescendants returns how many nodes lie below path (not counting
+// path itself), from one view after the barrier opts ask for.
+func (s *Server) CountDescendants(ctx context.Context, path string, opts ReadOptions) (int, uint64, error) {
+	if err := api.ValidatePath(path); err != nil {
+		return 0, 0, err
+	}
+	g := s.groupFor(path)
+	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+		return 0, 0, err
+	}
+	count := 0
+	var err error
+	index := g.View(func(f *fsm.FSM) {
+		if _, err = f.Get(path); err != nil {
+			return
+		}
+		walkBelow(f, path, func(string, fsm.Node) { count++ })
+	})
+	return count, index, err
+}
+
+// SessionEphemerals returns the paths of session's ephemeral nodes at or
+// below prefix (a path prefix, not only a whole node name, as ZooKeeper's
+// getEphemerals takes it), sorted. It walks the tree: O(nodes).
+func (s *Server) SessionEphemerals(ctx context.Context, session uint64, prefix string, opts ReadOptions) ([]string, uint64, error) {
+	g := s.metaGroup()
+	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+		return nil, 0, err
+	}
+	paths := []string{}
+	index := g.View(func(f *fsm.FSM) {
+		walkBelow(f, "/", func(p string, n fsm.Node) {
+			if n.Owner == session && strings.HasPrefix(p, prefix) {
+				paths = append(paths, p)
+			}
+		})
+	})
+	return paths, index, nil
+}
+
+// walkBelow calls fn for every node below path, in pre-order.
+func walkBelow(f *fsm.FSM, path string, fn func(string, fsm.Node)) {
+	names, err := f.Children(path)
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		child := api.Join(path, name)
+		n, err := f.Get(child)
+		if err != nil {
+			continue
+		}
+		fn(child, n)
+		if n.ChildrenCount > 0 {
+			walkBelow(f, child, fn)
+		}
+	}
+}
+
+// Counts is the size of this server's applied state, for the ZooKeeper
+// listener's four-letter words.
+type Counts struct {
+	Nodes, Sessions int
+	Index           uint64
+}
+
+// StateCounts returns the node and session counts of the applied state.
+func (s *Server) StateCounts() Counts {
+	var c Counts
+	c.Index = s.metaGroup().View(func(f *fsm.FSM) { c.Nodes, c.Sessions = f.NodeCount(), f.SessionCount() })
+	return c
+}
+
+// SessionTimeouts returns the range a session timeout is clamped to.
+func (s *Server) SessionTimeouts() (minMs, maxMs int64) {
+	return s.cfg.MinSessionTTL.Milliseconds(), s.cfg.MaxSessionTTL.Milliseconds()
+}
+
+// Name is this member's name.
+func (s *Server) Name() string { return s.cfg.Name }

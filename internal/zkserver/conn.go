@@ -1,0 +1,244 @@
+package zkserver
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/zkproto"
+)
+
+// requestQueueLen bounds the requests a connection has read and not yet
+// answered; past it the reader stops reading and TCP pushes back.
+const requestQueueLen = 256
+
+// conn is one client connection.
+type conn struct {
+	l  *Listener
+	nc net.Conn
+	br *bufio.Reader
+
+	wmu sync.Mutex // guards bw and the order of frames on the wire
+	bw  *bufio.Writer
+
+	ctx    context.Context // cancelled when the connection closes
+	cancel context.CancelFunc
+	once   sync.Once
+
+	session uint64
+	timeout time.Duration
+	stream  server.EventStream
+	watches *watchTable
+
+	// seen is the highest zxid sent to the client or read on its behalf:
+	// every read waits for it, and every reply carries at least it.
+	seen     atomic.Uint64
+	active   atomic.Bool // a request arrived since the last heartbeat
+	received atomic.Uint64
+	sent     atomic.Uint64
+}
+
+func newConn(l *Listener, nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &conn{l: l, nc: nc, br: bufio.NewReader(nc), bw: bufio.NewWriter(nc), ctx: ctx, cancel: cancel}
+}
+
+// close ends the connection (idempotent); the session stays.
+func (c *conn) close() {
+	c.once.Do(func() {
+		c.cancel()
+		c.nc.Close()
+	})
+}
+
+// serve runs the connection: the first packet (a four-letter word or the
+// connect request), then the request pipeline until the connection ends.
+func (c *conn) serve() {
+	defer c.close()
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.l.cfg.HandshakeTimeout))
+	var head [4]byte
+	if _, err := io.ReadFull(c.br, head[:]); err != nil {
+		return
+	}
+	if word := string(head[:]); fourLetterWords[word] != nil {
+		c.fourLetter(word)
+		return
+	}
+	body, err := readBody(c.br, head)
+	if err != nil {
+		c.l.log.Debug("zk: bad first packet", "remote", c.nc.RemoteAddr().String(), "err", err)
+		return
+	}
+	if !c.handshake(body) {
+		return
+	}
+	_ = c.nc.SetReadDeadline(time.Time{})
+	defer c.cleanup()
+	c.run()
+}
+
+// readBody reads the record of a frame whose length bytes are head.
+func readBody(r io.Reader, head [4]byte) ([]byte, error) {
+	n := int32(binary.BigEndian.Uint32(head[:]))
+	if n < 0 || n > zkproto.MaxPacket {
+		return nil, zkproto.ErrFrameTooLarge
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
+// run starts the event pump and the heartbeat loop, then reads requests
+// and hands them, in order, to the one goroutine that executes them.
+func (c *conn) run() {
+	requests := make(chan []byte, requestQueueLen)
+	var workers sync.WaitGroup
+	workers.Add(3)
+	go func() { defer workers.Done(); c.execute(requests) }()
+	go func() { defer workers.Done(); c.pumpEvents() }()
+	go func() { defer workers.Done(); c.heartbeats() }()
+	defer workers.Wait()
+	defer close(requests)
+	for {
+		frame, err := zkproto.ReadFrame(c.br, zkproto.MaxPacket)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && c.ctx.Err() == nil {
+				c.l.log.Debug("zk: read", "session", c.session, "err", err)
+			}
+			c.close()
+			return
+		}
+		c.received.Add(1)
+		c.l.received.Add(1)
+		c.active.Store(true)
+		select {
+		case requests <- frame:
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// execute answers the requests one at a time, in the order they came.
+func (c *conn) execute(requests <-chan []byte) {
+	for frame := range requests {
+		if c.ctx.Err() != nil {
+			continue // drain: the connection is closing
+		}
+		if end := c.handle(frame); end {
+			c.close()
+		}
+	}
+}
+
+// cleanup runs when the connection ends: its latch watches are cancelled
+// and its event stream closed; the session lives on.
+func (c *conn) cleanup() {
+	c.watches.cancelAll()
+	if c.stream != nil {
+		c.stream.Close()
+	}
+}
+
+// heartbeats keeps the session alive while the client talks to this
+// connection: every third of the timeout, if any packet came since the
+// last one (ZooKeeper counts any packet, not only pings).
+func (c *conn) heartbeats() {
+	t := time.NewTicker(max(c.timeout/3, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			if c.active.Swap(false) {
+				c.heartbeat()
+			}
+		}
+	}
+}
+
+// heartbeat tells the session's liveness the client is there; a session
+// found dead ends the connection (the client then learns of the expiry
+// when it reconnects).
+func (c *conn) heartbeat() bool {
+	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
+	defer cancel()
+	_, dead, err := c.l.srv.Heartbeat(ctx, []uint64{c.session})
+	if err == nil && len(dead) > 0 {
+		c.l.log.Info("zk: session ended", "session", c.session)
+		c.close()
+		return false
+	}
+	return true
+}
+
+// zxid returns the zxid of the next frame: the member's applied index,
+// never below what the connection sent or read before.
+func (c *conn) zxid() int64 {
+	applied := c.l.srv.AppliedIndex()
+	for {
+		seen := c.seen.Load()
+		if applied <= seen {
+			return int64(seen)
+		}
+		if c.seen.CompareAndSwap(seen, applied) {
+			return int64(applied)
+		}
+	}
+}
+
+// saw records that the client has seen (or, for a sync, must see) index.
+func (c *conn) saw(index uint64) {
+	for {
+		seen := c.seen.Load()
+		if index <= seen || c.seen.CompareAndSwap(seen, index) {
+			return
+		}
+	}
+}
+
+// send writes one reply or notification: the header, then body if the
+// header carries no error.
+func (c *conn) send(h zkproto.ReplyHeader, body zkproto.Record) error {
+	w := zkproto.NewWriter(make([]byte, 0, 64))
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	h.Zxid = c.zxid()
+	h.Encode(w)
+	if body != nil && h.Err == zkproto.ErrOK {
+		body.Encode(w)
+	}
+	return c.writeFrame(w.Bytes())
+}
+
+// writeFrame writes and flushes one frame; c.wmu must be held.
+func (c *conn) writeFrame(record []byte) error {
+	if len(record) > zkproto.MaxPacket {
+		// No client would read it (jute.maxbuffer): end the connection
+		// rather than send it.
+		c.close()
+		return zkproto.ErrFrameTooLarge
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(max(c.timeout, 5*time.Second)))
+	if err := zkproto.WriteFrame(c.bw, record); err != nil {
+		c.close()
+		return err
+	}
+	if err := c.bw.Flush(); err != nil {
+		c.close()
+		return err
+	}
+	c.sent.Add(1)
+	c.l.sent.Add(1)
+	return nil
+}

@@ -1,0 +1,27 @@
+// Package zkserver is latch's ZooKeeper-protocol listener: it serves
+// ZooKeeper's client protocol (3.4 to 3.9 clients, codec in package
+// zkproto) over the same server API that package httpapi serves, so that
+// existing ZooKeeper clients and their recipes run against latch
+// unchanged. docs/zookeeper.md is its user contract: every opcode, its
+// mapping onto latch and every difference from ZooKeeper.
+//
+// It owns the connections of that port: the four-letter words, the connect
+// handshake (a ZooKeeper session is a latch session, same id; the session
+// password is derived from the id, see password.go), the per-connection
+// request pipeline, the mapping of each opcode onto server calls, and the
+// connection's ZooKeeper watches, kept over latch watches of the session.
+//
+// Invariants:
+//   - replies leave a connection in the order its requests came, each with
+//     the zxid (a raft index) the member had applied when it was sent, never
+//     below a zxid the connection sent before;
+//   - a read on a connection never sees state older than the last zxid the
+//     client saw (given at connect as lastZxidSeen, or sent since), on any
+//     member: a connect whose lastZxidSeen the member has not applied is
+//     refused once the member failed to catch up;
+//   - bad input (a frame, a record, a path) gets a ZooKeeper error code or
+//     closes that connection; it never panics and never changes state;
+//   - a connection holds only latch watches it registered, all cancelled
+//     when it closes; a one-shot ZooKeeper watch fires at most once, and
+//     only for a change applied after the read that set it.
+package zkserver

@@ -1,0 +1,117 @@
+package zkserver
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Four-letter words: a connection whose first four bytes spell one gets a
+// plain-text answer in ZooKeeper's format and is closed.
+
+// zkVersionString is the ZooKeeper version the port reports: the protocol
+// it follows, marked as latch's.
+const zkVersionString = "3.8.4-latch"
+
+// fourLetterWords maps each word to its answer.
+var fourLetterWords = map[string]func(*conn) string{
+	"ruok": func(*conn) string { return "imok" },
+	"isro": func(*conn) string { return "rw" },
+	"srvr": func(c *conn) string { return c.l.serverStats(false) },
+	"stat": func(c *conn) string { return c.l.serverStats(true) },
+	"mntr": func(c *conn) string { return c.l.monitor() },
+	"conf": func(c *conn) string { return c.l.conf() },
+}
+
+// fourLetter answers word if the whitelist allows it.
+func (c *conn) fourLetter(word string) {
+	var out string
+	if c.l.allowed["*"] || c.l.allowed[word] {
+		out = fourLetterWords[word](c)
+	} else {
+		out = word + " is not executed because it is not in the whitelist.\n"
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, _ = c.nc.Write([]byte(out))
+}
+
+// mode is the server state as ZooKeeper names it.
+func (l *Listener) mode() string {
+	st := l.srv.Status()
+	if len(st.Members) == 1 {
+		return "standalone"
+	}
+	switch st.Role {
+	case "leader", "follower":
+		return st.Role
+	case "learner":
+		return "observer"
+	}
+	return "looking"
+}
+
+// serverStats is srvr (and, with clients, stat).
+func (l *Listener) serverStats(clients bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Zookeeper version: %s, built on 01/01/1970 00:00 GMT\n", zkVersionString)
+	if clients {
+		b.WriteString("Clients:\n")
+		l.mu.Lock()
+		for c := range l.conns {
+			fmt.Fprintf(&b, " /%s[1](queued=0,recved=%d,sent=%d)\n", c.nc.RemoteAddr(), c.received.Load(), c.sent.Load())
+		}
+		l.mu.Unlock()
+		b.WriteString("\n")
+	}
+	counts := l.srv.StateCounts()
+	fmt.Fprintf(&b, "Latency min/avg/max: 0/0.0/0\n")
+	fmt.Fprintf(&b, "Received: %d\n", l.received.Load())
+	fmt.Fprintf(&b, "Sent: %d\n", l.sent.Load())
+	fmt.Fprintf(&b, "Connections: %d\n", l.connCount())
+	fmt.Fprintf(&b, "Outstanding: 0\n")
+	fmt.Fprintf(&b, "Zxid: 0x%x\n", counts.Index)
+	fmt.Fprintf(&b, "Mode: %s\n", l.mode())
+	fmt.Fprintf(&b, "Node count: %d\n", counts.Nodes)
+	return b.String()
+}
+
+// monitor is mntr: tab-separated key and value lines.
+func (l *Listener) monitor() string {
+	counts := l.srv.StateCounts()
+	lines := [][2]any{
+		{"zk_version", zkVersionString},
+		{"zk_server_state", l.mode()},
+		{"zk_avg_latency", "0.0"},
+		{"zk_max_latency", 0},
+		{"zk_min_latency", 0},
+		{"zk_packets_received", l.received.Load()},
+		{"zk_packets_sent", l.sent.Load()},
+		{"zk_num_alive_connections", l.connCount()},
+		{"zk_outstanding_requests", 0},
+		{"zk_znode_count", counts.Nodes},
+		{"zk_global_sessions", counts.Sessions},
+		{"zk_last_zxid", fmt.Sprintf("0x%x", counts.Index)},
+		{"zk_uptime", time.Since(l.started).Milliseconds()},
+	}
+	var b strings.Builder
+	for _, kv := range lines {
+		fmt.Fprintf(&b, "%s\t%v\n", kv[0], kv[1])
+	}
+	return b.String()
+}
+
+// conf is the conf word: the settings a ZooKeeper client can use.
+func (l *Listener) conf() string {
+	minMs, maxMs := l.srv.SessionTimeouts()
+	port := "-1"
+	if i := strings.LastIndex(l.cfg.Addr, ":"); i >= 0 {
+		port = l.cfg.Addr[i+1:]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "clientPort=%s\n", port)
+	fmt.Fprintf(&b, "secureClientPort=-1\n")
+	fmt.Fprintf(&b, "minSessionTimeout=%d\n", minMs)
+	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", maxMs)
+	fmt.Fprintf(&b, "serverName=%s\n", l.srv.Name())
+	return b.String()
+}

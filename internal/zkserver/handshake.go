@@ -1,0 +1,116 @@
+package zkserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/zkproto"
+)
+
+// handshake answers the connect request in body: a new session (id 0), or
+// the resumption of a live one whose password matches. It answers in the
+// form asked (with the trailing readOnly byte only if the request had it).
+// It returns false when the connection must end: a malformed request, a
+// lastZxidSeen this member has not applied (refused without a reply, as
+// ZooKeeper does, so the client tries another server), a session that is
+// unknown, expired or presented with a wrong password (answered with a
+// zero timeout, which clients report as session expiry), or a member that
+// cannot create or check a session now (no reply: the client retries; a
+// live session must never be reported expired for want of a quorum).
+func (c *conn) handshake(body []byte) bool {
+	var req zkproto.ConnectRequest
+	if err := zkproto.Decode(body, &req, "ConnectRequest"); err != nil {
+		c.l.log.Debug("zk: bad connect request", "remote", c.nc.RemoteAddr().String(), "err", err)
+		return false
+	}
+	if !c.caughtUp(req.LastZxidSeen) {
+		c.l.log.Info("zk: refusing a client that has seen a newer zxid than this member applied",
+			"remote", c.nc.RemoteAddr().String(), "client_zxid", req.LastZxidSeen, "applied", c.l.srv.AppliedIndex())
+		return false
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.l.cfg.HandshakeTimeout)
+	defer cancel()
+	resp := zkproto.ConnectResponse{HasReadOnly: req.HasReadOnly, Passwd: make([]byte, passwordLen)}
+	id, timeoutMs, err := c.openSession(ctx, req)
+	if err == nil {
+		c.stream, _, err = c.l.srv.Events(ctx, id)
+	}
+	switch {
+	case errors.Is(err, errSessionGone) || isCode(err, api.CodeSessionExpired) || isCode(err, api.CodeNotFound):
+		// Timeout 0 and session 0: the client reports its session expired.
+		_ = c.writeConnectResponse(&resp)
+		return false
+	case err != nil:
+		// The member cannot tell now (no leader, no quorum): no answer, so
+		// the client tries again, here or elsewhere, with its session.
+		c.l.log.Info("zk: cannot open or check a session now; closing the connection", "remote", c.nc.RemoteAddr().String(), "err", err)
+		return false
+	}
+	c.session, c.timeout = id, time.Duration(timeoutMs)*time.Millisecond
+	c.watches = newWatchTable(c)
+	c.saw(uint64(max(req.LastZxidSeen, 0)))
+	resp.TimeOut, resp.SessionID, resp.Passwd = int32(timeoutMs), int64(id), sessionPassword(id)
+	if err := c.writeConnectResponse(&resp); err != nil {
+		c.stream.Close()
+		return false
+	}
+	c.heartbeat()
+	return true
+}
+
+// caughtUp reports whether this member has applied zxid, waiting up to
+// ConnectCatchUp for it to do so.
+func (c *conn) caughtUp(zxid int64) bool {
+	if zxid <= 0 || uint64(zxid) <= c.l.srv.AppliedIndex() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.l.cfg.ConnectCatchUp)
+	defer cancel()
+	// A stale read at min_index waits for the index to be applied here
+	// (asking the leader only whether it exists at all).
+	_, err := c.l.srv.Get(ctx, "/", server.ReadOptions{Consistency: api.Stale, MinIndex: uint64(zxid)})
+	return err == nil
+}
+
+// errSessionGone is a resumed session that does not exist for the client:
+// unknown, ended, or presented with a wrong password.
+var errSessionGone = errors.New("zkserver: no such session")
+
+// openSession creates a session or checks the one the client resumes, and
+// returns its id and timeout in milliseconds. A session that is not alive
+// is errSessionGone or the server's not_found or session_expired; any other
+// error means the member cannot tell now.
+func (c *conn) openSession(ctx context.Context, req zkproto.ConnectRequest) (uint64, int64, error) {
+	if req.SessionID == 0 {
+		sess, err := c.l.srv.CreateSession(ctx, uint64(max(req.TimeOut, 0)))
+		if err != nil {
+			return 0, 0, fmt.Errorf("create a session: %w", err)
+		}
+		id, err := api.ParseID(sess.SessionID)
+		if err != nil {
+			return 0, 0, fmt.Errorf("create a session: %w", err)
+		}
+		return id, int64(sess.TimeoutMs), nil
+	}
+	id := uint64(req.SessionID)
+	if !passwordMatches(id, req.Passwd) {
+		c.l.log.Info("zk: wrong session password", "remote", c.nc.RemoteAddr().String())
+		return 0, 0, errSessionGone
+	}
+	sess, err := c.l.srv.GetSession(ctx, id, server.ReadOptions{Consistency: api.Linearizable})
+	if err != nil {
+		return 0, 0, fmt.Errorf("check session: %w", err)
+	}
+	return id, int64(sess.TimeoutMs), nil
+}
+
+// writeConnectResponse sends the handshake's answer.
+func (c *conn) writeConnectResponse(resp *zkproto.ConnectResponse) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.writeFrame(zkproto.Encode(resp))
+}

@@ -1,0 +1,73 @@
+package zkserver
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/latch-io/latch/internal/testkit/testcluster"
+)
+
+// zkCluster is an in-process latch cluster with a ZooKeeper listener on
+// each member, on loopback.
+type zkCluster struct {
+	*testcluster.Cluster
+	addrs     []string
+	listeners []*Listener
+}
+
+// startZK starts n in-process members and a listener on each.
+func startZK(t testing.TB, n int, cfg Config) *zkCluster {
+	t.Helper()
+	c := &zkCluster{Cluster: testcluster.New(t, n, testcluster.Options{MinSessionTTL: time.Second, MaxSessionTTL: 30 * time.Second})}
+	for i := range c.Nodes {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		cfg := cfg
+		cfg.Addr = ln.Addr().String()
+		l := New(c.Nodes[i].Server, cfg)
+		go l.Serve(ln)
+		c.addrs = append(c.addrs, ln.Addr().String())
+		c.listeners = append(c.listeners, l)
+		t.Cleanup(func() { l.Close() })
+	}
+	return c
+}
+
+// connect opens a go-zookeeper client to the given members and waits for
+// its session.
+func connect(t *testing.T, addrs []string, timeout time.Duration) (*zk.Conn, <-chan zk.Event) {
+	t.Helper()
+	conn, events, err := zk.Connect(addrs, timeout, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatalf("zk.Connect: %v", err)
+	}
+	t.Cleanup(conn.Close)
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				return conn, events
+			}
+		case <-deadline:
+			t.Fatalf("no session from %v within 20s (state %v)", addrs, conn.State())
+		}
+	}
+}
+
+// waitEvent returns the next event on ch, failing the test after 10s.
+func waitEvent(t *testing.T, ch <-chan zk.Event, what string) zk.Event {
+	t.Helper()
+	select {
+	case ev := <-ch:
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s event within 10s", what)
+	}
+	return zk.Event{}
+}

@@ -1,0 +1,182 @@
+package zkserver
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/latch-io/latch/internal/server"
+)
+
+// Config tunes a Listener.
+type Config struct {
+	// FourLetterWords lists the four-letter words the port answers (ruok,
+	// srvr, stat, mntr, conf, isro); "*" allows them all. Others get
+	// ZooKeeper's "is not executed because it is not in the whitelist".
+	FourLetterWords []string
+	// Addr is the listen address the conf word reports.
+	Addr string
+	// HandshakeTimeout bounds the wait for a connection's first packet
+	// (default 10s).
+	HandshakeTimeout time.Duration
+	// ConnectCatchUp bounds the wait for this member to apply a client's
+	// lastZxidSeen before the connect is refused (default 2s).
+	ConnectCatchUp time.Duration
+	Logger         *slog.Logger
+}
+
+// DefaultFourLetterWords is ZooKeeper's default whitelist.
+var DefaultFourLetterWords = []string{"srvr"}
+
+// ParseFourLetterWords parses a comma-separated whitelist ("*" for all)
+// and refuses an unknown word.
+func ParseFourLetterWords(list string) ([]string, error) {
+	var out []string
+	for _, w := range strings.Split(list, ",") {
+		w = strings.TrimSpace(w)
+		switch {
+		case w == "":
+			continue
+		case w == "*":
+		case fourLetterWords[w] == nil:
+			known := make([]string, 0, len(fourLetterWords))
+			for k := range fourLetterWords {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("unknown four-letter word %q: want some of %s, or *", w, strings.Join(known, ","))
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}
+
+// Listener serves ZooKeeper's client protocol for one latch server.
+type Listener struct {
+	srv     *server.Server
+	cfg     Config
+	log     *slog.Logger
+	allowed map[string]bool
+	started time.Time
+
+	mu     sync.Mutex
+	conns  map[*conn]struct{}
+	lns    []net.Listener
+	closed bool
+	wg     sync.WaitGroup
+
+	received, sent atomic.Uint64 // packets, for srvr and mntr
+}
+
+// New returns a listener serving srv.
+func New(srv *server.Server, cfg Config) *Listener {
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 10 * time.Second
+	}
+	if cfg.ConnectCatchUp <= 0 {
+		cfg.ConnectCatchUp = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	allowed := map[string]bool{}
+	for _, w := range cfg.FourLetterWords {
+		allowed[w] = true
+	}
+	return &Listener{srv: srv, cfg: cfg, log: cfg.Logger, allowed: allowed, started: time.Now(), conns: map[*conn]struct{}{}}
+}
+
+// ErrClosed is returned by Serve once Close was called.
+var ErrClosed = errors.New("zkserver: listener closed")
+
+// Serve accepts connections on ln until Close; it always returns an error.
+func (l *Listener) Serve(ln net.Listener) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		ln.Close()
+		return ErrClosed
+	}
+	l.lns = append(l.lns, ln)
+	l.mu.Unlock()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if l.isClosed() {
+				return ErrClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("zkserver: accept: %w", err)
+		}
+		c := newConn(l, nc)
+		if !l.track(c) {
+			nc.Close()
+			return ErrClosed
+		}
+		go func() {
+			defer l.wg.Done()
+			defer l.untrack(c)
+			c.serve()
+		}()
+	}
+}
+
+func (l *Listener) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+func (l *Listener) track(c *conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.conns[c] = struct{}{}
+	l.wg.Add(1)
+	return true
+}
+
+func (l *Listener) untrack(c *conn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.conns, c)
+}
+
+// connCount is the number of open connections.
+func (l *Listener) connCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
+}
+
+// Close stops accepting, closes every connection and waits for them.
+// Sessions stay: they expire unless their clients reconnect elsewhere.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	lns := l.lns
+	conns := make([]*conn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for _, c := range conns {
+		c.close()
+	}
+	l.wg.Wait()
+	return nil
+}

@@ -1,0 +1,491 @@
+package zkserver
+
+import (
+	"net"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/zkproto"
+)
+
+// handle answers one request frame and reports whether the connection
+// must end after it (closeSession, an expired session, a frame without a
+// header, failed auth).
+func (c *conn) handle(frame []byte) bool {
+	r := zkproto.NewReader(frame)
+	var h zkproto.RequestHeader
+	h.Decode(r)
+	if r.Err() != nil {
+		return true // not even a header: nothing to answer
+	}
+	rest := frame[r.Offset():]
+	var body zkproto.Record
+	if rec, ok := zkproto.NewRequestBody(h.Type); ok {
+		if err := zkproto.Decode(rest, rec, "request"); err != nil {
+			c.l.log.Debug("zk: bad request body", "session", c.session, "op", h.Type, "err", err)
+			_ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: zkproto.ErrMarshallingError}, nil)
+			return false
+		}
+		body = rec
+	}
+	resp, code, end := c.dispatch(h, body)
+	if code == zkproto.ErrOperationTimeout {
+		// The member could not answer in time (no leader, no quorum): end
+		// the connection unanswered, as a ZooKeeper server that lost its
+		// quorum does. The client sees ConnectionLoss, reconnects (here or
+		// elsewhere) with its session, and its recipes recover as they do
+		// from ZooKeeper; a write's outcome is then unknown to it, as there.
+		c.l.log.Info("zk: request timed out; closing the connection", "session", c.session, "op", h.Type)
+		return true
+	}
+	_ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp)
+	return end || code == zkproto.ErrSessionExpired
+}
+
+// dispatch runs one decoded request.
+func (c *conn) dispatch(h zkproto.RequestHeader, body zkproto.Record) (zkproto.Record, zkproto.ErrCode, bool) {
+	switch h.Type {
+	case zkproto.OpPing:
+		return nil, c.ping(), false
+	case zkproto.OpCloseSession:
+		return c.closeSession()
+	case zkproto.OpWhoAmI:
+		return c.whoAmI(), zkproto.ErrOK, false
+	case zkproto.OpAuth:
+		return c.auth(body.(*zkproto.AuthPacket))
+	}
+	if body == nil {
+		// multi, multiRead, reconfig, sasl, createSession after the
+		// handshake, and any opcode latch does not know.
+		return nil, zkproto.ErrUnimplemented, false
+	}
+	resp, code := c.operation(h.Type, body)
+	return resp, code, false
+}
+
+// operation runs a request with a body.
+func (c *conn) operation(op zkproto.OpCode, body zkproto.Record) (zkproto.Record, zkproto.ErrCode) {
+	switch req := body.(type) {
+	case *zkproto.CreateRequest:
+		return c.create(op, req)
+	case *zkproto.CreateTTLRequest:
+		return nil, zkproto.ErrUnimplemented
+	case *zkproto.DeleteRequest:
+		if op == zkproto.OpDeleteContainer {
+			return nil, zkproto.ErrUnimplemented
+		}
+		return c.delete(req)
+	case *zkproto.PathWatchRequest:
+		return c.read(op, req)
+	case *zkproto.SetDataRequest:
+		return c.setData(req)
+	case *zkproto.PathRequest:
+		return c.pathOp(op, req.Path)
+	case *zkproto.SetACLRequest:
+		return c.setACL(req)
+	case *zkproto.CheckVersionRequest:
+		return c.check(req)
+	case *zkproto.PathTypeRequest:
+		return c.watchOp(op, req)
+	case *zkproto.SetWatches:
+		return nil, c.setWatches(req)
+	}
+	return nil, zkproto.ErrUnimplemented
+}
+
+// readOptions is how fresh a read on this connection must be: at least
+// what the client has seen, from this member's state.
+func (c *conn) readOptions() server.ReadOptions {
+	return server.ReadOptions{Consistency: api.Stale, MinIndex: c.seen.Load()}
+}
+
+// readNode reads path at the connection's read options.
+func (c *conn) readNode(path string, children bool) (server.NodeView, error) {
+	n, err := c.l.srv.ReadNode(c.ctx, path, server.NodeReadOptions{ReadOptions: c.readOptions(), Children: children})
+	c.saw(n.Index) // also on not_found: the index of the view that lacked the node
+	return n, err
+}
+
+// ping keeps the session alive and answers.
+func (c *conn) ping() zkproto.ErrCode {
+	if !c.heartbeat() {
+		return zkproto.ErrSessionExpired
+	}
+	return zkproto.ErrOK
+}
+
+// closeSession ends the session (its ephemeral nodes go) and the connection.
+func (c *conn) closeSession() (zkproto.Record, zkproto.ErrCode, bool) {
+	closed, err := c.l.srv.CloseSession(c.ctx, c.session)
+	if err != nil && !isCode(err, api.CodeSessionExpired) && !isCode(err, api.CodeNotFound) {
+		return nil, errCode(err), true
+	}
+	c.saw(closed.Index)
+	return nil, zkproto.ErrOK, true
+}
+
+// auth accepts the digest scheme without enforcing it (latch has no auth
+// yet); any other scheme fails, and ZooKeeper then ends the connection.
+func (c *conn) auth(p *zkproto.AuthPacket) (zkproto.Record, zkproto.ErrCode, bool) {
+	if p.Scheme == "digest" {
+		return nil, zkproto.ErrOK, false
+	}
+	return nil, zkproto.ErrAuthFailed, true
+}
+
+// create serves create, create2 and createContainer.
+func (c *conn) create(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Record, zkproto.ErrCode) {
+	mode := zkproto.CreateMode(req.Flags)
+	switch mode {
+	case zkproto.ModePersistent, zkproto.ModeEphemeral, zkproto.ModePersistentSequential, zkproto.ModeEphemeralSequential:
+	case zkproto.ModeContainer: // kept as a persistent node: docs/zookeeper.md
+	case zkproto.ModePersistentWithTTL, zkproto.ModePersistentSequentialWithTTL:
+		return nil, zkproto.ErrUnimplemented
+	default:
+		return nil, zkproto.ErrBadArguments
+	}
+	if len(req.ACL) == 0 {
+		return nil, zkproto.ErrInvalidACL
+	}
+	ephemeral := mode == zkproto.ModeEphemeral || mode == zkproto.ModeEphemeralSequential
+	sequential := mode == zkproto.ModePersistentSequential || mode == zkproto.ModeEphemeralSequential
+	if err := api.ValidatePath(req.Path); err != nil || req.Path == "/" {
+		if req.Path == "/" {
+			return nil, zkproto.ErrNodeExists
+		}
+		return nil, zkproto.ErrBadArguments
+	}
+	parent, err := c.readNode(api.Parent(req.Path), false)
+	if err != nil {
+		return nil, errCode(err)
+	}
+	if parent.Owner != 0 {
+		return nil, zkproto.ErrNoChildrenForEphemerals
+	}
+	node, err := c.l.srv.Put(c.ctx, server.PutRequest{
+		Path: req.Path, Value: req.Data, Precondition: server.NoNode,
+		Ephemeral: ephemeral, Sequential: sequential, SessionID: c.session,
+	})
+	if isCode(err, api.CodePreconditionFailed) {
+		return nil, zkproto.ErrNodeExists
+	}
+	if err != nil {
+		return nil, errCode(err)
+	}
+	c.saw(node.Index)
+	if op == zkproto.OpCreate {
+		return &zkproto.CreateResponse{Path: node.Path}, zkproto.ErrOK
+	}
+	var owner uint64
+	if ephemeral {
+		owner = c.session
+	}
+	stat := c.statOf(server.NodeView{Path: node.Path, Value: req.Data, Version: node.Version,
+		CreatedIndex: node.CreatedIndex, ModifiedIndex: node.ModifiedIndex, Owner: owner})
+	return &zkproto.Create2Response{Path: node.Path, Stat: stat}, zkproto.ErrOK
+}
+
+// delete serves delete. latch refuses to delete another session's
+// ephemeral node, reported as NoAuth.
+func (c *conn) delete(req *zkproto.DeleteRequest) (zkproto.Record, zkproto.ErrCode) {
+	if err := api.ValidatePath(req.Path); err != nil || req.Path == "/" {
+		return nil, zkproto.ErrBadArguments
+	}
+	dr := server.DeleteRequest{Path: req.Path, SessionID: c.session}
+	if req.Version != -1 {
+		if req.Version < 0 {
+			return nil, c.classifyDelete(req)
+		}
+		dr.Precondition, dr.Version = server.AtVersion, latchVersion(req.Version)
+	}
+	deleted, err := c.l.srv.Delete(c.ctx, dr)
+	if isCode(err, api.CodePreconditionFailed) {
+		return nil, c.classifyDelete(req)
+	}
+	if err != nil {
+		return nil, errCode(err)
+	}
+	c.saw(deleted.Index)
+	return nil, zkproto.ErrOK
+}
+
+// classifyDelete says why a delete was refused, from the node as it is now.
+func (c *conn) classifyDelete(req *zkproto.DeleteRequest) zkproto.ErrCode {
+	n, err := c.readNode(req.Path, false)
+	switch {
+	case err != nil:
+		return errCode(err)
+	case req.Version != -1 && zkVersion(n.Version) != req.Version:
+		return zkproto.ErrBadVersion
+	case n.ChildrenCount > 0:
+		return zkproto.ErrNotEmpty
+	case n.Owner != 0 && n.Owner != c.session:
+		return zkproto.ErrNoAuth
+	}
+	// Changed again since the refusal: report the version conflict.
+	return zkproto.ErrBadVersion
+}
+
+// read serves exists, getData, getChildren and getChildren2, setting the
+// watch first when asked, so that no change after the read is missed.
+func (c *conn) read(op zkproto.OpCode, req *zkproto.PathWatchRequest) (zkproto.Record, zkproto.ErrCode) {
+	if err := api.ValidatePath(req.Path); err != nil {
+		return nil, zkproto.ErrBadArguments
+	}
+	kind := kindData
+	if op == zkproto.OpGetChildren || op == zkproto.OpGetChildren2 {
+		kind = kindChild
+	}
+	var entry *watchEntry
+	if req.Watch {
+		var err error
+		if entry, err = c.watches.prepare(c.ctx, req.Path, kind, 0); err != nil {
+			return nil, errCode(err)
+		}
+	}
+	n, err := c.readNode(req.Path, kind == kindChild)
+	if err != nil {
+		if op == zkproto.OpExists && isCode(err, api.CodeNotFound) {
+			// exists on a missing node still sets its watch.
+			c.watches.armAs(entry, kindExist, n.Index)
+		} else {
+			c.watches.drop(entry)
+		}
+		return nil, errCode(err)
+	}
+	c.watches.arm(entry, n.Index)
+	stat := c.statOf(n)
+	switch op {
+	case zkproto.OpExists:
+		return &zkproto.StatResponse{Stat: stat}, zkproto.ErrOK
+	case zkproto.OpGetData:
+		// latch does not tell an empty value from none: both go as an empty
+		// buffer, never as jute's null (length -1), which some clients
+		// (kazoo's recipes) do not expect for a node they created empty.
+		return &zkproto.GetDataResponse{Data: nonNil(n.Value), Stat: stat}, zkproto.ErrOK
+	case zkproto.OpGetChildren:
+		return &zkproto.GetChildrenResponse{Children: n.Children}, zkproto.ErrOK
+	}
+	return &zkproto.GetChildren2Response{Children: n.Children, Stat: stat}, zkproto.ErrOK
+}
+
+// setDataRetries bounds the attempts of a setData with version -1 that
+// loses races to other writers (each attempt is a compare-and-set at the
+// version it read, so that it never creates the node).
+const setDataRetries = 16
+
+// setData serves setData.
+func (c *conn) setData(req *zkproto.SetDataRequest) (zkproto.Record, zkproto.ErrCode) {
+	if err := api.ValidatePath(req.Path); err != nil {
+		return nil, zkproto.ErrBadArguments
+	}
+	for range setDataRetries {
+		n, err := c.readNode(req.Path, false)
+		if err != nil {
+			return nil, errCode(err)
+		}
+		expected := n.Version
+		if req.Version != -1 {
+			if zkVersion(n.Version) != req.Version {
+				return nil, zkproto.ErrBadVersion
+			}
+			expected = latchVersion(req.Version)
+		}
+		put, err := c.l.srv.Put(c.ctx, server.PutRequest{
+			Path: req.Path, Value: req.Data, Precondition: server.AtVersion, Version: expected, SessionID: c.session,
+		})
+		if isCode(err, api.CodePreconditionFailed) {
+			continue // changed or deleted meanwhile: read again
+		}
+		if err != nil {
+			return nil, errCode(err)
+		}
+		c.saw(put.Index)
+		n.Value, n.Version, n.ModifiedIndex = req.Data, put.Version, put.ModifiedIndex
+		return &zkproto.StatResponse{Stat: c.statOf(n)}, zkproto.ErrOK
+	}
+	return nil, zkproto.ErrBadVersion
+}
+
+// pathOp serves the requests whose body is a path alone.
+func (c *conn) pathOp(op zkproto.OpCode, path string) (zkproto.Record, zkproto.ErrCode) {
+	if op == zkproto.OpGetEphemerals {
+		return c.ephemerals(path)
+	}
+	if err := api.ValidatePath(path); err != nil {
+		return nil, zkproto.ErrBadArguments
+	}
+	switch op {
+	case zkproto.OpSync:
+		return c.sync(path)
+	case zkproto.OpGetACL:
+		n, err := c.readNode(path, false)
+		if err != nil {
+			return nil, errCode(err)
+		}
+		return &zkproto.GetACLResponse{ACL: worldAnyone, Stat: c.statOf(n)}, zkproto.ErrOK
+	case zkproto.OpGetAllChildrenNumber:
+		count, index, err := c.l.srv.CountDescendants(c.ctx, path, c.readOptions())
+		if err != nil {
+			return nil, errCode(err)
+		}
+		c.saw(index)
+		return &zkproto.IntResponse{Value: int32(min(count, 1<<31-1))}, zkproto.ErrOK
+	}
+	return nil, zkproto.ErrUnimplemented
+}
+
+// sync makes every later read of the connection linearizable from here:
+// it waits for a linearizable barrier and raises the connection's floor to
+// its index.
+func (c *conn) sync(path string) (zkproto.Record, zkproto.ErrCode) {
+	n, err := c.l.srv.Get(c.ctx, "/", server.ReadOptions{Consistency: api.Linearizable})
+	if err != nil {
+		return nil, errCode(err)
+	}
+	c.saw(n.Index)
+	return &zkproto.PathRequest{Path: path}, zkproto.ErrOK
+}
+
+// ephemerals serves getEphemerals: the session's ephemeral nodes whose
+// path starts with prefix ("/" or "": all).
+func (c *conn) ephemerals(prefix string) (zkproto.Record, zkproto.ErrCode) {
+	paths, index, err := c.l.srv.SessionEphemerals(c.ctx, c.session, prefix, c.readOptions())
+	if err != nil {
+		return nil, errCode(err)
+	}
+	c.saw(index)
+	return &zkproto.GetChildrenResponse{Children: paths}, zkproto.ErrOK
+}
+
+// setACL accepts any non-empty ACL and reports it set; latch keeps
+// world:anyone until it has auth.
+func (c *conn) setACL(req *zkproto.SetACLRequest) (zkproto.Record, zkproto.ErrCode) {
+	if err := api.ValidatePath(req.Path); err != nil {
+		return nil, zkproto.ErrBadArguments
+	}
+	if len(req.ACL) == 0 {
+		return nil, zkproto.ErrInvalidACL
+	}
+	n, err := c.readNode(req.Path, false)
+	if err != nil {
+		return nil, errCode(err)
+	}
+	if req.Version != -1 && req.Version != 0 {
+		return nil, zkproto.ErrBadVersion
+	}
+	return &zkproto.StatResponse{Stat: c.statOf(n)}, zkproto.ErrOK
+}
+
+// check serves a standalone version check.
+func (c *conn) check(req *zkproto.CheckVersionRequest) (zkproto.Record, zkproto.ErrCode) {
+	if err := api.ValidatePath(req.Path); err != nil {
+		return nil, zkproto.ErrBadArguments
+	}
+	n, err := c.readNode(req.Path, false)
+	if err != nil {
+		return nil, errCode(err)
+	}
+	if req.Version != -1 && zkVersion(n.Version) != req.Version {
+		return nil, zkproto.ErrBadVersion
+	}
+	return nil, zkproto.ErrOK
+}
+
+// watchOp serves checkWatches, removeWatches and addWatch.
+func (c *conn) watchOp(op zkproto.OpCode, req *zkproto.PathTypeRequest) (zkproto.Record, zkproto.ErrCode) {
+	if err := api.ValidatePath(req.Path); err != nil {
+		return nil, zkproto.ErrBadArguments
+	}
+	switch op {
+	case zkproto.OpCheckWatches:
+		if c.watches.has(req.Path, req.Type) {
+			return nil, zkproto.ErrOK
+		}
+		return nil, zkproto.ErrNoWatcher
+	case zkproto.OpRemoveWatches:
+		if c.watches.remove(req.Path, req.Type) {
+			return nil, zkproto.ErrOK
+		}
+		return nil, zkproto.ErrNoWatcher
+	}
+	kind := kindPersistent
+	switch zkproto.AddWatchMode(req.Type) {
+	case zkproto.AddWatchPersistent:
+	case zkproto.AddWatchPersistentRecursive:
+		kind = kindRecursive
+	default:
+		return nil, zkproto.ErrBadArguments
+	}
+	e, err := c.watches.prepare(c.ctx, req.Path, kind, 0)
+	if err != nil {
+		return nil, errCode(err)
+	}
+	if e != nil {
+		c.watches.arm(e, e.at)
+	}
+	return &zkproto.ErrorResponse{Err: zkproto.ErrOK}, zkproto.ErrOK
+}
+
+// setWatches sets again, after a reconnect, the watches the client held,
+// each reporting at once the latest change it missed after relativeZxid.
+func (c *conn) setWatches(req *zkproto.SetWatches) zkproto.ErrCode {
+	known := uint64(max(req.RelativeZxid, 1))
+	lists := []struct {
+		paths []string
+		kind  watchKind
+	}{
+		{req.DataWatches, kindData}, {req.ExistWatches, kindExist}, {req.ChildWatches, kindChild},
+		{req.PersistentWatches, kindPersistent}, {req.PersistentRecursiveWatches, kindRecursive},
+	}
+	for _, list := range lists {
+		for _, path := range list.paths {
+			if api.ValidatePath(path) != nil {
+				continue // never a watch of a latch client
+			}
+			e, err := c.watches.prepare(c.ctx, path, list.kind, known)
+			if err != nil {
+				return errCode(err)
+			}
+			if e != nil {
+				c.watches.arm(e, e.at)
+			}
+		}
+	}
+	return zkproto.ErrOK
+}
+
+// clientInfo is one entry of whoAmI's reply.
+type clientInfo struct{ scheme, user string }
+
+// whoAmIResponse is the reply of whoAmI (107).
+type whoAmIResponse struct{ infos []clientInfo }
+
+// Encode implements zkproto.Record.
+func (r *whoAmIResponse) Encode(w *zkproto.Writer) {
+	w.VectorLen(len(r.infos), false)
+	for _, i := range r.infos {
+		w.String(i.scheme)
+		w.String(i.user)
+	}
+}
+
+// Decode implements zkproto.Record (replies are never decoded here).
+func (r *whoAmIResponse) Decode(*zkproto.Reader) {}
+
+// whoAmI reports the client as ZooKeeper does without auth: its address.
+func (c *conn) whoAmI() zkproto.Record {
+	host, _, err := net.SplitHostPort(c.nc.RemoteAddr().String())
+	if err != nil {
+		host = c.nc.RemoteAddr().String()
+	}
+	return &whoAmIResponse{infos: []clientInfo{{"ip", host}}}
+}
+
+// nonNil returns b, or an empty slice for nil.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
