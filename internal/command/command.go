@@ -53,10 +53,14 @@ const (
 	// version 1 nothing changes); otherwise it is an ephemeral sequential put. So retried or concurrent joins of one
 	// session never make two nodes.
 	OpEnqueue
+	// OpTxn applies Ops all or nothing at one index (see TxnOp), on behalf
+	// of SessionID if set, exactly once with RequestSeq. Version 1 has no
+	// OpTxn: a version-1 command of this op does not decode.
+	OpTxn
 	opCount // first invalid op
 )
 
-var opNames = [...]string{"noop", "put", "delete", "session_create", "session_close", "session_expire", "member_set", "member_remove", "enqueue"}
+var opNames = [...]string{"noop", "put", "delete", "session_create", "session_close", "session_expire", "member_set", "member_remove", "enqueue", "txn"}
 
 func (o Op) String() string {
 	if o < opCount {
@@ -117,6 +121,8 @@ type Command struct {
 	// expiry only if the entry was appended in that same term, so an expiry
 	// a deposed leader proposed (and raft forwarded to its successor) is void.
 	LeaderTerm uint64
+	// Ops are the operations of an OpTxn, in order; encoded only with OpTxn.
+	Ops []TxnOp
 }
 
 // Errors returned (wrapped) by Unmarshal.
@@ -183,7 +189,7 @@ func (c *Command) Size() int {
 	n += optionalBytesLen(len(c.Member.PeerURL))
 	n += optionalBytesLen(len(c.Member.ClientURL))
 	n += optionalUvarintLen(c.LeaderTerm)
-	return n
+	return n + c.txnSectionLen()
 }
 
 // AppendMarshal appends the encoding of c to dst and returns the extended
@@ -213,7 +219,7 @@ func (c *Command) AppendMarshal(dst []byte) []byte {
 	dst = appendOptionalString(dst, c.Member.PeerURL)
 	dst = appendOptionalString(dst, c.Member.ClientURL)
 	dst = appendOptionalUvarint(dst, c.LeaderTerm)
-	return dst
+	return c.appendTxnSection(dst)
 }
 
 // formatVersion returns the version byte c is encoded with.
@@ -310,6 +316,9 @@ func Unmarshal(data []byte) (Command, error) {
 	c.Member.PeerURL = d.optionalString(mask, hasMemberPeerURL, "member peer url")
 	c.Member.ClientURL = d.optionalString(mask, hasMemberClientURL, "member client url")
 	c.LeaderTerm = d.optionalUvarint(mask, hasLeaderTerm, "leader term")
+	if c.Op == OpTxn {
+		c.Ops = d.txnOps()
+	}
 	if d.err == nil && d.offset != len(data) {
 		d.fail("%d trailing bytes", len(data)-d.offset)
 	}
@@ -323,6 +332,9 @@ func (c *Command) decodeHeader(data []byte) error {
 	c.Op = Op(data[1])
 	if c.Op >= opCount {
 		return fmt.Errorf("%w: unknown op %d", ErrMalformed, data[1])
+	}
+	if c.Op == OpTxn && c.Legacy() {
+		return fmt.Errorf("%w: op %v does not exist in format version %d", ErrMalformed, c.Op, FormatV1)
 	}
 	flags := data[2]
 	if flags&^flagMask != 0 {
