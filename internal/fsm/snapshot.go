@@ -39,11 +39,23 @@ import (
 // Version 1, written by older binaries and still read, has no removed
 // members: its header lacks their count and it has no removed frames. A
 // state read from it remembers no removal, and is written back as version 2.
+//
+// Version 3 is version 2 with a transaction part at the end of every
+// record: 0 for the result of a single write; 1, the operation count (at
+// least 1) and each operation's node path, version, created index,
+// modified index, owner, data length and children count for an applied
+// transaction; 2 and the failed operation's index for a refused one. A
+// state is written in version 3 only if its exactly-once windows hold a
+// transaction's result, in version 2 otherwise, so the encoding of a state
+// stays unique and a cluster that never ran a transaction writes what an
+// older binary reads.
 const (
 	snapshotMagic   = "LATCHFSM"
 	snapshotVersion = 2
 	// snapshotVersion1 is the format without removed members.
 	snapshotVersion1 = 1
+	// snapshotVersionTxn is the format whose records hold transactions.
+	snapshotVersionTxn = 3
 	// maxFramePayload bounds the memory ReadSnapshot allocates for one frame.
 	maxFramePayload = 16 << 20
 )
@@ -73,8 +85,12 @@ func (f *FSM) WriteSnapshot(w io.Writer) error {
 }
 
 func (f *FSM) writeSnapshot(w *bufio.Writer) error {
-	sw := snapshotWriter{w: w}
-	sw.write(append([]byte(snapshotMagic), snapshotVersion))
+	sw := snapshotWriter{w: w, txnResults: f.holdsTxnResults()}
+	version := byte(snapshotVersion)
+	if sw.txnResults {
+		version = snapshotVersionTxn
+	}
+	sw.write(append([]byte(snapshotMagic), version))
 	sw.frame(frameHeader, func(b []byte) []byte {
 		b = binary.AppendUvarint(b, f.applied)
 		b = binary.AppendUvarint(b, uint64(len(f.members)))
@@ -89,7 +105,7 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 		sw.frame(frameRemoved, func(b []byte) []byte { return appendMember(b, m) })
 	}
 	f.sessions.Scan(func(s session) bool {
-		sw.frame(frameSession, func(b []byte) []byte { return appendSession(b, s) })
+		sw.frame(frameSession, func(b []byte) []byte { return appendSession(b, s, sw.txnResults) })
 		return sw.err == nil
 	})
 	previous := ""
@@ -125,6 +141,8 @@ type snapshotWriter struct {
 	payload []byte
 	header  []byte
 	err     error
+	// txnResults says records carry their transaction part (version 3).
+	txnResults bool
 }
 
 func (sw *snapshotWriter) write(b []byte) {
@@ -162,7 +180,7 @@ func appendMember(b []byte, m command.Member) []byte {
 	return append(b, 0)
 }
 
-func appendSession(b []byte, s session) []byte {
+func appendSession(b []byte, s session, txnResults bool) []byte {
 	b = binary.AppendUvarint(b, s.id)
 	b = binary.AppendUvarint(b, s.timeoutMs)
 	if s.dedup == nil {
@@ -173,6 +191,9 @@ func appendSession(b []byte, s session) []byte {
 	for _, r := range s.dedup.records {
 		b = binary.AppendUvarint(b, r.seq)
 		b = appendResult(b, r.result)
+		if txnResults {
+			b = appendTxnResult(b, r.result.Txn, r.result.Err != nil)
+		}
 	}
 	return b
 }

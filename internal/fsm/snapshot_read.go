@@ -33,6 +33,8 @@ type snapshotReader struct {
 	r       *bufio.Reader
 	offset  int64 // bytes consumed so far
 	payload []byte
+	// txnResults says records carry their transaction part (version 3).
+	txnResults bool
 }
 
 func corruptf(offset int64, format string, args ...any) error {
@@ -107,7 +109,8 @@ func (sr *snapshotReader) read() (*FSM, error) {
 		return nil, corruptf(0, "not a latch state machine snapshot")
 	}
 	version := magic[len(snapshotMagic)]
-	if version != snapshotVersion && version != snapshotVersion1 {
+	sr.txnResults = version == snapshotVersionTxn
+	if version != snapshotVersion && version != snapshotVersion1 && !sr.txnResults {
 		return nil, corruptf(int64(len(snapshotMagic)), "unknown snapshot format version %d", version)
 	}
 	f := New()
@@ -124,6 +127,11 @@ func (sr *snapshotReader) read() (*FSM, error) {
 	}
 	if err := sr.readSessions(f, counts.sessions); err != nil {
 		return nil, err
+	}
+	if sr.txnResults && !f.holdsTxnResults() {
+		// Only a state with them is written in version 3: the encoding of
+		// a state is unique.
+		return nil, corruptf(int64(len(snapshotMagic)), "format version %d but no transaction result is remembered", version)
 	}
 	if err := sr.readNodes(f, counts.nodes); err != nil {
 		return nil, err
@@ -195,7 +203,7 @@ func (sr *snapshotReader) readSessions(f *FSM, count uint64) error {
 		if d.err == nil && s.id <= previous {
 			d.fail(d.base, "session %d out of order", s.id)
 		}
-		s.dedup = d.dedupTable(f.generation)
+		s.dedup = d.dedupTable(f.generation, sr.txnResults)
 		if err := d.finish(); err != nil {
 			return err
 		}
@@ -381,7 +389,7 @@ func (d *payloadDecoder) bytes() []byte {
 
 func (d *payloadDecoder) string() string { return string(d.bytes()) }
 
-func (d *payloadDecoder) dedupTable(generation uint64) *dedupTable {
+func (d *payloadDecoder) dedupTable(generation uint64, txnResults bool) *dedupTable {
 	at := d.at()
 	t := &dedupTable{generation: generation, highest: d.uvarint()}
 	count := d.uvarint()
@@ -392,6 +400,9 @@ func (d *payloadDecoder) dedupTable(generation uint64) *dedupTable {
 		recordAt := d.at()
 		seq := d.uvarint()
 		result := d.result()
+		if txnResults {
+			result.Txn = d.txnResult(result.Err != nil)
+		}
 		switch {
 		case d.err != nil:
 		case seq < t.floor() || seq > t.highest:
