@@ -132,8 +132,9 @@ func (s *Server) txnOpCommand(op *TxnOp, session uint64) (command.TxnOp, error) 
 		return command.TxnOp{}, api.Errorf(api.CodeInvalidArgument, "an ephemeral node needs a session_id")
 	}
 	if op.Kind == TxnCreate || op.Kind == TxnSet {
-		if err := refusePlainQueueWrite(op.Path); err != nil {
-			return command.TxnOp{}, err
+		if refusePlainQueueWrite(op.Path) != nil {
+			return command.TxnOp{}, api.Errorf(api.CodeInvalidArgument,
+				"%s is reserved for locks and elections: write there through /v1/lock and /v1/election, not in a transaction", op.Path)
 		}
 	}
 	kind, err := op.Kind.command()
