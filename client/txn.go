@@ -93,6 +93,10 @@ func (t *Txn) Check(path string, opts ...WriteOption) *Txn {
 	return t.add(op, o)
 }
 
+// Op adds an operation in its wire form (as a JSON file of operations
+// holds it); the server checks its fields.
+func (t *Txn) Op(op api.TxnOp) *Txn { return t.add(op, &writeOptions{}) }
+
 // Len returns the number of operations added so far.
 func (t *Txn) Len() int { return len(t.ops) }
 
