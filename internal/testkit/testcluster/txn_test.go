@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -193,5 +194,73 @@ func (b *bank) check(t *testing.T, c *Cluster, i int) {
 		t.Errorf("member %d: balances %v, but the log replays to %v", i, balances, replayed)
 	case logged < b.committed.Load() || logged > b.committed.Load()+b.unknown.Load():
 		t.Errorf("member %d: %d transfers logged, %d acknowledged and %d unknown", i, logged, b.committed.Load(), b.unknown.Load())
+	}
+}
+
+// TestTxnWatches: a transaction fires watches as one entry does, every
+// event at its index, in operation order, under the watch rule of one
+// event per (index, path) (docs/api.md): the first change of each node, so
+// /t/a created then set fires CREATED only, and /t's three children changes
+// one CHILDREN_CHANGED. A refused transaction fires nothing.
+func TestTxnWatches(t *testing.T) {
+	c := New(t, 3, Steady(Options{}))
+	ctx := ctxT(t, 60*time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	url := c.URL(leader)
+	if _, err := Put(ctx, url, "/t/c", "", "none"); err != nil {
+		t.Fatal(err)
+	}
+	follower := c.Others(leader)[0]
+	s := createSession(t, ctx, c.URL(follower), 20*time.Second)
+	stream := openStream(t, c.URL(follower), s.SessionID)
+	specs := []api.WatchRequest{
+		{Path: "/t/a"},
+		{Path: "/t", Recursive: true, Persistent: true},
+	}
+	var ids []string
+	for _, spec := range specs {
+		spec.SessionID = s.SessionID
+		reg, err := AddWatch(ctx, c.URL(follower), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, reg.WatchID)
+	}
+	str := func(s string) *string { return &s }
+	refused := api.TxnRequest{Ops: []api.TxnOp{
+		{Op: api.TxnCreate, Path: "/t/a", Value: str("1")},
+		{Op: api.TxnCheck, Path: "/t/missing"},
+	}}
+	if err := Do(ctx, "POST", url, "/v1/txn", nil, refused, nil); api.CodeOf(err) != api.CodeNotFound {
+		t.Fatalf("refused txn: %v", err)
+	}
+	applied := api.TxnRequest{Ops: []api.TxnOp{
+		{Op: api.TxnCreate, Path: "/t/a", Value: str("1")},
+		{Op: api.TxnSet, Path: "/t/a", Value: str("2")},
+		{Op: api.TxnCreate, Path: "/t/b"},
+		{Op: api.TxnDelete, Path: "/t/c"},
+	}}
+	var reply api.Txn
+	if err := Do(ctx, "POST", url, "/v1/txn", nil, applied, &reply); err != nil {
+		t.Fatal(err)
+	}
+	at := reply.Index
+	want := [][]firing{
+		{{api.EventCreated, "/t/a", 1, at}},
+		{{api.EventCreated, "/t/a", 1, at}, {api.EventChildrenChanged, "/t", 1, at},
+			{api.EventCreated, "/t/b", 1, at}, {api.EventDeleted, "/t/c", 1, at}},
+	}
+	got := collectUntil(t, stream, registerSentinel(t, ctx, c, follower, s.SessionID, url), 20*time.Second)
+	for i := range specs {
+		if !sameFirings(got[ids[i]], want[i]) {
+			t.Errorf("watch %+v: got %v, want %v", specs[i], got[ids[i]], want[i])
+		}
+	}
+	var order []string
+	for _, f := range got[ids[1]] {
+		order = append(order, f.event+" "+f.path)
+	}
+	if wantOrder := "CREATED /t/a,CHILDREN_CHANGED /t,CREATED /t/b,DELETED /t/c"; strings.Join(order, ",") != wantOrder {
+		t.Errorf("recursive watch saw %v, want the operations' order %s", order, wantOrder)
 	}
 }
