@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/server"
 )
 
 // bank is the state of TestTxnTransfersKeepTheSum: accounts whose balances
@@ -263,4 +264,67 @@ func TestTxnWatches(t *testing.T) {
 	if wantOrder := "CREATED /t/a,CHILDREN_CHANGED /t,CREATED /t/b,DELETED /t/c"; strings.Join(order, ",") != wantOrder {
 		t.Errorf("recursive watch saw %v, want the operations' order %s", order, wantOrder)
 	}
+}
+
+// TestReadManySeesTransactionsWhole: multi-reads of every account on every
+// member, linearizable and stale, while transfers run, always see the
+// total: each sees one index, and a transaction is all of it or none. A
+// missing node fails its own read only.
+func TestReadManySeesTransactionsWhole(t *testing.T) {
+	seed := testSeed(t)
+	c := New(t, 3, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b := &bank{accounts: 4, initial: 50}
+	base := c.URL(c.WaitLeader(10 * time.Second))
+	reads := []server.ReadOp{{Path: "/bank", Children: true}, {Path: "/bank/missing"}}
+	for i := range b.accounts {
+		if _, err := Put(ctx, base, b.account(i), strconv.Itoa(b.initial), "none"); err != nil {
+			t.Fatal(err)
+		}
+		reads = append(reads, server.ReadOp{Path: b.account(i)})
+	}
+	if _, err := Put(ctx, base, bankLog, "", "none"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.client(ctx, c.URLs(), rand.New(rand.NewPCG(uint64(seed), uint64(i))), stop)
+		}()
+	}
+	random := rand.New(rand.NewPCG(uint64(seed), 99))
+	checked := 0
+	for b.committed.Load() < 60 && ctx.Err() == nil {
+		node := random.IntN(3)
+		opts := server.ReadOptions{Consistency: api.Linearizable}
+		if random.IntN(2) == 0 {
+			opts = staleRead
+		}
+		res, err := c.Nodes[node].Server.ReadMany(ctx, reads, opts)
+		if err != nil {
+			t.Fatalf("ReadMany on %s: %v", c.Nodes[node].Name, err)
+		}
+		if res.Results[0].Err != nil || len(res.Results[0].Children) != b.accounts+1 || res.Results[1].Err == nil || res.Results[1].Err.Code != api.CodeNotFound {
+			t.Fatalf("ReadMany results %+v", res.Results[:2])
+		}
+		sum := 0
+		for _, r := range res.Results[2:] {
+			balance, _ := strconv.Atoi(r.Node.Value)
+			sum += balance
+			if r.Node.ModifiedIndex > res.Index {
+				t.Fatalf("%s modified at %d, after the read's index %d", r.Node.Path, r.Node.ModifiedIndex, res.Index)
+			}
+		}
+		if sum != b.accounts*b.initial {
+			t.Fatalf("seed %d: multi-read on %s at index %d sums to %d, want %d: %+v", seed, c.Nodes[node].Name, res.Index, sum, b.accounts*b.initial, res.Results)
+		}
+		checked++
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("seed %d: %d multi-reads during %d transfers all saw the total", seed, checked, b.committed.Load())
 }
