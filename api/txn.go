@@ -82,3 +82,31 @@ func (e *TxnOpError) Error() string { return fmt.Sprintf("transaction operation 
 
 // Unwrap returns the operation's *Error.
 func (e *TxnOpError) Unwrap() error { return e.Err }
+
+// ReadOp is one read of POST /v1/read: the node at Path, or with Children
+// its children's names.
+type ReadOp struct {
+	Path     string `json:"path"`
+	Children bool   `json:"children,omitempty"`
+}
+
+// ReadRequest is the body of POST /v1/read.
+type ReadRequest struct {
+	Reads []ReadOp `json:"reads"`
+}
+
+// ReadResult is one read's outcome: exactly one of Node, Children (as GET
+// /v1/kv/{path} and ?children=true reply, with the multi-read's index) and
+// Error (that read's refusal; the others stand).
+type ReadResult struct {
+	Node     *Node     `json:"node,omitempty"`
+	Children *Children `json:"children,omitempty"`
+	Error    *Error    `json:"error,omitempty"`
+}
+
+// ReadResults is the reply to POST /v1/read: a result per read, all at
+// Index.
+type ReadResults struct {
+	Results []ReadResult `json:"results"`
+	Index   uint64       `json:"index"`
+}

@@ -3,10 +3,13 @@ package httpapi
 import (
 	"testing"
 
+	"github.com/latch-io/latch/api"
+
 	"github.com/latch-io/latch/internal/server"
 )
 
-// FuzzTxnDecode: any body given to POST /v1/txn's decoding yields either a
+// FuzzTxnDecode: any body given to POST /v1/read's decoding yields valid
+// paths or a 4xx API error; any body given to POST /v1/txn's yields either a
 // request whose every operation has a known kind, a path, and only the
 // fields its kind takes, or a 4xx API error; never a panic.
 func FuzzTxnDecode(f *testing.F) {
@@ -16,7 +19,17 @@ func FuzzTxnDecode(f *testing.F) {
 	f.Add(`{"ops":[{"op":"check","path":"/a","path":"/b"}]}`)
 	f.Add(`{"ops":[[{"op":"check"}]],"ops":[]}`)
 	f.Add(`{"ops":[{"op":"set","path":"/\ud800"}]}`)
+	f.Add(`{"reads":[{"path":"/a","children":true},{"path":"/b"}]}`)
 	f.Fuzz(func(t *testing.T, body string) {
+		if reads, err := decodeReadMany([]byte(body)); err != nil {
+			checkAPIError(t, err)
+		} else {
+			for i, read := range reads {
+				if api.ValidatePath(read.Path) != nil {
+					t.Fatalf("read %d accepted with path %q", i, read.Path)
+				}
+			}
+		}
 		req, err := decodeTxn([]byte(body))
 		if err != nil {
 			checkAPIError(t, err)

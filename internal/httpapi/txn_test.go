@@ -145,3 +145,59 @@ func TestTxnMethods(t *testing.T) {
 		t.Fatalf("unknown parameter: status %d", status)
 	}
 }
+
+// TestReadEndpoint drives POST /v1/read: several reads at one index, each
+// failing on its own, and every refusal of the request as a whole.
+func TestReadEndpoint(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{})
+	base := c.URL(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := testcluster.Put(ctx, base, "/r/a", "va", ""); err != nil {
+		t.Fatal(err)
+	}
+	status, reply := send(t, ctx, "POST", base+"/v1/read?consistency=stale",
+		`{"reads":[{"path":"/r/a"},{"path":"/r","children":true},{"path":"/r/missing"}]}`)
+	var got api.ReadResults
+	if err := json.Unmarshal(reply, &got); status != 200 || err != nil || len(got.Results) != 3 {
+		t.Fatalf("read: status %d %s", status, reply)
+	}
+	if n := got.Results[0].Node; n == nil || n.Value != "va" || n.Index != got.Index || got.Results[0].Error != nil {
+		t.Errorf("node result %s", reply)
+	}
+	if ch := got.Results[1].Children; ch == nil || len(ch.Children) != 1 || ch.Children[0] != "a" {
+		t.Errorf("children result %s", reply)
+	}
+	if e := got.Results[2].Error; e == nil || e.Code != api.CodeNotFound || got.Results[2].Node != nil {
+		t.Errorf("missing node result %s", reply)
+	}
+	tooMany := `{"reads":[` + strings.TrimSuffix(strings.Repeat(`{"path":"/a"},`, api.MaxTxnOps+1), ",") + `]}`
+	tests := []struct {
+		name, query, body string
+		code              api.Code
+		failed            int
+	}{
+		{"no read", "", `{"reads":[]}`, api.CodeInvalidArgument, -1},
+		{"too many", "", tooMany, api.CodeTooLarge, -1},
+		{"unknown field", "", `{"reads":[{"path":"/a"}],"x":1}`, api.CodeInvalidArgument, -1},
+		{"read field in another case", "", `{"reads":[{"path":"/a"},{"Path":"/a"}]}`, api.CodeInvalidArgument, 1},
+		{"bad path", "", `{"reads":[{"path":"a"}]}`, api.CodeInvalidArgument, 0},
+		{"bad consistency", "?consistency=eventual", `{"reads":[{"path":"/a"}]}`, api.CodeInvalidArgument, -1},
+		{"unknown parameter", "?children=true", `{"reads":[{"path":"/a"}]}`, api.CodeInvalidArgument, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, reply := send(t, ctx, "POST", base+"/v1/read"+tt.query, tt.body)
+			var e struct {
+				Error    api.Error `json:"error"`
+				FailedOp *int      `json:"failed_op"`
+			}
+			if err := json.Unmarshal(reply, &e); err != nil || e.Error.Code != tt.code || status != tt.code.Status() {
+				t.Fatalf("status %d body %s; want %s", status, reply, tt.code)
+			}
+			if (tt.failed < 0) != (e.FailedOp == nil) || e.FailedOp != nil && *e.FailedOp != tt.failed {
+				t.Errorf("reply %s, want failed_op %d", reply, tt.failed)
+			}
+		})
+	}
+}
