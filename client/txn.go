@@ -177,3 +177,29 @@ func (t *Txn) fail(message string) {
 		t.err = api.Errorf(api.CodeInvalidArgument, "operation %d: %s", len(t.ops), message)
 	}
 }
+
+// ReadMany reads several nodes (or, with Children set, children lists) at
+// one index (docs/api.md POST /v1/read), linearizably unless Stale is
+// given. Each read succeeds or fails on its own: see each result's Error.
+func (c *Client) ReadMany(ctx context.Context, reads []api.ReadOp, opts ...ReadOption) (*api.ReadResults, error) {
+	for i, read := range reads {
+		if err := api.ValidatePath(read.Path); err != nil {
+			var e *api.Error
+			if !errors.As(err, &e) {
+				return nil, err
+			}
+			return nil, &api.TxnOpError{Op: i, Err: e}
+		}
+	}
+	body, err := json.Marshal(api.ReadRequest{Reads: reads})
+	if err != nil {
+		return nil, api.Errorf(api.CodeInvalidArgument, "encode reads: %v", err)
+	}
+	o := applyReadOptions(opts)
+	var reply api.ReadResults
+	cl := &call{method: "POST", path: "/v1/read", query: o.query(c.LastIndex()), body: body, policy: retrySafe, out: &reply}
+	if err := c.do(ctx, cl); err != nil {
+		return nil, err
+	}
+	return &reply, nil
+}

@@ -104,3 +104,25 @@ func TestTxnRetryAppliesOnce(t *testing.T) {
 		t.Fatalf("Children = %+v, %v; want exactly %s and me", children, err, reply.Results[0].Path)
 	}
 }
+
+// TestReadMany: several reads at one index, each failing on its own.
+func TestReadMany(t *testing.T) {
+	t.Parallel()
+	cluster := newCluster(t, 1)
+	c := newTestClient(t, cluster.URLs(), nil)
+	ctx := context.Background()
+	if _, err := c.Put(ctx, "/rm/a", "va"); err != nil {
+		t.Fatal(err)
+	}
+	for _, opts := range [][]ReadOption{nil, {Stale()}} {
+		got, err := c.ReadMany(ctx, []api.ReadOp{{Path: "/rm/a"}, {Path: "/rm", Children: true}, {Path: "/rm/none"}}, opts...)
+		if err != nil || len(got.Results) != 3 || got.Results[0].Node.Value != "va" ||
+			len(got.Results[1].Children.Children) != 1 || !isCode(got.Results[2].Error, api.CodeNotFound) {
+			t.Fatalf("ReadMany = %+v, %v", got, err)
+		}
+	}
+	var opErr *api.TxnOpError
+	if _, err := c.ReadMany(ctx, []api.ReadOp{{Path: "/ok"}, {Path: "bad"}}); !errors.As(err, &opErr) || opErr.Op != 1 {
+		t.Fatalf("ReadMany with a bad path = %v, want read 1 refused", err)
+	}
+}

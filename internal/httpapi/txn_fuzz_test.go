@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/latch-io/latch/api"
-
 	"github.com/latch-io/latch/internal/server"
 )
 
