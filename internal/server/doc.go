@@ -10,6 +10,10 @@
 // acquire that gives up after its wait is a reply (api.Lock with Held
 // false), not an error.
 //
+// A transaction (Txn) and a multi-read (ReadMany) must lie in one group:
+// oneGroup checks every path through groupFor before anything is proposed or
+// read, so a transaction stays atomic once there are several groups.
+//
 // Every request finds its group through groupFor(path) (tree reads and
 // writes, locks, elections, watches) or metaGroup() (membership, sessions,
 // status): one group runs today, and every WAL record and peer frame already
