@@ -25,9 +25,18 @@ func TestTxnEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	session, err := testcluster.CreateSession(ctx, base, 10*time.Second)
+	// The session outlives the test (the maximum timeout; no heartbeats
+	// needed), and the server's one-time announcement of its client address
+	// is applied before the checks that the index stays put.
+	session, err := testcluster.CreateSession(ctx, base, 60*time.Second)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !testcluster.WaitFor(10*time.Second, func() bool {
+		m := c.Nodes[0].Server.Members()
+		return len(m.Members) == 1 && m.Members[0].ClientURL != ""
+	}) {
+		t.Fatal("server never announced its client address")
 	}
 
 	body := `{"session_id":"` + session.SessionID + `","request_seq":1,"ops":[
