@@ -216,7 +216,7 @@ func (a *app) rootCommand() *cobra.Command {
 	root.SetVersionTemplate("{{.Version}}\n")
 	// The exit codes end the root's help (not every command's).
 	root.SetUsageTemplate(root.UsageTemplate() + "{{if not .HasParent}}\n" + exitCodesHelp + "\n{{end}}")
-	root.AddCommand(a.versionCommand(), a.getCommand(), a.putCommand(), a.rmCommand(), a.lsCommand(),
+	root.AddCommand(a.versionCommand(), a.getCommand(), a.putCommand(), a.rmCommand(), a.lsCommand(), a.txnCommand(),
 		a.statusCommand(), a.membersCommand(), a.leaderCommand(), a.sessionCommand(), a.benchCommand(),
 		a.watchCommand(), a.lockCommand(), a.electCommand(), a.lockStatusCommand(), a.electionStatusCommand(), a.sessionBenchCommand(), a.lockBenchCommand(), a.snapshotCommand())
 	return root

@@ -89,6 +89,10 @@ const (
 	// OpDirDelete (version 3), in Shard(Path): delete Path if it is still
 	// closing under the mark Mark.
 	OpDirDelete
+	// OpTxn (version 3) applies Ops all or nothing at one index (see
+	// TxnOp), on behalf of SessionID if set, exactly once with RequestSeq.
+	// Versions 1 and 2 have no OpTxn: such a command does not decode.
+	OpTxn
 	opCount // first invalid op
 )
 
@@ -96,7 +100,7 @@ const (
 const opCountV2 = OpSessionsEnded
 
 var opNames = [...]string{"noop", "put", "delete", "session_create", "session_close", "session_expire", "member_set", "member_remove", "enqueue",
-	"sessions_ended", "sessions_cleaned", "dir_mark", "dir_unmark", "dir_close", "dir_delete"}
+	"sessions_ended", "sessions_cleaned", "dir_mark", "dir_unmark", "dir_close", "dir_delete", "txn"}
 
 func (o Op) String() string {
 	if o < opCount {
@@ -172,6 +176,8 @@ type Command struct {
 	// Mark (version 3) is the closing mark of OpDirUnmark and OpDirDelete:
 	// the index of the OpDirMark that made it.
 	Mark uint64
+	// Ops are the operations of an OpTxn, in order; encoded only with OpTxn.
+	Ops []TxnOp
 }
 
 // Errors returned (wrapped) by Unmarshal.
@@ -246,7 +252,7 @@ func (c *Command) Size() int {
 	n += optionalUvarintLen(c.Incarnation)
 	n += optionalUvarintLen(c.Observed)
 	n += optionalUvarintLen(c.Mark)
-	return n
+	return n + c.txnSectionLen()
 }
 
 // AppendMarshal appends the encoding of c to dst and returns the extended
@@ -279,7 +285,7 @@ func (c *Command) AppendMarshal(dst []byte) []byte {
 	dst = appendOptionalUvarint(dst, c.Incarnation)
 	dst = appendOptionalUvarint(dst, c.Observed)
 	dst = appendOptionalUvarint(dst, c.Mark)
-	return dst
+	return c.appendTxnSection(dst)
 }
 
 // formatVersion returns the version byte c is encoded with.
@@ -382,6 +388,9 @@ func Unmarshal(data []byte) (Command, error) {
 	c.Incarnation = d.optionalUvarint(mask, hasIncarnation, "incarnation")
 	c.Observed = d.optionalUvarint(mask, hasObserved, "observed index")
 	c.Mark = d.optionalUvarint(mask, hasMark, "mark")
+	if c.Op == OpTxn {
+		c.Ops = d.txnOps()
+	}
 	if d.err == nil && d.offset != len(data) {
 		d.fail("%d trailing bytes", len(data)-d.offset)
 	}
@@ -403,6 +412,9 @@ func (c *Command) decodeHeader(data []byte) error {
 	c.Op = Op(data[1])
 	if c.Op >= opCount || (c.Format != 0 && c.Op >= opCountV2) {
 		return fmt.Errorf("%w: unknown op %d in format version %d", ErrMalformed, data[1], data[0])
+	}
+	if c.Op == OpTxn && c.Legacy() {
+		return fmt.Errorf("%w: op %v does not exist in format version %d", ErrMalformed, c.Op, FormatV1)
 	}
 	flags := data[2]
 	if flags&^flagMask != 0 {

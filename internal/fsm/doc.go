@@ -19,6 +19,14 @@
 // a backup into the first state of a new cluster (server.Restore) before any
 // replica runs it, ending every session and raising every sequence counter
 // to the new log's start so no name is issued twice.
+// A transaction (command.OpTxn) applies its operations in order at one
+// index, all or nothing: each sees the effects of the ones before it, and
+// the first refusal puts back the trees as they were before the first one
+// (an O(1) copy-on-write copy taken first), publishes no event and answers
+// that operation's index and error, which the exactly-once window
+// remembers like any result. A sequential create never takes a number above
+// its entry's index, so names stay unique across a parent's re-creation
+// even when one entry takes several (see sequenceAhead).
 //
 // Requests the state machine refuses (a version mismatch, a missing node, an
 // expired session, an invalid path...) are results, not failures: Apply

@@ -118,6 +118,10 @@ type Result struct {
 	// Mark is the closing mark OpDirMark made (its index); Node then holds
 	// the marked directory, whose CreatedIndex is its incarnation.
 	Mark uint64
+	// Txn is the outcome of an OpTxn (nil for other commands, and for a
+	// transaction refused as a whole: an expired session, a request_seq
+	// below the window, no operation).
+	Txn *TxnResult
 }
 
 // NodeMeta is the metadata of a node.
@@ -150,7 +154,7 @@ func (f *FSM) Apply(index uint64, cmd *command.Command) (Result, []Event) {
 	switch cmd.Op {
 	case command.OpNoop:
 		return Result{}, nil
-	case command.OpPut, command.OpDelete, command.OpEnqueue:
+	case command.OpPut, command.OpDelete, command.OpEnqueue, command.OpTxn:
 		return f.applyWrite(index, cmd)
 	case command.OpSessionCreate, command.OpSessionClose, command.OpSessionExpire:
 		return f.applySession(index, cmd)
@@ -212,7 +216,7 @@ func refuse(err *api.Error) (Result, []Event) {
 	return Result{Err: err}, nil
 }
 
-// applyWrite applies OpPut, OpDelete or OpEnqueue, on behalf of a session if
+// applyWrite applies OpPut, OpDelete, OpEnqueue or OpTxn, on behalf of a session if
 // cmd.SessionID is set, exactly once if cmd.RequestSeq is set too.
 func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 	exactlyOnce := cmd.SessionID != 0 && cmd.RequestSeq != 0
@@ -239,6 +243,8 @@ func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 		result, events = f.put(index, cmd)
 	case command.OpEnqueue:
 		result, events = f.enqueue(index, cmd)
+	case command.OpTxn:
+		result, events = f.txn(index, cmd)
 	default:
 		result, events = f.delete(index, cmd)
 	}

@@ -60,6 +60,9 @@ func (f *FSM) sequentialName(index uint64, cmd *command.Command, parent entry, p
 		if !parentExists || cmd.Legacy() {
 			return path, next, nil
 		}
+		if next > index {
+			return "", 0, sequenceAhead(cmd.Path, next, index)
+		}
 		if _, taken := f.lookup(path); !taken {
 			return path, next, nil
 		}
@@ -68,6 +71,24 @@ func (f *FSM) sequentialName(index uint64, cmd *command.Command, parent entry, p
 		// advances by at most one per entry (see newSequence).
 		next++
 	}
+}
+
+// sequenceAhead is the refusal of a sequential create that would take a
+// number above its entry's index (version 2). A single write never does:
+// the counter of a node made at index c starts at c and advances by at most
+// one per entry after it (see newSequence), so a number taken at index i is
+// at most i, and a parent made again after a delete at d, at some index
+// above d, counts from above every number its previous incarnation gave.
+// A transaction can take several numbers under one parent in one entry, or
+// make several names a later create skips, so it could run the counter
+// ahead of the index and a re-made parent could hand a name out twice:
+// the create is refused instead. The index grows with every entry, so the
+// same create succeeds later.
+func sequenceAhead(prefix string, next, index uint64) *api.Error {
+	return api.Errorf(api.CodePreconditionFailed,
+		"sequential create %q would take number %d, above its log index %d: a transaction has run the parent's counter ahead "+
+			"(numbers are never reused, so a counter may not pass the index); retry once the index has passed %d",
+		prefix, next, index, next)
 }
 
 // newSequence is the counter of a node created at index: the first suffix

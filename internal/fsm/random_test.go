@@ -88,6 +88,8 @@ func (g *commandGenerator) next() command.Command {
 	case n < 55:
 		c = command.Command{Op: command.OpDelete, Path: g.path(), Recursive: g.rng.IntN(2) == 0}
 		g.exactlyOnce(&c)
+	case n < 64:
+		c = g.txn()
 	case n < 70:
 		c = command.Command{Op: command.OpSessionCreate, TimeoutMs: uint64(1000 + g.rng.IntN(9000))}
 		g.sessions = append(g.sessions, g.index)
@@ -101,6 +103,35 @@ func (g *commandGenerator) next() command.Command {
 		c = command.Command{Op: command.OpMemberRemove, Member: command.Member{ID: uint64(1 + g.rng.IntN(5))}}
 	default:
 		c = command.Command{Op: command.OpNoop}
+	}
+	return c
+}
+
+// txn makes a transaction of one to four random operations, often
+// conflicting with each other or the tree, so that both refusals at every
+// position and applied transactions are frequent.
+func (g *commandGenerator) txn() command.Command {
+	c := command.Command{Op: command.OpTxn}
+	g.exactlyOnce(&c)
+	for range 1 + g.rng.IntN(4) {
+		op := command.TxnOp{Kind: command.TxnKind(g.rng.IntN(4)), Path: g.path()}
+		switch op.Kind {
+		case command.TxnCreate:
+			op.Value = []byte(fmt.Sprint(g.index))
+			op.Sequential = g.rng.IntN(3) == 0
+			op.Ephemeral = c.SessionID != 0 && g.rng.IntN(2) == 0
+		case command.TxnSet:
+			op.Value = []byte(fmt.Sprint(g.index))
+		case command.TxnDelete:
+			op.Recursive = g.rng.IntN(2) == 0
+		}
+		if op.Kind != command.TxnCreate && g.rng.IntN(3) == 0 {
+			op.Precondition, op.Version = command.PrecondVersion, uint64(1+g.rng.IntN(2))
+		}
+		if op.Kind == command.TxnCheck && g.rng.IntN(3) == 0 {
+			op.Precondition, op.Version = command.PrecondNone, 0
+		}
+		c.Ops = append(c.Ops, op)
 	}
 	return c
 }

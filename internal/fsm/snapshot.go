@@ -54,6 +54,16 @@ import (
 // with the frames in the order header, members, removed members, sessions,
 // ending sessions (by id), directories (in tree order), nodes, end. Versions
 // 1 and 2 are the state of shard 0 of 1.
+//
+// Versions 4 and 5 are versions 2 and 3 with a transaction part at the end
+// of every exactly-once record: 0 for the result of a single write; 1, the
+// operation count (at least 1) and each operation's node path, version,
+// created index, modified index, owner, data length and children count for
+// an applied transaction; 2 and the failed operation's index for a refused
+// one. A state is written in version 4 or 5 only if its exactly-once
+// windows hold a transaction's result, in version 2 or 3 otherwise, so the
+// encoding of a state stays unique and a cluster that never ran a
+// transaction writes what an older binary reads.
 const (
 	snapshotMagic   = "LATCHFSM"
 	snapshotVersion = 2
@@ -61,6 +71,10 @@ const (
 	snapshotVersion1 = 1
 	// snapshotVersion3 is the format of a shard of a sharded cluster.
 	snapshotVersion3 = 3
+	// snapshotVersionTxn is version 2 whose records hold transactions.
+	snapshotVersionTxn = 4
+	// snapshotVersionShardTxn is version 3 whose records hold transactions.
+	snapshotVersionShardTxn = 5
 	// maxFramePayload bounds the memory ReadSnapshot allocates for one frame.
 	maxFramePayload = 16 << 20
 )
@@ -92,13 +106,9 @@ func (f *FSM) WriteSnapshot(w io.Writer) error {
 }
 
 func (f *FSM) writeSnapshot(w *bufio.Writer) error {
-	sw := snapshotWriter{w: w}
+	sw := snapshotWriter{w: w, txnResults: f.holdsTxnResults()}
 	sharded := f.shard.sharded()
-	version := byte(snapshotVersion)
-	if sharded {
-		version = snapshotVersion3
-	}
-	sw.write(append([]byte(snapshotMagic), version))
+	sw.write(append([]byte(snapshotMagic), snapshotFormat(sharded, sw.txnResults)))
 	sw.frame(frameHeader, func(b []byte) []byte { return f.appendHeader(b, sharded) })
 	for _, m := range f.members {
 		sw.frame(frameMember, func(b []byte) []byte { return appendMember(b, m) })
@@ -107,7 +117,7 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 		sw.frame(frameRemoved, func(b []byte) []byte { return appendMember(b, m) })
 	}
 	f.sessions.Scan(func(s session) bool {
-		sw.frame(frameSession, func(b []byte) []byte { return appendSession(b, s) })
+		sw.frame(frameSession, func(b []byte) []byte { return appendSession(b, s, sw.txnResults) })
 		return sw.err == nil
 	})
 	if sharded {
@@ -192,6 +202,8 @@ type snapshotWriter struct {
 	payload []byte
 	header  []byte
 	err     error
+	// txnResults says records carry their transaction part (version 3).
+	txnResults bool
 }
 
 func (sw *snapshotWriter) write(b []byte) {
@@ -229,7 +241,7 @@ func appendMember(b []byte, m command.Member) []byte {
 	return append(b, 0)
 }
 
-func appendSession(b []byte, s session) []byte {
+func appendSession(b []byte, s session, txnResults bool) []byte {
 	b = binary.AppendUvarint(b, s.id)
 	b = binary.AppendUvarint(b, s.timeoutMs)
 	if s.dedup == nil {
@@ -240,6 +252,9 @@ func appendSession(b []byte, s session) []byte {
 	for _, r := range s.dedup.records {
 		b = binary.AppendUvarint(b, r.seq)
 		b = appendResult(b, r.result)
+		if txnResults {
+			b = appendTxnResult(b, r.result.Txn, r.result.Err != nil)
+		}
 	}
 	return b
 }
@@ -274,4 +289,18 @@ func appendNode(b []byte, previous string, e entry) []byte {
 	b = binary.AppendUvarint(b, e.owner)
 	b = binary.AppendUvarint(b, e.sequence)
 	return binary.AppendUvarint(b, uint64(e.children))
+}
+
+// snapshotFormat is the version a state is written in: 3 for a shard of a
+// sharded cluster, 2 otherwise, each raised by 2 (to 5 or 4) when the
+// exactly-once windows hold a transaction's result.
+func snapshotFormat(sharded, txnResults bool) byte {
+	version := byte(snapshotVersion)
+	if sharded {
+		version = snapshotVersion3
+	}
+	if txnResults {
+		version += snapshotVersionTxn - snapshotVersion
+	}
+	return version
 }

@@ -57,6 +57,8 @@ type snapshotReader struct {
 	payload []byte
 	want    shardID // the shard the snapshot must be of
 	version byte
+	// txnResults says records carry their transaction part (versions 4 and 5).
+	txnResults bool
 }
 
 func corruptf(offset int64, format string, args ...any) error {
@@ -132,10 +134,11 @@ func (sr *snapshotReader) read() (*FSM, error) {
 	}
 	sr.version = magic[len(snapshotMagic)]
 	switch sr.version {
-	case snapshotVersion, snapshotVersion1, snapshotVersion3:
+	case snapshotVersion, snapshotVersion1, snapshotVersion3, snapshotVersionTxn, snapshotVersionShardTxn:
 	default:
 		return nil, corruptf(int64(len(snapshotMagic)), "unknown snapshot format version %d", sr.version)
 	}
+	sr.txnResults = sr.version == snapshotVersionTxn || sr.version == snapshotVersionShardTxn
 	f, counts, err := sr.readHeader()
 	if err != nil {
 		return nil, err
@@ -149,6 +152,11 @@ func (sr *snapshotReader) read() (*FSM, error) {
 	}
 	if err := sr.readSessions(f, counts.sessions); err != nil {
 		return nil, err
+	}
+	if sr.txnResults && !f.holdsTxnResults() {
+		// Only a state with them is written in version 4 or 5: the encoding
+		// of a state is unique.
+		return nil, corruptf(int64(len(snapshotMagic)), "format version %d but no transaction result is remembered", sr.version)
 	}
 	if err := sr.readEnding(f, counts.ending); err != nil {
 		return nil, err
@@ -189,7 +197,7 @@ func (sr *snapshotReader) readHeader() (*FSM, frameCounts, error) {
 	applied := d.uvarint()
 	id := unsharded
 	var dirFence, sessionFence uint64
-	if sr.version == snapshotVersion3 {
+	if sr.sharded() {
 		id = d.shardID()
 		dirFence, sessionFence = d.uvarint(), d.uvarint()
 	}
@@ -198,7 +206,7 @@ func (sr *snapshotReader) readHeader() (*FSM, frameCounts, error) {
 		c.removed = d.uvarint()
 	}
 	c.sessions = d.uvarint()
-	if sr.version == snapshotVersion3 {
+	if sr.sharded() {
 		c.ending, c.directories = d.uvarint(), d.uvarint()
 	}
 	c.nodes = d.uvarint()
@@ -273,7 +281,7 @@ func (sr *snapshotReader) readSessions(f *FSM, count uint64) error {
 		if d.err == nil && s.id <= previous {
 			d.fail(d.base, "session %d out of order", s.id)
 		}
-		s.dedup = d.dedupTable(f.generation)
+		s.dedup = d.dedupTable(f.generation, sr.txnResults)
 		if err := d.finish(); err != nil {
 			return err
 		}
@@ -459,7 +467,7 @@ func (d *payloadDecoder) bytes() []byte {
 
 func (d *payloadDecoder) string() string { return string(d.bytes()) }
 
-func (d *payloadDecoder) dedupTable(generation uint64) *dedupTable {
+func (d *payloadDecoder) dedupTable(generation uint64, txnResults bool) *dedupTable {
 	at := d.at()
 	t := &dedupTable{generation: generation, highest: d.uvarint()}
 	count := d.uvarint()
@@ -470,6 +478,9 @@ func (d *payloadDecoder) dedupTable(generation uint64) *dedupTable {
 		recordAt := d.at()
 		seq := d.uvarint()
 		result := d.result()
+		if txnResults {
+			result.Txn = d.txnResult(result.Err != nil)
+		}
 		switch {
 		case d.err != nil:
 		case seq < t.floor() || seq > t.highest:
@@ -531,3 +542,9 @@ func (d *payloadDecoder) node(previous string) entry {
 
 // maxChildren bounds a children count read from a snapshot.
 const maxChildren = 1 << 40
+
+// sharded says the snapshot is of a shard of a sharded cluster (versions 3
+// and 5).
+func (sr *snapshotReader) sharded() bool {
+	return sr.version == snapshotVersion3 || sr.version == snapshotVersionShardTxn
+}

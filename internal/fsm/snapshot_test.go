@@ -149,6 +149,7 @@ func damagedInputs(t *testing.T) map[string][]byte {
 		"sessions":         snapshotBytes(t, buildState(t, snapshotStates[3].setup).f),
 		"removed members":  snapshotBytes(t, buildState(t, snapshotStates[removedState].setup).f),
 		"version 1 golden": version1,
+		"transactions":     snapshotBytes(t, txnState(t).f),
 	}
 }
 

@@ -50,6 +50,8 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /v1/election/join", h.joinElection)
 	h.mux.HandleFunc("POST /v1/election/resign", h.resignElection)
 	h.mux.HandleFunc("GET /v1/election/{role}", h.electionState)
+	h.mux.HandleFunc("POST /v1/txn", h.txn)
+	h.mux.HandleFunc("POST /v1/read", h.readMany)
 	h.mux.HandleFunc("GET /v1/status", h.status)
 	h.mux.HandleFunc("GET /v1/cluster/members", h.members)
 	h.mux.HandleFunc("POST /v1/cluster/members", h.addMember)

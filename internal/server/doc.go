@@ -35,6 +35,10 @@
 // probed over its client_url) are read-only views for operators and the
 // dashboard; ClusterHealth is the server's one outgoing HTTP request.
 //
+// A transaction (Txn) and a multi-read (ReadMany) must lie in one group:
+// oneGroup checks every path through groupFor before anything is proposed or
+// read, so a transaction stays atomic once there are several groups.
+//
 // The server is the transport's Handler and Snapshots (peers.go): it steps
 // raft messages into their group's node, hands heartbeat relays and their
 // acknowledgements to the group's sessions.Liveness, and answers members it

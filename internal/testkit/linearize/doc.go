@@ -7,6 +7,12 @@
 // the key's version equals the expected one (0 meaning "must not exist").
 // Histories are partitioned by key.
 //
+// MultiModel is a second model, for transactions: the same registers on a
+// few keys, with transactions that write several keys at once, each at an
+// expected version or any; a refused transaction changes nothing. Its
+// histories cannot be partitioned by key, so tests keep them to a few keys
+// and clients.
+//
 // Invariants the recorder relies on and enforces:
 //   - every written value is unique in a history, so a read names the one
 //     write it observed;

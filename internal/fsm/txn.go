@@ -1,0 +1,161 @@
+package fsm
+
+import (
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+)
+
+// TxnResult is the outcome of an OpTxn. It is shared with the exactly-once
+// window: treat it as read-only.
+type TxnResult struct {
+	// Ops holds one result per operation, in order, when the transaction
+	// was applied (Result.Err is nil).
+	Ops []TxnOpResult
+	// Failed, when Result.Err is set, is the index of the operation whose
+	// refusal (Result.Err) refused the whole transaction.
+	Failed int
+}
+
+// TxnOpResult is the node an applied operation of a transaction left, as
+// it was right after that operation (later operations of the same
+// transaction may have changed it since): for a create, the node made
+// (with its sequential name); for a set, the node written; for a delete,
+// the node deleted, as it was; for a check, the node checked (its Path
+// only, when it had to be absent).
+type TxnOpResult struct {
+	Node          NodeMeta
+	Owner         uint64 // the owning session of an ephemeral node; 0 = persistent
+	DataLength    int
+	ChildrenCount int
+}
+
+// txn applies the operations of an OpTxn in order, all or nothing at index:
+// each operation sees the effects of the ones before it; the first refusal
+// restores the state as it was before the first operation and refuses the
+// whole transaction with that operation's error and index, with no event.
+// The session (if any) is live and the exactly-once window was checked by
+// applyWrite.
+//
+// The undo is a copy-on-write copy (O(1)) of the three trees the
+// operations may change (nodes, sessions for the ephemeral counts, owners),
+// taken before the first operation and put back on refusal. Operations
+// never touch members, removed members, the applied index or a dedup
+// table, so nothing else needs restoring.
+func (f *FSM) txn(index uint64, cmd *command.Command) (Result, []Event) {
+	if len(cmd.Ops) == 0 {
+		return refuse(api.Errorf(api.CodeInvalidArgument, "a transaction needs at least one operation"))
+	}
+	nodes, sessions, owners := f.nodes.Copy(), f.sessions.Copy(), f.owners.Copy()
+	results := make([]TxnOpResult, 0, len(cmd.Ops))
+	var events []Event
+	for i := range cmd.Ops {
+		result, opEvents, err := f.txnOp(index, cmd, &cmd.Ops[i])
+		if err != nil {
+			f.nodes, f.sessions, f.owners = nodes, sessions, owners
+			return Result{Err: err, Txn: &TxnResult{Failed: i}}, nil
+		}
+		results = append(results, result)
+		events = append(events, opEvents...)
+	}
+	return Result{Txn: &TxnResult{Ops: results}}, events
+}
+
+// txnOp applies one operation of the transaction cmd, or refuses it
+// (leaving the caller to undo the earlier ones).
+func (f *FSM) txnOp(index uint64, cmd *command.Command, op *command.TxnOp) (TxnOpResult, []Event, *api.Error) {
+	if err := api.ValidatePath(op.Path); err != nil {
+		return TxnOpResult{}, nil, asAPIError(err)
+	}
+	if err := checkTxnOpShape(op); err != nil {
+		return TxnOpResult{}, nil, err
+	}
+	if op.Kind == command.TxnCheck {
+		return f.txnCheck(op)
+	}
+	if op.Kind == command.TxnSet {
+		if _, ok := f.lookup(op.Path); !ok {
+			return TxnOpResult{}, nil, api.Errorf(api.CodeNotFound, "node %q not found", op.Path)
+		}
+	}
+	write := txnWriteCommand(cmd, op)
+	var result Result
+	var events []Event
+	if op.Kind == command.TxnDelete {
+		result, events = f.delete(index, &write)
+	} else {
+		result, events = f.put(index, &write)
+	}
+	if result.Err != nil {
+		return TxnOpResult{}, nil, result.Err.(*api.Error)
+	}
+	return f.txnOpResult(result.Node), events, nil
+}
+
+// checkTxnOpShape refuses the flags and preconditions an operation's kind
+// does not take.
+func checkTxnOpShape(op *command.TxnOp) *api.Error {
+	switch {
+	case op.Kind > command.TxnCheck:
+		return api.Errorf(api.CodeInvalidArgument, "unknown transaction operation %v", op.Kind)
+	case op.Kind != command.TxnCreate && (op.Ephemeral || op.Sequential):
+		return api.Errorf(api.CodeInvalidArgument, "%v of %q: only a create is ephemeral or sequential", op.Kind, op.Path)
+	case op.Kind != command.TxnDelete && op.Recursive:
+		return api.Errorf(api.CodeInvalidArgument, "%v of %q: only a delete is recursive", op.Kind, op.Path)
+	case op.Kind != command.TxnCreate && op.Kind != command.TxnSet && len(op.Value) > 0:
+		return api.Errorf(api.CodeInvalidArgument, "%v of %q: only a create or a set has a value", op.Kind, op.Path)
+	case op.Kind == command.TxnCreate && op.Precondition != command.PrecondAny:
+		return api.Errorf(api.CodeInvalidArgument, "create of %q takes no version: the node must not exist", op.Path)
+	case op.Kind != command.TxnCheck && op.Precondition == command.PrecondNone:
+		return api.Errorf(api.CodeInvalidArgument, "%v of %q: only a check requires a node to be absent", op.Kind, op.Path)
+	case op.Precondition == command.PrecondVersion && op.Version == 0:
+		return api.Errorf(api.CodeInvalidArgument, "%v of %q: version 0 is no node's version", op.Kind, op.Path)
+	}
+	return nil
+}
+
+// txnWriteCommand returns the single write that applies a create, set or
+// delete operation of the transaction cmd: its session, and its format's
+// rules.
+func txnWriteCommand(cmd *command.Command, op *command.TxnOp) command.Command {
+	write := command.Command{
+		Format: cmd.Format, Path: op.Path, Value: op.Value,
+		Precondition: op.Precondition, Version: op.Version,
+		Recursive: op.Recursive, SessionID: cmd.SessionID,
+	}
+	switch op.Kind {
+	case command.TxnCreate:
+		write.Op, write.Precondition = command.OpPut, command.PrecondNone
+		write.Ephemeral, write.Sequential = op.Ephemeral, op.Sequential
+	case command.TxnSet:
+		write.Op = command.OpPut
+	default:
+		write.Op = command.OpDelete
+	}
+	return write
+}
+
+// txnCheck applies a check operation: it changes nothing.
+func (f *FSM) txnCheck(op *command.TxnOp) (TxnOpResult, []Event, *api.Error) {
+	e, exists := f.lookup(op.Path)
+	switch {
+	case op.Precondition == command.PrecondNone && exists:
+		return TxnOpResult{}, nil, api.Errorf(api.CodePreconditionFailed, "node %q exists", op.Path)
+	case op.Precondition == command.PrecondNone:
+		return TxnOpResult{Node: NodeMeta{Path: op.Path}}, nil, nil
+	case !exists:
+		return TxnOpResult{}, nil, api.Errorf(api.CodeNotFound, "node %q not found", op.Path)
+	case op.Precondition == command.PrecondVersion && e.version != op.Version:
+		return TxnOpResult{}, nil, api.Errorf(api.CodePreconditionFailed, "node %q has version %d, not %d", op.Path, e.version, op.Version)
+	}
+	return f.txnOpResult(e.meta()), nil, nil
+}
+
+// txnOpResult describes the node meta names as the tree holds it now (a
+// deleted node: as meta gives it, with no owner or data).
+func (f *FSM) txnOpResult(meta NodeMeta) TxnOpResult {
+	e, ok := f.lookup(meta.Path)
+	if !ok || e.created != meta.CreatedIndex {
+		return TxnOpResult{Node: meta}
+	}
+	return TxnOpResult{Node: meta, Owner: e.owner, DataLength: len(e.value), ChildrenCount: e.children}
+}
