@@ -105,8 +105,12 @@ var allowed = map[string]rule{
 	// The CLI and the binaries.
 	"internal/loadgen/latency": {},
 	"internal/loadgen":         {imports: []string{"api", "client", "client/recipe", "internal/loadgen/latency"}},
+	// The safety checker latchctl check runs (and the fault suite with it):
+	// workloads and their checkers over the HTTP API, and Porcupine's model.
+	"internal/check/linearize": {imports: []string{"api"}},
+	"internal/check":           {imports: []string{"api", "fencing", "internal/check/linearize"}},
 	"internal/cli": {
-		imports: []string{"api", "client", "client/recipe", "internal/buildinfo", "internal/loadgen"},
+		imports: []string{"api", "client", "client/recipe", "internal/buildinfo", "internal/check", "internal/loadgen"},
 		tests:   testHarness,
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
@@ -118,10 +122,9 @@ var allowed = map[string]rule{
 		imports: []string{"internal/vfs"},
 		tests:   []string{"internal/wal", testkit + "testseed"},
 	},
-	testkit + "linearize": {imports: []string{"api"}},
 	testkit + "testcluster": {
 		imports: []string{"api", "internal/clock", "internal/httpapi", "internal/server", "internal/transport", "internal/vfs"},
-		tests:   []string{"client", "client/recipe", testkit + "linearize", testkit + "testseed"},
+		tests:   []string{"client", "client/recipe", "internal/check/linearize", testkit + "testseed"},
 	},
 	testkit + "proccluster": {
 		imports: []string{"api", "internal/vfs", testkit + "crashfs"},
@@ -129,13 +132,13 @@ var allowed = map[string]rule{
 	},
 	testkit + "faulthttp": {imports: []string{"api", testkit + "testcluster"}},
 	testkit + "chaos": {
-		imports: []string{"api", "client", "client/recipe", "fencing", testkit + "linearize", testkit + "proccluster"},
+		imports: []string{"api", "client", "client/recipe", "fencing", "internal/check", testkit + "proccluster"},
 	},
 
 	// The system tests (test files only) and this check.
 	"test/compose":      {tests: []string{"api", "client", testkit + "testcluster"}},
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
-	"test/membership":   {tests: []string{"api", "client", testkit + "linearize", testkit + "proccluster", testkit + "testcluster"}},
+	"test/membership":   {tests: []string{"api", "client", "internal/check/linearize", testkit + "proccluster", testkit + "testcluster"}},
 	"test/process":      {tests: []string{"api", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcluster"}},
 	"test/recipes":      {tests: []string{"api", "client", "client/recipe", "fencing", testkit + "proccluster", testkit + "testcluster"}},
 	"internal/archtest": {stdlibOnly: true},

@@ -212,7 +212,8 @@ func (a *app) rootCommand() *cobra.Command {
 	root.SetUsageTemplate(root.UsageTemplate() + "{{if not .HasParent}}\n" + exitCodesHelp + "\n{{end}}")
 	root.AddCommand(a.versionCommand(), a.getCommand(), a.putCommand(), a.rmCommand(), a.lsCommand(),
 		a.statusCommand(), a.membersCommand(), a.leaderCommand(), a.sessionCommand(), a.benchCommand(),
-		a.watchCommand(), a.lockCommand(), a.electCommand(), a.lockStatusCommand(), a.electionStatusCommand(), a.sessionBenchCommand(), a.lockBenchCommand())
+		a.watchCommand(), a.lockCommand(), a.electCommand(), a.lockStatusCommand(), a.electionStatusCommand(), a.sessionBenchCommand(), a.lockBenchCommand(),
+		a.checkCommand())
 	return root
 }
 

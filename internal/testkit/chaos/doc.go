@@ -5,7 +5,7 @@
 // the histories with the checkers of docs/correctness.md:
 //
 //   - L: get/put/CAS on a few versioned registers, checked with Porcupine
-//     (internal/testkit/linearize); an Unknown verdict is a failure.
+//     (internal/check/linearize); an Unknown verdict is a failure.
 //   - F: lock acquire -> write through a fencing.Guard -> release, with
 //     holders that stall past their session timeout and then write; the
 //     guard's accepted tokens must never decrease. Twice: in-process

@@ -1,4 +1,4 @@
-package chaos
+package check
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ import (
 type locks struct {
 	unchecked bool // planted bug (c): a guard that accepts every token
 
-	guard *loggingGuard
+	guard *LoggingGuard
 
 	mu     sync.Mutex        // guards grants
 	grants map[uint64]string // fencing token -> session granted it
@@ -31,12 +31,11 @@ type locks struct {
 
 const (
 	lockClients  = 3
-	lockName     = "chaos"
 	lockResource = "chaos-resource"
 )
 
-// loggingGuard records, in order, every token its inner guard accepted.
-type loggingGuard struct {
+// LoggingGuard records, in order, every token its inner guard accepted.
+type LoggingGuard struct {
 	inner interface {
 		fencing.Guard
 		Highest(resource string) (uint64, bool)
@@ -45,7 +44,7 @@ type loggingGuard struct {
 	accepted []uint64
 }
 
-func (g *loggingGuard) Accept(resource string, token uint64) error {
+func (g *LoggingGuard) Accept(resource string, token uint64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err := g.inner.Accept(resource, token); err != nil {
@@ -56,22 +55,23 @@ func (g *loggingGuard) Accept(resource string, token uint64) error {
 }
 
 // Check implements fencing.Guard (for fencing.Middleware); it records nothing.
-func (g *loggingGuard) Check(resource string, token uint64) error {
+func (g *LoggingGuard) Check(resource string, token uint64) error {
 	return g.inner.Check(resource, token)
 }
 
-func (g *loggingGuard) Highest(resource string) uint64 {
+// Highest is the highest token accepted for resource (0 if none).
+func (g *LoggingGuard) Highest(resource string) uint64 {
 	token, _ := g.inner.Highest(resource)
 	return token
 }
 
-// newLoggingGuard returns a loggingGuard over a fencing.Memory, or over an
+// NewLoggingGuard returns a LoggingGuard over a fencing.Memory, or over an
 // uncheckedGuard when unchecked (planted bug (c)).
-func newLoggingGuard(unchecked bool) *loggingGuard {
+func NewLoggingGuard(unchecked bool) *LoggingGuard {
 	if unchecked {
-		return &loggingGuard{inner: uncheckedGuard{fencing.NewMemory()}}
+		return &LoggingGuard{inner: uncheckedGuard{fencing.NewMemory()}}
 	}
-	return &loggingGuard{inner: fencing.NewMemory()}
+	return &LoggingGuard{inner: fencing.NewMemory()}
 }
 
 // uncheckedGuard is planted bug (c): it skips the fencing check.
@@ -84,62 +84,62 @@ func (g uncheckedGuard) Accept(resource string, token uint64) error {
 	return g.Memory.Accept(resource, token)
 }
 
-func (w *locks) start(r *run) {
+func (w *locks) Start(r *Run) {
 	w.grants = map[uint64]string{}
-	w.guard = newLoggingGuard(w.unchecked)
+	w.guard = NewLoggingGuard(w.unchecked)
 	for c := range lockClients {
-		r.wg.Add(1)
+		r.Workers.Add(1)
 		go w.client(r, c)
 	}
 }
 
-func (w *locks) client(r *run, worker int) {
-	defer r.wg.Done()
-	var s *session
-	for !r.stopped() {
-		if s = renewSession(r, s, sessionTimeout); s == nil {
+func (w *locks) client(r *Run, worker int) {
+	defer r.Workers.Done()
+	var s *Session
+	for !r.Stopped() {
+		if s = RenewSession(r, s, SessionTimeout); s == nil {
 			continue
 		}
 		w.round(r, s, worker)
 	}
 	if s != nil {
-		s.stop()
-		s.close(r)
+		s.Stop()
+		s.Close(r)
 	}
 }
 
 // round is one acquire -> write -> release by session s.
-func (w *locks) round(r *run, s *session, worker int) {
-	ctx, cancel := requestContext()
+func (w *locks) round(r *Run, s *Session, worker int) {
+	ctx, cancel := RequestContext()
 	defer cancel()
 	var held api.Lock
-	err := call(ctx, http.MethodPost, r.node(), "/v1/lock/acquire", nil,
-		&api.LockRequest{Name: lockName, SessionID: s.id, WaitMs: 1000}, &held)
+	err := Call(ctx, http.MethodPost, r.Node(), "/v1/lock/acquire", nil,
+		&api.LockRequest{Name: r.LockName, SessionID: s.ID, WaitMs: 1000}, &held)
 	if err != nil || !held.Held {
-		if code(err) == api.CodeSessionExpired {
-			s.markExpired()
+		if Code(err) == api.CodeSessionExpired {
+			s.MarkExpired()
 		}
 		return
 	}
-	w.grant(r, held.FencingToken, s.id)
-	if r.intn(6) == 0 {
+	w.grant(r, held.FencingToken, s.ID)
+	if r.Intn(6) == 0 {
 		w.stall(r, s, held.FencingToken)
 		return
 	}
 	w.write(held.FencingToken)
-	ctx2, cancel2 := requestContext()
+	ctx2, cancel2 := RequestContext()
 	defer cancel2()
-	_ = call(ctx2, http.MethodPost, r.node(), "/v1/lock/release", nil,
-		&api.LockRequest{Name: lockName, SessionID: s.id, FencingToken: held.FencingToken}, nil)
+	_ = Call(ctx2, http.MethodPost, r.Node(), "/v1/lock/release", nil,
+		&api.LockRequest{Name: r.LockName, SessionID: s.ID, FencingToken: held.FencingToken}, nil)
 }
 
 // grant records that token was granted to session; a token granted to two
 // sessions is an anomaly of the lock itself.
-func (w *locks) grant(r *run, token uint64, session string) {
+func (w *locks) grant(r *Run, token uint64, session string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if other, ok := w.grants[token]; ok && other != session {
-		r.anomaly("F: fencing token %d granted to sessions %s and %s", token, other, session)
+		r.Anomaly("F: fencing token %d granted to sessions %s and %s", token, other, session)
 	}
 	w.grants[token] = session
 }
@@ -155,24 +155,24 @@ func (w *locks) write(token uint64) {
 // stall plays a holder frozen past its session timeout: it stops
 // heartbeating, waits until a later holder wrote (or a bound passes), then
 // writes with its old token, believing it still holds the lock.
-func (w *locks) stall(r *run, s *session, token uint64) {
+func (w *locks) stall(r *Run, s *Session, token uint64) {
 	w.stalls.Add(1)
-	s.pauseHeartbeats()
-	deadline := time.Now().Add(4 * sessionTimeout)
-	for time.Now().Before(deadline) && w.guard.Highest(lockResource) <= token && !r.stopped() {
+	s.PauseHeartbeats()
+	deadline := time.Now().Add(4 * s.Timeout())
+	for time.Now().Before(deadline) && w.guard.Highest(lockResource) <= token && !r.Stopped() {
 		time.Sleep(50 * time.Millisecond)
 	}
 	w.write(token)
-	s.markExpired()
+	s.MarkExpired()
 }
 
-// checkOrder is checker F's core, shared by the lock and lockproc
+// CheckOrder is checker F's core, shared by the lock and lockproc
 // workloads: the tokens g accepted, in accept order, never go below one
 // accepted before. Each that does is a stale write accepted, added to the
 // report's StaleWrites and named in an "F:" anomaly (the first five). It
 // returns how many writes g accepted and how many of them were stale. Call
 // it once the writers stopped.
-func (g *loggingGuard) checkOrder(r *run, workload string) (accepted, stale int) {
+func (g *LoggingGuard) CheckOrder(r *Run, workload string) (accepted, stale int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var highest uint64
@@ -180,20 +180,20 @@ func (g *loggingGuard) checkOrder(r *run, workload string) (accepted, stale int)
 		if token < highest {
 			stale++
 			if stale <= 5 {
-				r.anomaly("F: guard accepted token %d after token %d (write %d of %d, %s workload)", token, highest, i+1, len(g.accepted), workload)
+				r.Anomaly("F: guard accepted token %d after token %d (write %d of %d, %s workload)", token, highest, i+1, len(g.accepted), workload)
 			}
 		}
 		highest = max(highest, token)
 	}
-	r.update(func(report *Report) { report.StaleWrites += stale })
+	r.Update(func(report *Report) { report.StaleWrites += stale })
 	return len(g.accepted), stale
 }
 
-func (w *locks) check(r *run) error {
-	accepted, stale := w.guard.checkOrder(r, "lock")
-	r.report.Operations += accepted + int(w.refused.Load())
-	r.report.Overlaps += int(w.refused.Load())
-	r.logf("chaos F: %d writes accepted, %d stale writes refused by the guard, %d holders stalled past their session, %d grants; %d stale accepted",
+func (w *locks) Check(r *Run) error {
+	accepted, stale := w.guard.CheckOrder(r, "lock")
+	r.Report.Operations += accepted + int(w.refused.Load())
+	r.Report.Overlaps += int(w.refused.Load())
+	r.Logf("check F: %d writes accepted, %d stale writes refused by the guard, %d holders stalled past their session, %d grants; %d stale accepted",
 		accepted, w.refused.Load(), w.stalls.Load(), len(w.grants), stale)
 	if accepted == 0 {
 		return fmt.Errorf("F: no write went through the lock")
