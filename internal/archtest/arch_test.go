@@ -136,6 +136,7 @@ var allowed = map[string]rule{
 	},
 
 	// The system tests (test files only) and this check.
+	"test/checker":      {tests: []string{"api", testkit + "proccluster", testkit + "testseed"}},
 	"test/compose":      {tests: []string{"api", "client", testkit + "testcluster"}},
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
 	"test/membership":   {tests: []string{"api", "client", "internal/check/linearize", testkit + "proccluster", testkit + "testcluster"}},
