@@ -134,20 +134,27 @@ func (a *app) runCheck(ctx context.Context, f checkFlags) error {
 	if err := waitAnswering(ctx, urls, a.commandTimeout); err != nil {
 		return err
 	}
-	prefixExisted, err := nodeExists(urls, f.prefix)
+	lockName := lockNameFor(f.prefix)
+	lockDir := "/locks/" + lockName
+	created, err := missingAncestors(urls, f.prefix)
 	if err != nil {
 		return err
 	}
+	createdLocks, err := missingAncestors(urls, lockDir)
+	if err != nil {
+		return err
+	}
+	created = append(created, createdLocks...)
 	base := fmt.Sprintf("%s/run-%d-%x", f.prefix, f.seed, time.Now().UnixNano())
 	logf := lineLogger(a.io.Stderr)
 	logf("check: seed %d (rerun with --seed %d), %v against %s, keys under %s", f.seed, f.seed, f.duration, strings.Join(urls, ","), base)
 	report := check.Report{Seed: f.seed, Runs: 1, Faults: map[string]int{}}
 	run := check.NewRun(check.Options{
-		Seed: f.seed, Target: check.Endpoints(urls), Prefix: base, LockName: lockNameFor(f.prefix),
+		Seed: f.seed, Target: check.Endpoints(urls), Prefix: base, LockName: lockName,
 		OutDir: f.out, Logf: logf,
 	}, &report)
 	defer func() {
-		if err := cleanUp(urls, base, f.prefix, prefixExisted, f.settle); err != nil {
+		if err := cleanUp(urls, base, lockDir, created, f.settle); err != nil {
 			logf("check: cleanup: %v", err)
 		}
 	}()
@@ -274,35 +281,70 @@ func awaitMembers(run *check.Run, urls []string, timeout time.Duration) {
 	}
 }
 
-// cleanUp deletes base and everything under it, retrying on every endpoint
-// until timeout (an ephemeral node of a session not yet expired refuses the
-// delete until it expires); then prefix itself if the check created it and
-// nothing else is under it.
-func cleanUp(urls []string, base, prefix string, prefixExisted bool, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var last error
-	for i := 0; ; i++ {
-		ctx, cancel := check.RequestContext()
-		last = check.CallKV(ctx, http.MethodDelete, urls[i%len(urls)], base, url.Values{"recursive": {"true"}}, nil, nil)
-		cancel()
-		if last == nil || check.Code(last) == api.CodeNotFound {
+// missingAncestors returns prefix and those of its ancestors that do not
+// exist, deepest first: the check's writes create them (docs/api.md: missing
+// ancestors are created), so its cleanup deletes them again.
+func missingAncestors(urls []string, prefix string) ([]string, error) {
+	var missing []string
+	for p := prefix; p != "/"; p = api.Parent(p) {
+		exists, err := nodeExists(urls, p)
+		if err != nil {
+			return nil, err
+		}
+		if exists {
 			break
 		}
+		missing = append(missing, p)
+	}
+	return missing, nil
+}
+
+// cleanUp removes what the check wrote, retrying on every endpoint until
+// timeout (an ephemeral node of a session not yet expired refuses a delete
+// until it expires): base and everything under it; the lock's queue
+// directory lockDir; then, deepest first, the nodes of created (the prefix,
+// the lock directory's and their ancestors the check's writes created) that
+// nothing else uses: a node with children (another writer's) stays.
+func cleanUp(urls []string, base, lockDir string, created []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	if err := deleteUntil(urls, base, true, deadline); err != nil {
+		return err
+	}
+	if err := deleteUntil(urls, lockDir, false, deadline); err != nil {
+		return err
+	}
+	for _, p := range created {
+		ctx, cancel := check.RequestContext()
+		err := check.CallKV(ctx, http.MethodDelete, urls[0], p, nil, nil, nil)
+		cancel()
+		switch check.Code(err) {
+		case "", api.CodeNotFound, api.CodePreconditionFailed: // gone, or another writer's children keep it
+		default:
+			return fmt.Errorf("delete %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// deleteUntil deletes path (recursively or not) on the endpoints in turn
+// until it is gone or deadline passes.
+func deleteUntil(urls []string, path string, recursive bool, deadline time.Time) error {
+	query := url.Values{}
+	if recursive {
+		query.Set("recursive", "true")
+	}
+	for i := 0; ; i++ {
+		ctx, cancel := check.RequestContext()
+		err := check.CallKV(ctx, http.MethodDelete, urls[i%len(urls)], path, query, nil, nil)
+		cancel()
+		if err == nil || check.Code(err) == api.CodeNotFound {
+			return nil
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("delete %s: %w", base, last)
+			return fmt.Errorf("delete %s: %w", path, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if prefixExisted {
-		return nil
-	}
-	ctx, cancel := check.RequestContext()
-	defer cancel()
-	err := check.CallKV(ctx, http.MethodDelete, urls[0], prefix, nil, nil, nil)
-	if err != nil && check.Code(err) != api.CodeNotFound && check.Code(err) != api.CodePreconditionFailed {
-		return fmt.Errorf("delete %s: %w", prefix, err)
-	}
-	return nil
 }
 
 // checkOutDir makes sure dir exists for the visualization.

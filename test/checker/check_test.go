@@ -160,8 +160,11 @@ func TestCheckPassesOnHealthyCluster(t *testing.T) {
 		t.Errorf("nothing was checked: %s", out)
 	}
 	for _, u := range urls {
-		if status, node := get(t, u, "/check"); status != http.StatusNotFound {
-			t.Errorf("%s: /check after the check: status %d (%+v), want 404: it cleans up", u, status, node)
+		// The check's keys, and its lock's queue: nothing existed before.
+		for _, path := range []string{"/check", "/locks/latchctl-check_check", "/locks"} {
+			if status, node := get(t, u, path); status != http.StatusNotFound {
+				t.Errorf("%s: %s after the check: status %d (%+v), want 404: it cleans up", u, path, status, node)
+			}
 		}
 	}
 	if status, node := get(t, urls[1], "/keep"); status != http.StatusOK || node.Value != "mine" {
@@ -317,8 +320,10 @@ func TestCheckCleansUpOnInterrupt(t *testing.T) {
 		t.Errorf("stderr does not say it was interrupted")
 	}
 	for _, u := range urls {
-		if status, node := get(t, u, "/check/nested"); status != http.StatusNotFound {
-			t.Errorf("%s: /check/nested after SIGINT: status %d (%+v), want 404", u, status, node)
+		for _, path := range []string{"/check/nested", "/check"} { // the check's writes created both
+			if status, node := get(t, u, path); status != http.StatusNotFound {
+				t.Errorf("%s: %s after SIGINT: status %d (%+v), want 404", u, path, status, node)
+			}
 		}
 	}
 }
