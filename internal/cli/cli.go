@@ -35,6 +35,10 @@
 //	    the same for leadership of ROLE: CMD runs while this process leads.
 //	lock-status NAME, election-status ROLE
 //	    the holder (session, fencing token, node) and waiters; the leader and candidates.
+//
+// check [--prefix P] [--duration D] [--seed N] [--workloads ...] [--out DIR] runs internal/check's
+// workloads and checkers against the cluster, prints the summary line and exits 1 on any anomaly;
+// it writes under P only (and its lock's queue) and removes what it wrote, also when interrupted.
 package cli
 
 import (
