@@ -2,7 +2,9 @@
 // Run starts a cluster of latchd processes (internal/testkit/proccluster), runs
 // concurrent client workloads through the HTTP API, injects faults on a
 // schedule drawn from a seed, heals, waits for quiescence and then checks
-// the histories with the checkers of docs/correctness.md:
+// the histories with the checkers of docs/correctness.md. The register, set,
+// lock and ephemeral workloads and their checkers are internal/check's (the
+// copy latchctl check runs too); lockproc and watch are this package's:
 //
 //   - L: get/put/CAS on a few versioned registers, checked with Porcupine
 //     (internal/check/linearize); an Unknown verdict is a failure.
