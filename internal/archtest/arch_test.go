@@ -114,7 +114,7 @@ var allowed = map[string]rule{
 		tests:   testHarness,
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
-	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/server"}},
+	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/clock", "internal/httpapi", "internal/server"}},
 
 	// The test harnesses.
 	testkit + "testseed": {stdlibOnly: true},
