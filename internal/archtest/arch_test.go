@@ -108,7 +108,7 @@ var allowed = map[string]rule{
 	// The safety checker latchctl check runs (and the fault suite with it):
 	// workloads and their checkers over the HTTP API, and Porcupine's model.
 	"internal/check/linearize": {imports: []string{"api"}},
-	"internal/check":           {imports: []string{"api", "fencing", "internal/check/linearize"}},
+	"internal/check":           {imports: []string{"api", "fencing", "internal/check/linearize", "internal/clock"}},
 	"internal/cli": {
 		imports: []string{"api", "client", "client/recipe", "internal/buildinfo", "internal/check", "internal/loadgen"},
 		tests:   testHarness,

@@ -3,6 +3,7 @@ package check
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -10,24 +11,68 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/fencing"
+	"github.com/latch-io/latch/internal/clock"
 )
 
 // locks is workload F: clients acquire one lock, write through a
 // fencing.Guard-protected resource with their token, and release. Some
 // holders stall past their session timeout (as a SIGSTOPped client would:
 // no heartbeats, no work), wait until a later holder wrote, then write
-// with their old token: the guard must refuse it.
+// with their old token: the guard must refuse it. While SkewClients has
+// set a rate, every client runs on a clock at that rate (heartbeats and
+// work paced by it): a slow one keeps working, and writing, long after its
+// session expired.
 type locks struct {
 	unchecked bool // planted bug (c): a guard that accepts every token
 
 	guard *LoggingGuard
 
-	mu     sync.Mutex        // guards grants
-	grants map[uint64]string // fencing token -> session granted it
+	mu         sync.Mutex          // guards grants and overlapped
+	grants     map[uint64]string   // fencing token -> session granted it
+	overlapped map[uint64]struct{} // tokens whose holder wrote after a later token was granted
 
-	stalls  atomic.Int64 // holders that stalled past their session timeout
-	refused atomic.Int64 // writes the guard refused as stale
+	highestGrant atomic.Uint64 // the highest token granted so far
+	skewRate     atomic.Uint64 // math.Float64bits of the clients' clock rate; 0: real clocks
+	stalls       atomic.Int64  // holders that stalled past their session timeout
+	skewedHolds  atomic.Int64  // tenures held by a client on a skewed clock
+	refused      atomic.Int64  // writes the guard refused as stale
 }
+
+// ClientSkewer is a workload whose clients' clocks a fault can skew.
+type ClientSkewer interface {
+	// SkewClients makes the clients that start a session from now on run
+	// on a clock at rate times real time; 1 ends the skew.
+	SkewClients(rate float64)
+}
+
+// SkewClients implements ClientSkewer.
+func (w *locks) SkewClients(rate float64) {
+	if rate == 1 {
+		rate = 0
+	}
+	w.skewRate.Store(math.Float64bits(rate))
+}
+
+// clientClock is the clock a client starting a session now runs on: nil
+// for the real one.
+func (w *locks) clientClock() clock.Clock {
+	rate := math.Float64frombits(w.skewRate.Load())
+	if rate == 0 {
+		return nil
+	}
+	skewed := clock.NewSkewed(clock.Real())
+	if err := skewed.SetRate(rate); err != nil {
+		return nil
+	}
+	return skewed
+}
+
+// skewedWork is how long, by its own clock, a skewed holder works holding
+// the lock, writing every skewedWrite.
+const (
+	skewedWork  = time.Second
+	skewedWrite = 100 * time.Millisecond
+)
 
 const (
 	lockClients  = 3
@@ -86,6 +131,7 @@ func (g uncheckedGuard) Accept(resource string, token uint64) error {
 
 func (w *locks) Start(r *Run) {
 	w.grants = map[uint64]string{}
+	w.overlapped = map[uint64]struct{}{}
 	w.guard = NewLoggingGuard(w.unchecked)
 	for c := range lockClients {
 		r.Workers.Add(1)
@@ -97,8 +143,19 @@ func (w *locks) client(r *Run, worker int) {
 	defer r.Workers.Done()
 	var s *Session
 	for !r.Stopped() {
-		if s = RenewSession(r, s, SessionTimeout); s == nil {
-			continue
+		if s != nil && s.skewed != (w.skewRate.Load() != 0) {
+			s.Stop() // the skew began or ended: a new session on the right clock
+			s.Close(r)
+			s = nil
+		}
+		if s == nil || s.Expired() {
+			if s != nil {
+				s.Stop()
+			}
+			if s = newSessionOn(r, SessionTimeout, w.clientClock()); s == nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
 		}
 		w.round(r, s, worker)
 	}
@@ -117,16 +174,20 @@ func (w *locks) round(r *Run, s *Session, worker int) {
 		&api.LockRequest{Name: r.LockName, SessionID: s.ID, WaitMs: 1000}, &held)
 	if err != nil || !held.Held {
 		if Code(err) == api.CodeSessionExpired {
-			s.MarkExpired()
+			s.SawExpired(r)
 		}
 		return
 	}
 	w.grant(r, held.FencingToken, s.ID)
-	if r.Intn(6) == 0 {
+	switch {
+	case s.skewed:
+		w.workSkewed(r, s, held.FencingToken)
+	case r.Intn(6) == 0:
 		w.stall(r, s, held.FencingToken)
 		return
+	default:
+		w.write(held.FencingToken)
 	}
-	w.write(held.FencingToken)
 	ctx2, cancel2 := RequestContext()
 	defer cancel2()
 	_ = Call(ctx2, http.MethodPost, r.Node(), "/v1/lock/release", nil,
@@ -142,10 +203,39 @@ func (w *locks) grant(r *Run, token uint64, session string) {
 		r.Anomaly("F: fencing token %d granted to sessions %s and %s", token, other, session)
 	}
 	w.grants[token] = session
+	for {
+		highest := w.highestGrant.Load()
+		if token <= highest || w.highestGrant.CompareAndSwap(highest, token) {
+			break
+		}
+	}
 }
 
-// write accepts token at the guard, counting refusals.
+// workSkewed plays a holder whose clock runs slow: it works skewedWork by
+// its own clock, writing every skewedWrite, never asking whether it still
+// holds the lock (its heartbeats, paced by the same clock, may have let its
+// session expire long before).
+func (w *locks) workSkewed(r *Run, s *Session, token uint64) {
+	w.skewedHolds.Add(1)
+	ticker := s.clock.NewTicker(skewedWrite)
+	defer ticker.Stop()
+	for start := s.clock.Now(); s.clock.Since(start) < skewedWork && !r.Stopped(); {
+		w.write(token)
+		select {
+		case <-ticker.C():
+		case <-r.Stopping():
+		}
+	}
+}
+
+// write accepts token at the guard, counting refusals and tenures that
+// overlap in real time: a write with token after a later one was granted.
 func (w *locks) write(token uint64) {
+	if w.highestGrant.Load() > token {
+		w.mu.Lock()
+		w.overlapped[token] = struct{}{}
+		w.mu.Unlock()
+	}
 	err := w.guard.Accept(lockResource, token)
 	if errors.Is(err, fencing.ErrStaleToken) {
 		w.refused.Add(1)
@@ -193,6 +283,8 @@ func (w *locks) Check(r *Run) error {
 	accepted, stale := w.guard.CheckOrder(r, "lock")
 	r.Report.Operations += accepted + int(w.refused.Load())
 	r.Report.Overlaps += int(w.refused.Load())
+	r.Report.OverlappingTenures += len(w.overlapped)
+	r.Report.SkewedLockHolds += int(w.skewedHolds.Load())
 	r.Logf("check F: %d writes accepted, %d stale writes refused by the guard, %d holders stalled past their session, %d grants; %d stale accepted",
 		accepted, w.refused.Load(), w.stalls.Load(), len(w.grants), stale)
 	if accepted == 0 {

@@ -6,13 +6,18 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/clock"
 )
 
 // Session is a client session kept alive by a heartbeat goroutine sending
-// to random members, which can be paused to play a frozen client.
+// to random members, which can be paused to play a frozen client. Its
+// heartbeats are paced by its client's clock: a skewed one plays a client
+// whose clock runs slow.
 type Session struct {
 	ID      string
 	timeout time.Duration
+	clock   clock.Clock
+	skewed  bool // its clock is not the real one
 
 	mu       sync.Mutex // guards the fields below
 	isPaused bool       // heartbeats withheld
@@ -23,6 +28,11 @@ type Session struct {
 
 // NewSession creates a session on a random member, or returns nil.
 func NewSession(r *Run, timeout time.Duration) *Session {
+	return newSessionOn(r, timeout, nil)
+}
+
+// newSessionOn is NewSession with a client clock (nil: the real one).
+func newSessionOn(r *Run, timeout time.Duration, clientClock clock.Clock) *Session {
 	ctx, cancel := RequestContext()
 	defer cancel()
 	var created api.Session
@@ -31,7 +41,11 @@ func NewSession(r *Run, timeout time.Duration) *Session {
 	if err != nil {
 		return nil
 	}
-	s := &Session{ID: created.SessionID, timeout: time.Duration(created.TimeoutMs) * time.Millisecond, done: make(chan struct{})}
+	s := &Session{ID: created.SessionID, timeout: time.Duration(created.TimeoutMs) * time.Millisecond,
+		clock: clientClock, skewed: clientClock != nil, done: make(chan struct{})}
+	if s.clock == nil {
+		s.clock = clock.Real()
+	}
 	go s.heartbeats(r)
 	return s
 }
@@ -54,13 +68,13 @@ func RenewSession(r *Run, s *Session, timeout time.Duration) *Session {
 }
 
 func (s *Session) heartbeats(r *Run) {
-	ticker := time.NewTicker(s.timeout / 5)
+	ticker := s.clock.NewTicker(s.timeout / 5)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-s.done:
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 		if s.paused() {
 			continue
@@ -69,7 +83,7 @@ func (s *Session) heartbeats(r *Run) {
 		err := Call(ctx, http.MethodPost, r.Node(), "/v1/session/heartbeat", nil, &api.SessionRequest{SessionID: s.ID}, nil)
 		cancel()
 		if Code(err) == api.CodeSessionExpired {
-			s.MarkExpired()
+			s.SawExpired(r)
 		}
 	}
 }
@@ -86,6 +100,22 @@ func (s *Session) PauseHeartbeats() {
 	s.mu.Unlock()
 }
 
+// SawExpired records that the cluster answered session_expired. An expiry
+// of a session whose client never withheld its heartbeats (not paused, its
+// clock not skewed) is counted in Report.SpuriousExpiries, once per session:
+// a member's clock running fast, or a fault that cut the client off for
+// longer than the timeout, expired it.
+func (s *Session) SawExpired(r *Run) {
+	s.mu.Lock()
+	spurious := !s.isDead && !s.isPaused && !s.skewed
+	s.isDead = true
+	s.mu.Unlock()
+	if spurious {
+		r.Update(func(report *Report) { report.SpuriousExpiries++ })
+	}
+}
+
+// MarkExpired records that the client gave up on the session.
 func (s *Session) MarkExpired() {
 	s.mu.Lock()
 	s.isDead = true

@@ -76,7 +76,7 @@ func (w *sequences) create(r *Run, s *Session, parent string, seq uint64) (api.N
 		case err == nil:
 			return node, true
 		case Code(err) == api.CodeSessionExpired:
-			s.MarkExpired()
+			s.SawExpired(r)
 			return api.Node{}, false
 		case Code(err) == api.CodeInvalidArgument || Code(err) == api.CodeTooLarge:
 			r.Anomaly("Q: create under %s refused: %v", parent, err)

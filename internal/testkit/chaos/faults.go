@@ -38,6 +38,7 @@ func (r *run) faultKinds() []fault {
 	if r.lockHolders != nil {
 		out = append(out, fault{"pause-lock-holder", (*run).pauseLockHolder})
 	}
+	out = append(out, r.clockFaults()...)
 	if r.cfg.Partitions && r.cluster.Netns() {
 		out = append(out,
 			fault{"partition-leader", func(r *run) (func() error, error) {

@@ -47,6 +47,10 @@ type Config struct {
 	// the data directory cut back to its last fsync, by a sync journal each
 	// member keeps) of the leader and of all members at once.
 	UnsyncedCrashes bool
+	// ClockFaults adds the clock faults (clock.go): a leader's clock at 2x
+	// or 0.5x, a member's wall clock jumping an hour, the lock workload's
+	// clients on a slow clock.
+	ClockFaults bool
 	// Workloads to run; all when empty: internal/check's "register", "set",
 	// "lock", "ephemeral", and this package's "lockproc" and "watch".
 	Workloads []string
@@ -80,6 +84,9 @@ type run struct {
 	// lockHolders is the lockproc workload, whose client processes the
 	// pause-lock-holder fault stops; set by its start, nil without it.
 	lockHolders *lockProcs
+	// lockSkewer is the lock workload, whose clients' clocks the
+	// clock-skew-lock-client fault skews; nil without it.
+	lockSkewer check.ClientSkewer
 }
 
 // target is a proccluster as the workloads see it.
@@ -122,6 +129,7 @@ func Run(t testing.TB, cfg Config) Report {
 	cluster := proccluster.Start(t, proccluster.Options{
 		Nodes: cfg.Nodes, Tick: tick, ElectionTicks: electionTicks, MinSessionTimeout: time.Second,
 		SnapshotCount: 500, ExtraFlags: cfg.ExtraFlags, Netns: cfg.Partitions, SyncJournal: cfg.UnsyncedCrashes,
+		ClockControl: cfg.ClockFaults,
 	})
 	r := &run{
 		Run: check.NewRun(check.Options{Seed: cfg.Seed, Target: target{cluster}, Logf: t.Logf}, &report),
@@ -164,6 +172,9 @@ func (r *run) workloads() []workload {
 			if err != nil {
 				r.Anomaly("config: %v", err)
 				continue
+			}
+			if skewer, ok := w.(check.ClientSkewer); ok {
+				r.lockSkewer = skewer
 			}
 			out = append(out, shared{w})
 		}

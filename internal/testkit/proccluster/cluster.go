@@ -33,6 +33,10 @@ type Options struct {
 	// CrashLosingUnsynced can cut the data directory back to what was
 	// fsynced.
 	SyncJournal bool
+	// ClockControl starts every member with --unsafe-clock-control, its
+	// control file beside its data directory (<dir>/<name>.clock), so that
+	// SetClock can skew its clock.
+	ClockControl bool
 }
 
 // Member is one latchd process of a cluster, a slot that keeps its
@@ -167,6 +171,9 @@ func memberFlagsLocked(opts Options, m *Member, initial string) []string {
 	}
 	if opts.SyncJournal {
 		args = append(args, "--unsafe-sync-journal", journalPathLocked(m))
+	}
+	if opts.ClockControl {
+		args = append(args, "--unsafe-clock-control", clockPathLocked(m))
 	}
 	return append(args, opts.ExtraFlags...)
 }
