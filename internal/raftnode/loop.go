@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"errors"
 	"fmt"
 
 	"go.etcd.io/raft/v3"
@@ -21,11 +22,23 @@ func (n *Node) run() {
 		case <-ticker.C():
 			n.raft.Tick()
 			n.lastTick.Store(int64(n.cfg.Clock.Since(n.started)))
+			if n.snapshotFull {
+				n.maybeSnapshot() // retried on time, even if no Ready comes
+			}
 		case rd := <-n.raft.Ready():
 			if err := n.handleReady(rd); err != nil {
-				n.fail(err)
+				if !errors.Is(err, errStopping) {
+					n.fail(err)
+				}
 				n.drainSnapshot()
 				return
+			}
+			if res := n.parkedSnapshot; res != nil {
+				n.parkedSnapshot = nil
+				if err := n.finishSnapshot(*res); err != nil {
+					n.fail(err)
+					return
+				}
 			}
 		case res := <-n.snapDone:
 			if err := n.finishSnapshot(res); err != nil {
@@ -44,7 +57,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	n.observe(rd)
 	early, late := splitMessages(rd.Messages, n.leader.Load() == n.cfg.ID)
 	n.send(early)
-	if err := n.persist(rd); err != nil {
+	if err := n.persistWhenSpace(rd); err != nil {
 		return err
 	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
