@@ -250,6 +250,10 @@ type Status struct {
 	CommitIndex  uint64   `json:"commit_index"`
 	AppliedIndex uint64   `json:"applied_index"`
 	Members      []Member `json:"members"`
+	// Storage is "ok", or "disk full" while this member's WAL or snapshot
+	// store cannot get space; StorageError then says which and why.
+	Storage      string `json:"storage"`
+	StorageError string `json:"storage_error,omitempty"`
 }
 
 // Members is the reply to GET /v1/cluster/members.

@@ -71,7 +71,7 @@ func newMetrics(s *Server) *metrics {
 			}
 			return 0
 		})
-	m.registry.MustRegister(lockWakeups)
+	m.registry.MustRegister(lockWakeups, storageFullGauge(s))
 	m.addSessionMetrics(s)
 	m.registry.MustRegister(watchCollector{s})
 	m.addHTTPMetrics()

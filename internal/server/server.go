@@ -35,6 +35,7 @@ type Server struct {
 	snaps     *snap.Store
 	transport transport.Transport
 	metrics   *metrics
+	storage   storageState // what the WAL and snapshot store report of the disk
 	// removedPeers are members this server applied the removal of.
 	removedPeers removedSet
 
@@ -158,7 +159,7 @@ func (s *Server) startGroup(recovered *wal.GroupState) error {
 		ID: s.id, Group: mainGroup, Peers: s.bootstrapPeers(), Join: s.cfg.Join, Recovered: recovered,
 		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g.Replica, Observer: g.Replica,
 		Logger: s.log, TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks,
-		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.metrics.nodeHooks(), Clock: s.cfg.Clock,
+		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.nodeHooks(), Clock: s.cfg.Clock,
 	})
 	if err != nil {
 		return fmt.Errorf("server: start group %d: %w", mainGroup, err)
