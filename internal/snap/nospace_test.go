@@ -2,6 +2,7 @@ package snap
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"syscall"
 	"testing"
@@ -44,10 +45,25 @@ func TestNoSpaceBeforeInstall(t *testing.T) {
 			mustSave(t, store, metaAt(1, 9), bodyOf(9, 100)) // space is back
 		})
 	}
+	// A writer that reports the failed write without wrapping it.
 	fs := vfs.NewMem()
 	store, _ := New(fs, "/snap", quiet())
+	remove := fs.Inject(vfs.Fault{Ops: vfs.OpWrite, Err: syscall.ENOSPC, Count: 1})
+	err := store.Save(metaAt(1, 5), func(w io.Writer) error {
+		if _, err := w.Write(bodyOf(5, 300<<10)); err != nil {
+			return fmt.Errorf("encode: %v", err) // %v: the chain is lost
+		}
+		return nil
+	})
+	remove()
+	if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("an unwrapped write error on a full filesystem: %v, want ErrNoSpace", err)
+	}
+
+	fs = vfs.NewMem()
+	store, _ = New(fs, "/snap", quiet())
 	fs.Inject(vfs.Fault{Ops: vfs.OpSyncDir, Err: syscall.ENOSPC, Count: 1})
-	err := store.Save(metaAt(1, 5), func(w io.Writer) error { _, err := w.Write(bodyOf(5, 10)); return err })
+	err = store.Save(metaAt(1, 5), func(w io.Writer) error { _, err := w.Write(bodyOf(5, 10)); return err })
 	if err == nil || errors.Is(err, ErrNoSpace) {
 		t.Fatalf("a failed directory fsync after the rename: %v, want an error that is not ErrNoSpace", err)
 	}

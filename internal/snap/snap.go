@@ -148,6 +148,20 @@ func (s *Store) Save(meta Meta, write func(io.Writer) error) error {
 	})
 }
 
+// writeErrors passes writes to w and keeps the first error.
+type writeErrors struct {
+	w   io.Writer
+	err error
+}
+
+func (e *writeErrors) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
 // install writes a file through fill to a temporary name and makes it
 // durable under its final name.
 func (s *Store) install(group, index uint64, fill func(io.Writer) error) (err error) {
@@ -161,16 +175,19 @@ func (s *Store) install(group, index uint64, fill func(io.Writer) error) (err er
 		return fmt.Errorf("snap: create %s: %w", temp, err)
 	}
 	renamed := false
+	written := &writeErrors{w: file}
 	defer func() {
 		if err != nil && !renamed {
 			file.Close()
 			s.fs.Remove(temp)
-			if vfs.IsNoSpace(err) {
+			// fill may report a write error without wrapping it: the
+			// file's own write error says whether the disk was full.
+			if vfs.IsNoSpace(err) || vfs.IsNoSpace(written.err) {
 				err = fmt.Errorf("%w: %v", ErrNoSpace, err)
 			}
 		}
 	}()
-	buffered := bufio.NewWriterSize(file, 256<<10)
+	buffered := bufio.NewWriterSize(written, 256<<10)
 	if err := fill(buffered); err != nil {
 		return err
 	}
