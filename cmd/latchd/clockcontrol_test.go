@@ -53,7 +53,7 @@ func TestClockControl(t *testing.T) {
 		}
 		control.apply()
 	}
-	offset := func() time.Duration { return controlled.Wall().Sub(time.Now()).Round(time.Minute) }
+	offset := func() time.Duration { return time.Until(controlled.Wall()).Round(time.Minute) }
 
 	control.apply() // no file yet
 	if controlled.Rate() != 1 || offset() != 0 {
