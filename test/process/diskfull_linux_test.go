@@ -27,12 +27,14 @@ import (
 
 // TestFullDisk runs one member's data directory on a small tmpfs and fills
 // it under a write load (values of 16 KiB, 256 KiB WAL segments, a snapshot
-// every 5 entries). The member must neither exit nor acknowledge what it
-// cannot persist: its status says "disk full" naming the WAL and the
-// snapshot store, latch_storage_full is 1, a write through it is refused at
-// once with 503 unavailable, and the other two keep serving writes. Once the
-// filler is removed the member recovers by itself (status ok, metric 0,
-// caught up), and every acknowledged write is on every member.
+// every 5 entries), once with the member a follower and once the leader.
+// The member must neither exit nor acknowledge what it cannot persist: its
+// status says "disk full" naming the WAL and the snapshot store,
+// latch_storage_full is 1, a write through it is refused at once with 503
+// unavailable, and the other two keep serving writes (electing a leader of
+// their own if it led). Once the filler is removed the member recovers by
+// itself (status ok, metric 0), and every acknowledged write is on every
+// member.
 func TestFullDisk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real processes")
@@ -40,13 +42,23 @@ func TestFullDisk(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount a tmpfs for the member's data directory (CI runs as root)")
 	}
+	for _, role := range []string{"follower", "leader"} {
+		t.Run(role, func(t *testing.T) { testFullDisk(t, role == "leader") })
+	}
+}
+
+func testFullDisk(t *testing.T, leads bool) {
 	c := proccluster.Start(t, proccluster.Options{
-		Nodes: 3, SnapshotCount: 5, ExtraFlags: []string{"--unsafe-wal-segment-size", strconv.Itoa(256 << 10), "--max-value-size", strconv.Itoa(32 << 10)},
+		Nodes: 3, SnapshotCount: 5,
+		ExtraFlags: []string{"--unsafe-wal-segment-size", strconv.Itoa(256 << 10), "--max-value-size", strconv.Itoa(32 << 10)},
 	})
 	c.WaitLeader(60 * time.Second)
 	const victim = 0
-	mountDataDir(t, c, victim, "8m")
-	c.WaitLeader(60 * time.Second)
+	mountDataDir(t, c, victim, "32m")
+	leader := c.WaitLeader(60 * time.Second)
+	if leads && leader != victim {
+		transferLeadership(t, c, leader, victim)
+	}
 	victimURL := c.Members[victim].ClientURL
 	others := []string{c.Members[1].ClientURL, c.Members[2].ClientURL}
 
@@ -56,7 +68,7 @@ func TestFullDisk(t *testing.T) {
 	status := waitStatus(t, victimURL, "storage full naming the WAL and the snapshot store", func(st api.Status) bool {
 		return st.Storage == "disk full" && strings.Contains(st.StorageError, "wal") && strings.Contains(st.StorageError, "snapshot")
 	})
-	t.Logf("full: %s: %s", status.Storage, status.StorageError)
+	t.Logf("full (%s): %s: %s", status.Role, status.Storage, status.StorageError)
 	if !c.Running(victim) {
 		t.Fatalf("the member exited on a full disk: %v", c.ExitError(victim))
 	}
@@ -75,6 +87,9 @@ func TestFullDisk(t *testing.T) {
 		}
 	}
 
+	// The load stops first: what the member then writes while catching up
+	// fits in the space freed, so it cannot fill up again.
+	l.stop()
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +97,6 @@ func TestFullDisk(t *testing.T) {
 	if got := metric(t, victimURL, "latch_storage_full"); got != "0" {
 		t.Errorf("latch_storage_full = %q after space was freed, want 0", got)
 	}
-	l.stop()
 	if err := l.err(); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +114,23 @@ func TestFullDisk(t *testing.T) {
 			}
 		}
 	}
+}
+
+// transferLeadership moves leadership from member from to member to and
+// waits until to leads.
+func transferLeadership(t *testing.T, c *proccluster.Cluster, from, to int) {
+	t.Helper()
+	body, _ := json.Marshal(api.LeaderTransferRequest{To: c.Members[to].Name})
+	resp, err := diskClient.Post(c.Members[from].ClientURL+"/v1/cluster/leader", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("transfer leadership to %s: status %d: %s", c.Members[to].Name, resp.StatusCode, data)
+	}
+	waitStatus(t, c.Members[to].ClientURL, "the victim to lead", func(st api.Status) bool { return st.Role == "leader" })
 }
 
 // mountDataDir moves member i's data directory onto a tmpfs of size (the
