@@ -32,6 +32,9 @@
 // client process past its session timeout; restarts; membership changes
 // (leader transfer; a member removed, then a new one added as a learner in
 // its slot and promoted); and, where network namespaces work, partitions
-// (isolated leader, majority/minority, bridge, ring, one-way). A run ends
+// (isolated leader, majority/minority, bridge, ring, one-way); clock faults
+// (clock.go: a leader's clock at 2x or 0.5x and a member's wall clock jumping
+// an hour, through latchd's test-only clock control, and the lock workload's
+// clients on a slow clock). A run ends
 // with Report.Summary, the summary line of docs/correctness.md.
 package chaos
