@@ -250,6 +250,10 @@ type Status struct {
 	CommitIndex  uint64   `json:"commit_index"`
 	AppliedIndex uint64   `json:"applied_index"`
 	Members      []Member `json:"members"`
+	// Storage is "ok", or "disk full" while this member's WAL or snapshot
+	// store cannot get space; StorageError then says which and why.
+	Storage      string `json:"storage"`
+	StorageError string `json:"storage_error,omitempty"`
 	// Shards is every shard's state on this server, by shard number; the
 	// fields above are shard 0's (the meta group's).
 	Shards []ShardStatus `json:"shards"`

@@ -120,12 +120,16 @@ var allowed = map[string]rule{
 	// The CLI and the binaries.
 	"internal/loadgen/latency": {},
 	"internal/loadgen":         {imports: []string{"api", "client", "client/recipe", "internal/loadgen/latency"}},
+	// The safety checker latchctl check runs (and the fault suite with it):
+	// workloads and their checkers over the HTTP API, and Porcupine's model.
+	"internal/check/linearize": {imports: []string{"api"}},
+	"internal/check":           {imports: []string{"api", "fencing", "internal/check/linearize", "internal/clock"}},
 	"internal/cli": {
-		imports: []string{"api", "client", "client/recipe", "internal/backup", "internal/buildinfo", "internal/loadgen"},
+		imports: []string{"api", "client", "client/recipe", "internal/backup", "internal/buildinfo", "internal/check", "internal/loadgen"},
 		tests:   append(testHarness, testkit+"testcerts"),
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
-	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/httpapi", "internal/placement", "internal/server", "internal/tlsconfig", "internal/zkserver"}},
+	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/clock", "internal/httpapi", "internal/placement", "internal/server", "internal/tlsconfig", "internal/zkserver"}},
 
 	// The test harnesses.
 	testkit + "testseed":  {stdlibOnly: true},
@@ -134,10 +138,9 @@ var allowed = map[string]rule{
 		imports: []string{"internal/vfs"},
 		tests:   []string{"internal/wal", testkit + "testseed"},
 	},
-	testkit + "linearize": {imports: []string{"api"}},
 	testkit + "testcluster": {
 		imports: []string{"api", "internal/clock", "internal/httpapi", "internal/server", "internal/transport", "internal/vfs"},
-		tests:   []string{"client", "client/recipe", "internal/placement", testkit + "linearize", testkit + "testseed"},
+		tests:   []string{"client", "client/recipe", "internal/check/linearize", "internal/placement", testkit + "testseed"},
 	},
 	testkit + "proccluster": {
 		imports: []string{"api", "internal/vfs", testkit + "crashfs", testkit + "testcerts"},
@@ -145,15 +148,16 @@ var allowed = map[string]rule{
 	},
 	testkit + "faulthttp": {imports: []string{"api", testkit + "testcluster"}},
 	testkit + "chaos": {
-		imports: []string{"api", "client", "client/recipe", "fencing", testkit + "linearize", testkit + "proccluster"},
+		imports: []string{"api", "client", "client/recipe", "fencing", "internal/check", testkit + "proccluster"},
 	},
 
 	// The system tests (test files only) and this check.
 	"test/backup":       {tests: []string{"api", "client", "internal/cli", testkit + "proccluster"}},
 	"test/cache":        {tests: []string{"api", "client", testkit + "proccluster", testkit + "testseed"}},
+	"test/checker":      {tests: []string{"api", testkit + "proccluster", testkit + "testseed"}},
 	"test/compose":      {tests: []string{"api", "client", testkit + "testcluster"}},
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
-	"test/membership":   {tests: []string{"api", "client", testkit + "linearize", testkit + "proccluster", testkit + "testcluster"}},
+	"test/membership":   {tests: []string{"api", "client", "internal/check/linearize", testkit + "proccluster", testkit + "testcluster"}},
 	"test/process":      {tests: []string{"api", "client", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcerts", testkit + "testcluster"}},
 	"test/ui":           {tests: []string{testkit + "proccluster"}},
 	"test/recipes":      {tests: []string{"api", "client", "client/recipe", "fencing", testkit + "proccluster", testkit + "testcluster"}},

@@ -35,6 +35,10 @@
 //	    the same for leadership of ROLE: CMD runs while this process leads.
 //	lock-status NAME, election-status ROLE
 //	    the holder (session, fencing token, node) and waiters; the leader and candidates.
+//
+// check [--prefix P] [--duration D] [--seed N] [--workloads ...] [--out DIR] runs internal/check's
+// workloads and checkers against the cluster, prints the summary line and exits 1 on any anomaly;
+// it writes under P only (and its lock's queue) and removes what it wrote, also when interrupted.
 package cli
 
 import (
@@ -218,7 +222,8 @@ func (a *app) rootCommand() *cobra.Command {
 	root.SetUsageTemplate(root.UsageTemplate() + "{{if not .HasParent}}\n" + exitCodesHelp + "\n{{end}}")
 	root.AddCommand(a.versionCommand(), a.getCommand(), a.putCommand(), a.rmCommand(), a.lsCommand(), a.txnCommand(),
 		a.statusCommand(), a.membersCommand(), a.leaderCommand(), a.sessionCommand(), a.benchCommand(),
-		a.watchCommand(), a.lockCommand(), a.electCommand(), a.lockStatusCommand(), a.electionStatusCommand(), a.sessionBenchCommand(), a.lockBenchCommand(), a.snapshotCommand())
+		a.watchCommand(), a.lockCommand(), a.electCommand(), a.lockStatusCommand(), a.electionStatusCommand(), a.sessionBenchCommand(), a.lockBenchCommand(),
+		a.snapshotCommand(), a.checkCommand())
 	return root
 }
 

@@ -30,7 +30,21 @@
 //
 // An error from the WAL or the snapshot store is fatal: the node stops and
 // reports it on Done/Err, and the process must exit (an fsync is never
-// retried: the page cache may already have dropped the data). So is an
+// retried: the page cache may already have dropped the data).
+//
+// # A full disk
+//
+// Except a full filesystem met before anything was written. wal.ErrNoSpace
+// (no segment space; nothing of the Ready was written) holds the Ready in
+// step 2 and persists it again every 250ms until it succeeds or the node
+// stops: nothing after the leader's early appends is sent, nothing is
+// applied, raft is not ticked, so the member acknowledges nothing and a
+// leader loses its followers to an election. snap.ErrNoSpace (the
+// snapshot's temporary file removed) or no WAL space for the snapshot's
+// marker skips that snapshot, keeping every WAL entry, and tries again after
+// 2s (on ticks too). Hooks.StorageFull reports each part full and writing
+// again. A snapshot result received while a Ready waits for space is
+// finished after that Ready. So is an
 // error from the state machine's Apply or ApplyConfChange (a committed entry
 // this binary cannot decode): skipping it would let replicas diverge, so the
 // node stops before applying anything after it.

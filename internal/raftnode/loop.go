@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -36,9 +37,18 @@ func (n *Node) run() {
 			n.tick()
 		case rd := <-n.raft.Ready():
 			if err := n.handleReady(rd); err != nil {
-				n.fail(err)
+				if !errors.Is(err, errStopping) {
+					n.fail(err)
+				}
 				n.drainSnapshot()
 				return
+			}
+			if res := n.parkedSnapshot; res != nil {
+				n.parkedSnapshot = nil
+				if err := n.finishSnapshot(*res); err != nil {
+					n.fail(err)
+					return
+				}
 			}
 		case res := <-n.snapDone:
 			if err := n.finishSnapshot(res); err != nil {
@@ -60,6 +70,9 @@ func (n *Node) tick() {
 	n.ticks++
 	if n.ticks%uint64(walCheckElections*n.cfg.ElectionTicks) == 0 {
 		n.snapshotIfPinning()
+	}
+	if n.snapshotFull {
+		n.maybeSnapshot() // retried on time, even if no Ready comes
 	}
 }
 
@@ -85,7 +98,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	n.observe(rd)
 	early, late := splitMessages(rd.Messages, n.leader.Load() == n.cfg.ID)
 	n.send(early)
-	if err := n.persist(rd); err != nil {
+	if err := n.persistWhenSpace(rd); err != nil {
 		return err
 	}
 	if !raft.IsEmptySnap(rd.Snapshot) {

@@ -94,6 +94,10 @@ type Hooks struct {
 	Persisted    func(d time.Duration, entries int)
 	Applied      func(d time.Duration, entries int)
 	SnapshotSave func(d time.Duration, err error)
+	// StorageFull reports a part of storage ("wal" or "snapshot") that
+	// found the filesystem full (err says how), and with a nil err that it
+	// wrote again: see the package comment, "A full disk".
+	StorageFull func(part string, err error)
 }
 
 // Node is a running raft node of one group.
@@ -130,8 +134,15 @@ type Node struct {
 	// ignores a snapshot whose configuration leaves the receiver out).
 	snapshotDue bool
 	snapDone    chan snapshotResult
-	term        uint64
-	ticks       uint64 // raft ticks since the node started
+	// walFull and snapshotFull are set while the WAL or the snapshot store
+	// finds the filesystem full; no snapshot starts before snapshotRetryAt.
+	walFull, snapshotFull bool
+	snapshotRetryAt       time.Time
+	// parkedSnapshot is a snapshot's result received while a Ready waited
+	// for space, finished after that Ready (see parkSnapshot).
+	parkedSnapshot *snapshotResult
+	term           uint64
+	ticks          uint64 // raft ticks since the node started
 	// persistedHardState is the hard state last written to the WAL; a Ready
 	// whose hard state differs from it only in the commit index needs no fsync.
 	persistedHardState raftpb.HardState

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,6 +23,9 @@ func (n *Node) maybeSnapshot() {
 	due := n.snapshotDue && n.appliedIndex > n.snapshotIndex
 	if n.snapshotting || !due && n.appliedIndex < n.snapshotIndex+n.cfg.SnapshotEvery {
 		return
+	}
+	if !n.snapshotRetryAt.IsZero() && n.cfg.Clock.Now().Before(n.snapshotRetryAt) {
+		return // the last one found the disk full
 	}
 	n.snapshotDue = false
 	term, err := n.storage.Term(n.appliedIndex)
@@ -46,6 +50,10 @@ func (n *Node) finishSnapshot(res snapshotResult) error {
 	if h := n.cfg.Hooks.SnapshotSave; h != nil {
 		h(res.duration, res.err)
 	}
+	if errors.Is(res.err, snap.ErrNoSpace) {
+		n.snapshotNoSpace(res.meta.Index, res.err)
+		return nil
+	}
 	if res.err != nil {
 		return fmt.Errorf("raftnode: group %d: save snapshot %d: %w", n.cfg.Group, res.meta.Index, res.err)
 	}
@@ -54,9 +62,13 @@ func (n *Node) finishSnapshot(res snapshotResult) error {
 		return nil // a snapshot from the leader overtook this one
 	}
 	marker := &wal.SnapshotMarker{Index: index, Term: res.meta.Term}
-	if err := n.cfg.WAL.Save(wal.Batch{Group: n.cfg.Group, Snapshot: marker}); err != nil {
+	if err := n.cfg.WAL.Save(wal.Batch{Group: n.cfg.Group, Snapshot: marker}); errors.Is(err, wal.ErrNoSpace) {
+		n.snapshotNoSpace(index, err) // the file stays unreferenced; a later snapshot supersedes it
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("raftnode: group %d: record snapshot %d in WAL: %w", n.cfg.Group, index, err)
 	}
+	n.snapshotWritten()
 	cs := res.meta.ConfState
 	if _, err := n.storage.CreateSnapshot(index, &cs, nil); err != nil && err != raft.ErrSnapOutOfDate {
 		return fmt.Errorf("raftnode: group %d: create raft snapshot %d: %w", n.cfg.Group, index, err)
@@ -80,8 +92,9 @@ func (n *Node) finishSnapshot(res snapshotResult) error {
 // drainSnapshot waits for a snapshot in flight so that no goroutine outlives
 // the node.
 func (n *Node) drainSnapshot() {
-	if n.snapshotting {
+	if n.snapshotting && n.parkedSnapshot == nil {
 		<-n.snapDone
-		n.snapshotting = false
 	}
+	n.snapshotting = false
+	n.parkedSnapshot = nil
 }

@@ -17,6 +17,8 @@ type group struct {
 	queues   *queues.Queues
 	// watches fires clients' watches at apply time, on this server only.
 	watches *watch.Registry
+	// admit, if set, may refuse a proposal before it is made (Propose).
+	admit func() error
 }
 
 // newGroup builds group id's runtime and features. The apply listeners are
@@ -27,6 +29,7 @@ type group struct {
 // waiters once it is released.
 func (s *Server) newGroup(id uint64) *group {
 	g := &group{
+		admit: s.admit,
 		watches: watch.New(watch.Options{
 			MaxPerSession: s.cfg.MaxWatchesPerSession, QueueLen: s.cfg.WatchQueueLen, RequireStream: true,
 		}),

@@ -67,7 +67,7 @@ func newMetrics(s *Server) *metrics {
 			}
 			return float64(total)
 		})
-	m.registry.MustRegister(lockWakeups)
+	m.registry.MustRegister(lockWakeups, storageFullGauge(s))
 	m.addSessionMetrics(s)
 	m.registry.MustRegister(watchCollector{s}, commitCollector{s})
 	m.addHTTPMetrics()

@@ -33,6 +33,7 @@ type Server struct {
 	snaps     *snap.Store
 	transport transport.Transport
 	metrics   *metrics
+	storage   storageState // what the WAL and snapshot store report of the disk
 	// removedPeers are members this server applied the removal of.
 	removedPeers removedSet
 
@@ -198,7 +199,7 @@ func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 		ID: s.id, Group: id, Peers: s.bootstrapPeers(), Join: s.cfg.Join, Recovered: recovered,
 		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g.Replica, Observer: g.Replica,
 		Logger: s.log, TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks,
-		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.metrics.nodeHooks(), Clock: s.cfg.Clock,
+		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.nodeHooks(), Clock: s.cfg.Clock,
 		Ticker: s.ticker,
 	})
 	if err != nil {

@@ -21,6 +21,7 @@ func (s *Server) Status() api.Status {
 	out := api.Status{
 		ID: api.FormatID(s.id), Name: s.cfg.Name, Role: roleOf(st, s.id), Term: st.Term,
 		CommitIndex: st.Commit, AppliedIndex: g.Applied(), Members: toAPIMembers(members),
+		Storage: s.storage.status(), StorageError: s.storage.describe(),
 	}
 	if st.Lead != raft.None {
 		out.LeaderID = api.FormatID(st.Lead)

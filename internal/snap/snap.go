@@ -8,6 +8,11 @@
 //
 // Files are named "<group %016x>-<index %016x>.snap"; "*.tmp" files are
 // unfinished writes, removed by New.
+//
+// A full filesystem (ENOSPC, EDQUOT) met before the rename is ErrNoSpace:
+// the temporary file is removed and no durable state changed, so the caller
+// may try again later. Any error after the rename is not: the file is in
+// place, and whether the directory entry is durable is unknown.
 package snap
 
 import (
@@ -32,6 +37,11 @@ var (
 	ErrNoSnapshot = errors.New("snap: no snapshot")
 	// ErrCorrupt is matched by every error reporting a damaged file.
 	ErrCorrupt = errors.New("snap: corrupt snapshot")
+	// ErrNoSpace is returned by Save and Receive when the filesystem filled
+	// up before the file was renamed into place: its temporary file is
+	// removed and nothing refers to it, so no durable state was touched;
+	// the snapshot may be tried again later.
+	ErrNoSpace = errors.New("snap: no space left for the snapshot; nothing was installed")
 )
 
 // CorruptError names a damaged snapshot file and the byte offset of the damage.
@@ -138,6 +148,20 @@ func (s *Store) Save(meta Meta, write func(io.Writer) error) error {
 	})
 }
 
+// writeErrors passes writes to w and keeps the first error.
+type writeErrors struct {
+	w   io.Writer
+	err error
+}
+
+func (e *writeErrors) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
 // install writes a file through fill to a temporary name and makes it
 // durable under its final name.
 func (s *Store) install(group, index uint64, fill func(io.Writer) error) (err error) {
@@ -145,15 +169,25 @@ func (s *Store) install(group, index uint64, fill func(io.Writer) error) (err er
 	temp := final + tempSuffix
 	file, err := s.fs.Create(temp)
 	if err != nil {
+		if vfs.IsNoSpace(err) {
+			return fmt.Errorf("%w: create %s: %v", ErrNoSpace, temp, err)
+		}
 		return fmt.Errorf("snap: create %s: %w", temp, err)
 	}
+	renamed := false
+	written := &writeErrors{w: file}
 	defer func() {
-		if err != nil {
+		if err != nil && !renamed {
 			file.Close()
 			s.fs.Remove(temp)
+			// fill may report a write error without wrapping it: the
+			// file's own write error says whether the disk was full.
+			if vfs.IsNoSpace(err) || vfs.IsNoSpace(written.err) {
+				err = fmt.Errorf("%w: %v", ErrNoSpace, err)
+			}
 		}
 	}()
-	buffered := bufio.NewWriterSize(file, 256<<10)
+	buffered := bufio.NewWriterSize(written, 256<<10)
 	if err := fill(buffered); err != nil {
 		return err
 	}
@@ -171,6 +205,7 @@ func (s *Store) install(group, index uint64, fill func(io.Writer) error) (err er
 	if err := s.fs.Rename(temp, final); err != nil {
 		return fmt.Errorf("snap: rename %s: %w", temp, err)
 	}
+	renamed = true
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("snap: fsync directory %s: %w", s.dir, err)
 	}

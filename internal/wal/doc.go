@@ -12,6 +12,19 @@
 // cache may have dropped the dirty pages, so a retry can "succeed" without
 // the data).
 //
+// # A full disk
+//
+// Segments are preallocated, so a flush writes only into space the
+// filesystem already gave the log. The only calls that can meet a full
+// filesystem (ENOSPC, EDQUOT) are those that get more space: creating and
+// preallocating the next segment, or growing a segment for a flush larger
+// than it. Both come before any byte of the flush is written, so Save then
+// returns ErrNoSpace, having written nothing: the WAL does not fail, the
+// queued state returns to the written one, a segment that could not be
+// preallocated is removed, and the same call may be made again (it succeeds
+// once space was freed). Any other error, and any error of a write or an
+// fsync, is still sticky.
+//
 // # On disk
 //
 // The log is a directory of segment files named by a 16-hex-digit sequence

@@ -24,6 +24,12 @@ var (
 	// ErrInvalidBatch is returned by Save for a batch the log must not
 	// hold (an entry index that leaves a gap); nothing of the call is written.
 	ErrInvalidBatch = errors.New("wal: invalid batch")
+	// ErrNoSpace is returned by Save when the filesystem had no room to
+	// preallocate the space a flush needs (a new segment, or a larger one
+	// for an oversized flush). Nothing of the call was written, the WAL did
+	// not fail: the same call may be made again, and succeeds once space
+	// was freed.
+	ErrNoSpace = errors.New("wal: no space left to preallocate a segment; nothing was written")
 )
 
 // Options configure a WAL.
@@ -274,7 +280,11 @@ func (w *WAL) flushPending() {
 	w.mu.Unlock()
 	err := failed
 	if err == nil {
-		if err = w.writeFlushLocked(requests); err != nil {
+		err = w.writeFlushLocked(requests)
+		switch {
+		case errors.Is(err, ErrNoSpace):
+			w.unqueue()
+		case err != nil:
 			err = w.fail(err)
 		}
 	}
@@ -299,6 +309,29 @@ func (w *WAL) flushPending() {
 		return
 	}
 	w.pending[0].done <- errLeader
+}
+
+// unqueue forgets the requests of a flush refused for want of space: the
+// queued state becomes the written one again, with the requests still
+// pending (accepted after that flush began) applied on top.
+func (w *WAL) unqueue() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.queued = map[uint64]*groupLog{}
+	for group, log := range w.written {
+		w.queued[group] = log.clone(true)
+	}
+	for _, request := range w.pending {
+		for i := range request.batches {
+			batch := &request.batches[i]
+			log, ok := w.queued[batch.Group]
+			if !ok {
+				log = newGroupLog(true)
+				w.queued[batch.Group] = log
+			}
+			_ = log.applyBatch(batch) // validated when accepted, on top of what is now queued again
+		}
+	}
 }
 
 // fail makes err the sticky failure of the WAL and returns it.
@@ -332,7 +365,7 @@ func (w *WAL) writeFlushLocked(requests []*saveRequest) error {
 	w.flushBytes = frame[:0]
 	if end := w.offset + int64(len(frame)); end > w.fileSize {
 		if err := w.file.Preallocate(end); err != nil {
-			return fmt.Errorf("preallocate %s: %w", w.file.Name(), err)
+			return noSpaceOr(fmt.Errorf("preallocate %s: %w", w.file.Name(), err))
 		}
 		w.fileSize = end
 	}
@@ -382,13 +415,28 @@ func (w *WAL) syncSegmentLocked() error {
 	return nil
 }
 
-// rollLocked closes the current segment (already durable: every flush is
-// fsynced before it is acknowledged) and starts the next.
+// rollLocked starts the next segment, then closes the current one (already
+// durable: every flush is fsynced before it is acknowledged). If the new
+// segment cannot be preallocated for want of space, the current one stays
+// open and ErrNoSpace is returned.
 func (w *WAL) rollLocked() error {
-	if err := w.file.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", w.file.Name(), err)
+	previous := w.file
+	if err := w.createSegmentLocked(w.segments[len(w.segments)-1].sequence + 1); err != nil {
+		return err
 	}
-	return w.createSegmentLocked(w.segments[len(w.segments)-1].sequence + 1)
+	if err := previous.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", previous.Name(), err)
+	}
+	return nil
+}
+
+// noSpaceOr returns err marked as ErrNoSpace when it says the filesystem is
+// full, else err.
+func noSpaceOr(err error) error {
+	if vfs.IsNoSpace(err) {
+		return fmt.Errorf("%w: %v", ErrNoSpace, err)
+	}
+	return err
 }
 
 // createSegmentLocked creates, preallocates and heads a segment with the
@@ -397,12 +445,18 @@ func (w *WAL) createSegmentLocked(sequence uint64) error {
 	name := filepath.Join(w.dir, segmentName(sequence))
 	file, err := w.fs.Create(name)
 	if err != nil {
-		return fmt.Errorf("wal: create %s: %w", name, err)
+		return noSpaceOr(fmt.Errorf("wal: create %s: %w", name, err))
 	}
 	header := appendRecord(nil, recordSegmentHeader, encodeSegmentHeader(w.checkpointLocked(sequence)))
 	if err := file.Preallocate(w.opts.SegmentSize); err != nil {
 		file.Close()
-		return fmt.Errorf("wal: preallocate %s: %w", name, err)
+		if vfs.IsNoSpace(err) {
+			// Nothing was written to it: remove it, so the space it may
+			// hold is free and Open never meets it (a crash before the
+			// removal leaves a headerless last segment, a torn tail).
+			_ = w.fs.Remove(name)
+		}
+		return noSpaceOr(fmt.Errorf("wal: preallocate %s: %w", name, err))
 	}
 	if _, err := file.WriteAt(header, 0); err != nil {
 		file.Close()

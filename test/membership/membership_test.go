@@ -11,7 +11,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
-	"github.com/latch-io/latch/internal/testkit/linearize"
+	"github.com/latch-io/latch/internal/check/linearize"
 	"github.com/latch-io/latch/internal/testkit/proccluster"
 	"github.com/latch-io/latch/internal/testkit/testcluster"
 )

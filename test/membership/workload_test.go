@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/testkit/linearize"
+	"github.com/latch-io/latch/internal/check/linearize"
 	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 

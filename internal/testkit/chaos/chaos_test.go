@@ -41,7 +41,7 @@ func shortDuration() time.Duration {
 }
 
 func config(seed uint64) Config {
-	return Config{Seed: seed, Duration: shortDuration(), Shards: *shardsFlag, Partitions: proccluster.NetnsAvailable() == nil, OneWay: *oneWayFlag, LeaderTransfers: true, MemberReplacements: true, UnsyncedCrashes: true}
+	return Config{Seed: seed, Duration: shortDuration(), Shards: *shardsFlag, Partitions: proccluster.NetnsAvailable() == nil, OneWay: *oneWayFlag, LeaderTransfers: true, MemberReplacements: true, UnsyncedCrashes: true, ClockFaults: true}
 }
 
 func runAndReport(t *testing.T, cfg Config) Report {

@@ -34,11 +34,11 @@ func (r *run) crashUnsynced(victims []int) (func() error, error) {
 		dropped += cut.DroppedBytes
 		files += len(cut.Removed)
 	}
-	r.update(func(report *Report) {
+	r.Update(func(report *Report) {
 		report.UnsyncedCrashes += len(victims)
 		report.UnsyncedBytes += dropped
 		report.UnsyncedFiles += files
 	})
-	r.logf("chaos: %d members lost unsynced data: %d bytes dropped, %d unsynced files removed", len(victims), dropped, files)
+	r.Logf("chaos: %d members lost unsynced data: %d bytes dropped, %d unsynced files removed", len(victims), dropped, files)
 	return restart, nil
 }

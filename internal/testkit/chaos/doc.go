@@ -2,10 +2,12 @@
 // Run starts a cluster of latchd processes (internal/testkit/proccluster), runs
 // concurrent client workloads through the HTTP API, injects faults on a
 // schedule drawn from a seed, heals, waits for quiescence and then checks
-// the histories with the checkers of docs/correctness.md:
+// the histories with the checkers of docs/correctness.md. The register, set,
+// lock and ephemeral workloads and their checkers are internal/check's (the
+// copy latchctl check runs too); lockproc and watch are this package's:
 //
 //   - L: get/put/CAS on a few versioned registers, checked with Porcupine
-//     (internal/testkit/linearize); an Unknown verdict is a failure.
+//     (internal/check/linearize); an Unknown verdict is a failure.
 //   - F: lock acquire -> write through a fencing.Guard -> release, with
 //     holders that stall past their session timeout and then write; the
 //     guard's accepted tokens must never decrease. Twice: in-process
@@ -30,6 +32,9 @@
 // client process past its session timeout; restarts; membership changes
 // (leader transfer; a member removed, then a new one added as a learner in
 // its slot and promoted); and, where network namespaces work, partitions
-// (isolated leader, majority/minority, bridge, ring, one-way). A run ends
+// (isolated leader, majority/minority, bridge, ring, one-way); clock faults
+// (clock.go: a leader's clock at 2x or 0.5x and a member's wall clock jumping
+// an hour, through latchd's test-only clock control, and the lock workload's
+// clients on a slow clock). A run ends
 // with Report.Summary, the summary line of docs/correctness.md.
 package chaos

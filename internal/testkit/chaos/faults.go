@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/check"
 )
 
 // fault is one nemesis action: inject returns a heal function (or an error
@@ -37,6 +38,7 @@ func (r *run) faultKinds() []fault {
 	if r.lockHolders != nil {
 		out = append(out, fault{"pause-lock-holder", (*run).pauseLockHolder})
 	}
+	out = append(out, r.clockFaults()...)
 	if r.cfg.Partitions && r.cluster.Netns() {
 		out = append(out,
 			fault{"partition-leader", func(r *run) (func() error, error) {
@@ -66,7 +68,7 @@ func (r *run) chosenFaults(all []fault) []fault {
 		}
 	}
 	if len(out) == 0 {
-		r.anomaly("config: Config.Faults %v names no fault kind of this run; using all", r.cfg.Faults)
+		r.Anomaly("config: Config.Faults %v names no fault kind of this run; using all", r.cfg.Faults)
 		return all
 	}
 	return out
@@ -80,16 +82,16 @@ func (r *run) nemesis(d time.Duration) {
 		f := faults[r.faults.IntN(len(faults))]
 		heal, err := f.inject(r)
 		if err != nil {
-			r.logf("chaos: %s: %v", f.name, err)
+			r.Logf("chaos: %s: %v", f.name, err)
 			time.Sleep(r.cfg.FaultEvery / 2)
 			continue
 		}
-		r.update(func(report *Report) { report.Faults[f.name]++ })
+		r.Update(func(report *Report) { report.Faults[f.name]++ })
 		hold := r.cfg.FaultEvery/2 + time.Duration(r.faults.IntN(int(r.cfg.FaultEvery)))
-		r.logf("chaos: %s for %v", f.name, hold)
+		r.Logf("chaos: %s for %v", f.name, hold)
 		time.Sleep(hold)
 		if err := heal(); err != nil {
-			r.anomaly("liveness: heal after %s: %v", f.name, err)
+			r.Anomaly("liveness: heal after %s: %v", f.name, err)
 		}
 		time.Sleep(r.cfg.FaultEvery / 2)
 	}
@@ -282,9 +284,9 @@ func (r *run) majorityLeader() int {
 func (r *run) transferLeader(leader int) (func() error, error) {
 	n := len(r.cluster.Members)
 	to := (leader + 1 + r.faults.IntN(n-1)) % n
-	ctx, cancel := requestContext()
+	ctx, cancel := check.RequestContext()
 	defer cancel()
-	err := call(ctx, http.MethodPost, r.cluster.Members[leader].ClientURL, "/v1/cluster/leader", nil,
+	err := check.Call(ctx, http.MethodPost, r.cluster.Members[leader].ClientURL, "/v1/cluster/leader", nil,
 		&api.LeaderTransferRequest{To: r.cluster.Members[to].Name}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("transfer leadership from %s to %s: %w", r.cluster.Members[leader].Name, r.cluster.Members[to].Name, err)

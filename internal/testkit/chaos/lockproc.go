@@ -17,6 +17,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/fencing"
+	"github.com/latch-io/latch/internal/check"
 )
 
 // lockProcs is workload F over real client processes. This process serves
@@ -30,7 +31,7 @@ import (
 type lockProcs struct {
 	unchecked bool // planted bug (c): a guard that accepts every token
 
-	guard  *loggingGuard
+	guard  *check.LoggingGuard
 	server *http.Server
 	url    string // the resource, as the clients write to it
 	// clients are the processes, set by start before the nemesis runs and
@@ -89,22 +90,22 @@ type lockClientProcess struct {
 
 func (w *lockProcs) start(r *run) {
 	if err := w.serve(); err != nil {
-		r.anomaly("lockproc: serve the resource: %v", err)
+		r.Anomaly("lockproc: serve the resource: %v", err)
 		return
 	}
 	for i := range lockProcClients {
 		p, err := w.startClient(r, i)
 		if err != nil {
-			r.anomaly("lockproc: %v", err)
+			r.Anomaly("lockproc: %v", err)
 			continue
 		}
 		w.clients = append(w.clients, p)
 	}
 	r.lockHolders = w
-	r.wg.Add(1)
+	r.Workers.Add(1)
 	go func() {
-		defer r.wg.Done()
-		<-r.stop
+		defer r.Workers.Done()
+		<-r.Stopping()
 		w.endClients(r)
 		_ = w.server.Close()
 	}()
@@ -114,7 +115,7 @@ func (w *lockProcs) start(r *run) {
 // handler that applies every write it is handed, wrapped in w.record.
 func (w *lockProcs) serve() error {
 	w.changed = make(chan struct{})
-	w.guard = newLoggingGuard(w.unchecked)
+	w.guard = check.NewLoggingGuard(w.unchecked)
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -179,7 +180,7 @@ func (w *lockProcs) startClient(r *run, i int) (*lockClientProcess, error) {
 		p.err = p.cmd.Wait()
 		close(p.exited)
 	}()
-	r.logf("chaos lockproc: client %d is pid %d (seed %d)", i, p.pid, cfg.Seed)
+	r.Logf("chaos lockproc: client %d is pid %d (seed %d)", i, p.pid, cfg.Seed)
 	return p, nil
 }
 
@@ -203,7 +204,7 @@ func (w *lockProcs) endClients(r *run) {
 		case <-grace.C:
 		}
 		p.killed = true
-		r.logf("chaos lockproc: client pid %d still runs %v after its stdin closed; killing it", p.pid, lockProcGrace)
+		r.Logf("chaos lockproc: client pid %d still runs %v after its stdin closed; killing it", p.pid, lockProcGrace)
 		_ = p.cmd.Process.Kill()
 		<-p.exited
 	}
@@ -306,7 +307,7 @@ func (r *run) pauseLockHolder() (func() error, error) {
 	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("SIGSTOP lock client %d: %w", p.pid, err)
 	}
-	r.logf("chaos lockproc: SIGSTOP lock client %d, which wrote with token %d", p.pid, holder.token)
+	r.Logf("chaos lockproc: SIGSTOP lock client %d, which wrote with token %d", p.pid, holder.token)
 	return func() error { return w.resume(p, holder, from) }, nil
 }
 
@@ -336,22 +337,22 @@ func (w *lockProcs) check(r *run) error {
 		return errors.New("lockproc: the resource did not start")
 	}
 	w.checkClients(r)
-	accepted, stale := w.guard.checkOrder(r, "lockproc")
+	accepted, stale := w.guard.CheckOrder(r.Run, "lockproc")
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	refused, writers := w.checkWritersLocked(r)
 	resumedStale, resumedRefused := w.checkPausesLocked(r)
-	r.update(func(report *Report) {
+	r.Update(func(report *Report) {
 		report.Operations += len(w.writes)
 		report.Overlaps += refused
 		report.ResumedStaleWrites += resumedStale
 		report.ResumedRefused += resumedRefused
 	})
-	r.logf("chaos lockproc: %d writes accepted from %d client processes, %d stale writes refused by the guard; "+
+	r.Logf("chaos lockproc: %d writes accepted from %d client processes, %d stale writes refused by the guard; "+
 		"%d holders stopped, %d wrote again with their old token once resumed, %d of those refused; %d stale accepted",
 		accepted, writers, refused, len(w.pauses), resumedStale, resumedRefused, stale)
 	if writers < 2 {
-		r.anomaly("liveness: lockproc: writes accepted from %d client processes, want at least 2", writers)
+		r.Anomaly("liveness: lockproc: writes accepted from %d client processes, want at least 2", writers)
 	}
 	return nil
 }
@@ -362,11 +363,11 @@ func (w *lockProcs) checkClients(r *run) {
 	for _, p := range w.clients {
 		switch {
 		case p.early:
-			r.anomaly("lockproc: client pid %d exited before the run ended: %v; its output ends:\n%s", p.pid, p.err, p.output)
+			r.Anomaly("lockproc: client pid %d exited before the run ended: %v; its output ends:\n%s", p.pid, p.err, p.output)
 		case p.err != nil && !p.killed:
-			r.anomaly("lockproc: client pid %d failed: %v; its output ends:\n%s", p.pid, p.err, p.output)
+			r.Anomaly("lockproc: client pid %d failed: %v; its output ends:\n%s", p.pid, p.err, p.output)
 		default:
-			r.logf("chaos lockproc: client pid %d: %s", p.pid, p.output.lastLine())
+			r.Logf("chaos lockproc: client pid %d: %s", p.pid, p.output.lastLine())
 		}
 	}
 }
@@ -391,7 +392,7 @@ func (w *lockProcs) checkWritersLocked(r *run) (refused, writers int) {
 			owner[write.token] = write.pid
 		} else if other != write.pid && !shared[write.token] {
 			shared[write.token] = true
-			r.anomaly("F: fencing token %d written by client processes %d and %d", write.token, other, write.pid)
+			r.Anomaly("F: fencing token %d written by client processes %d and %d", write.token, other, write.pid)
 		}
 	}
 	return refused, len(pids)
@@ -409,7 +410,7 @@ func (w *lockProcs) checkPausesLocked(r *run) (stale, refused int) {
 		}
 		stale++
 		if next.accepted() {
-			r.anomaly("F: lock client %d, stopped after writing with token %d and resumed once the guard had accepted token %d, wrote with token %d and the guard accepted it",
+			r.Anomaly("F: lock client %d, stopped after writing with token %d and resumed once the guard had accepted token %d, wrote with token %d and the guard accepted it",
 				pause.pid, pause.token, pause.highest, next.token)
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/check"
 )
 
 // TestLockProcChecker drives the lockproc resource over HTTP with scripted
@@ -59,7 +60,7 @@ func TestLockProcChecker(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			report := Report{Faults: map[string]int{}}
-			r := &run{report: &report, logf: t.Logf}
+			r := &run{Run: check.NewRun(check.Options{Logf: t.Logf}, &report)}
 			w := &lockProcs{unchecked: tt.unchecked}
 			if err := w.serve(); err != nil {
 				t.Fatal(err)

@@ -33,7 +33,7 @@ func (r *run) replaceMember() (func() error, error) {
 	r.cluster.Kill(victim)
 	r.replaced++
 	name := fmt.Sprintf("n%d", len(r.cluster.Members)+r.replaced)
-	r.logf("chaos: removed %s (slot %d); %s will take its place", old, victim, name)
+	r.Logf("chaos: removed %s (slot %d); %s will take its place", old, victim, name)
 	return func() error {
 		defer admin.Close()
 		return r.addMember(admin, victim, name)

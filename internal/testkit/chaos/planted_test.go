@@ -22,7 +22,7 @@ func TestPlantedBugs(t *testing.T) {
 			// Acknowledged writes that no member fsynced die with a
 			// power cut of the whole cluster.
 			name: "a-acknowledged-before-fsync",
-			cfg: Config{Seed: fixedSeed, ExtraFlags: []string{"--unsafe-no-sync"}, Workloads: []string{"sequence"},
+			cfg: Config{Seed: fixedSeed, ExtraFlags: []string{"--unsafe-no-sync"}, Workloads: []string{"set"},
 				UnsyncedCrashes: true, Faults: []string{"crash-unsynced-all"}},
 			expect: "D: acknowledged", // and Q: the counters restart
 		},

@@ -1,14 +1,14 @@
 package chaos
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/latch-io/latch/internal/check"
 	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
@@ -49,7 +49,12 @@ type Config struct {
 	// the data directory cut back to its last fsync, by a sync journal each
 	// member keeps) of the leader and of all members at once.
 	UnsyncedCrashes bool
-	// Workloads to run; all when empty: "register", "lock", "lockproc", "sequence", "session", "watch".
+	// ClockFaults adds the clock faults (clock.go): a leader's clock at 2x
+	// or 0.5x, a member's wall clock jumping an hour, the lock workload's
+	// clients on a slow clock.
+	ClockFaults bool
+	// Workloads to run; all when empty: internal/check's "register", "set",
+	// "lock", "ephemeral", and this package's "lockproc" and "watch".
 	Workloads []string
 	// Faults are the fault kinds the nemesis draws from; all of the run's
 	// when empty (see faultKinds for the names).
@@ -60,130 +65,20 @@ const (
 	tick          = 50 * time.Millisecond
 	electionTicks = 10
 	// sessionTimeout is the lock and session workloads' session timeout.
-	sessionTimeout = 2 * time.Second
+	sessionTimeout = check.SessionTimeout
 )
 
-// Report is what a run found. Anomalies is empty on a pass.
-type Report struct {
-	Seed        uint64
-	Runs        int
-	Operations  int // history operations checked by all checkers
-	Linearized  int // of which in the Porcupine history
-	Unknown     int // Porcupine verdicts that were Unknown (a failure)
-	Faults      map[string]int
-	Acked       int // acknowledged creates checked on every replica
-	Lost        int // of which missing somewhere
-	StaleWrites int // guard-accepted writes below an accepted token
-	Overlaps    int // stale-token writes the guard refused (overlapping holders caught)
-	Leaked      int // ephemeral nodes left after their session ended
-	Early       int // ephemeral nodes gone while their session was alive
-	// W: watch events checked, watcher sessions, reconnects (with known_index),
-	// and the anomalies found.
-	WatchEvents, WatchSessions, WatchReconnects                 int
-	WatchGaps, WatchDuplicates, WatchReorders, WatchUncommitted int
-	// Lock client processes stopped while holding (pause-lock-holder) until
-	// the lock moved on: how many, once resumed, wrote again with their old
-	// token, and how many of those writes the guard refused.
-	ResumedStaleWrites, ResumedRefused int
-	// Members crashed losing unsynced data, and what their cuts dropped.
-	UnsyncedCrashes, UnsyncedFiles int
-	UnsyncedBytes                  int64
-	Anomalies                      []string
-}
+// Report is what a run found (the summary line of docs/correctness.md);
+// the workloads shared with latchctl check fill it too.
+type Report = check.Report
 
-func (r *Report) anomaly(format string, args ...any) {
-	r.Anomalies = append(r.Anomalies, fmt.Sprintf(format, args...))
-}
-
-// Merge adds other's figures to r.
-func (r *Report) Merge(other Report) {
-	r.Runs += other.Runs
-	r.Operations += other.Operations
-	r.Linearized += other.Linearized
-	r.Unknown += other.Unknown
-	if r.Faults == nil {
-		r.Faults = map[string]int{}
-	}
-	for k, v := range other.Faults {
-		r.Faults[k] += v
-	}
-	r.Acked += other.Acked
-	r.Lost += other.Lost
-	r.StaleWrites += other.StaleWrites
-	r.Overlaps += other.Overlaps
-	r.Leaked += other.Leaked
-	r.Early += other.Early
-	r.WatchEvents += other.WatchEvents
-	r.WatchSessions += other.WatchSessions
-	r.WatchReconnects += other.WatchReconnects
-	r.WatchGaps += other.WatchGaps
-	r.WatchDuplicates += other.WatchDuplicates
-	r.WatchReorders += other.WatchReorders
-	r.WatchUncommitted += other.WatchUncommitted
-	r.ResumedStaleWrites += other.ResumedStaleWrites
-	r.ResumedRefused += other.ResumedRefused
-	r.UnsyncedCrashes += other.UnsyncedCrashes
-	r.UnsyncedFiles += other.UnsyncedFiles
-	r.UnsyncedBytes += other.UnsyncedBytes
-	r.Anomalies = append(r.Anomalies, other.Anomalies...)
-}
-
-// Summary is the run's one-line summary (docs/correctness.md).
-func (r *Report) Summary() string {
-	verdict := "all linearizable"
-	liveness := 0
-	for _, a := range r.Anomalies {
-		if strings.HasPrefix(a, "liveness:") {
-			liveness++
-		}
-	}
-	if len(r.Anomalies) > liveness {
-		verdict = fmt.Sprintf("%d SAFETY ANOMALIES", len(r.Anomalies)-liveness)
-	}
-	kills := r.faultsNamed("kill-", "crash-unsynced-")
-	partitions := r.faultsNamed("partition-")
-	return fmt.Sprintf("seed %d: %d operations checked over %d runs: %s (%d Unknown), under %d partitions, "+
-		"%d kill -9 (%d losing unsynced data, %d members crashed so: %d bytes and %d files dropped), %d SIGSTOPs (%d of the leader, %d of lock-holding client processes), %d membership changes (%d leader transfers, %d members replaced); "+
-		"%d acknowledged writes lost of %d; %d stale-token writes accepted (%d overlapping holders caught by fencing; %d of %d resumed holder processes' stale writes refused); "+
-		"%d watch gaps, %d duplicates, %d reorders, %d uncommitted (%d events checked over %d watcher sessions, %d reconnects with known_index); "+
-		"%d ephemeral nodes leaked, %d deleted early; %d liveness failures; faults %v",
-		r.Seed, r.Operations, r.Runs, verdict, r.Unknown, partitions, kills,
-		r.faultsNamed("crash-unsynced-"), r.UnsyncedCrashes, r.UnsyncedBytes, r.UnsyncedFiles,
-		r.faultsNamed("pause-"), r.Faults["pause-leader"], r.Faults["pause-lock-holder"],
-		r.faultsNamed("transfer-leader", "replace-member"), r.Faults["transfer-leader"], r.Faults["replace-member"],
-		r.Lost, r.Acked, r.StaleWrites, r.Overlaps, r.ResumedRefused, r.ResumedStaleWrites,
-		r.WatchGaps, r.WatchDuplicates, r.WatchReorders, r.WatchUncommitted, r.WatchEvents, r.WatchSessions, r.WatchReconnects,
-		r.Leaked, r.Early, liveness, r.Faults)
-}
-
-// faultsNamed counts the faults whose kind starts with one of prefixes.
-func (r *Report) faultsNamed(prefixes ...string) int {
-	n := 0
-	for kind, count := range r.Faults {
-		for _, prefix := range prefixes {
-			if strings.HasPrefix(kind, prefix) {
-				n += count
-				break
-			}
-		}
-	}
-	return n
-}
-
-// run is the state of one Run.
+// run is the state of one Run: the workloads' shared state (check.Run)
+// and the nemesis's.
 type run struct {
+	*check.Run
 	cfg     Config
 	cluster *proccluster.Cluster
 
-	reportMu sync.Mutex // guards report while workloads and the nemesis run
-	report   *Report
-	logf     func(format string, args ...any)
-
-	stop chan struct{} // closed when the workloads must stop
-	wg   sync.WaitGroup
-
-	randMu sync.Mutex // guards random
-	random *rand.Rand // the workloads' choices
 	faults *rand.Rand // the fault schedule: used by the nemesis goroutine only, so a seed gives one schedule
 
 	replaced int // members replaced so far (names new members); nemesis goroutine only
@@ -191,47 +86,36 @@ type run struct {
 	// lockHolders is the lockproc workload, whose client processes the
 	// pause-lock-holder fault stops; set by its start, nil without it.
 	lockHolders *lockProcs
+	// lockSkewer is the lock workload, whose clients' clocks the
+	// clock-skew-lock-client fault skews; nil without it.
+	lockSkewer check.ClientSkewer
 }
 
-// anomaly records a finding; safe for concurrent use.
-func (r *run) anomaly(format string, args ...any) {
-	r.update(func(report *Report) { report.anomaly(format, args...) })
-}
+// target is a proccluster as the workloads see it.
+type target struct{ cluster *proccluster.Cluster }
 
-// update changes the report under its lock; safe for concurrent use.
-func (r *run) update(change func(*Report)) {
-	r.reportMu.Lock()
-	defer r.reportMu.Unlock()
-	change(r.report)
-}
+func (t target) URLs() []string { return t.cluster.URLs() }
 
-// intn draws from the run's seeded source; safe for concurrent use.
-func (r *run) intn(n int) int {
-	r.randMu.Lock()
-	defer r.randMu.Unlock()
-	return r.random.IntN(n)
-}
-
-// node picks a member's client URL at random.
-func (r *run) node() string {
-	urls := r.cluster.URLs()
-	return urls[r.intn(len(urls))]
-}
-
-func (r *run) stopped() bool {
-	select {
-	case <-r.stop:
-		return true
-	default:
-		return false
+func (t target) Members() []check.Member {
+	members := make([]check.Member, len(t.cluster.Members))
+	for i, m := range t.cluster.Members {
+		members[i] = check.Member{Name: m.Name, ClientURL: m.ClientURL}
 	}
+	return members
 }
 
-// workload is one kind of client activity and its checker.
+// workload is one kind of client activity and its checker: the shared
+// ones of internal/check, and this package's own (lockproc, watch).
 type workload interface {
-	start(r *run)       // launch goroutines counted in r.wg; they end when r.stop closes
-	check(r *run) error // after healing and quiescence: add findings to r.report
+	start(r *run)       // launch goroutines counted in r.Workers; they end when r.Stopping closes
+	check(r *run) error // after healing and quiescence: add findings to r.Report
 }
+
+// shared is a workload of internal/check.
+type shared struct{ check.Workload }
+
+func (w shared) start(r *run)       { w.Start(r.Run) }
+func (w shared) check(r *run) error { return w.Check(r.Run) }
 
 // Run executes one run and returns its report; t is only used to start and
 // clean up the cluster and to log.
@@ -247,10 +131,11 @@ func Run(t testing.TB, cfg Config) Report {
 	cluster := proccluster.Start(t, proccluster.Options{
 		Nodes: cfg.Nodes, Tick: tick, ElectionTicks: electionTicks, MinSessionTimeout: time.Second,
 		SnapshotCount: 500, Shards: cfg.Shards, ExtraFlags: cfg.ExtraFlags, Netns: cfg.Partitions, SyncJournal: cfg.UnsyncedCrashes,
+		ClockControl: cfg.ClockFaults,
 	})
 	r := &run{
-		cfg: cfg, cluster: cluster, report: &report, logf: t.Logf,
-		stop: make(chan struct{}), random: rand.New(rand.NewPCG(cfg.Seed, 0x6c61746368)),
+		Run: check.NewRun(check.Options{Seed: cfg.Seed, Target: target{cluster}, Logf: t.Logf}, &report),
+		cfg: cfg, cluster: cluster,
 		faults: rand.New(rand.NewPCG(cfg.Seed, 0x6661756c74)),
 	}
 	cluster.WaitLeader(60 * time.Second)
@@ -259,34 +144,41 @@ func Run(t testing.TB, cfg Config) Report {
 		w.start(r)
 	}
 	r.nemesis(cfg.Duration)
-	close(r.stop)
-	r.wg.Wait()
+	r.Stop()
 	r.quiesce()
 	for _, w := range workloads {
 		if err := w.check(r); err != nil {
-			report.anomaly("checker could not run: %v", err)
+			r.Anomaly("checker could not run: %v", err)
 		}
 	}
 	return report
 }
 
+// workloadNames are the suite's workloads: internal/check's and its own.
+var workloadNames = append(slices.Clone(check.WorkloadNames), "lockproc", "watch")
+
 func (r *run) workloads() []workload {
-	all := map[string]workload{
-		"register": &registers{},
-		"lock":     &locks{unchecked: r.cfg.UncheckedGuard},
-		"lockproc": &lockProcs{unchecked: r.cfg.UncheckedGuard},
-		"sequence": &sequences{},
-		"session":  &sessions{},
-		"watch":    &watches{dropOne: r.cfg.DropWatchEvent, noKnownIndex: r.cfg.WatchWithoutKnownIndex},
-	}
 	names := r.cfg.Workloads
 	if len(names) == 0 {
-		names = []string{"register", "lock", "lockproc", "sequence", "session", "watch"}
+		names = workloadNames
 	}
 	var out []workload
 	for _, name := range names {
-		if w, ok := all[name]; ok {
-			out = append(out, w)
+		switch name {
+		case "lockproc":
+			out = append(out, &lockProcs{unchecked: r.cfg.UncheckedGuard})
+		case "watch":
+			out = append(out, &watches{dropOne: r.cfg.DropWatchEvent, noKnownIndex: r.cfg.WatchWithoutKnownIndex})
+		default:
+			w, err := check.NewWorkload(name, r.cfg.UncheckedGuard)
+			if err != nil {
+				r.Anomaly("config: %v", err)
+				continue
+			}
+			if skewer, ok := w.(check.ClientSkewer); ok {
+				r.lockSkewer = skewer
+			}
+			out = append(out, shared{w})
 		}
 	}
 	return out
@@ -297,25 +189,25 @@ func (r *run) workloads() []workload {
 func (r *run) quiesce() {
 	for i, m := range r.cluster.Members {
 		if !r.cluster.Running(i) {
-			r.anomaly("liveness: %s exited on its own (%v); restarted for the checks", m.Name, r.cluster.ExitError(i))
+			r.Anomaly("liveness: %s exited on its own (%v); restarted for the checks", m.Name, r.cluster.ExitError(i))
 			if err := r.cluster.Restart(i); err != nil {
-				r.anomaly("restart %s: %v", m.Name, err)
+				r.Anomaly("restart %s: %v", m.Name, err)
 			}
 		}
 	}
 	if r.settle(30 * time.Second) {
 		return
 	}
-	r.anomaly("liveness: cluster did not quiesce (one leader, equal applied index) within 30s after healing:%s", r.describe())
+	r.Anomaly("liveness: cluster did not quiesce (one leader, equal applied index) within 30s after healing:%s", r.describe())
 	// A member stuck behind is restarted, as an operator would, so the
 	// safety checks can still look at every replica.
 	for _, i := range r.lagging() {
 		if err := r.cluster.Restart(i); err != nil {
-			r.anomaly("restart %s: %v", r.cluster.Members[i].Name, err)
+			r.Anomaly("restart %s: %v", r.cluster.Members[i].Name, err)
 		}
 	}
 	if !r.settle(60 * time.Second) {
-		r.anomaly("liveness: cluster did not quiesce after restarting the members behind:%s", r.describe())
+		r.Anomaly("liveness: cluster did not quiesce after restarting the members behind:%s", r.describe())
 	}
 }
 
@@ -360,11 +252,6 @@ func (r *run) sameApplied() bool {
 		applied = st.AppliedIndex
 	}
 	return true
-}
-
-// requestContext bounds one client request.
-func requestContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 3*time.Second)
 }
 
 // describe lists what every member says about itself.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/check"
 )
 
 // watches is workload W: a writer puts to a few keys under /watch while
@@ -60,7 +61,7 @@ const (
 func watchKey(k int) string { return fmt.Sprintf("%s/k%d", watchDir, k) }
 
 func (w *watches) start(r *run) {
-	r.wg.Add(1)
+	r.Workers.Add(1)
 	go w.writer(r)
 	for c := range watchClients {
 		wt := &watcher{worker: c, path: watchDir, recursive: true, plantDrop: w.dropOne && c == 0, noKnownIndex: w.noKnownIndex}
@@ -68,7 +69,7 @@ func (w *watches) start(r *run) {
 			wt.path, wt.recursive = watchKey(0), false
 		}
 		w.watchers = append(w.watchers, wt)
-		r.wg.Add(1)
+		r.Workers.Add(1)
 		go wt.loop(r)
 	}
 }
@@ -76,19 +77,19 @@ func (w *watches) start(r *run) {
 // writer puts unique values to random keys on random members and records
 // the acknowledged (path, version, index).
 func (w *watches) writer(r *run) {
-	defer r.wg.Done()
-	for seq := 0; !r.stopped(); seq++ {
-		path := watchKey(r.intn(watchKeys))
-		ctx, cancel := requestContext()
+	defer r.Workers.Done()
+	for seq := 0; !r.Stopped(); seq++ {
+		path := watchKey(r.Intn(watchKeys))
+		ctx, cancel := check.RequestContext()
 		var node api.Node
-		err := callKV(ctx, http.MethodPut, r.node(), path, nil, &api.PutRequest{Value: fmt.Sprintf("w%d", seq)}, &node)
+		err := check.CallKV(ctx, http.MethodPut, r.Node(), path, nil, &api.PutRequest{Value: fmt.Sprintf("w%d", seq)}, &node)
 		cancel()
 		if err == nil {
 			w.mu.Lock()
 			w.acked = append(w.acked, ackedWrite{path: path, version: node.Version, index: node.ModifiedIndex})
 			w.mu.Unlock()
 		}
-		time.Sleep(time.Duration(5+r.intn(20)) * time.Millisecond)
+		time.Sleep(time.Duration(5+r.Intn(20)) * time.Millisecond)
 	}
 }
 
@@ -111,7 +112,7 @@ type watcher struct {
 
 // watchSession is what one session's watcher registered and received.
 type watchSession struct {
-	s             *session
+	s             *check.Session
 	start         uint64 // registration index of its first watch: writes after it must be seen
 	last          uint64 // highest index received
 	registrations map[string]*registration
@@ -171,17 +172,17 @@ func (wt *watcher) current() *watchSession {
 }
 
 func (wt *watcher) loop(r *run) {
-	defer r.wg.Done()
-	for !r.stopped() {
+	defer r.Workers.Done()
+	for !r.Stopped() {
 		ws := wt.current()
 		if ws == nil || ws.ended {
 			if ws != nil {
 				if ws.conn != nil {
 					ws.conn.cancel()
 				}
-				ws.s.stop() // abandoned: no more heartbeats keeping it and its watches alive
+				ws.s.Stop() // abandoned: no more heartbeats keeping it and its watches alive
 			}
-			s := newSession(r, watchTimeout)
+			s := check.NewSession(r.Run, watchTimeout)
 			if s == nil {
 				time.Sleep(100 * time.Millisecond)
 				continue
@@ -190,12 +191,12 @@ func (wt *watcher) loop(r *run) {
 			wt.sessions = append(wt.sessions, ws)
 		}
 		if ws.conn == nil {
-			if err := wt.connect(r, ws, r.node()); err != nil {
+			if err := wt.connect(r, ws, r.Node()); err != nil {
 				time.Sleep(100 * time.Millisecond)
 			}
 			continue
 		}
-		wt.follow(r, ws, time.Duration(1000+r.intn(3000))*time.Millisecond, r.stop)
+		wt.follow(r, ws, time.Duration(1000+r.Intn(3000))*time.Millisecond, r.Stopping())
 	}
 }
 
@@ -244,7 +245,7 @@ func (wt *watcher) leave(r *run, ws *watchSession) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = call(ctx, http.MethodDelete, conn.member, "/v1/watch/"+conn.watchID, url.Values{"session_id": {ws.s.id}}, nil, nil)
+	_ = check.Call(ctx, http.MethodDelete, conn.member, "/v1/watch/"+conn.watchID, url.Values{"session_id": {ws.s.ID}}, nil, nil)
 	wt.reconnects++
 }
 
@@ -259,8 +260,8 @@ func (wt *watcher) leave(r *run, ws *watchSession) {
 // again, to a member picked anew, with the same known index.
 func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	for _, id := range ws.byMember[member] {
-		ctx, cancel := requestContext()
-		_ = call(ctx, http.MethodDelete, member, "/v1/watch/"+id, url.Values{"session_id": {ws.s.id}}, nil, nil)
+		ctx, cancel := check.RequestContext()
+		_ = check.Call(ctx, http.MethodDelete, member, "/v1/watch/"+id, url.Values{"session_id": {ws.s.ID}}, nil, nil)
 		cancel()
 	}
 	ws.byMember[member] = nil
@@ -275,20 +276,20 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	if len(ws.registrations) == 0 {
 		known = 0
 	}
-	conn, err := openEvents(member, ws.s.id)
-	if code(err) == api.CodeSessionExpired {
+	conn, err := openEvents(member, ws.s.ID)
+	if check.Code(err) == api.CodeSessionExpired {
 		ws.ended = true
 	}
 	if err != nil {
 		return err
 	}
-	ctx, cancel := requestContext()
+	ctx, cancel := check.RequestContext()
 	var reply api.Watch
-	err = call(ctx, http.MethodPost, member, "/v1/watch", nil, &api.WatchRequest{
-		Path: wt.path, Recursive: wt.recursive, SessionID: ws.s.id, KnownIndex: known, Persistent: true,
+	err = check.Call(ctx, http.MethodPost, member, "/v1/watch", nil, &api.WatchRequest{
+		Path: wt.path, Recursive: wt.recursive, SessionID: ws.s.ID, KnownIndex: known, Persistent: true,
 	}, &reply)
 	cancel()
-	switch code(err) {
+	switch check.Code(err) {
 	case api.CodeSessionExpired:
 		ws.ended = true
 	case api.CodePreconditionFailed:
@@ -319,12 +320,12 @@ func openEvents(member, session string) (*eventConn, error) {
 		return nil, err
 	}
 	timer := time.AfterFunc(3*time.Second, cancel) // bounds the wait for the headers only
-	resp, err := httpClient.Do(req)
+	resp, err := check.HTTPClient.Do(req)
 	if !timer.Stop() || err != nil {
 		cancel()
 		if err == nil {
 			resp.Body.Close()
-			err = fmt.Errorf("%w: events on %s: no headers within 3s", errTransport, member)
+			err = fmt.Errorf("%w: events on %s: no headers within 3s", check.ErrTransport, member)
 		}
 		return nil, err
 	}
@@ -383,17 +384,17 @@ func (wt *watcher) receive(r *run, ws *watchSession, ev api.Event) {
 	}
 	switch {
 	case ev.Index <= ws.conn.floor:
-		r.anomaly("W: session %s: event %s %s@%d on %s after a reconnect does not pass the last index received before it, %d",
-			ws.s.id, ev.Event, ev.Path, ev.Index, ws.conn.member, ws.conn.floor)
-		r.update(func(report *Report) { report.WatchReorders++ })
+		r.Anomaly("W: session %s: event %s %s@%d on %s after a reconnect does not pass the last index received before it, %d",
+			ws.s.ID, ev.Event, ev.Path, ev.Index, ws.conn.member, ws.conn.floor)
+		r.Update(func(report *Report) { report.WatchReorders++ })
 	case ev.Index < ws.last:
-		r.anomaly("W: session %s: event %s %s@%d on %s after index %d in the same stream", ws.s.id, ev.Event, ev.Path, ev.Index, ws.conn.member, ws.last)
-		r.update(func(report *Report) { report.WatchReorders++ })
+		r.Anomaly("W: session %s: event %s %s@%d on %s after index %d in the same stream", ws.s.ID, ev.Event, ev.Path, ev.Index, ws.conn.member, ws.last)
+		r.Update(func(report *Report) { report.WatchReorders++ })
 	}
 	key := pathIndex{ev.Path, ev.Index}
 	if ws.seen[key] {
-		r.anomaly("W: session %s: event %s %s@%d received twice (watch %s on %s)", ws.s.id, ev.Event, ev.Path, ev.Index, ev.WatchID, ws.conn.member)
-		r.update(func(report *Report) { report.WatchDuplicates++ })
+		r.Anomaly("W: session %s: event %s %s@%d received twice (watch %s on %s)", ws.s.ID, ev.Event, ev.Path, ev.Index, ev.WatchID, ws.conn.member)
+		r.Update(func(report *Report) { report.WatchDuplicates++ })
 	}
 	ws.seen[key] = true
 	ws.last = max(ws.last, ev.Index)
@@ -420,21 +421,21 @@ func (w *watches) check(r *run) error {
 				if ws.conn != nil {
 					ws.conn.cancel()
 				}
-				ws.s.stop()
-				ws.s.close(r)
+				ws.s.Stop()
+				ws.s.Close(r.Run)
 			}
 		}
 	}()
 	final := map[string]api.Node{}
 	for k := range watchKeys {
-		ctx, cancel := requestContext()
+		ctx, cancel := check.RequestContext()
 		var node api.Node
-		err := callKV(ctx, http.MethodGet, r.cluster.Members[0].ClientURL, watchKey(k), url.Values{"consistency": {api.Stale}}, nil, &node)
+		err := check.CallKV(ctx, http.MethodGet, r.cluster.Members[0].ClientURL, watchKey(k), url.Values{"consistency": {api.Stale}}, nil, &node)
 		cancel()
 		switch {
 		case err == nil:
 			final[node.Path] = node
-		case code(err) != api.CodeNotFound:
+		case check.Code(err) != api.CodeNotFound:
 			return fmt.Errorf("W: final state of %s: %w", watchKey(k), err)
 		}
 	}
@@ -454,11 +455,11 @@ func (w *watches) check(r *run) error {
 			w.checkCoverage(r, wt, ws, acked)
 		}
 	}
-	r.report.Operations += events + len(acked)
-	r.report.WatchEvents += events
-	r.report.WatchSessions += sessions
-	r.report.WatchReconnects += reconnects
-	r.logf("chaos W: %d events over %d watcher sessions, %d reconnects (%d events of cancelled watches ignored, %d registrations refused for want of a stream), %d acknowledged writes",
+	r.Report.Operations += events + len(acked)
+	r.Report.WatchEvents += events
+	r.Report.WatchSessions += sessions
+	r.Report.WatchReconnects += reconnects
+	r.Logf("chaos W: %d events over %d watcher sessions, %d reconnects (%d events of cancelled watches ignored, %d registrations refused for want of a stream), %d acknowledged writes",
 		events, sessions, reconnects, stale, refusals, len(acked))
 	return nil
 }
@@ -480,7 +481,7 @@ func (w *watches) drain(r *run, final map[string]api.Node) {
 		}
 		for attempt := 0; ws.last < target && !ws.ended && attempt < 4; attempt++ {
 			if ws.conn == nil {
-				if err := wt.connect(r, ws, r.node()); err != nil {
+				if err := wt.connect(r, ws, r.Node()); err != nil {
 					continue
 				}
 			}
@@ -490,8 +491,8 @@ func (w *watches) drain(r *run, final map[string]api.Node) {
 			}
 		}
 		if ws.last < target && !ws.ended {
-			r.anomaly("W: session %s watching %s received up to index %d, not the final index %d", ws.s.id, wt.path, ws.last, target)
-			r.update(func(report *Report) { report.WatchGaps++ })
+			r.Anomaly("W: session %s watching %s received up to index %d, not the final index %d", ws.s.ID, wt.path, ws.last, target)
+			r.Update(func(report *Report) { report.WatchGaps++ })
 		}
 	}
 }
@@ -526,9 +527,9 @@ func (w *watches) checkCoverage(r *run, wt *watcher, ws *watchSession, acked []a
 		if w.covered(ws, write) {
 			continue
 		}
-		r.anomaly("W: session %s watching %s missed %s version %d at index %d (first registration at %d, last index received %d); registrations around it:%s",
-			ws.s.id, wt.path, write.path, write.version, write.index, ws.start, ws.last, ws.around(write.index))
-		r.update(func(report *Report) { report.WatchGaps++ })
+		r.Anomaly("W: session %s watching %s missed %s version %d at index %d (first registration at %d, last index received %d); registrations around it:%s",
+			ws.s.ID, wt.path, write.path, write.version, write.index, ws.start, ws.last, ws.around(write.index))
+		r.Update(func(report *Report) { report.WatchGaps++ })
 	}
 }
 
@@ -580,8 +581,8 @@ func (w *watches) checkCommitted(r *run, acked []ackedWrite, final map[string]ap
 	note := func(path string, version, index uint64, from string) {
 		key := pathVersion{path, version}
 		if prev, ok := indexOf[key]; ok && prev != index {
-			r.anomaly("W: %s version %d at index %d (%s) and at index %d (%s)", path, version, prev, source[key], index, from)
-			r.update(func(report *Report) { report.WatchUncommitted++ })
+			r.Anomaly("W: %s version %d at index %d (%s) and at index %d (%s)", path, version, prev, source[key], index, from)
+			r.Update(func(report *Report) { report.WatchUncommitted++ })
 			return
 		}
 		indexOf[key], source[key] = index, from
@@ -626,9 +627,9 @@ func (w *watches) checkVersionOrder(r *run, indexOf map[pathVersion]uint64) {
 		sort.Slice(writes, func(a, b int) bool { return writes[a].version < writes[b].version })
 		for k := 1; k < len(writes); k++ {
 			if writes[k].index <= writes[k-1].index {
-				r.anomaly("W: %s version %d at index %d but version %d at index %d",
+				r.Anomaly("W: %s version %d at index %d but version %d at index %d",
 					path, writes[k].version, writes[k].index, writes[k-1].version, writes[k-1].index)
-				r.update(func(report *Report) { report.WatchUncommitted++ })
+				r.Update(func(report *Report) { report.WatchUncommitted++ })
 			}
 		}
 	}
@@ -638,8 +639,8 @@ func (w *watches) checkEvent(r *run, ws *watchSession, ev receivedEvent, final m
 	indexOf map[pathVersion]uint64, note func(string, uint64, uint64, string)) {
 	node, exists := final[ev.Path]
 	bad := func(why string) {
-		r.anomaly("W: session %s received %s %s version %d at index %d: %s", ws.s.id, ev.Event.Event, ev.Path, ev.Version, ev.Index, why)
-		r.update(func(report *Report) { report.WatchUncommitted++ })
+		r.Anomaly("W: session %s received %s %s version %d at index %d: %s", ws.s.ID, ev.Event.Event, ev.Path, ev.Version, ev.Index, why)
+		r.Update(func(report *Report) { report.WatchUncommitted++ })
 	}
 	switch {
 	case !exists:
@@ -656,6 +657,6 @@ func (w *watches) checkEvent(r *run, ws *watchSession, ev receivedEvent, final m
 			bad(fmt.Sprintf("catch-up names a version replaced at index %d", next))
 		}
 	default:
-		note(ev.Path, ev.Version, ev.Index, "event of session "+ws.s.id)
+		note(ev.Path, ev.Version, ev.Index, "event of session "+ws.s.ID)
 	}
 }

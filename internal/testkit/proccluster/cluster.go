@@ -50,6 +50,10 @@ type Options struct {
 	// ZK gives every member a ZooKeeper-protocol listener (--listen-zk) on a
 	// free loopback port, in Member.ZKAddr.
 	ZK bool
+	// ClockControl starts every member with --unsafe-clock-control, its
+	// control file beside its data directory (<dir>/<name>.clock), so that
+	// SetClock can skew its clock.
+	ClockControl bool
 }
 
 // Member is one latchd process of a cluster, a slot that keeps its
@@ -224,6 +228,9 @@ func memberFlagsLocked(opts Options, m *Member, initial string) []string {
 	}
 	if m.ZKAddr != "" {
 		args = append(args, "--listen-zk", m.ZKAddr, "--zk-4lw-whitelist", "*")
+	}
+	if opts.ClockControl {
+		args = append(args, "--unsafe-clock-control", clockPathLocked(m))
 	}
 	return append(args, opts.ExtraFlags...)
 }

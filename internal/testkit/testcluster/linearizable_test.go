@@ -16,7 +16,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/testkit/linearize"
+	"github.com/latch-io/latch/internal/check/linearize"
 	"github.com/latch-io/latch/internal/testkit/testseed"
 )
 

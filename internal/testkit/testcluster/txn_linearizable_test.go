@@ -15,7 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/testkit/linearize"
+	"github.com/latch-io/latch/internal/check/linearize"
 )
 
 // multiHistory records a history of the multi-key model.

@@ -1,4 +1,4 @@
-package chaos
+package check
 
 import (
 	"cmp"
@@ -29,20 +29,20 @@ const (
 	sequenceParents = 2
 )
 
-func (w *sequences) start(r *run) {
+func (w *sequences) Start(r *Run) {
 	w.acked = map[string][]api.Node{}
 	for c := range sequenceClients {
-		r.wg.Add(1)
+		r.Workers.Add(1)
 		go w.client(r, c)
 	}
 }
 
-func (w *sequences) client(r *run, worker int) {
-	defer r.wg.Done()
-	var s *session
+func (w *sequences) client(r *Run, worker int) {
+	defer r.Workers.Done()
+	var s *Session
 	seq := uint64(0)
-	for !r.stopped() {
-		renewed := renewSession(r, s, 10*time.Second)
+	for !r.Stopped() {
+		renewed := RenewSession(r, s, 10*time.Second)
 		if renewed != s {
 			seq = 0 // request_seq counts per session
 		}
@@ -50,7 +50,7 @@ func (w *sequences) client(r *run, worker int) {
 			continue
 		}
 		seq++
-		parent := fmt.Sprintf("/seq/p%d", r.intn(sequenceParents))
+		parent := r.Key(fmt.Sprintf("/seq/p%d", r.Intn(sequenceParents)))
 		node, ok := w.create(r, s, parent, seq)
 		if ok {
 			w.mu.Lock()
@@ -59,27 +59,27 @@ func (w *sequences) client(r *run, worker int) {
 		}
 	}
 	if s != nil {
-		s.stop()
+		s.Stop()
 	}
 }
 
 // create retries one sequential create on random members until a definite
 // answer or the run stops.
-func (w *sequences) create(r *run, s *session, parent string, seq uint64) (api.Node, bool) {
-	query := url.Values{"sequential": {"true"}, "session_id": {s.id}, "request_seq": {strconv.FormatUint(seq, 10)}}
-	for attempt := 0; attempt < 20 && !r.stopped(); attempt++ {
-		ctx, cancel := requestContext()
+func (w *sequences) create(r *Run, s *Session, parent string, seq uint64) (api.Node, bool) {
+	query := url.Values{"sequential": {"true"}, "session_id": {s.ID}, "request_seq": {strconv.FormatUint(seq, 10)}}
+	for attempt := 0; attempt < 20 && !r.Stopped(); attempt++ {
+		ctx, cancel := RequestContext()
 		var node api.Node
-		err := callKV(ctx, http.MethodPut, r.node(), parent+"/item-", query, &api.PutRequest{Value: fmt.Sprintf("%s/%d", s.id, seq)}, &node)
+		err := CallKV(ctx, http.MethodPut, r.Node(), parent+"/item-", query, &api.PutRequest{Value: fmt.Sprintf("%s/%d", s.ID, seq)}, &node)
 		cancel()
 		switch {
 		case err == nil:
 			return node, true
-		case code(err) == api.CodeSessionExpired:
-			s.markExpired()
+		case Code(err) == api.CodeSessionExpired:
+			s.SawExpired(r)
 			return api.Node{}, false
-		case code(err) == api.CodeInvalidArgument || code(err) == api.CodeTooLarge:
-			r.anomaly("Q: create under %s refused: %v", parent, err)
+		case Code(err) == api.CodeInvalidArgument || Code(err) == api.CodeTooLarge:
+			r.Anomaly("Q: create under %s refused: %v", parent, err)
 			return api.Node{}, false
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -87,7 +87,7 @@ func (w *sequences) create(r *run, s *session, parent string, seq uint64) (api.N
 	return api.Node{}, false
 }
 
-func (w *sequences) check(r *run) error {
+func (w *sequences) Check(r *Run) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for parent, nodes := range w.acked {
@@ -107,27 +107,27 @@ const identitySample = 100
 // back from every member, and each must still be the node the client was
 // told of (same created index). A cluster that forgot creates and handed
 // their names out again passes a check by name alone.
-func (w *sequences) checkIdentity(r *run, nodes []api.Node) {
+func (w *sequences) checkIdentity(r *Run, nodes []api.Node) {
 	step := max(1, len(nodes)/identitySample)
 	wrong := 0
 	for k := 0; k < len(nodes); k += step {
 		want := nodes[k]
-		for _, m := range r.cluster.Members {
-			ctx, cancel := requestContext()
+		for _, m := range r.Members() {
+			ctx, cancel := RequestContext()
 			var got api.Node
-			err := callKV(ctx, http.MethodGet, m.ClientURL, want.Path, url.Values{"consistency": {api.Stale}}, nil, &got)
+			err := CallKV(ctx, http.MethodGet, m.ClientURL, want.Path, url.Values{"consistency": {api.Stale}}, nil, &got)
 			cancel()
 			if err != nil || got.CreatedIndex == want.CreatedIndex {
 				continue // a missing node is checkPresent's finding
 			}
-			r.report.Lost++
+			r.Report.Lost++
 			if wrong++; wrong <= maxReported {
-				r.anomaly("D: acknowledged %s was created at index %d, but %s has it created at %d", want.Path, want.CreatedIndex, m.Name, got.CreatedIndex)
+				r.Anomaly("D: acknowledged %s was created at index %d, but %s has it created at %d", want.Path, want.CreatedIndex, m.Name, got.CreatedIndex)
 			}
 		}
 	}
 	if wrong > maxReported {
-		r.anomaly("D: %d more acknowledged creates read back with another created index", wrong-maxReported)
+		r.Anomaly("D: %d more acknowledged creates read back with another created index", wrong-maxReported)
 	}
 }
 
@@ -136,44 +136,44 @@ func (w *sequences) checkIdentity(r *run, nodes []api.Node) {
 const maxReported = 5
 
 // checkOrder is Q: sorted by created index, counters strictly increase.
-func (w *sequences) checkOrder(r *run, parent string, nodes []api.Node) {
+func (w *sequences) checkOrder(r *Run, parent string, nodes []api.Node) {
 	sorted := slices.Clone(nodes)
 	slices.SortFunc(sorted, func(a, b api.Node) int { return cmp.Compare(a.CreatedIndex, b.CreatedIndex) })
 	bad := 0
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i].Path <= sorted[i-1].Path || sorted[i].CreatedIndex == sorted[i-1].CreatedIndex {
 			if bad++; bad <= maxReported {
-				r.anomaly("Q: %s (index %d) after %s (index %d)", sorted[i].Path, sorted[i].CreatedIndex, sorted[i-1].Path, sorted[i-1].CreatedIndex)
+				r.Anomaly("Q: %s (index %d) after %s (index %d)", sorted[i].Path, sorted[i].CreatedIndex, sorted[i-1].Path, sorted[i-1].CreatedIndex)
 			}
 		}
 	}
 	if bad > maxReported {
-		r.anomaly("Q: %d more acknowledged creates under %s out of order or reused", bad-maxReported, parent)
+		r.Anomaly("Q: %d more acknowledged creates under %s out of order or reused", bad-maxReported, parent)
 	}
-	r.report.Operations += len(nodes)
-	r.report.Acked += len(nodes)
+	r.Report.Operations += len(nodes)
+	r.Report.Acked += len(nodes)
 }
 
 // checkPresent is D: every member lists every acknowledged child, and all
 // members list the same children.
-func (w *sequences) checkPresent(r *run, parent string, nodes []api.Node) error {
+func (w *sequences) checkPresent(r *Run, parent string, nodes []api.Node) error {
 	var newest uint64 // every member must have applied it: the listing's min_index
 	for _, n := range nodes {
 		newest = max(newest, n.CreatedIndex)
 	}
 	var first []string
-	for i, m := range r.cluster.Members {
-		ctx, cancel := requestContext()
+	for i, m := range r.Members() {
+		ctx, cancel := RequestContext()
 		var children api.Children
 		query := url.Values{"children": {"true"}, "consistency": {api.Stale}, "min_index": {strconv.FormatUint(newest, 10)}}
-		err := callKV(ctx, http.MethodGet, m.ClientURL, parent, query, nil, &children)
+		err := CallKV(ctx, http.MethodGet, m.ClientURL, parent, query, nil, &children)
 		cancel()
 		if err != nil {
 			// The member never reached the newest acknowledged index
 			// (after quiescence: its log lost entries); list what it has.
-			ctx, cancel := requestContext()
+			ctx, cancel := RequestContext()
 			delete(query, "min_index")
-			err = callKV(ctx, http.MethodGet, m.ClientURL, parent, query, nil, &children)
+			err = CallKV(ctx, http.MethodGet, m.ClientURL, parent, query, nil, &children)
 			cancel()
 			if err != nil {
 				return fmt.Errorf("D: list %s on %s: %w", parent, m.Name, err)
@@ -186,22 +186,22 @@ func (w *sequences) checkPresent(r *run, parent string, nodes []api.Node) error 
 		missing := 0
 		for _, n := range nodes {
 			if !have[n.Path] {
-				r.report.Lost++
+				r.Report.Lost++
 				if missing++; missing <= maxReported {
-					r.anomaly("D: acknowledged %s (index %d) missing on %s", n.Path, n.CreatedIndex, m.Name)
+					r.Anomaly("D: acknowledged %s (index %d) missing on %s", n.Path, n.CreatedIndex, m.Name)
 				}
 			}
 		}
 		if missing > maxReported {
-			r.anomaly("D: %d more acknowledged creates under %s missing on %s", missing-maxReported, parent, m.Name)
+			r.Anomaly("D: %d more acknowledged creates under %s missing on %s", missing-maxReported, parent, m.Name)
 		}
 		if i == 0 {
 			first = children.Children
 		} else if !slices.Equal(first, children.Children) {
-			r.anomaly("D: %s lists %d children of %s, %s lists %d: replicas differ at the same applied index",
-				r.cluster.Members[0].Name, len(first), parent, m.Name, len(children.Children))
+			r.Anomaly("D: %s lists %d children of %s, %s lists %d: replicas differ at the same applied index",
+				r.Members()[0].Name, len(first), parent, m.Name, len(children.Children))
 		}
 	}
-	r.logf("chaos Q/D: %d acknowledged creates under %s, on all %d members (%s)", len(nodes), parent, len(r.cluster.Members), strings.Join(first[max(0, len(first)-2):], ","))
+	r.Logf("check Q/D: %d acknowledged creates under %s, on all %d members (%s)", len(nodes), parent, len(r.Members()), strings.Join(first[max(0, len(first)-2):], ","))
 	return nil
 }

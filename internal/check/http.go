@@ -1,4 +1,4 @@
-package chaos
+package check
 
 import (
 	"bytes"
@@ -15,24 +15,24 @@ import (
 	"github.com/latch-io/latch/api"
 )
 
-// httpClient talks to one member at a time: no retries, no failover, so a
+// HTTPClient talks to one member at a time: no retries, no failover, so a
 // workload sees exactly what each member answers.
-var httpClient = &http.Client{
+var HTTPClient = &http.Client{
 	Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second},
 }
 
-// errTransport marks an error where no HTTP reply arrived: the request may
+// ErrTransport marks an error where no HTTP reply arrived: the request may
 // or may not have been applied.
-var errTransport = errors.New("chaos: no reply")
+var ErrTransport = errors.New("check: no reply")
 
-// errNotSent marks a request whose connection could not be made: it
+// ErrNotSent marks a request whose connection could not be made: it
 // certainly reached no server.
-var errNotSent = errors.New("chaos: not sent")
+var ErrNotSent = errors.New("check: not sent")
 
-// call sends one JSON request to base+path and decodes a 200 reply into
+// Call sends one JSON request to base+path and decodes a 200 reply into
 // out. An error reply comes back as *api.Error; a lost request wraps
-// errTransport.
-func call(ctx context.Context, method, base, path string, query url.Values, in, out any) error {
+// ErrTransport.
+func Call(ctx context.Context, method, base, path string, query url.Values, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		data, err := json.Marshal(in)
@@ -50,18 +50,18 @@ func call(ctx context.Context, method, base, path string, query url.Values, in, 
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := httpClient.Do(req)
+	resp, err := HTTPClient.Do(req)
 	if err != nil {
 		var opErr *net.OpError
 		if errors.As(err, &opErr) && opErr.Op == "dial" {
-			return fmt.Errorf("%w: %s %s: %w", errNotSent, method, target, err)
+			return fmt.Errorf("%w: %s %s: %w", ErrNotSent, method, target, err)
 		}
-		return fmt.Errorf("%w: %s %s: %v", errTransport, method, target, err)
+		return fmt.Errorf("%w: %s %s: %v", ErrTransport, method, target, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return fmt.Errorf("%w: %s %s: %v", errTransport, method, target, err)
+		return fmt.Errorf("%w: %s %s: %v", ErrTransport, method, target, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e api.ErrorBody
@@ -76,8 +76,8 @@ func call(ctx context.Context, method, base, path string, query url.Values, in, 
 	return json.Unmarshal(data, out)
 }
 
-// code returns the api error code of err, or "".
-func code(err error) api.Code {
+// Code returns the api error code of err, or "".
+func Code(err error) api.Code {
 	var e *api.Error
 	if errors.As(err, &e) {
 		return e.Code

@@ -1,4 +1,4 @@
-package chaos
+package check
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -17,7 +17,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/testkit/linearize"
+	"github.com/latch-io/latch/internal/check/linearize"
 )
 
 // registers is workload L: get, put and CAS on a few keys from several
@@ -42,32 +42,32 @@ const (
 )
 
 // key picks a key of the current generation and notes it.
-func (w *registers) key(r *run) string {
-	key := fmt.Sprintf("/reg/g%d/k%d", w.ops.Add(1)/opsPerGeneration, r.intn(registerKeys))
+func (w *registers) key(r *Run) string {
+	key := r.Key(fmt.Sprintf("/reg/g%d/k%d", w.ops.Add(1)/opsPerGeneration, r.Intn(registerKeys)))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.keys[key] = true
 	return key
 }
 
-func (w *registers) start(r *run) {
+func (w *registers) Start(r *Run) {
 	w.recorder = linearize.NewRecorder()
 	w.keys = map[string]bool{}
 	for c := range registerClients {
-		r.wg.Add(1)
+		r.Workers.Add(1)
 		go w.client(r, c)
 	}
 }
 
-func (w *registers) client(r *run, worker int) {
-	defer r.wg.Done()
+func (w *registers) client(r *Run, worker int) {
+	defer r.Workers.Done()
 	id := w.recorder.NewClient()
 	versions := map[string]uint64{} // last version this client saw per key
-	for seq := 0; !r.stopped(); seq++ {
+	for seq := 0; !r.Stopped(); seq++ {
 		key := w.key(r)
 		value := fmt.Sprintf("c%d-%d", worker, seq)
 		var in linearize.Input
-		switch r.intn(3) {
+		switch r.Intn(3) {
 		case 0:
 			in = linearize.Input{Kind: linearize.Get, Key: key}
 		case 1:
@@ -101,24 +101,24 @@ const (
 )
 
 // do performs in on a random member and records it.
-func (w *registers) do(r *run, id int, in linearize.Input) (linearize.Output, outcome) {
-	ctx, cancel := requestContext()
+func (w *registers) do(r *Run, id int, in linearize.Input) (linearize.Output, outcome) {
+	ctx, cancel := RequestContext()
 	defer cancel()
-	base := r.node()
+	base := r.Node()
 	op := w.recorder.Begin(id, in)
 	var node api.Node
 	var err error
 	switch in.Kind {
 	case linearize.Get:
-		err = callKV(ctx, http.MethodGet, base, in.Key, url.Values{"consistency": {api.Linearizable}}, nil, &node)
+		err = CallKV(ctx, http.MethodGet, base, in.Key, url.Values{"consistency": {api.Linearizable}}, nil, &node)
 	case linearize.Put:
-		err = callKV(ctx, http.MethodPut, base, in.Key, nil, &api.PutRequest{Value: in.Value}, &node)
+		err = CallKV(ctx, http.MethodPut, base, in.Key, nil, &api.PutRequest{Value: in.Value}, &node)
 	case linearize.CAS:
 		prev := "none"
 		if in.Expect > 0 {
 			prev = strconv.FormatUint(in.Expect, 10)
 		}
-		err = callKV(ctx, http.MethodPut, base, in.Key, url.Values{"prev_version": {prev}}, &api.PutRequest{Value: in.Value}, &node)
+		err = CallKV(ctx, http.MethodPut, base, in.Key, url.Values{"prev_version": {prev}}, &api.PutRequest{Value: in.Value}, &node)
 	}
 	switch {
 	case err == nil && in.Kind == linearize.Get:
@@ -129,13 +129,13 @@ func (w *registers) do(r *run, id int, in linearize.Input) (linearize.Output, ou
 		out := linearize.Output{Version: node.Version}
 		op.Return(out)
 		return out, outcomeKnown
-	case in.Kind == linearize.Get && code(err) == api.CodeNotFound:
+	case in.Kind == linearize.Get && Code(err) == api.CodeNotFound:
 		op.Return(linearize.Output{})
 		return linearize.Output{}, outcomeKnown
-	case in.Kind == linearize.CAS && code(err) == api.CodePreconditionFailed:
+	case in.Kind == linearize.CAS && Code(err) == api.CodePreconditionFailed:
 		op.Return(linearize.Output{Refused: true})
 		return linearize.Output{Refused: true}, outcomeKnown
-	case errors.Is(err, errNotSent):
+	case errors.Is(err, ErrNotSent):
 		op.Drop()
 		return linearize.Output{}, outcomeNotSent
 	default:
@@ -144,16 +144,16 @@ func (w *registers) do(r *run, id int, in linearize.Input) (linearize.Output, ou
 	}
 }
 
-// callKV is call on the key-value path of key.
-func callKV(ctx context.Context, method, base, key string, query url.Values, in, out any) error {
-	return call(ctx, method, base, "/v1/kv"+key, query, in, out)
+// CallKV is Call on the key-value path of key.
+func CallKV(ctx context.Context, method, base, key string, query url.Values, in, out any) error {
+	return Call(ctx, method, base, "/v1/kv"+key, query, in, out)
 }
 
 // finalReads reads every key once more, now that the clients stopped and
 // the cluster is quiet: a read called after every other operation returned
 // lets the check rule out writes of unknown outcome that it shows had no
 // effect (see linearize's pruneUnobserved).
-func (w *registers) finalReads(r *run) {
+func (w *registers) finalReads(r *Run) {
 	id := w.recorder.NewClient()
 	w.mu.Lock()
 	keys := slices.Sorted(maps.Keys(w.keys))
@@ -169,30 +169,30 @@ func (w *registers) finalReads(r *run) {
 	}
 }
 
-func (w *registers) check(r *run) error {
+func (w *registers) Check(r *Run) error {
 	w.finalReads(r)
 	res, err := w.recorder.Check(90 * time.Second)
 	if err != nil {
 		return fmt.Errorf("linearizability check: %w", err)
 	}
-	r.logf("chaos L: %s", res)
-	r.report.Operations += res.Operations
-	r.report.Linearized += res.Operations
+	r.Logf("check L: %s", res)
+	r.Report.Operations += res.Operations
+	r.Report.Linearized += res.Operations
 	if res.Outcome == porcupine.Unknown {
-		r.report.Unknown++
+		r.Report.Unknown++
 	}
 	if !res.Linearizable() {
-		r.anomaly("L: history not linearizable: %s", res)
+		r.Anomaly("L: history not linearizable: %s", res)
 		w.visualize(r, res)
 	}
 	return nil
 }
 
-func (w *registers) visualize(r *run, res linearize.Result) {
-	path := fmt.Sprintf("%s/chaos-seed-%d-linearizability.html", os.TempDir(), r.cfg.Seed)
+func (w *registers) visualize(r *Run, res linearize.Result) {
+	path := filepath.Join(r.OutDir, fmt.Sprintf("latch-check-seed-%d-linearizability.html", r.Seed))
 	if err := res.Visualize(path); err != nil {
-		r.logf("chaos L: %v", err)
+		r.Logf("check L: %v", err)
 		return
 	}
-	r.logf("chaos L: visualization in %s", path)
+	r.Logf("check L: visualization in %s", path)
 }

@@ -1,0 +1,95 @@
+package raftnode
+
+import (
+	"errors"
+	"time"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/latch-io/latch/internal/snap"
+	"github.com/latch-io/latch/internal/wal"
+)
+
+// While the filesystem is full, persisting a Ready is retried every
+// noSpaceRetry, and a snapshot is tried again after snapshotRetry.
+const (
+	noSpaceRetry  = 250 * time.Millisecond
+	snapshotRetry = 2 * time.Second
+)
+
+// errStopping ends the Ready loop when Stop is called while it waits for
+// space: not a failure.
+var errStopping = errors.New("raftnode: stopping")
+
+// persistWhenSpace persists rd, retrying while the WAL refuses it for want
+// of space (wal.ErrNoSpace: nothing was written, the WAL did not fail). The
+// node stops acknowledging meanwhile: nothing of rd after the leader's early
+// appends is sent, nothing is applied, raft is not ticked. It returns once
+// rd is durable, on any other error, or with errStopping on Stop.
+func (n *Node) persistWhenSpace(rd raft.Ready) error {
+	for {
+		err := n.persist(rd)
+		if !errors.Is(err, wal.ErrNoSpace) {
+			if err == nil && n.walFull {
+				n.walFull = false
+				n.log.Warn("WAL writes again: space was freed")
+				n.storageFull("wal", nil)
+			}
+			return err
+		}
+		if !n.walFull {
+			n.walFull = true
+			n.log.Error("WAL cannot get space: this member stops acknowledging until space is freed", "err", err)
+			n.storageFull("wal", err)
+		}
+		timer := n.cfg.Clock.NewTimer(noSpaceRetry)
+		select {
+		case <-n.stopc:
+			timer.Stop()
+			return errStopping
+		case res := <-n.snapDone:
+			timer.Stop()
+			n.parkSnapshot(res)
+		case <-timer.C():
+		}
+	}
+}
+
+// parkSnapshot takes a snapshot's result while a Ready waits for space: a
+// snapshot refused for want of space is recorded at once (flags only);
+// any other result is kept for the loop to finish once the Ready is done,
+// since finishing one changes the raft log.
+func (n *Node) parkSnapshot(res snapshotResult) {
+	if errors.Is(res.err, snap.ErrNoSpace) {
+		_ = n.finishSnapshot(res) // records the refusal; returns nil for it
+		return
+	}
+	n.parkedSnapshot = &res
+}
+
+// snapshotNoSpace records that a snapshot could not be written or recorded
+// for want of space: the WAL keeps every entry it would have released, and
+// the next snapshot is tried after snapshotRetry.
+func (n *Node) snapshotNoSpace(index uint64, err error) {
+	n.snapshotRetryAt = n.cfg.Clock.Now().Add(snapshotRetry)
+	if !n.snapshotFull {
+		n.snapshotFull = true
+		n.log.Error("snapshot cannot be written: no space; the WAL keeps its entries, retrying", "index", index, "err", err)
+		n.storageFull("snapshot", err)
+	}
+}
+
+// snapshotWritten clears a snapshot's no-space state.
+func (n *Node) snapshotWritten() {
+	if n.snapshotFull {
+		n.snapshotFull = false
+		n.log.Warn("snapshots are written again: space was freed")
+		n.storageFull("snapshot", nil)
+	}
+}
+
+func (n *Node) storageFull(part string, err error) {
+	if h := n.cfg.Hooks.StorageFull; h != nil {
+		h(part, err)
+	}
+}
