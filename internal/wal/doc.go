@@ -56,7 +56,12 @@
 // *CorruptError naming the file and byte offset (errors.Is ErrCorrupt).
 // Segment sequence numbers must be contiguous, and a group's entries must
 // continue from the checkpoint of the first segment, so a missing segment is
-// detected.
+// detected. A later segment's checkpoint of a group must equal what the
+// preceding segments replay to; replay learns of a group only from its
+// records, so the writer checkpoints only groups it wrote a record of (a
+// batch with no marker, no entry and an empty hard state leaves its group
+// unknown), and the reader takes an empty checkpoint of a group it has not
+// met as agreeing (an unwritten group has nothing).
 //
 // # Replay
 //

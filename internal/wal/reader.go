@@ -174,7 +174,13 @@ func (r *segmentReader) applyHeader(record decodedRecord) error {
 			continue
 		}
 		log, ok := r.groups[checkpoint.group]
-		if !ok || log.checkpoint(checkpoint.group) != checkpoint {
+		if !ok {
+			// A group no earlier record named has nothing: its checkpoint
+			// must be empty. Writers before the fix of the empty batch
+			// checkpointed such groups; that says nothing and is accepted.
+			log = newGroupLog(false)
+		}
+		if log.checkpoint(checkpoint.group) != checkpoint {
 			return r.corrupt(0, "checkpoint of group %d disagrees with the preceding segments", checkpoint.group)
 		}
 	}

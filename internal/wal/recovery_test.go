@@ -446,3 +446,94 @@ func TestOpenLocksDirectory(t *testing.T) {
 		t.Fatalf("save after close: %v", err)
 	}
 }
+
+// TestEmptyBatchLeavesNoCheckpoint saves a call in which one group's batch
+// holds no record (no entry, no marker, an empty hard state) next to
+// another group's entries, then saves until the log rolls to a new segment
+// and reopens: the new segment must not checkpoint a group the log never
+// wrote a record of, or Open finds a checkpoint the preceding segments
+// cannot produce and refuses the log as corrupt.
+func TestEmptyBatchLeavesNoCheckpoint(t *testing.T) {
+	fs := vfs.NewMem()
+	w, _ := mustOpen(t, fs, 1024)
+	mustSave(t, w, Batch{Group: 1}, entries(2, 1, 1, 1))
+	index := uint64(1)
+	for w.SegmentCount() < 2 {
+		index++
+		mustSave(t, w, entries(2, index, index, 1))
+	}
+	w.Close()
+	files := segmentFiles(t, fs)
+	data := readRaw(t, fs, files[1])
+	record, err := decodeRecord(data, 0)
+	if err != nil {
+		t.Fatalf("header of %s: %v", files[1], err)
+	}
+	header, err := decodeSegmentHeader(record.payload)
+	if err != nil {
+		t.Fatalf("header of %s: %v", files[1], err)
+	}
+	for _, checkpoint := range header.checkpoints {
+		if checkpoint.group == 1 {
+			t.Fatalf("%s checkpoints group 1, of which no record was written: %+v", files[1], checkpoint)
+		}
+	}
+	w, states := mustOpen(t, fs, 1024)
+	defer w.Close()
+	if _, ok := states[1]; ok {
+		t.Fatalf("group 1 recovered, but no record of it was written")
+	}
+	if got := uint64(len(states[2].Entries)); got != index {
+		t.Fatalf("group 2 has %d entries, want %d", got, index)
+	}
+}
+
+// TestEmptyCheckpointOfUnknownGroupAccepted opens a log whose later segment
+// checkpoints a group with nothing in it (no snapshot, no entries, an empty
+// hard state) that no earlier record names, as a writer that created a
+// group for an empty batch left it: such a checkpoint agrees with an
+// unwritten group, so Open accepts it and recovers nothing for that group.
+// A non-empty checkpoint of an unknown group is still refused.
+func TestEmptyCheckpointOfUnknownGroupAccepted(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		checkpoint groupCheckpoint
+		wantErr    bool
+	}{
+		{name: "empty", checkpoint: groupCheckpoint{group: 7}},
+		{name: "with-entries", checkpoint: groupCheckpoint{group: 7, lastIndex: 4}, wantErr: true},
+		{name: "with-hard-state", checkpoint: groupCheckpoint{group: 7, hardState: raftpb.HardState{Term: 2}}, wantErr: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			w, _ := mustOpen(t, fs, 4096)
+			mustSave(t, w, entries(2, 1, 3, 1))
+			w.Close()
+			w, _ = mustOpen(t, fs, 4096)
+			w.Close()
+			files := segmentFiles(t, fs)
+			last := files[len(files)-1]
+			sequence, _ := parseSegmentName(filepath.Base(last))
+			header := segmentHeader{sequence: sequence, checkpoints: []groupCheckpoint{
+				{group: 2, lastIndex: 3, hardState: raftpb.HardState{Term: 1, Commit: 1}}, tt.checkpoint}}
+			writeRaw(t, fs, last, appendRecord(nil, recordSegmentHeader, encodeSegmentHeader(header)))
+			w, states, err := Open(fs, testDir, quietOptions(4096))
+			if tt.wantErr {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("open: %v, want ErrCorrupt", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			defer w.Close()
+			if _, ok := states[7]; ok {
+				t.Fatalf("group 7 recovered from an empty checkpoint")
+			}
+			if got := len(states[2].Entries); got != 3 {
+				t.Fatalf("group 2 has %d entries, want 3", got)
+			}
+		})
+	}
+}

@@ -227,6 +227,9 @@ func (w *WAL) acceptLocked(request *saveRequest) error {
 	trial := map[uint64]*groupLog{}
 	for i := range request.batches {
 		batch := &request.batches[i]
+		if !writesRecords(batch) {
+			continue
+		}
 		log, ok := trial[batch.Group]
 		if !ok {
 			log = newGroupLog(true)
@@ -243,6 +246,15 @@ func (w *WAL) acceptLocked(request *saveRequest) error {
 		w.queued[group] = log
 	}
 	return nil
+}
+
+// writesRecords reports whether batch puts any record in the log. A batch
+// that does not (no marker, no entry, an empty hard state) must leave the
+// writer's state of its group untouched: replay learns of a group only from
+// its records, so a segment checkpoint naming a group replay has never met
+// makes the log unreadable.
+func writesRecords(batch *Batch) bool {
+	return batch.Snapshot != nil || len(batch.Entries) > 0 || !raft.IsEmptyHardState(batch.HardState)
 }
 
 func encodeRequest(batches []Batch) (*saveRequest, error) {
@@ -324,6 +336,9 @@ func (w *WAL) unqueue() {
 	for _, request := range w.pending {
 		for i := range request.batches {
 			batch := &request.batches[i]
+			if !writesRecords(batch) {
+				continue
+			}
 			log, ok := w.queued[batch.Group]
 			if !ok {
 				log = newGroupLog(true)
@@ -385,6 +400,9 @@ func (w *WAL) recordWrittenLocked(requests []*saveRequest) {
 	for _, request := range requests {
 		for i := range request.batches {
 			batch := &request.batches[i]
+			if !writesRecords(batch) {
+				continue // the reader never learns of the group: no checkpoint may name it
+			}
 			log, ok := w.written[batch.Group]
 			if !ok {
 				log = newGroupLog(true)
