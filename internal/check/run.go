@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -81,6 +82,8 @@ type Run struct {
 	stopOnce sync.Once
 	randMu   sync.Mutex // guards random
 	random   *rand.Rand
+	// acked counts the operations acknowledged so far (NoteAcked).
+	acked atomic.Int64
 }
 
 // NewRun returns a Run reporting into report.
@@ -111,6 +114,15 @@ func (r *Run) Update(change func(*Report)) {
 	defer r.reportMu.Unlock()
 	change(r.Report)
 }
+
+// NoteAcked counts one acknowledged operation while the workloads run, so
+// a driver can go on until enough were acknowledged rather than for a fixed
+// time (a loaded machine does fewer per second); safe for concurrent use.
+// The set workload counts its creates.
+func (r *Run) NoteAcked() { r.acked.Add(1) }
+
+// AckedSoFar is the number of NoteAcked calls so far.
+func (r *Run) AckedSoFar() int64 { return r.acked.Load() }
 
 // Intn draws from the run's seeded source; safe for concurrent use.
 func (r *Run) Intn(n int) int {

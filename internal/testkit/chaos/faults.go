@@ -75,17 +75,33 @@ func (r *run) chosenFaults(all []fault) []fault {
 }
 
 // nemesis injects faults for d, each lasting a while, then heals all.
+// With Config.MinAcked it goes on past d, up to Config.MaxDuration, until a
+// fault began after that many operations were acknowledged: it waits for
+// the acknowledgements, then injects one more fault.
 func (r *run) nemesis(d time.Duration) {
 	faults := r.faultKinds()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	start := time.Now()
+	deadline, last := start.Add(d), start.Add(max(d, r.cfg.MaxDuration))
+	ackedAtFault := int64(-1) // acknowledged operations when the latest fault began
+	for {
+		if !time.Now().Before(deadline) {
+			if r.cfg.MinAcked == 0 || ackedAtFault >= int64(r.cfg.MinAcked) {
+				return
+			}
+			if !r.waitAcked(int64(r.cfg.MinAcked), last) {
+				r.Anomaly("liveness: %d operations acknowledged within %v, the run needs %d before a fault", r.AckedSoFar(), time.Since(start).Round(time.Second), r.cfg.MinAcked)
+				return
+			}
+		}
 		f := faults[r.faults.IntN(len(faults))]
+		acked := r.AckedSoFar()
 		heal, err := f.inject(r)
 		if err != nil {
 			r.Logf("chaos: %s: %v", f.name, err)
 			time.Sleep(r.cfg.FaultEvery / 2)
 			continue
 		}
+		ackedAtFault = acked
 		r.Update(func(report *Report) { report.Faults[f.name]++ })
 		hold := r.cfg.FaultEvery/2 + time.Duration(r.faults.IntN(int(r.cfg.FaultEvery)))
 		r.Logf("chaos: %s for %v", f.name, hold)
@@ -95,6 +111,18 @@ func (r *run) nemesis(d time.Duration) {
 		}
 		time.Sleep(r.cfg.FaultEvery / 2)
 	}
+}
+
+// waitAcked waits until the workloads acknowledged n operations, or until
+// the deadline; it reports whether they did.
+func (r *run) waitAcked(n int64, deadline time.Time) bool {
+	for r.AckedSoFar() < n {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
 }
 
 // withLeader applies fn to the current leader.

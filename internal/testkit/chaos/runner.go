@@ -16,7 +16,17 @@ import (
 type Config struct {
 	Seed     uint64        // drives the fault schedule and the workloads' choices
 	Duration time.Duration // time under faults, before healing
-	Nodes    int           // cluster size; default 5
+	// MinAcked makes the time under faults last past Duration until a
+	// fault began after at least this many operations were acknowledged
+	// (the set workload counts; check.Run.NoteAcked), so that what a
+	// check needs does not depend on how fast the machine is. The run
+	// waits for them with no fault in progress, up to MaxDuration, and
+	// reports a liveness anomaly if they do not come.
+	MinAcked int
+	// MaxDuration bounds the time under faults with MinAcked; default
+	// Duration (MinAcked then only checks).
+	MaxDuration time.Duration
+	Nodes       int // cluster size; default 5
 	// Shards is latchd's --shards for every member (default 1).
 	Shards int
 	// FaultEvery is the mean time between the start of faults; default 3s.
