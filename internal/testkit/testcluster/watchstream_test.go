@@ -1,6 +1,7 @@
 package testcluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -107,7 +108,10 @@ func TestWatchOnMemberWithoutStreamRefused(t *testing.T) {
 // accepted watch delivers the write's event to its session's stream.
 func TestWatchManyStreamsNoneSilentlyLost(t *testing.T) {
 	const sessions = 100
-	c := New(t, 3, Steady(Options{}))
+	// Hundreds of concurrent writes on a loaded machine: a long request
+	// deadline, and writes refused as unavailable (outcome unknown) are
+	// made again (retryUnavailable).
+	c := New(t, 3, Steady(Options{RequestTimeout: 10 * time.Second}))
 	ctx := ctxT(t, 90*time.Second)
 	leader := c.WaitLeader(5 * time.Second)
 	type watcher struct {
@@ -129,7 +133,11 @@ func TestWatchManyStreamsNoneSilentlyLost(t *testing.T) {
 		wg.Go(func() {
 			w := &watcher{member: i % len(c.Nodes)}
 			watchers[i] = w
-			s, err := CreateSession(ctx, c.URL(w.member), 60*time.Second)
+			var s api.Session
+			err := retryUnavailable(ctx, func() (err error) {
+				s, err = CreateSession(ctx, c.URL(w.member), 60*time.Second)
+				return err
+			})
 			if err != nil {
 				fail("session %d: %v", i, err)
 				return
@@ -140,14 +148,22 @@ func TestWatchManyStreamsNoneSilentlyLost(t *testing.T) {
 				return
 			}
 			other := (w.member + 1 + i%2) % len(c.Nodes)
-			elsewhere, err := AddWatch(ctx, c.URL(other), api.WatchRequest{Path: "/many", SessionID: w.session})
+			var elsewhere api.Watch
+			err = retryUnavailable(ctx, func() (err error) {
+				elsewhere, err = AddWatch(ctx, c.URL(other), api.WatchRequest{Path: "/many", SessionID: w.session})
+				return err
+			})
 			switch {
 			case err == nil:
 				w.accepted = append(w.accepted, elsewhere.WatchID) // must then deliver, which it cannot
 			case api.CodeOf(err) != api.CodePreconditionFailed:
 				fail("session %s on %s: %v, want a refusal", w.session, c.Nodes[other].Name, err)
 			}
-			here, err := AddWatch(ctx, c.URL(w.member), api.WatchRequest{Path: "/many", SessionID: w.session})
+			var here api.Watch
+			err = retryUnavailable(ctx, func() (err error) {
+				here, err = AddWatch(ctx, c.URL(w.member), api.WatchRequest{Path: "/many", SessionID: w.session})
+				return err
+			})
 			if err != nil {
 				fail("session %s on its stream's member %s: %v", w.session, c.Nodes[w.member].Name, err)
 				return
@@ -166,7 +182,11 @@ func TestWatchManyStreamsNoneSilentlyLost(t *testing.T) {
 	if len(failures) > 0 {
 		t.Fatalf("%d failures, first: %s", len(failures), failures[0])
 	}
-	write, err := Put(ctx, c.URL(leader), "/many", "v", "")
+	var write api.Node
+	err := retryUnavailable(ctx, func() (err error) {
+		write, err = Put(ctx, c.URL(leader), "/many", "v", "")
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,4 +212,23 @@ func TestWatchManyStreamsNoneSilentlyLost(t *testing.T) {
 		}
 	}
 	t.Logf("%d sessions: %d events silently lost", sessions, lost)
+}
+
+// retryUnavailable makes call until it returns anything but unavailable or
+// overloaded (a write not committed within the request deadline, a member
+// shedding load: the request may be made again), or ctx ends. A retried
+// write whose first attempt took effect after all is one more of the same
+// write; the tests using this tolerate that.
+func retryUnavailable(ctx context.Context, call func() error) error {
+	for {
+		err := call()
+		if code := api.CodeOf(err); (code != api.CodeUnavailable && code != api.CodeOverloaded) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond): // a pause between attempts, not a wait for a condition
+		}
+	}
 }
