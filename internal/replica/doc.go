@@ -45,6 +45,10 @@
 //     back at once, on any consistency, and must find it applied and its
 //     index published.
 //
+// The member table belongs to conf changes: a member record proposed in a
+// normal entry (a member announcing its addresses) is refused unless the
+// table holds that member, and keeps the table's Learner flag.
+//
 // An entry that does not decode stops Apply: the entries before it are
 // applied and go through all five steps; none after. The error
 // (*UndecodableEntryError) stops the raft node, then the server.

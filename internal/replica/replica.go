@@ -185,6 +185,10 @@ func (r *Replica) applyEntryLocked(e raftpb.Entry) (outcome, []fsm.Event, error)
 		r.fsm.Advance(e.Index)
 		return outcome{id: cmd.ID, index: e.Index, err: ErrVoidExpiry}, nil, nil
 	}
+	if cmd.Op == command.OpMemberSet && !r.fromMemberTableLocked(&cmd.Member) {
+		r.fsm.Advance(e.Index)
+		return outcome{id: cmd.ID, index: e.Index, err: ErrNoMemberRecord}, nil, nil
+	}
 	res, evs := r.fsm.Apply(e.Index, &cmd)
 	for _, l := range r.cfg.Listeners {
 		l.AppliedLocked(&cmd, res)
@@ -195,6 +199,29 @@ func (r *Replica) applyEntryLocked(e raftpb.Entry) (outcome, []fsm.Event, error)
 // ErrVoidExpiry answers an expiry decided in a term other than the one its
 // entry was appended in: it changes nothing.
 var ErrVoidExpiry = api.Errorf(api.CodeUnavailable, "session expiry decided in another term; void")
+
+// ErrNoMemberRecord answers a proposed member record (a member announcing
+// its addresses) for an id the member table does not hold: only conf
+// changes add members, so it changes nothing.
+var ErrNoMemberRecord = api.Errorf(api.CodePreconditionFailed, "no member with this id: members are added by conf changes only")
+
+// fromMemberTableLocked makes a proposed member record (OpMemberSet in a
+// normal entry: a member announcing its addresses) keep what conf changes
+// own: it is refused unless the member table holds the id, and its Learner
+// flag is the table's. The announcer's own view of its role can be behind
+// (a joiner that has not applied its learner conf change yet reads itself a
+// voter; a promotion can commit between the announcement's proposal and its
+// apply), and a member listed as a voter while raft has it as a learner
+// would be promoted in the shard groups. Decided from replicated state
+// alone, so alike on every replica. r.mu must be held.
+func (r *Replica) fromMemberTableLocked(m *command.Member) bool {
+	recorded, ok := r.fsm.Member(m.ID)
+	if !ok {
+		return false
+	}
+	m.Learner = recorded.Learner
+	return true
+}
 
 // ErrUndecodableEntry matches (errors.Is) every *UndecodableEntryError.
 var ErrUndecodableEntry = errors.New("server: committed entry does not decode")

@@ -353,3 +353,53 @@ func TestProposeAndReadBack(t *testing.T) {
 		t.Fatalf("a barrier beyond the commit index returned %v, want invalid_argument", err)
 	}
 }
+
+// TestAnnouncementKeepsConfChangeRole: a member record proposed in a normal
+// entry (a member announcing its addresses) takes its addresses from the
+// proposal but its role from the member table, which conf changes own; one
+// for an id the table does not hold changes nothing and is refused.
+func TestAnnouncementKeepsConfChangeRole(t *testing.T) {
+	r, _ := newRecorded(t)
+	self := command.Member{ID: 1, Name: "n1", PeerURL: "127.0.0.1:7101"}
+	addLearner := raftpb.ConfChangeV2{
+		Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: 1}},
+		Context: encodeConfContext(confContext{Member: self}),
+	}
+	if err := r.ApplyConfChange(1, addLearner, raftpb.ConfState{Learners: []uint64{1}}); err != nil {
+		t.Fatal(err)
+	}
+	announced := self
+	announced.ClientURL = "http://127.0.0.1:7001"
+	announced.Learner = false // the announcer had not applied its learner conf change yet
+	id, ch := r.waiters.add()
+	stranger := command.Member{ID: 9, Name: "n9", PeerURL: "127.0.0.1:7109", ClientURL: "http://127.0.0.1:7009"}
+	strangerID, strangerCh := r.waiters.add()
+	entries := []raftpb.Entry{
+		entry(2, &command.Command{ID: id, Op: command.OpMemberSet, Member: announced}),
+		entry(3, &command.Command{ID: strangerID, Op: command.OpMemberSet, Member: stranger}),
+	}
+	if err := r.Apply(entries); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-ch; o.err != nil {
+		t.Fatalf("announcement answered %v", o.err)
+	}
+	if o := <-strangerCh; !errors.Is(o.err, ErrNoMemberRecord) {
+		t.Fatalf("record for an id that is no member answered %v, want ErrNoMemberRecord", o.err)
+	}
+	var got command.Member
+	var recorded, strangerRecorded bool
+	r.View(func(f *fsm.FSM) {
+		got, recorded = f.Member(1)
+		_, strangerRecorded = f.Member(9)
+	})
+	if !recorded || !got.Learner || got.ClientURL != announced.ClientURL {
+		t.Fatalf("member 1 is %+v (recorded %v), want a learner with client URL %s", got, recorded, announced.ClientURL)
+	}
+	if strangerRecorded {
+		t.Fatal("a proposed record added member 9, which no conf change added")
+	}
+	if r.Applied() != 3 {
+		t.Fatalf("applied %d, want 3", r.Applied())
+	}
+}
