@@ -106,10 +106,11 @@ func TestOverflowingNumbersRefused(t *testing.T) {
 		}
 	})
 
-	s := createSession(t, ctx, base, 10*time.Second)
+	s := createSession(t, ctx, base, 60*time.Second) // no expiry moves the applied index mid-test
 	if _, err := Put(ctx, base, "/exists", "v", ""); err != nil {
 		t.Fatal(err)
 	}
+	c.WaitAnnounced(10 * time.Second) // the applied index then moves only by the requests below
 	tests := []struct{ name, method, path, body, want string }{
 		{"timeout_ms 2^64-1", "POST", "/v1/session/create", `{"timeout_ms":18446744073709551615}`, "timeout_ms=18446744073709551615"},
 		{"timeout_ms 2^53", "POST", "/v1/session/create", `{"timeout_ms":9007199254740992}`, "timeout_ms"},
@@ -160,7 +161,8 @@ func TestStrictBodies(t *testing.T) {
 	if _, err := Put(ctx, base, "/x", "orig", ""); err != nil {
 		t.Fatal(err)
 	}
-	s := createSession(t, ctx, base, 10*time.Second)
+	s := createSession(t, ctx, base, 60*time.Second) // no expiry moves the applied index mid-test
+	c.WaitAnnounced(10 * time.Second) // the applied index then moves only by the requests below
 	tests := []struct{ name, method, path, body, want string }{
 		{"no body", "PUT", "/v1/kv/x", "", `"value"`},
 		{"empty object", "PUT", "/v1/kv/x", `{}`, `"value"`},

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+
+	"github.com/latch-io/latch/api"
 )
 
 // waitFor polls cond until it holds or the timeout passes.
@@ -149,4 +151,43 @@ func (c *Cluster) describe() string {
 			n.Name, st.Role, st.Term, st.LeaderID, st.CommitIndex, idx, h)
 	}
 	return out
+}
+
+// WaitAnnounced waits until every running node lists every running node
+// with its client URL (each server announces its own in the replicated
+// member table after it starts, a write of its own) and has applied all it
+// knows committed. A test that measures the applied index to show that a
+// request wrote nothing calls it first, so a late announcement does not
+// land in the measurement.
+func (c *Cluster) WaitAnnounced(timeout time.Duration) {
+	c.t.Helper()
+	ok := waitFor(timeout, func() bool {
+		for _, i := range c.Running() {
+			st := c.Nodes[i].Server.Status()
+			if st.CommitIndex != st.AppliedIndex || !c.listsAllRunning(st.Members) {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		c.t.Fatalf("testcluster: members not all announced within %v: %s", timeout, c.describe())
+	}
+}
+
+// listsAllRunning reports whether members hold every running node with a
+// client URL.
+func (c *Cluster) listsAllRunning(members []api.Member) bool {
+	announced := map[string]bool{}
+	for _, m := range members {
+		if m.ClientURL != "" {
+			announced[m.ID] = true
+		}
+	}
+	for _, i := range c.Running() {
+		if !announced[api.FormatID(c.Nodes[i].ID)] {
+			return false
+		}
+	}
+	return true
 }
