@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,6 +144,7 @@ func TestSessionlessWriteIsNotResentAfter503(t *testing.T) {
 func TestConnectionDroppedMidRequest(t *testing.T) {
 	t.Parallel()
 	cluster := newCluster(t, 2)
+	cluster.Real.WaitLeader(10 * time.Second)
 	c := newTestClient(t, cluster.URLs(), nil)
 	ctx := context.Background()
 	drop := faulthttp.Fault{Method: "PUT", Times: 1, Kind: faulthttp.ForwardThenDrop}
@@ -166,9 +168,23 @@ func TestConnectionDroppedMidRequest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("session Put after dropped connections: %v", err)
 	}
+	// The session-less write's outcome is unknown (the member may have
+	// answered 503 past its request deadline on a loaded machine): at most
+	// one plain node. The session write was applied exactly once.
 	children, err := c.Children(ctx, "/drop")
-	if err != nil || len(children.Children) != 2 || "/drop/"+children.Children[1] != node.Path {
-		t.Fatalf("Children = %+v, %v; want the plain node and exactly %s", children, err, node.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain, session []string
+	for _, child := range children.Children {
+		if strings.HasPrefix(child, "session-") {
+			session = append(session, "/drop/"+child)
+		} else {
+			plain = append(plain, child)
+		}
+	}
+	if len(plain) > 1 || len(session) != 1 || session[0] != node.Path {
+		t.Fatalf("Children = %+v; want at most one plain node and exactly %s", children, node.Path)
 	}
 }
 

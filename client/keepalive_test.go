@@ -15,7 +15,10 @@ import (
 
 // heartbeatCounter is a transport that counts heartbeat calls by form and,
 // when refuseBatches is set, answers every batched one with 400 as a server
-// without batching would.
+// without batching would. An attempt that failed in a way the client retries
+// (no reply, 503, 429: a loaded member) is not counted: its retry is the
+// same call. It is counted as it is sent and uncounted when it fails, before
+// its retry goes out, so once a member answered a call the counts hold it.
 type heartbeatCounter struct {
 	next          http.RoundTripper
 	refuseBatches bool
@@ -46,7 +49,17 @@ func (h *heartbeatCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: http.StatusBadRequest, Header: http.Header{}, Request: r,
 			Body: io.NopCloser(strings.NewReader(`{"error":{"code":"invalid_argument","message":"unknown field session_ids"}}`))}, nil
 	}
-	return h.next.RoundTrip(r)
+	resp, err := h.next.RoundTrip(r)
+	if err != nil || resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {
+		h.mu.Lock()
+		if batched {
+			h.batched--
+		} else {
+			h.single--
+		}
+		h.mu.Unlock()
+	}
+	return resp, err
 }
 
 func (h *heartbeatCounter) counts() (batched, single int) {
