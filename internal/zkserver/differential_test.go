@@ -240,27 +240,48 @@ func (d *diffTarget) multiOutcome(ops ...zkOp) string {
 func diffScript() []diffStep {
 	a := func(f func(d *diffTarget) string) func(d *diffTarget) string { return f }
 	return []diffStep{
-		{"create /d", a(func(d *diffTarget) string { p, err := d.a.Create("/d", []byte("root"), 0, openACL); return p + " " + code(err) })},
+		{"create /d", a(func(d *diffTarget) string {
+			p, err := d.a.Create("/d", []byte("root"), 0, openACL)
+			return p + " " + code(err)
+		})},
 		{"create /d again", a(func(d *diffTarget) string { _, err := d.a.Create("/d", nil, 0, openACL); return code(err) })},
 		{"create under a missing parent", a(func(d *diffTarget) string { _, err := d.a.Create("/d/x/y", nil, 0, openACL); return code(err) })},
 		{"create /", a(func(d *diffTarget) string { _, err := d.a.Create("/", nil, 0, openACL); return code(err) })},
-		{"exists watch on a missing node", a(func(d *diffTarget) string { ok, s, _, err := d.a.ExistsW("/d/w"); return fmt.Sprint(ok, " ", stat(s, 0), " ", code(err)) })},
+		{"exists watch on a missing node", a(func(d *diffTarget) string {
+			ok, s, _, err := d.a.ExistsW("/d/w")
+			return fmt.Sprint(ok, " ", stat(s, 0), " ", code(err))
+		})},
 		{"getData watch", a(func(d *diffTarget) string {
 			v, s, _, err := d.a.GetW("/d")
 			return fmt.Sprintf("%q %s %s", v, stat(s, d.a.SessionID()), code(err))
 		})},
-		{"getChildren watch", a(func(d *diffTarget) string { c, s, _, err := d.a.ChildrenW("/d"); return fmt.Sprint(c, " ", stat(s, 0), " ", code(err)) })},
-		{"b creates /d/w", a(func(d *diffTarget) string { p, err := d.b.Create("/d/w", []byte("w"), 0, openACL); return p + " " + code(err) })},
-		{"b sets /d at version 0", a(func(d *diffTarget) string { s, err := d.b.Set("/d", []byte("v1"), 0); return stat(s, 0) + " " + code(err) })},
+		{"getChildren watch", a(func(d *diffTarget) string {
+			c, s, _, err := d.a.ChildrenW("/d")
+			return fmt.Sprint(c, " ", stat(s, 0), " ", code(err))
+		})},
+		{"b creates /d/w", a(func(d *diffTarget) string {
+			p, err := d.b.Create("/d/w", []byte("w"), 0, openACL)
+			return p + " " + code(err)
+		})},
+		{"b sets /d at version 0", a(func(d *diffTarget) string {
+			s, err := d.b.Set("/d", []byte("v1"), 0)
+			return stat(s, 0) + " " + code(err)
+		})},
 		{"b sets /d at version 0 again", a(func(d *diffTarget) string { _, err := d.b.Set("/d", []byte("v2"), 0); return code(err) })},
 		{"b sets a missing node", a(func(d *diffTarget) string { _, err := d.b.Set("/d/none", nil, -1); return code(err) })},
-		{"b sets /d at any version", a(func(d *diffTarget) string { s, err := d.b.Set("/d", []byte("v2"), -1); return stat(s, 0) + " " + code(err) })},
+		{"b sets /d at any version", a(func(d *diffTarget) string {
+			s, err := d.b.Set("/d", []byte("v2"), -1)
+			return stat(s, 0) + " " + code(err)
+		})},
 		{"a creates an ephemeral", a(func(d *diffTarget) string {
 			p, err := d.a.Create("/d/e", []byte("eph"), zk.FlagEphemeral, openACL)
 			_, s, _ := d.a.Exists("/d/e")
 			return p + " " + code(err) + " " + stat(s, d.a.SessionID())
 		})},
-		{"b reads the ephemeral", a(func(d *diffTarget) string { _, s, _, err := d.b.ExistsW("/d/e"); return stat(s, d.b.SessionID()) + " " + code(err) })},
+		{"b reads the ephemeral", a(func(d *diffTarget) string {
+			_, s, _, err := d.b.ExistsW("/d/e")
+			return stat(s, d.b.SessionID()) + " " + code(err)
+		})},
 		{"child of an ephemeral", a(func(d *diffTarget) string { _, err := d.a.Create("/d/e/c", nil, 0, openACL); return code(err) })},
 		{"sequential creates", a(func(d *diffTarget) string {
 			p1, err1 := d.a.Create("/d/s-", nil, zk.FlagSequence, openACL)
