@@ -238,101 +238,100 @@ func (d *diffTarget) multiOutcome(ops ...zkOp) string {
 }
 
 func diffScript() []diffStep {
-	a := func(f func(d *diffTarget) string) func(d *diffTarget) string { return f }
 	return []diffStep{
-		{"create /d", a(func(d *diffTarget) string {
+		{"create /d", func(d *diffTarget) string {
 			p, err := d.a.Create("/d", []byte("root"), 0, openACL)
 			return p + " " + code(err)
-		})},
-		{"create /d again", a(func(d *diffTarget) string { _, err := d.a.Create("/d", nil, 0, openACL); return code(err) })},
-		{"create under a missing parent", a(func(d *diffTarget) string { _, err := d.a.Create("/d/x/y", nil, 0, openACL); return code(err) })},
-		{"create /", a(func(d *diffTarget) string { _, err := d.a.Create("/", nil, 0, openACL); return code(err) })},
-		{"exists watch on a missing node", a(func(d *diffTarget) string {
+		}},
+		{"create /d again", func(d *diffTarget) string { _, err := d.a.Create("/d", nil, 0, openACL); return code(err) }},
+		{"create under a missing parent", func(d *diffTarget) string { _, err := d.a.Create("/d/x/y", nil, 0, openACL); return code(err) }},
+		{"create /", func(d *diffTarget) string { _, err := d.a.Create("/", nil, 0, openACL); return code(err) }},
+		{"exists watch on a missing node", func(d *diffTarget) string {
 			ok, s, _, err := d.a.ExistsW("/d/w")
 			return fmt.Sprint(ok, " ", stat(s, 0), " ", code(err))
-		})},
-		{"getData watch", a(func(d *diffTarget) string {
+		}},
+		{"getData watch", func(d *diffTarget) string {
 			v, s, _, err := d.a.GetW("/d")
 			return fmt.Sprintf("%q %s %s", v, stat(s, d.a.SessionID()), code(err))
-		})},
-		{"getChildren watch", a(func(d *diffTarget) string {
+		}},
+		{"getChildren watch", func(d *diffTarget) string {
 			c, s, _, err := d.a.ChildrenW("/d")
 			return fmt.Sprint(c, " ", stat(s, 0), " ", code(err))
-		})},
-		{"b creates /d/w", a(func(d *diffTarget) string {
+		}},
+		{"b creates /d/w", func(d *diffTarget) string {
 			p, err := d.b.Create("/d/w", []byte("w"), 0, openACL)
 			return p + " " + code(err)
-		})},
-		{"b sets /d at version 0", a(func(d *diffTarget) string {
+		}},
+		{"b sets /d at version 0", func(d *diffTarget) string {
 			s, err := d.b.Set("/d", []byte("v1"), 0)
 			return stat(s, 0) + " " + code(err)
-		})},
-		{"b sets /d at version 0 again", a(func(d *diffTarget) string { _, err := d.b.Set("/d", []byte("v2"), 0); return code(err) })},
-		{"b sets a missing node", a(func(d *diffTarget) string { _, err := d.b.Set("/d/none", nil, -1); return code(err) })},
-		{"b sets /d at any version", a(func(d *diffTarget) string {
+		}},
+		{"b sets /d at version 0 again", func(d *diffTarget) string { _, err := d.b.Set("/d", []byte("v2"), 0); return code(err) }},
+		{"b sets a missing node", func(d *diffTarget) string { _, err := d.b.Set("/d/none", nil, -1); return code(err) }},
+		{"b sets /d at any version", func(d *diffTarget) string {
 			s, err := d.b.Set("/d", []byte("v2"), -1)
 			return stat(s, 0) + " " + code(err)
-		})},
-		{"a creates an ephemeral", a(func(d *diffTarget) string {
+		}},
+		{"a creates an ephemeral", func(d *diffTarget) string {
 			p, err := d.a.Create("/d/e", []byte("eph"), zk.FlagEphemeral, openACL)
 			_, s, _ := d.a.Exists("/d/e")
 			return p + " " + code(err) + " " + stat(s, d.a.SessionID())
-		})},
-		{"b reads the ephemeral", a(func(d *diffTarget) string {
+		}},
+		{"b reads the ephemeral", func(d *diffTarget) string {
 			_, s, _, err := d.b.ExistsW("/d/e")
 			return stat(s, d.b.SessionID()) + " " + code(err)
-		})},
-		{"child of an ephemeral", a(func(d *diffTarget) string { _, err := d.a.Create("/d/e/c", nil, 0, openACL); return code(err) })},
-		{"sequential creates", a(func(d *diffTarget) string {
+		}},
+		{"child of an ephemeral", func(d *diffTarget) string { _, err := d.a.Create("/d/e/c", nil, 0, openACL); return code(err) }},
+		{"sequential creates", func(d *diffTarget) string {
 			p1, err1 := d.a.Create("/d/s-", nil, zk.FlagSequence, openACL)
 			p2, err2 := d.a.Create("/d/s-", nil, zk.FlagSequence, openACL)
 			p3, err3 := d.a.Create("/d/es-", nil, zk.FlagSequence|zk.FlagEphemeral, openACL)
 			return fmt.Sprint(norm(p1), code(err1), norm(p2), code(err2), norm(p3), code(err3), p1 < p2)
-		})},
-		{"getData watch on /d/w", a(func(d *diffTarget) string { _, _, _, err := d.a.GetW("/d/w"); return code(err) })},
-		{"delete at a wrong version", a(func(d *diffTarget) string { return code(d.b.Delete("/d/w", 5)) })},
-		{"delete at its version", a(func(d *diffTarget) string { return code(d.b.Delete("/d/w", 0)) })},
-		{"delete a parent", a(func(d *diffTarget) string { return code(d.b.Delete("/d", -1)) })},
-		{"delete a missing node", a(func(d *diffTarget) string { return code(d.b.Delete("/d/none", -1)) })},
-		{"children of /d", a(func(d *diffTarget) string {
+		}},
+		{"getData watch on /d/w", func(d *diffTarget) string { _, _, _, err := d.a.GetW("/d/w"); return code(err) }},
+		{"delete at a wrong version", func(d *diffTarget) string { return code(d.b.Delete("/d/w", 5)) }},
+		{"delete at its version", func(d *diffTarget) string { return code(d.b.Delete("/d/w", 0)) }},
+		{"delete a parent", func(d *diffTarget) string { return code(d.b.Delete("/d", -1)) }},
+		{"delete a missing node", func(d *diffTarget) string { return code(d.b.Delete("/d/none", -1)) }},
+		{"children of /d", func(d *diffTarget) string {
 			c, s, err := d.a.Children("/d")
 			for i := range c {
 				c[i] = norm(c[i])
 			}
 			sort.Strings(c)
 			return fmt.Sprint(c, " ", stat(s, 0), " ", code(err))
-		})},
-		{"getData and getChildren of a missing node", a(func(d *diffTarget) string {
+		}},
+		{"getData and getChildren of a missing node", func(d *diffTarget) string {
 			_, _, err1 := d.a.Get("/d/none")
 			_, _, err2 := d.a.Children("/d/none")
 			return code(err1) + " " + code(err2)
-		})},
-		{"empty value", a(func(d *diffTarget) string {
+		}},
+		{"empty value", func(d *diffTarget) string {
 			_, err := d.a.Create("/d/empty", nil, 0, openACL)
 			v, s, err2 := d.a.Get("/d/empty")
 			return fmt.Sprint(code(err), len(v), stat(s, 0), code(err2))
-		})},
-		{"multi success", a(func(d *diffTarget) string {
+		}},
+		{"multi success", func(d *diffTarget) string {
 			return d.multiOutcome(mcreate("/d/m1", 0), mcreate("/d/m1/a", 0), set("/d/m1", "x", 0), check("/d/m1", 1), del("/d/m1/a", -1))
-		})},
-		{"multi refused in the middle", a(func(d *diffTarget) string {
+		}},
+		{"multi refused in the middle", func(d *diffTarget) string {
 			return d.multiOutcome(mcreate("/d/m2", 0), check("/d", 9), mcreate("/d/m3", 0))
-		})},
-		{"multi create under a missing parent", a(func(d *diffTarget) string { return d.multiOutcome(mcreate("/d/nope/a", 0)) })},
-		{"multi parent deleted earlier in it", a(func(d *diffTarget) string { return d.multiOutcome(del("/d/m1", -1), mcreate("/d/m1/b", 0)) })},
-		{"multi refused: node exists, not empty, bad version", a(func(d *diffTarget) string {
+		}},
+		{"multi create under a missing parent", func(d *diffTarget) string { return d.multiOutcome(mcreate("/d/nope/a", 0)) }},
+		{"multi parent deleted earlier in it", func(d *diffTarget) string { return d.multiOutcome(del("/d/m1", -1), mcreate("/d/m1/b", 0)) }},
+		{"multi refused: node exists, not empty, bad version", func(d *diffTarget) string {
 			return d.multiOutcome(mcreate("/d", 0)) + " | " + d.multiOutcome(del("/d", -1)) + " | " + d.multiOutcome(set("/d", "y", 7))
-		})},
-		{"multi child of an ephemeral", a(func(d *diffTarget) string { return d.multiOutcome(mcreate("/d/e/c", 0)) })},
-		{"nothing of the refused multis", a(func(d *diffTarget) string {
+		}},
+		{"multi child of an ephemeral", func(d *diffTarget) string { return d.multiOutcome(mcreate("/d/e/c", 0)) }},
+		{"nothing of the refused multis", func(d *diffTarget) string {
 			var out []string
 			for _, p := range []string{"/d/m1", "/d/m2", "/d/m3", "/d/nope"} {
 				ok, _, err := d.a.Exists(p)
 				out = append(out, fmt.Sprint(p, ok, code(err)))
 			}
 			return strings.Join(out, " ")
-		})},
-		{"multiRead", a(func(d *diffTarget) string {
+		}},
+		{"multiRead", func(d *diffTarget) string {
 			h, rest := d.raw.call(zkproto.OpMultiRead, multiRequest{
 				{zkproto.OpGetData, &zkproto.PathWatchRequest{Path: "/d"}},
 				{zkproto.OpGetChildren, &zkproto.PathWatchRequest{Path: "/d/e"}},
@@ -340,9 +339,9 @@ func diffScript() []diffStep {
 			})
 			got := decodeMultiReply(d.t, rest)
 			return fmt.Sprint(h.Err, got.codes(), len(got.data), string(got.data[0]))
-		})},
-		{"a's events have arrived", a(func(d *diffTarget) string { return d.sentinel(d.a, d.aLog, "a") })},
-		{"a closes its session; b sees its ephemerals go", a(func(d *diffTarget) string {
+		}},
+		{"a's events have arrived", func(d *diffTarget) string { return d.sentinel(d.a, d.aLog, "a") }},
+		{"a closes its session; b sees its ephemerals go", func(d *diffTarget) string {
 			d.a.Close()
 			d.bLog.waitFor(d.t, "EventNodeDeleted /d/e")
 			ok, _, err := d.b.Exists("/d/e")
@@ -352,8 +351,8 @@ func diffScript() []diffStep {
 			}
 			sort.Strings(c)
 			return fmt.Sprint(ok, code(err), c, code(err2))
-		})},
-		{"b's events have arrived", a(func(d *diffTarget) string { return d.sentinel(d.b, d.bLog, "b") })},
+		}},
+		{"b's events have arrived", func(d *diffTarget) string { return d.sentinel(d.b, d.bLog, "b") }},
 	}
 }
 
