@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/zkproto"
 )
 
@@ -295,4 +296,31 @@ func TestCreateNeverMakesItsParent(t *testing.T) {
 		outcomes[fmt.Sprint(delErr == nil)]++
 	}
 	t.Logf("outcomes (delete won: count): %v", outcomes)
+}
+
+// TestMultiLimit: a multi is at most api.MaxTxnOps latch operations (a
+// create counts two): one over is refused whole, in the reply header, and
+// applies nothing.
+func TestMultiLimit(t *testing.T) {
+	c := startZK(t, 1, Config{})
+	r := dialRaw(t, c.addrs[0])
+	r.session()
+	creates := func(prefix string, n int) []zkOp {
+		ops := make([]zkOp, n)
+		for i := range ops {
+			ops[i] = mcreate(fmt.Sprintf("%s%03d", prefix, i), 0)
+		}
+		return ops
+	}
+	const maxCreates = api.MaxTxnOps / 2
+	if got := r.callMulti(creates("/fit", maxCreates)...); len(got.headers) != maxCreates || got.headers[0].Err != zkproto.ErrOK {
+		t.Fatalf("multi of %d creates = %+v", maxCreates, got.codes())
+	}
+	h, _ := r.call(zkproto.OpMulti, multiRequest(creates("/over", maxCreates+1)))
+	if h.Err != zkproto.ErrBadArguments {
+		t.Fatalf("multi of %d creates answered %d, want BadArguments", maxCreates+1, h.Err)
+	}
+	if h, _ := r.call(zkproto.OpExists, &zkproto.PathWatchRequest{Path: "/over000"}); h.Err != zkproto.ErrNoNode {
+		t.Fatalf("a node of the refused multi exists: %d", h.Err)
+	}
 }
