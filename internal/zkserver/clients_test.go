@@ -95,7 +95,7 @@ func (o *output) String() string {
 
 // TestZkCliSession: a scripted zkCli.sh session, each command sent once
 // the previous one answered: create (-e, -s, -c), ls -s, get -s, set -v,
-// stat, addWatch, sync, delete.
+// stat, addWatch, sync, delete, deleteall (multi batches).
 func TestZkCliSession(t *testing.T) {
 	requireZkCli(t)
 	c := startZK(t, 1, Config{})
@@ -153,11 +153,18 @@ func TestZkCliSession(t *testing.T) {
 		}
 		at = out.waitFor(t, at, "[cli]", 30*time.Second)
 	}
+	// deleteall deletes the subtree in multi batches.
+	if _, err := io.WriteString(stdin, "deleteall /cli\nstat /cli\n"); err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, at, "Node does not exist: /cli", 30*time.Second)
 	_, _ = io.WriteString(stdin, "quit\n")
 }
 
 // TestKazooRecipes: kazoo's Lock, Election, Barrier, Counter, Queue,
-// Party, ChildrenWatch and DataWatch recipes, two clients on two members.
+// Party, ChildrenWatch and DataWatch recipes, and transactions (committed,
+// refused with ZooKeeper's per-operation results), two clients on two
+// members.
 func TestKazooRecipes(t *testing.T) {
 	requireKazoo(t)
 	c := startZK(t, 3, Config{})
@@ -168,7 +175,7 @@ func TestKazooRecipes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kazoo recipes: %v", err)
 	}
-	for _, recipe := range []string{"lock", "election", "barrier", "counter", "queue", "party", "watches"} {
+	for _, recipe := range []string{"lock", "election", "barrier", "counter", "queue", "party", "watches", "transaction"} {
 		if !strings.Contains(string(out), "ok "+recipe+"\n") {
 			t.Fatalf("recipe %s did not report ok", recipe)
 		}

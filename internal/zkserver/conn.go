@@ -39,8 +39,13 @@ type conn struct {
 
 	// seen is the highest zxid sent to the client or read on its behalf:
 	// every read waits for it, and every reply carries at least it.
-	seen     atomic.Uint64
-	active   atomic.Bool // a request arrived since the last heartbeat
+	seen   atomic.Uint64
+	active atomic.Bool // a request arrived since the last heartbeat
+	// closing is set by closeSession before it ends the session, so that
+	// the end of the session's event stream does not close the connection
+	// before closeSession's reply is sent (the request pipeline closes it
+	// after the reply).
+	closing  atomic.Bool
 	received atomic.Uint64
 	sent     atomic.Uint64
 }

@@ -21,6 +21,11 @@
 //     refused once the member failed to catch up;
 //   - bad input (a frame, a record, a path) gets a ZooKeeper error code or
 //     closes that connection; it never panics and never changes state;
+//   - a create (plain or in a multi) is one replicated transaction of a
+//     check that the parent exists and the create: it never makes a
+//     missing parent; a multi is one transaction, all or nothing, replying
+//     per operation as ZooKeeper does (OK before the refused one, its
+//     code, RuntimeInconsistency after);
 //   - a connection holds only latch watches it registered, all cancelled
 //     when it closes; a one-shot ZooKeeper watch fires at most once, and
 //     only for a change applied after the read that set it.

@@ -32,6 +32,8 @@ func FuzzRequests(f *testing.F) {
 	f.Add(frame(-8, zkproto.OpSetWatches2, &zkproto.SetWatches{Has2: true, RelativeZxid: 1, DataWatches: []string{"/a"}, ChildWatches: []string{"/"}}))
 	f.Add(frame(1, zkproto.OpDelete, &zkproto.DeleteRequest{Path: "/f", Version: 0}))
 	f.Add(frame(1, zkproto.OpMulti, nil))
+	f.Add(frame(1, zkproto.OpMulti, multiRequest{mcreate("/f", 0), check("/f", 0), set("/f", "x", -1), del("/f", 1)}))
+	f.Add(frame(1, zkproto.OpMultiRead, multiRequest{{zkproto.OpGetData, &zkproto.PathWatchRequest{Path: "/"}}, {zkproto.OpGetChildren, &zkproto.PathWatchRequest{Path: "/f"}}}))
 	f.Add(frame(1, zkproto.OpCheck, &zkproto.CheckVersionRequest{Path: "/", Version: 7}))
 	f.Add([]byte{0, 0, 0, 8, 0, 0, 0, 1, 0, 0, 0, 3})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})

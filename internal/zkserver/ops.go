@@ -1,6 +1,7 @@
 package zkserver
 
 import (
+	"errors"
 	"net"
 
 	"github.com/latch-io/latch/api"
@@ -19,6 +20,10 @@ func (c *conn) handle(frame []byte) bool {
 		return true // not even a header: nothing to answer
 	}
 	rest := frame[r.Offset():]
+	if h.Type == zkproto.OpMulti || h.Type == zkproto.OpMultiRead {
+		resp, code, end := c.multiOp(h.Type, rest)
+		return c.reply(h, resp, code, end)
+	}
 	var body zkproto.Record
 	if rec, ok := zkproto.NewRequestBody(h.Type); ok {
 		if err := zkproto.Decode(rest, rec, "request"); err != nil {
@@ -29,6 +34,22 @@ func (c *conn) handle(frame []byte) bool {
 		body = rec
 	}
 	resp, code, end := c.dispatch(h, body)
+	return c.reply(h, resp, code, end)
+}
+
+// multiOp serves multi or multiRead from the bytes after the header.
+func (c *conn) multiOp(op zkproto.OpCode, rest []byte) (zkproto.Record, zkproto.ErrCode, bool) {
+	if op == zkproto.OpMulti {
+		resp, code := c.multi(rest)
+		return resp, code, false
+	}
+	resp, code := c.multiRead(rest)
+	return resp, code, false
+}
+
+// reply sends the answer to the request h and reports whether the
+// connection must end after it.
+func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.ErrCode, end bool) bool {
 	if code == zkproto.ErrOperationTimeout {
 		// The member could not answer in time (no leader, no quorum): end
 		// the connection unanswered, as a ZooKeeper server that lost its
@@ -116,6 +137,7 @@ func (c *conn) ping() zkproto.ErrCode {
 
 // closeSession ends the session (its ephemeral nodes go) and the connection.
 func (c *conn) closeSession() (zkproto.Record, zkproto.ErrCode, bool) {
+	c.closing.Store(true) // the reply goes out before the connection closes
 	closed, err := c.l.srv.CloseSession(c.ctx, c.session)
 	if err != nil && !isCode(err, api.CodeSessionExpired) && !isCode(err, api.CodeNotFound) {
 		return nil, errCode(err), true
@@ -133,56 +155,31 @@ func (c *conn) auth(p *zkproto.AuthPacket) (zkproto.Record, zkproto.ErrCode, boo
 	return nil, zkproto.ErrAuthFailed, true
 }
 
-// create serves create, create2 and createContainer.
+// create serves create, create2 and createContainer: a check that the
+// parent exists and the create, in one transaction, so that a parent
+// deleted meanwhile is never made again by the create (latch's put would
+// make it).
 func (c *conn) create(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Record, zkproto.ErrCode) {
-	mode := zkproto.CreateMode(req.Flags)
-	switch mode {
-	case zkproto.ModePersistent, zkproto.ModeEphemeral, zkproto.ModePersistentSequential, zkproto.ModeEphemeralSequential:
-	case zkproto.ModeContainer: // kept as a persistent node: docs/zookeeper.md
-	case zkproto.ModePersistentWithTTL, zkproto.ModePersistentSequentialWithTTL:
-		return nil, zkproto.ErrUnimplemented
-	default:
-		return nil, zkproto.ErrBadArguments
+	ops, roles, code := planCreate(req)
+	if code != zkproto.ErrOK {
+		return nil, code
 	}
-	if len(req.ACL) == 0 {
-		return nil, zkproto.ErrInvalidACL
-	}
-	ephemeral := mode == zkproto.ModeEphemeral || mode == zkproto.ModeEphemeralSequential
-	sequential := mode == zkproto.ModePersistentSequential || mode == zkproto.ModeEphemeralSequential
-	if err := api.ValidatePath(req.Path); err != nil || req.Path == "/" {
-		if req.Path == "/" {
-			return nil, zkproto.ErrNodeExists
+	plan := txnPlan{}
+	plan.add(0, ops, roles)
+	res, err := c.l.srv.Txn(c.ctx, server.TxnRequest{Ops: plan.ops, SessionID: c.session})
+	if err != nil {
+		var opErr *api.TxnOpError
+		if errors.As(err, &opErr) && opErr.Op >= 0 && opErr.Op < len(plan.ops) {
+			return nil, c.classify(&plan, opErr)
 		}
-		return nil, zkproto.ErrBadArguments
-	}
-	parent, err := c.readNode(api.Parent(req.Path), false)
-	if err != nil {
 		return nil, errCode(err)
 	}
-	if parent.Owner != 0 {
-		return nil, zkproto.ErrNoChildrenForEphemerals
-	}
-	node, err := c.l.srv.Put(c.ctx, server.PutRequest{
-		Path: req.Path, Value: req.Data, Precondition: server.NoNode,
-		Ephemeral: ephemeral, Sequential: sequential, SessionID: c.session,
-	})
-	if isCode(err, api.CodePreconditionFailed) {
-		return nil, zkproto.ErrNodeExists
-	}
-	if err != nil {
-		return nil, errCode(err)
-	}
-	c.saw(node.Index)
+	c.saw(res.Index)
+	created := res.Ops[plan.primary[0]]
 	if op == zkproto.OpCreate {
-		return &zkproto.CreateResponse{Path: node.Path}, zkproto.ErrOK
+		return &zkproto.CreateResponse{Path: created.Path}, zkproto.ErrOK
 	}
-	var owner uint64
-	if ephemeral {
-		owner = c.session
-	}
-	stat := c.statOf(server.NodeView{Path: node.Path, Value: req.Data, Version: node.Version,
-		CreatedIndex: node.CreatedIndex, ModifiedIndex: node.ModifiedIndex, Owner: owner})
-	return &zkproto.Create2Response{Path: node.Path, Stat: stat}, zkproto.ErrOK
+	return &zkproto.Create2Response{Path: created.Path, Stat: c.txnStat(created)}, zkproto.ErrOK
 }
 
 // delete serves delete. latch refuses to delete another session's

@@ -1,7 +1,11 @@
 package zkserver
 
 import (
+	"context"
+	"io"
 	"os"
+	"os/exec"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,3 +162,56 @@ var errOverlap = errorString("the waiter got the lock before the holder released
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// TestKazooLockSurvivesKill: a kazoo client holding a Lock through the
+// member that is killed with SIGKILL reconnects to another member with the
+// same session and still holds the lock; a waiter gets it only after the
+// holder releases it.
+func TestKazooLockSurvivesKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real latchd processes")
+	}
+	requireKazoo(t)
+	c := proccluster.Start(t, proccluster.Options{Nodes: 3, ZK: true})
+	c.WaitLeader(30 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "testdata/kazoo_kill.py", strings.Join(zkAddrs(c, -1), ","))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := newOutput()
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { err := cmd.Wait(); out.finish(); exited <- err }()
+	defer func() {
+		stdin.Close()
+		if t.Failed() {
+			t.Logf("kazoo:\n%s", out.String())
+		}
+	}()
+	at := out.waitFor(t, 0, "holding ", time.Minute)
+	end := out.waitFor(t, at, "\n", 10*time.Second)
+	addr := strings.TrimSpace(out.String()[at:end])
+	victim := -1
+	for i, m := range c.Members {
+		if m.ZKAddr == addr {
+			victim = i
+		}
+	}
+	if victim < 0 {
+		t.Fatalf("holder connected to %q, not a member", addr)
+	}
+	c.Kill(victim)
+	if _, err := io.WriteString(stdin, "killed\n"); err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, end, "ok kill", 2*time.Minute)
+	if err := <-exited; err != nil {
+		t.Fatalf("kazoo: %v", err)
+	}
+}

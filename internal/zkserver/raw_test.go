@@ -158,7 +158,7 @@ func TestHandshakeForms(t *testing.T) {
 
 // TestPipelining: many requests in flight on one connection are answered
 // in order, each with a zxid, the zxids never decreasing; an opcode latch
-// does not serve (multi) gets Unimplemented and the connection stays.
+// does not serve (reconfig) gets Unimplemented and the connection stays.
 func TestPipelining(t *testing.T) {
 	c := startZK(t, 1, Config{})
 	r := dialRaw(t, c.addrs[0])
@@ -172,7 +172,7 @@ func TestPipelining(t *testing.T) {
 		case 1:
 			xids = append(xids, r.send(zkproto.OpExists, &zkproto.PathWatchRequest{Path: "/"}))
 		case 2:
-			xids = append(xids, r.send(zkproto.OpMulti, nil))
+			xids = append(xids, r.send(zkproto.OpReconfig, nil))
 		case 3:
 			xids = append(xids, r.send(zkproto.OpGetChildren, &zkproto.PathWatchRequest{Path: "/"}))
 		}
@@ -188,7 +188,7 @@ func TestPipelining(t *testing.T) {
 		}
 		last = h.Zxid
 		if i%4 == 2 && h.Err != zkproto.ErrUnimplemented {
-			t.Fatalf("multi answered %d, want Unimplemented", h.Err)
+			t.Fatalf("reconfig answered %d, want Unimplemented", h.Err)
 		}
 		if i%4 != 2 && h.Err != zkproto.ErrOK {
 			t.Fatalf("request %d answered %d", i, h.Err)
@@ -206,7 +206,7 @@ func TestUnknownOpcodesKeepTheConnection(t *testing.T) {
 	c := startZK(t, 1, Config{})
 	r := dialRaw(t, c.addrs[0])
 	r.session()
-	for _, op := range []zkproto.OpCode{zkproto.OpMulti, zkproto.OpMultiRead, zkproto.OpReconfig, zkproto.OpSASL, 55, -10, zkproto.OpCreateTTL, zkproto.OpDeleteContainer} {
+	for _, op := range []zkproto.OpCode{zkproto.OpReconfig, zkproto.OpSASL, 55, -10, zkproto.OpCreateTTL, zkproto.OpDeleteContainer} {
 		var body zkproto.Record
 		switch op {
 		case zkproto.OpCreateTTL:

@@ -322,7 +322,8 @@ func (t *watchTable) cancelAll() {
 // stream ends, then ends the connection: the session ended (the client
 // learns it when it reconnects), another connection took the stream, or
 // the connection fell too far behind; the client reconnects and sets its
-// watches again.
+// watches again. After a closeSession on this connection the pipeline
+// closes it instead, once the reply is sent.
 func (c *conn) pumpEvents() {
 	events := c.stream.Events()
 	for {
@@ -332,7 +333,9 @@ func (c *conn) pumpEvents() {
 		case ev, ok := <-events:
 			if !ok {
 				c.l.log.Debug("zk: event stream ended", "session", c.session, "reason", c.stream.Reason())
-				c.close()
+				if !c.closing.Load() {
+					c.close()
+				}
 				return
 			}
 			c.watches.dispatch(ev)

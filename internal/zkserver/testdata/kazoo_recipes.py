@@ -7,7 +7,8 @@ import sys
 import threading
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import LockTimeout
+from kazoo.exceptions import (BadVersionError, LockTimeout, NoNodeError,
+                              RolledBackError, RuntimeInconsistency)
 
 HOSTS = sys.argv[1]
 WAIT = 20  # seconds any single step may take
@@ -137,10 +138,37 @@ def watches(a, b):
     check(data[-1] == b"v1", "data %r" % data)
 
 
+def transaction(a, b):
+    t = a.transaction()
+    t.create("/k/txn")
+    t.create("/k/txn/s-", b"x", sequence=True)
+    t.create("/k/txn/e", ephemeral=True)
+    t.set_data("/k/txn", b"v", version=0)
+    t.check("/k/txn", 1)
+    res = t.commit()
+    check(len(res) == 5 and res[0] == "/k/txn" and res[1].startswith("/k/txn/s-")
+          and res[2] == "/k/txn/e" and res[3].version == 1 and res[4] is True,
+          "committed transaction: %r" % res)
+    check(b.get("/k/txn")[0] == b"v", "b reads the transaction's write")
+    t = b.transaction()
+    t.create("/k/txn/never")
+    t.check("/k/txn", 7)
+    t.delete("/k/txn/e")
+    res = t.commit()
+    check([type(r) for r in res] == [RolledBackError, BadVersionError, RuntimeInconsistency],
+          "refused transaction: %r" % res)
+    check(a.exists("/k/txn/never") is None, "nothing of the refused transaction applied")
+    t = b.transaction()
+    t.create("/k/none/x")
+    res = t.commit()
+    check([type(r) for r in res] == [NoNodeError], "create under a missing parent: %r" % res)
+    check(a.exists("/k/none") is None, "the missing parent was not made")
+
+
 def main():
     a, b = client(), client()
     a.ensure_path("/k")
-    for recipe in (lock, election, barrier, counter, queue, party, watches):
+    for recipe in (lock, election, barrier, counter, queue, party, watches, transaction):
         try:
             recipe(a, b)
         except Exception as e:  # report which recipe, then fail
