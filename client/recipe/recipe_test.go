@@ -147,8 +147,10 @@ func TestLockContextEndGivesUpPlace(t *testing.T) {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
 	}{
+		// The deadline leaves B time to queue on a loaded machine (it
+		// used to be 300ms, which B could miss); the test then cancels.
 		{"deadline", func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), 300*time.Millisecond)
+			return context.WithTimeout(context.Background(), 10*time.Second)
 		}},
 		{"cancel", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
 	}

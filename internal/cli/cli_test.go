@@ -212,7 +212,10 @@ func TestBenchCountsErrors(t *testing.T) {
 	t.Parallel()
 	cluster, env := newCluster(t, 1)
 	cluster.Proxy(0).FailNext(5, api.CodePreconditionFailed, "")
-	got := latchctl(t, env, "", "bench", "-o", "json", "--duration", "200ms", "--clients", "1")
+	// The proxy answers the first five requests at once; the run must be
+	// long enough to send them even on a loaded machine (under -race a
+	// put can take tens of milliseconds), so 2s rather than a few hundred ms.
+	got := latchctl(t, env, "", "bench", "-o", "json", "--duration", "2s", "--clients", "1")
 	var r loadgen.BenchResult
 	if got.code != ExitOK || json.Unmarshal([]byte(got.stdout), &r) != nil {
 		t.Fatalf("bench = %+v", got)

@@ -15,10 +15,13 @@ import (
 // Election timing: candidates' session timeout, and the allowance on top of
 // it for a successor to lead and start its command (the session expiry
 // check, one commit, one notification, the successor's join, the child's
-// start and first write), on a loaded 2-core machine under -race.
+// start and first write), on a loaded 2-core machine under -race. The bound
+// is a liveness check (failover follows the session's expiry, not some
+// later event), not a performance one: 2s of allowance was seen exceeded
+// (4.7s in all) on a loaded machine, so it is three session timeouts.
 const (
 	candidateSessionTimeout = 2 * time.Second
-	failoverAllowance       = 2 * time.Second
+	failoverAllowance       = 3 * candidateSessionTimeout
 )
 
 // TestElectionFailover runs three 'latchctl elect ROLE -- writer'

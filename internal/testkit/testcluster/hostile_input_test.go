@@ -162,7 +162,7 @@ func TestStrictBodies(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := createSession(t, ctx, base, 60*time.Second) // no expiry moves the applied index mid-test
-	c.WaitAnnounced(10 * time.Second) // the applied index then moves only by the requests below
+	c.WaitAnnounced(10 * time.Second)                // the applied index then moves only by the requests below
 	tests := []struct{ name, method, path, body, want string }{
 		{"no body", "PUT", "/v1/kv/x", "", `"value"`},
 		{"empty object", "PUT", "/v1/kv/x", `{}`, `"value"`},
