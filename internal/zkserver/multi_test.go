@@ -217,6 +217,13 @@ func TestMultiRead(t *testing.T) {
 	if got.headers[0].Type != zkproto.OpGetData || got.headers[1].Type != zkproto.OpGetChildren || got.headers[2].Type != zkproto.OpError {
 		t.Fatalf("multiRead result types = %+v", got.headers)
 	}
+	h, rest = r.call(zkproto.OpMultiRead, multiRequest{
+		{zkproto.OpGetChildren, &zkproto.PathWatchRequest{Path: "rel"}},
+		{zkproto.OpGetChildren, &zkproto.PathWatchRequest{Path: "/r"}},
+	})
+	if got := decodeMultiReply(t, rest); h.Err != zkproto.ErrOK || !sameCodes(got.codes(), zkproto.ErrBadArguments, zkproto.ErrOK) {
+		t.Fatalf("multiRead with a bad path = %d %v, want [BadArguments OK]", h.Err, got.codes())
+	}
 	if h, _ := r.call(zkproto.OpMultiRead, multiRequest{mcreate("/r/x", 0)}); h.Err != zkproto.ErrMarshallingError {
 		t.Fatalf("multiRead holding a create answered %d, want MarshallingError", h.Err)
 	}
