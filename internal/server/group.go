@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/queues"
@@ -27,7 +29,7 @@ type group struct {
 // lock (sessions first: its metrics count what it tracks), the registry
 // publishes the batch's events under it, and the lock queues wake their
 // waiters once it is released.
-func (s *Server) newGroup(id uint64) *group {
+func (s *Server) newGroup(id uint64) (*group, error) {
 	g := &group{
 		admit: s.admit,
 		watches: watch.New(watch.Options{
@@ -41,13 +43,17 @@ func (s *Server) newGroup(id uint64) *group {
 		Logger: s.log, MinSessionTTL: s.cfg.MinSessionTTL, ElectionTimeout: s.electionTimeout(), RequestTimeout: s.cfg.RequestTimeout,
 	})
 	g.queues = queues.New(queues.Config{Replica: g, MaxValueSize: s.cfg.MaxValueSize})
-	g.Replica = replica.New(replica.Config{
-		Self: s.id, Group: id, RequestTimeout: s.cfg.RequestTimeout, ElectionTimeout: s.electionTimeout(),
+	r, err := replica.New(replica.Config{
+		Self: s.id, Group: id, Shard: shardOfGroup(id), Shards: s.cfg.Shards, RequestTimeout: s.cfg.RequestTimeout, ElectionTimeout: s.electionTimeout(),
 		MaxPending: s.cfg.MaxPending, UnsafeLocalReads: s.cfg.UnsafeLocalReads,
 		Listeners:  []replica.Listener{g.sessions, watchListener{w: g.watches}, g.queues},
 		Membership: (*membership)(s), Metrics: s.metrics.forShard(shardOfGroup(id)), Clock: s.cfg.Clock, Logger: s.log, Stop: s.stop,
 	})
-	return g
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	g.Replica = r
+	return g, nil
 }
 
 // watchListener feeds the watch registry from the apply path.

@@ -194,7 +194,10 @@ func (s *Server) startGroups(recovered map[uint64]*wal.GroupState) error {
 
 func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 	id := groupOfShard(shard)
-	g := s.newGroup(id)
+	g, err := s.newGroup(id)
+	if err != nil {
+		return err
+	}
 	node, err := raftnode.Start(raftnode.Config{
 		ID: s.id, Group: id, Peers: s.bootstrapPeers(), Join: s.cfg.Join, Recovered: recovered,
 		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g.Replica, Observer: g.Replica,
