@@ -44,6 +44,9 @@ type Server struct {
 	ticker *raftnode.Ticks
 	groups []atomic.Pointer[group]
 
+	// cleanupWake nudges shard 0's session cleanup loop (sessionend.go).
+	cleanupWake chan struct{}
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	done     chan struct{} // closed when the server stopped, by Close or a fatal error
@@ -72,6 +75,8 @@ func New(cfg Config) (*Server, error) {
 		log:  cfg.Logger.With("member", cfg.Name),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
+
+		cleanupWake: make(chan struct{}, 1),
 	}
 	shards, err := placement.New(cfg.Shards)
 	if err != nil {
@@ -215,6 +220,9 @@ func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 		s.goBackground(func() { s.announce(g) })
 		s.goBackground(func() { g.sessions.RunRelay(s.stop) })
 		s.goBackground(func() { g.sessions.RunExpiry(s.stop) })
+		if s.cfg.Shards > 1 {
+			s.goBackground(s.runSessionCleanup)
+		}
 	}
 	go s.watchNode(node)
 	return nil
