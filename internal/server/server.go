@@ -222,6 +222,7 @@ func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 		s.goBackground(func() { g.sessions.RunExpiry(s.stop) })
 		if s.cfg.Shards > 1 {
 			s.goBackground(s.runSessionCleanup)
+			s.goBackground(s.runMarkFinisher)
 		}
 	}
 	go s.watchNode(node)

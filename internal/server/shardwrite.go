@@ -37,6 +37,11 @@ func (g *group) proposeRouted(ctx context.Context, cmd *command.Command) (fsm.Re
 // proposeInShard runs step 1 of the wiring for cmd in group g; depth counts
 // the ancestors being made by the caller (mkdir -p).
 func (s *Server) proposeInShard(ctx context.Context, g *group, cmd *command.Command, depth int) (fsm.Result, uint64, error) {
+	if !isTreeWrite(cmd.Op) {
+		// The directory and session protocol commands carry their own
+		// fields and need no step here.
+		return g.Replica.Propose(ctx, cmd)
+	}
 	openPath := false
 	for attempt := 1; attempt <= maxShardAttempts; attempt++ {
 		cmd.Observed, cmd.Incarnation = 0, 0
@@ -70,6 +75,10 @@ func (s *Server) proposeInShard(ctx context.Context, g *group, cmd *command.Comm
 		if err != nil || res.Redo == fsm.RedoNone {
 			return res, index, err
 		}
+		if cmd.Op == command.OpTxn && (res.Redo == fsm.RedoOpenDirectory || res.Redo == fsm.RedoCreateParent) {
+			return fsm.Result{Err: api.Errorf(api.CodeInvalidArgument,
+				"with several shards a transaction creates nodes only under directories that exist and already hold a child in the transaction's shard (%v); create the first child outside the transaction", res.Err)}, 0, nil
+		}
 		switch res.Redo {
 		case fsm.RedoOpenDirectory:
 			openPath = true
@@ -87,6 +96,16 @@ func (s *Server) proposeInShard(ctx context.Context, g *group, cmd *command.Comm
 		}
 	}
 	return fsm.Result{}, 0, g.Unavailable("shard %d: the write was refused %d times by concurrent directory closes or session ends; retry", g.shard, maxShardAttempts)
+}
+
+// isTreeWrite reports whether op is a write of the tree a client makes: the
+// writes that may carry a session and create nodes.
+func isTreeWrite(op command.Op) bool {
+	switch op {
+	case command.OpPut, command.OpDelete, command.OpEnqueue, command.OpTxn:
+		return true
+	}
+	return false
 }
 
 // observe is barrier(k): a linearizable read barrier on g, whose applied

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -307,5 +309,65 @@ func TestShardsLocksInSeveralShards(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the waiter never got the lock its holder's end released")
+	}
+}
+
+func TestShardsDeletesAndListingsAcrossShards(t *testing.T) {
+	c := newShardedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	recursive := url.Values{"recursive": {"true"}}
+	for shard, dir := range crossShardDirs(t, "/del") {
+		for _, p := range []string{dir + "/a", dir + "/b/c"} {
+			if _, err := Put(ctx, c.URL(shard%3), p, "v", ""); err != nil {
+				t.Fatalf("put %s: %v", p, err)
+			}
+		}
+		// Get's children_count and the listing come from the children's
+		// shard.
+		n, err := Get(ctx, c.URL(1), dir, "linearizable")
+		if err != nil || n.ChildrenCount != 2 || n.ChildrenIndex == 0 {
+			t.Fatalf("get %s: %+v, %v; want 2 children counted in shard %d, with its index", dir, n, err, shard)
+		}
+		var list api.Children
+		if err := Do(ctx, http.MethodGet, c.URL(2), "/v1/kv"+dir, url.Values{"children": {"true"}}, nil, &list); err != nil ||
+			!slices.Equal(list.Children, []string{"a", "b"}) {
+			t.Fatalf("children of %s: %+v, %v; want [a b]", dir, list, err)
+		}
+		// A directory with children is not deleted, and stays usable.
+		if err := Delete(ctx, c.URL(0), dir); api.CodeOf(err) != api.CodePreconditionFailed {
+			t.Fatalf("delete of the non-empty %s: %v, want precondition_failed", dir, err)
+		}
+		if _, err := Put(ctx, c.URL(0), dir+"/after-refusal", "v", "none"); err != nil {
+			t.Fatalf("a create under %s after its refused delete: %v", dir, err)
+		}
+		before, err := SessionPut(ctx, c.URL(0), dir+"/n-", "", SessionWrite{Sequential: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A recursive delete across shards, bottom-up.
+		if err := Do(ctx, http.MethodDelete, c.URL(1), "/v1/kv"+dir, recursive, nil, nil); err != nil {
+			t.Fatalf("recursive delete of %s: %v", dir, err)
+		}
+		if gone, err := goneEverywhere(ctx, c, []string{dir, dir + "/a", dir + "/b", dir + "/b/c", before.Path}); err != nil || !gone {
+			t.Fatalf("after the recursive delete of %s something is left (%v)", dir, err)
+		}
+		// Re-created, the directory's sequential names continue above the
+		// old incarnation's.
+		after, err := SessionPut(ctx, c.URL(2), dir+"/n-", "", SessionWrite{Sequential: true})
+		if err != nil || after.Path <= before.Path {
+			t.Fatalf("sequential name after the re-create %q (%v), want above %q", after.Path, err, before.Path)
+		}
+		// An empty directory whose children live elsewhere: the close
+		// protocol deletes it.
+		if err := Do(ctx, http.MethodDelete, c.URL(0), "/v1/kv"+after.Path, nil, nil, nil); err != nil {
+			t.Fatalf("delete %s: %v", after.Path, err)
+		}
+		if err := Delete(ctx, c.URL(0), dir); err != nil {
+			t.Fatalf("delete of the empty %s: %v", dir, err)
+		}
+		if _, err := Get(ctx, c.URL(2), dir, "linearizable"); api.CodeOf(err) != api.CodeNotFound {
+			t.Fatalf("get %s after its delete: %v, want not_found", dir, err)
+		}
 	}
 }
