@@ -371,3 +371,43 @@ func TestShardsDeletesAndListingsAcrossShards(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsSessionCleanupResumesAfterTheMetaLeaderCrashes crashes the
+// member leading shard 0 with ephemeral nodes of a session in several
+// shards; the session then expires, and the new leader of shard 0 runs its
+// cleanup in every shard.
+func TestShardsSessionCleanupResumesAfterTheMetaLeaderCrashes(t *testing.T) {
+	c := newShardedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s, err := CreateSession(ctx, c.URL(0), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := ephemeralsIn(t, ctx, c, s.SessionID, crossShardDirs(t, "/resume"))
+	leader := 0
+	for _, i := range c.Running() {
+		if id := c.shardLeaders(i)[0]; id != "" {
+			for j, n := range c.Nodes {
+				if api.FormatID(n.ID) == id {
+					leader = j
+				}
+			}
+			break
+		}
+	}
+	c.Crash(leader)
+	survivors := c.Running()
+	if !waitFor(60*time.Second, func() bool {
+		for _, i := range survivors {
+			for _, p := range paths {
+				if _, err := Get(ctx, c.URL(i), p, "linearizable"); api.CodeOf(err) != api.CodeNotFound {
+					return false
+				}
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("after shard 0's leader crashed, the expired session's nodes %v were not all deleted", paths)
+	}
+}
