@@ -411,3 +411,45 @@ func TestShardsSessionCleanupResumesAfterTheMetaLeaderCrashes(t *testing.T) {
 		t.Fatalf("after shard 0's leader crashed, the expired session's nodes %v were not all deleted", paths)
 	}
 }
+
+// TestShardsElectionsInSeveralShards: elections whose candidate queues are
+// in every shard elect their first candidate, and the next one leads once
+// the leader resigns.
+func TestShardsElectionsInSeveralShards(t *testing.T) {
+	c := newShardedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m, _ := placement.New(wiringShards)
+	roles := map[int]string{}
+	for i := 0; len(roles) < wiringShards && i < 10000; i++ {
+		role := fmt.Sprintf("svc-%d", i)
+		if k := m.ChildShard("/elections/" + role); roles[k] == "" {
+			roles[k] = role
+		}
+	}
+	a, err := CreateSession(ctx, c.URL(0), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := CreateSession(ctx, c.URL(1), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for shard, role := range roles {
+		first, err := joinElection(ctx, c.URL(shard%3), role, a.SessionID, "a")
+		if err != nil || !first.IsLeader {
+			t.Fatalf("role %s (shard %d): first candidate %+v, %v; want the leader", role, shard, first, err)
+		}
+		second, err := joinElection(ctx, c.URL((shard+1)%3), role, b.SessionID, "b")
+		if err != nil || second.IsLeader || second.FencingToken <= first.FencingToken {
+			t.Fatalf("role %s: second candidate %+v, %v; want a follower with a higher token than %d", role, second, err, first.FencingToken)
+		}
+		if err := Do(ctx, http.MethodPost, c.URL(2), "/v1/election/resign", nil, api.ElectionRequest{Role: role, SessionID: a.SessionID}, nil); err != nil {
+			t.Fatalf("resign %s: %v", role, err)
+		}
+		st, err := electionState(ctx, c.URL(shard%3), role)
+		if err != nil || st.Leader == nil || st.Leader.Value != "b" || st.Candidates != 1 {
+			t.Fatalf("role %s after the leader resigned: %+v, %v; want b leading alone", role, st, err)
+		}
+	}
+}
