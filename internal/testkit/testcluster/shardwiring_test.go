@@ -254,6 +254,11 @@ func TestShardsLocksInSeveralShards(t *testing.T) {
 			locks[k] = name
 		}
 	}
+	for shard, name := range locks {
+		if _, err := lockState(ctx, c.URL(shard%3), name); api.CodeOf(err) != api.CodeNotFound {
+			t.Fatalf("state of the never used lock %s (shard %d): %v, want not_found", name, shard, err)
+		}
+	}
 	a, err := CreateSession(ctx, c.URL(0), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
