@@ -64,7 +64,9 @@ func (s *Server) proposeInShard(ctx context.Context, g *group, cmd *command.Comm
 				return fsm.Result{Err: err}, 0, nil
 			}
 			if again {
-				if !s.pauseCtx(ctx, s.cfg.TickInterval) {
+				// The parent was made, or its delete is in flight (it ends
+				// within a few round trips): back off, longer each time.
+				if !s.pauseCtx(ctx, min(s.cfg.TickInterval<<attempt, s.electionTimeout())) {
 					break
 				}
 				continue
