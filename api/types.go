@@ -49,6 +49,11 @@ type Node struct {
 	OwnerHandle   string `json:"owner_handle"`
 	ChildrenCount int    `json:"children_count"`
 	Index         uint64 `json:"index"`
+	// ChildrenIndex, set only in a cluster of several shards when the
+	// node's children live in another shard than the node, is the applied
+	// index of that shard at which ChildrenCount was read (Index is the
+	// node's shard's).
+	ChildrenIndex uint64 `json:"children_index,omitempty"`
 }
 
 // Written is the reply to PUT /v1/kv/{path}: the node's new version and

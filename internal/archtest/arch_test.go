@@ -66,7 +66,7 @@ var allowed = map[string]rule{
 	// The backup file: a format over the state machine's snapshot encoding.
 	"internal/backup": {
 		imports: []string{"internal/fsm"},
-		tests:   []string{"internal/command", testkit + "testseed"},
+		tests:   []string{"internal/command", "internal/placement", testkit + "testseed"},
 		never:   []string{"net", "go.etcd.io/raft"},
 	},
 

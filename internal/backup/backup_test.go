@@ -12,6 +12,7 @@ import (
 
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/placement"
 	"github.com/latch-io/latch/internal/testkit/testseed"
 )
 
@@ -41,6 +42,60 @@ func state(t *testing.T, keys int, valueSize int) *fsm.FSM {
 	return f
 }
 
+// shardState returns the state machine of shard 1 of 2: keys nodes under a
+// directory whose node lives in shard 0 (so shard 1 holds its directory
+// record), an ephemeral one of session 42 and a sequential one.
+func shardState(t *testing.T, keys int, valueSize int) *fsm.FSM {
+	t.Helper()
+	const shard, shards = 1, 2
+	f, err := fsm.NewShard(shard, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := placement.New(shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := ""
+	for i := 0; dir == ""; i++ {
+		if d := fmt.Sprintf("/d%d", i); m.ChildShard(d) == shard && m.Shard(d) != shard {
+			dir = d
+		}
+	}
+	apply := func(c command.Command) {
+		c.Observed, c.Incarnation = f.Applied(), 1
+		if r, _ := f.Apply(f.Applied()+1, &c); r.Err != nil {
+			t.Fatalf("apply %+v: %v", c, r.Err)
+		}
+	}
+	f.Advance(1)
+	apply(command.Command{Op: command.OpPut, Path: dir + "/eph", Value: []byte("e"), Ephemeral: true, SessionID: 42})
+	for i := range keys {
+		apply(command.Command{Op: command.OpPut, Path: fmt.Sprintf("%s/%06d", dir, i), Value: bytes.Repeat([]byte{byte(i)}, valueSize)})
+	}
+	apply(command.Command{Op: command.OpPut, Path: dir + "/n-", Sequential: true})
+	return f
+}
+
+// metaShardState returns the state machine of shard 0 of 2: a member and
+// session 42.
+func metaShardState(t *testing.T) *fsm.FSM {
+	t.Helper()
+	f, err := fsm.NewShard(0, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []command.Command{
+		{Op: command.OpMemberSet, Member: command.Member{ID: 7, Name: "m7", PeerURL: "127.0.0.1:1"}},
+		{Op: command.OpSessionCreate, SessionID: 42, TimeoutMs: 5000},
+	} {
+		if r, _ := f.Apply(uint64(i+1), &c); r.Err != nil {
+			t.Fatalf("apply %+v: %v", c, r.Err)
+		}
+	}
+	return f
+}
+
 func writeFile(t *testing.T, states ...*fsm.FSM) []byte {
 	t.Helper()
 	h := Header{TokenHash: TokenHash("old"), TakenAtUnixMs: 1234, Member: "m7"}
@@ -59,7 +114,7 @@ func writeFile(t *testing.T, states ...*fsm.FSM) []byte {
 }
 
 func TestRoundTripHoldsEveryShard(t *testing.T) {
-	small, large := state(t, 10, 10), state(t, 3000, 700) // large spans several 1 MiB chunks
+	small, large := metaShardState(t), shardState(t, 3000, 700) // large spans several 1 MiB chunks
 	data := writeFile(t, small, large)
 	contents, err := Read(bytes.NewReader(data), "f")
 	if err != nil {
@@ -75,6 +130,12 @@ func TestRoundTripHoldsEveryShard(t *testing.T) {
 	}
 	if contents.Header.MaxIndex() != large.Applied() {
 		t.Errorf("MaxIndex %d, want %d", contents.Header.MaxIndex(), large.Applied())
+	}
+	// A section must hold the state of its own shard.
+	swapped := writeFile(t, large, small)
+	var corrupt *CorruptError
+	if _, err := Read(bytes.NewReader(swapped), "f"); !errors.As(err, &corrupt) || !strings.Contains(err.Error(), "not shard 0 of 2") {
+		t.Fatalf("a file whose sections are in the wrong order: %v, want a *CorruptError naming the shard", err)
 	}
 }
 

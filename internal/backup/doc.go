@@ -11,7 +11,8 @@
 //   - a file Verify accepts is exactly what Write wrote: every byte is under
 //     a checksum (the header's, each chunk's section CRC, the trailer's CRC
 //     of the whole file), and a truncated file lacks its trailer;
-//   - every section body decodes (fsm.ReadSnapshot) to a state whose applied
+//   - section k of a file of N sections decodes (fsm.ReadShardSnapshot of
+//     shard k of N) to a state whose applied
 //     index, node and session counts are those the header announces;
 //   - an error about the input is a *CorruptError naming the file and the
 //     byte offset, never a panic; reading never allocates more than a fixed

@@ -31,8 +31,8 @@ func Read(r io.Reader, name string) (*Contents, error) {
 		return nil, err
 	}
 	contents := &Contents{Header: h}
-	for _, shard := range h.Shards {
-		state, err := fr.readSection(shard)
+	for i, shard := range h.Shards {
+		state, err := fr.readSection(shard, i, len(h.Shards))
 		if err != nil {
 			return nil, err
 		}
@@ -110,7 +110,9 @@ func (fr *fileReader) readHeader() (Header, error) {
 	return h, nil
 }
 
-func (fr *fileReader) readSection(shard Shard) (*fsm.FSM, error) {
+// readSection reads the section of shard index of shards: its body must be
+// a snapshot of that shard (fsm.ReadShardSnapshot).
+func (fr *fileReader) readSection(shard Shard, index, shards int) (*fsm.FSM, error) {
 	start := fr.offset
 	group, err := fr.readFull(8, "a section")
 	if err != nil {
@@ -120,7 +122,7 @@ func (fr *fileReader) readSection(shard Shard) (*fsm.FSM, error) {
 		return nil, fr.corrupt(start, "section of group %d where the header lists group %d", got, shard.Group)
 	}
 	body := &chunkReader{fr: fr}
-	state, err := fsm.ReadSnapshot(body)
+	state, err := fsm.ReadShardSnapshot(body, index, shards)
 	if body.err != nil {
 		return nil, body.err // the chunk framing failed first
 	}

@@ -368,3 +368,15 @@ func (f *FSM) ClosingDirectories() []ClosingDirectory {
 	})
 	return list
 }
+
+// ClosingMark returns the closing mark of the node at path (the index of
+// the OpDirMark that marked it), or 0 if it is not marked or not here. A
+// create's open path reads it in the directory's own shard: no directory
+// record is opened under a directory being deleted.
+func (f *FSM) ClosingMark(path string) uint64 {
+	e, ok := f.lookup(path)
+	if !ok {
+		return 0
+	}
+	return e.closing
+}

@@ -14,7 +14,9 @@ import (
 // cluster), and raises every node's sequence counter to at least index, so
 // a sequential name made above index sorts after every name the old cluster
 // could have made below it (a counter advances by at most one per entry).
-// Fencing tokens are creation indexes, above index too. index must exceed
+// In a shard of a sharded cluster the counters of the directory records are
+// raised alike, and only shard 0 gets the member table (the others hold
+// none). Fencing tokens are creation indexes, above index too. index must exceed
 // Applied(); the state must not be shared with a running replica.
 func (f *FSM) Reseed(index uint64, members []command.Member) error {
 	if index <= f.applied {
@@ -39,6 +41,13 @@ func (f *FSM) Reseed(index uint64, members []command.Member) error {
 		e.edit().sequence = index
 		f.nodes.Set(e)
 	}
+	f.raiseDirectoryCounters(index)
+	if !f.shard.meta() {
+		// Another shard holds no member table (shard 0 does).
+		f.removed = nil
+		f.applied = index
+		return nil
+	}
 	f.members = slices.Clone(members)
 	slices.SortFunc(f.members, func(a, b command.Member) int {
 		switch {
@@ -52,4 +61,20 @@ func (f *FSM) Reseed(index uint64, members []command.Member) error {
 	f.removed = nil
 	f.applied = index
 	return nil
+}
+
+// raiseDirectoryCounters raises the sequence counter of every directory
+// record (a directory whose node lives in another shard) to at least index.
+func (f *FSM) raiseDirectoryCounters(index uint64) {
+	var raised []dirRecord
+	f.dirs.Scan(func(r dirRecord) bool {
+		if r.sequence < index {
+			raised = append(raised, r)
+		}
+		return true
+	})
+	for _, r := range raised {
+		r.sequence = index
+		f.dirs.Set(r)
+	}
 }

@@ -95,7 +95,14 @@ func (q *Queues) queue(dir, prefix string) (members []queueMember, exists bool, 
 }
 
 // queueIn is queue over the state f, read under the caller's View.
+//
+// In a sharded cluster whose shard holds dir's children but not dir's own
+// node, dir counts as existing while its directory record is open: a queue
+// directory is made by the first enqueue, which opens the record.
 func queueIn(f *fsm.FSM, dir, prefix string) (members []queueMember, exists bool) {
+	if d, err := f.Directory(dir); err == nil && !d.Opened {
+		return nil, false
+	}
 	names, err := f.Children(dir)
 	if err != nil {
 		return nil, false

@@ -2,9 +2,11 @@
 // raft node, its state machine under its lock, proposals with their waiters,
 // batched ReadIndex reads and barriers, and the apply path that tells the
 // features (sessions, watches, lock queues) what each committed entry did.
-// The server instantiates one Replica per group (one today; sharding will run
-// many) and hands it, through Config, everything it needs from outside: no
-// Replica knows the server.
+// The server instantiates one Replica per group (one per shard) and hands
+// it, through Config, everything it needs from outside: no Replica knows the
+// server. A Replica of shard k of N holds fsm.NewShard(k, N) and restores
+// only a snapshot of that shard (fsm.ReadShardSnapshot; another shard's or
+// count's is refused with fsm.ErrWrongShard and changes nothing).
 //
 // A write is proposed with Propose: the proposer registers a waiter under
 // the command's proposal id; Apply, running on the raft Ready loop after the

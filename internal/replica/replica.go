@@ -25,6 +25,10 @@ import (
 type Config struct {
 	Self  uint64 // this member's raft id
 	Group uint64 // the consensus group's id
+	// Shard and Shards say which shard of how many the group holds: its
+	// state machine is fsm.NewShard(Shard, Shards) and restores only a
+	// snapshot of that shard. Shards 0 means 1 (one group, fsm.New).
+	Shard, Shards int
 
 	RequestTimeout  time.Duration // deadline of a proposal or a read barrier
 	ElectionTimeout time.Duration // paces proposal and ReadIndex retries
@@ -69,9 +73,17 @@ type Replica struct {
 	reads   *readBatcher
 }
 
-// New returns a Replica with an empty state machine; start its raft node
-// with it as Machine and Observer, then Attach the node.
-func New(cfg Config) *Replica {
+// New returns a Replica with an empty state machine of its shard; start its
+// raft node with it as Machine and Observer, then Attach the node. A shard
+// outside 0..Shards-1 is an error.
+func New(cfg Config) (*Replica, error) {
+	if cfg.Shards == 0 {
+		cfg.Shards = 1
+	}
+	state, err := fsm.NewShard(cfg.Shard, cfg.Shards)
+	if err != nil {
+		return nil, fmt.Errorf("replica: group %d: %w", cfg.Group, err)
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
 	}
@@ -86,12 +98,12 @@ func New(cfg Config) *Replica {
 	}
 	r := &Replica{
 		cfg:       cfg,
-		fsm:       fsm.New(),
+		fsm:       state,
 		appliedCh: make(chan struct{}),
 		waiters:   newWaiterTable(),
 	}
 	r.reads = newReadBatcher(r)
-	return r
+	return r, nil
 }
 
 // Attach gives the Replica its started raft node, before any request.
@@ -335,11 +347,12 @@ func (r *Replica) Snapshot() func(io.Writer) error {
 	return clone.WriteSnapshot
 }
 
-// Restore replaces the state machine with a snapshot's.
+// Restore replaces the state machine with a snapshot's, which must be of
+// this replica's shard (fsm.ErrWrongShard otherwise).
 func (r *Replica) Restore(meta snap.Meta, body io.Reader) error {
-	f, err := fsm.ReadSnapshot(body)
+	f, err := fsm.ReadShardSnapshot(body, r.cfg.Shard, r.cfg.Shards)
 	if err != nil {
-		return err
+		return fmt.Errorf("replica: group %d: restore the snapshot at index %d: %w", r.cfg.Group, meta.Index, err)
 	}
 	r.mu.Lock()
 	r.fsm = f

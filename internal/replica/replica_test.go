@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,16 @@ func (l recorder) LeaderChanged(lead, _ uint64) {
 	l.note(fmt.Sprintf("LeaderChanged %d published=%d", lead, l.r.Leader()))
 }
 
+// mustNew returns New(cfg) or fails the test.
+func mustNew(t *testing.T, cfg Config) *Replica {
+	t.Helper()
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // newRecorded returns a Replica with two recording listeners, a and b.
 func newRecorded(t *testing.T) (*Replica, func() []string) {
 	t.Helper()
@@ -71,7 +82,7 @@ func newRecorded(t *testing.T) (*Replica, func() []string) {
 	)
 	a := &recorder{name: "a", mu: &mu, log: &log}
 	b := &recorder{name: "b", mu: &mu, log: &log}
-	r := New(Config{Self: 1, Group: 1, Listeners: []Listener{a, b}, Logger: quiet, MaxPending: 10, RequestTimeout: time.Second})
+	r := mustNew(t, Config{Self: 1, Group: 1, Listeners: []Listener{a, b}, Logger: quiet, MaxPending: 10, RequestTimeout: time.Second})
 	a.r, b.r = r, r
 	return r, func() []string {
 		mu.Lock()
@@ -257,7 +268,7 @@ func startSingle(t *testing.T, rec *recorder) *Replica {
 	}
 	network := transport.NewNetwork(1)
 	stop := make(chan struct{})
-	r := New(Config{
+	r := mustNew(t, Config{
 		Self: 1, Group: 1, RequestTimeout: 5 * time.Second, ElectionTimeout: 50 * time.Millisecond,
 		MaxPending: 100, Listeners: []Listener{rec}, Logger: quiet, Stop: stop,
 	})
@@ -401,5 +412,45 @@ func TestAnnouncementKeepsConfChangeRole(t *testing.T) {
 	}
 	if r.Applied() != 3 {
 		t.Fatalf("applied %d, want 3", r.Applied())
+	}
+}
+
+func TestReplicaHoldsItsShardAndRestoresOnlyItsSnapshots(t *testing.T) {
+	r := mustNew(t, Config{Self: 1, Group: 2, Shard: 1, Shards: 4, Logger: quiet, MaxPending: 10, RequestTimeout: time.Second})
+	r.View(func(f *fsm.FSM) {
+		if shard, shards := f.Shard(); shard != 1 || shards != 4 {
+			t.Fatalf("the state machine is shard %d of %d, want 1 of 4", shard, shards)
+		}
+	})
+	snapshotOf := func(f *fsm.FSM) *bytes.Reader {
+		var b bytes.Buffer
+		if err := f.WriteSnapshot(&b); err != nil {
+			t.Fatal(err)
+		}
+		return bytes.NewReader(b.Bytes())
+	}
+	if err := r.Restore(snap.Meta{Group: 2, Index: 1, Term: 1}, snapshotOf(fsm.New())); !errors.Is(err, fsm.ErrWrongShard) {
+		t.Fatalf("restoring the snapshot of a single-shard cluster: %v, want fsm.ErrWrongShard", err)
+	}
+	other, err := fsm.NewShard(2, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restore(snap.Meta{Group: 2, Index: 1, Term: 1}, snapshotOf(other)); !errors.Is(err, fsm.ErrWrongShard) {
+		t.Fatalf("restoring shard 2's snapshot into shard 1: %v, want fsm.ErrWrongShard", err)
+	}
+	own, err := fsm.NewShard(1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own.Advance(7)
+	if err := r.Restore(snap.Meta{Group: 2, Index: 7, Term: 1}, snapshotOf(own)); err != nil {
+		t.Fatalf("restoring its own shard's snapshot: %v", err)
+	}
+	if r.Applied() != 7 {
+		t.Fatalf("applied %d after the restore, want 7", r.Applied())
+	}
+	if _, err := New(Config{Group: 9, Shard: 4, Shards: 4}); err == nil {
+		t.Fatal("a replica of shard 4 of 4 was made")
 	}
 }

@@ -22,9 +22,37 @@
 // Every request finds its group through groupFor(path) (the shard of the
 // path's parent: tree reads and writes), childGroup(dir) (the shard of a
 // directory's children: a lock's or an election's queue) or metaGroup()
-// (membership, sessions, watches, status). Until the cross-shard protocols
-// are wired in, a request whose parent directory lives in another shard
-// fails with the single-group errors; nothing panics.
+// (membership, sessions, watches, status). Each shard's replica holds the
+// state machine of that shard (fsm.NewShard, restored by ReadShardSnapshot).
+//
+// With more than one shard the server drives the cross-shard protocols of
+// docs/design.md ("Commands and server steps"); with one shard none of this
+// runs and every write is one entry, as before:
+//   - every proposal of a group goes through group.Propose (shardwrite.go):
+//     a session's write outside shard 0 carries an Observed index read
+//     through a barrier of its shard before the session is read live in
+//     shard 0; a create under a directory whose node lives in another shard
+//     takes the open path (the parent read linearizably in its own shard;
+//     its created_index is the Incarnation); missing ancestors are made
+//     top-down, one write in each one's shard; refusals with a Redo are
+//     retried at most maxShardAttempts times, then 503. Invariant: no
+//     session's node or exactly-once window is made in a shard after that
+//     shard applied the session's cleanup (the fence argument of the
+//     design), and no child is made under a directory being deleted.
+//   - session ends (sessionend.go): shard 0's leader proposes
+//     OpSessionsEnded in every other shard for the ending list, then
+//     OpSessionsCleaned; a close answers once its session left the list.
+//     The list is replicated, so a new leader resumes; memory stays bounded
+//     by the sessions whose cleanup is in flight.
+//   - deletes (sharddelete.go): the close protocol for a persistent node
+//     whose children live elsewhere, recursive deletes bottom-up (not
+//     atomic), and (shardmarks.go) the marks a stopped delete left behind,
+//     finished by the shard's leader.
+//   - Get's children_count and the children listing read the directory's
+//     children shard (kv.go).
+//
+// Watches are still served by the meta group's registry only: with several
+// shards the watches it cannot serve are refused (watches.go).
 //
 // With more than one shard, a coordination loop (shardcoord.go) keeps every
 // shard group's membership equal to the meta group's, and the meta leader
@@ -48,11 +76,12 @@
 // Backups (backup.go): TakeBackup clones every group's state machine
 // (copy-on-write, under the apply lock for O(1)) after a barrier, and the
 // Backup streams without any lock, so applying never waits on a backup
-// (backupGroups lists the groups: the main one until sharding). Restore
+// (backupGroups lists the groups, one per shard). Restore
 // (restore.go) builds, from a backup file, the data directory of a member of
 // a new cluster: sessions ended, the member table and raft voters from
 // InitialCluster, the log started BumpIndex above the backup so no fencing
-// token or sequential name is issued twice.
+// token or sequential name is issued twice; a backup of N shards restores
+// each section as its shard's state.
 //
 // Time is Config.Clock: the raft nodes, the features and the server's own
 // retries and waits read it, so tests run them in virtual time.

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/queues"
@@ -19,6 +21,10 @@ type group struct {
 	watches *watch.Registry
 	// admit, if set, may refuse a proposal before it is made (Propose).
 	admit func() error
+	// srv runs the sharded protocol steps of the group's proposals
+	// (group.Propose); shard is the group's shard.
+	srv   *Server
+	shard int
 }
 
 // newGroup builds group id's runtime and features. The apply listeners are
@@ -27,9 +33,9 @@ type group struct {
 // lock (sessions first: its metrics count what it tracks), the registry
 // publishes the batch's events under it, and the lock queues wake their
 // waiters once it is released.
-func (s *Server) newGroup(id uint64) *group {
+func (s *Server) newGroup(id uint64) (*group, error) {
 	g := &group{
-		admit: s.admit,
+		admit: s.admit, srv: s, shard: shardOfGroup(id),
 		watches: watch.New(watch.Options{
 			MaxPerSession: s.cfg.MaxWatchesPerSession, QueueLen: s.cfg.WatchQueueLen, RequireStream: true,
 		}),
@@ -41,13 +47,28 @@ func (s *Server) newGroup(id uint64) *group {
 		Logger: s.log, MinSessionTTL: s.cfg.MinSessionTTL, ElectionTimeout: s.electionTimeout(), RequestTimeout: s.cfg.RequestTimeout,
 	})
 	g.queues = queues.New(queues.Config{Replica: g, MaxValueSize: s.cfg.MaxValueSize})
-	g.Replica = replica.New(replica.Config{
-		Self: s.id, Group: id, RequestTimeout: s.cfg.RequestTimeout, ElectionTimeout: s.electionTimeout(),
+	r, err := replica.New(replica.Config{
+		Self: s.id, Group: id, Shard: shardOfGroup(id), Shards: s.cfg.Shards, RequestTimeout: s.cfg.RequestTimeout, ElectionTimeout: s.electionTimeout(),
 		MaxPending: s.cfg.MaxPending, UnsafeLocalReads: s.cfg.UnsafeLocalReads,
-		Listeners:  []replica.Listener{g.sessions, watchListener{w: g.watches}, g.queues},
+		Listeners:  s.groupListeners(g),
 		Membership: (*membership)(s), Metrics: s.metrics.forShard(shardOfGroup(id)), Clock: s.cfg.Clock, Logger: s.log, Stop: s.stop,
 	})
-	return g
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	g.Replica = r
+	return g, nil
+}
+
+// groupListeners are the apply listeners of g, in the order newGroup's
+// comment gives; shard 0 of a sharded cluster adds the one that wakes the
+// session cleanup.
+func (s *Server) groupListeners(g *group) []replica.Listener {
+	listeners := []replica.Listener{g.sessions, watchListener{w: g.watches}, g.queues}
+	if g.shard == 0 && s.cfg.Shards > 1 {
+		listeners = append(listeners, endingListener{s: s})
+	}
+	return listeners
 }
 
 // watchListener feeds the watch registry from the apply path.
@@ -61,7 +82,7 @@ func (l watchListener) AppliedLocked(cmd *command.Command, _ fsm.Result) {
 	switch cmd.Op {
 	case command.OpSessionClose:
 		l.w.SessionEnded(cmd.SessionID)
-	case command.OpSessionExpire:
+	case command.OpSessionExpire, command.OpSessionsEnded:
 		for _, id := range cmd.Sessions {
 			l.w.SessionEnded(id)
 		}

@@ -102,7 +102,8 @@ func (s *Server) Put(ctx context.Context, r PutRequest) (api.Node, error) {
 	}, nil
 }
 
-// Delete removes a node (or, recursive, a subtree).
+// Delete removes a node (or, recursive, a subtree): in one entry with one
+// shard, by the steps of sharddelete.go with several.
 func (s *Server) Delete(ctx context.Context, r DeleteRequest) (api.Deleted, error) {
 	if err := api.ValidatePath(r.Path); err != nil {
 		return api.Deleted{}, err
@@ -111,12 +112,20 @@ func (s *Server) Delete(ctx context.Context, r DeleteRequest) (api.Deleted, erro
 	if err != nil {
 		return api.Deleted{}, err
 	}
-	cmd := &command.Command{
-		Op: command.OpDelete, Path: r.Path,
-		Precondition: precondition, Version: r.Version, Recursive: r.Recursive,
-		SessionID: r.SessionID, RequestSeq: r.RequestSeq,
+	var (
+		res   fsm.Result
+		index uint64
+	)
+	if s.cfg.Shards > 1 {
+		res, index, err = s.deleteSharded(ctx, r, precondition)
+	} else {
+		cmd := &command.Command{
+			Op: command.OpDelete, Path: r.Path,
+			Precondition: precondition, Version: r.Version, Recursive: r.Recursive,
+			SessionID: r.SessionID, RequestSeq: r.RequestSeq,
+		}
+		res, index, err = s.groupFor(r.Path).Propose(ctx, cmd)
 	}
-	res, index, err := s.groupFor(r.Path).Propose(ctx, cmd)
 	if err != nil {
 		return api.Deleted{}, err
 	}
@@ -146,6 +155,11 @@ func (s *Server) Get(ctx context.Context, path string, opts ReadOptions) (api.No
 		CreatedIndex: node.CreatedIndex, ModifiedIndex: node.ModifiedIndex,
 		Ephemeral: node.Owner != 0, ChildrenCount: node.ChildrenCount, Index: index,
 	}
+	if s.childrenElsewhere(path) && node.Owner == 0 {
+		if out.ChildrenCount, out.ChildrenIndex, err = s.childrenCount(ctx, path, opts); err != nil {
+			return api.Node{}, err
+		}
+	}
 	if node.Owner != 0 {
 		// The owner's id is its bearer secret: a read shows its handle.
 		out.OwnerHandle = api.FormatSessionHandle(node.Owner)
@@ -168,10 +182,42 @@ func (s *Server) Children(ctx context.Context, path string, opts ReadOptions) (a
 	if err != nil {
 		return api.Children{}, err
 	}
+	if s.childrenElsewhere(path) {
+		// path exists (read above in its shard); its children are in
+		// another shard, whose index the listing carries.
+		g = s.childGroup(path)
+		if err := g.Barrier(ctx, opts.Consistency, 0); err != nil {
+			return api.Children{}, err
+		}
+		index = g.View(func(f *fsm.FSM) { names, err = f.Children(path) })
+		if err != nil {
+			return api.Children{}, err
+		}
+	}
 	if names == nil {
 		names = []string{}
 	}
 	return api.Children{Path: path, Children: names, Index: index}, nil
+}
+
+// childrenElsewhere reports whether path's children live in another shard
+// than its node (never with one shard).
+func (s *Server) childrenElsewhere(path string) bool {
+	return s.shards.ChildShard(path) != s.shards.Shard(path)
+}
+
+// childrenCount reads path's children count from its directory record in
+// its children's shard (step 6), at the read's consistency, and that
+// shard's applied index.
+func (s *Server) childrenCount(ctx context.Context, path string, opts ReadOptions) (int, uint64, error) {
+	g := s.childGroup(path)
+	if err := g.Barrier(ctx, opts.Consistency, 0); err != nil {
+		return 0, 0, err
+	}
+	var dir fsm.Directory
+	var err error
+	index := g.View(func(f *fsm.FSM) { dir, err = f.Directory(path) })
+	return dir.ChildrenCount, index, err
 }
 
 // refusePlainQueueWrite refuses a PUT at or under /locks or /elections:

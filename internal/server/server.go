@@ -44,6 +44,9 @@ type Server struct {
 	ticker *raftnode.Ticks
 	groups []atomic.Pointer[group]
 
+	// cleanupWake nudges shard 0's session cleanup loop (sessionend.go).
+	cleanupWake chan struct{}
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	done     chan struct{} // closed when the server stopped, by Close or a fatal error
@@ -72,6 +75,8 @@ func New(cfg Config) (*Server, error) {
 		log:  cfg.Logger.With("member", cfg.Name),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
+
+		cleanupWake: make(chan struct{}, 1),
 	}
 	shards, err := placement.New(cfg.Shards)
 	if err != nil {
@@ -194,7 +199,10 @@ func (s *Server) startGroups(recovered map[uint64]*wal.GroupState) error {
 
 func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 	id := groupOfShard(shard)
-	g := s.newGroup(id)
+	g, err := s.newGroup(id)
+	if err != nil {
+		return err
+	}
 	node, err := raftnode.Start(raftnode.Config{
 		ID: s.id, Group: id, Peers: s.bootstrapPeers(), Join: s.cfg.Join, Recovered: recovered,
 		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g.Replica, Observer: g.Replica,
@@ -212,6 +220,10 @@ func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 		s.goBackground(func() { s.announce(g) })
 		s.goBackground(func() { g.sessions.RunRelay(s.stop) })
 		s.goBackground(func() { g.sessions.RunExpiry(s.stop) })
+		if s.cfg.Shards > 1 {
+			s.goBackground(s.runSessionCleanup)
+			s.goBackground(s.runMarkFinisher)
+		}
 	}
 	go s.watchNode(node)
 	return nil

@@ -63,7 +63,9 @@ func newSessionID() (uint64, error) {
 	}
 }
 
-// CloseSession ends a session and deletes its ephemeral nodes in one entry.
+// CloseSession ends a session and deletes its ephemeral nodes: in one entry
+// with one shard; with several, it answers once every shard applied the
+// session's cleanup (sessionend.go).
 func (s *Server) CloseSession(ctx context.Context, id uint64) (api.Closed, error) {
 	res, index, err := s.metaGroup().Propose(ctx, &command.Command{Op: command.OpSessionClose, SessionID: id})
 	if err != nil {
@@ -71,6 +73,9 @@ func (s *Server) CloseSession(ctx context.Context, id uint64) (api.Closed, error
 	}
 	if res.Err != nil {
 		return api.Closed{}, res.Err
+	}
+	if err := s.waitCleaned(ctx, id); err != nil {
+		return api.Closed{}, err
 	}
 	return api.Closed{Closed: true, Index: index}, nil
 }

@@ -101,7 +101,7 @@ func (g *group) Propose(ctx context.Context, cmd *command.Command) (fsm.Result, 
 			return fsm.Result{}, 0, err
 		}
 	}
-	return g.Replica.Propose(ctx, cmd)
+	return g.proposeRouted(ctx, cmd)
 }
 
 // nodeHooks are the metrics' raft node hooks and the storage report.
