@@ -39,8 +39,12 @@ type conn struct {
 
 	// seen is the highest zxid sent to the client or read on its behalf:
 	// every read waits for it, and every reply carries at least it.
-	seen     atomic.Uint64
-	active   atomic.Bool // a request arrived since the last heartbeat
+	seen   atomic.Uint64
+	active atomic.Bool // a request arrived since the last heartbeat
+	// closing is set by closeSession before it ends the session: the
+	// request loop then answers it and ends the connection, so the event
+	// pump, whose stream ends with the session, must not close it first.
+	closing  atomic.Bool
 	received atomic.Uint64
 	sent     atomic.Uint64
 }

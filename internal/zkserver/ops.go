@@ -116,6 +116,7 @@ func (c *conn) ping() zkproto.ErrCode {
 
 // closeSession ends the session (its ephemeral nodes go) and the connection.
 func (c *conn) closeSession() (zkproto.Record, zkproto.ErrCode, bool) {
+	c.closing.Store(true)
 	closed, err := c.l.srv.CloseSession(c.ctx, c.session)
 	if err != nil && !isCode(err, api.CodeSessionExpired) && !isCode(err, api.CodeNotFound) {
 		return nil, errCode(err), true

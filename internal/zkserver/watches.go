@@ -332,7 +332,9 @@ func (c *conn) pumpEvents() {
 		case ev, ok := <-events:
 			if !ok {
 				c.l.log.Debug("zk: event stream ended", "session", c.session, "reason", c.stream.Reason())
-				c.close()
+				if !c.closing.Load() { // else the request loop answers closeSession, then closes
+					c.close()
+				}
 				return
 			}
 			c.watches.dispatch(ev)
