@@ -30,10 +30,87 @@ const wiringShards = 4
 func newShardedCluster(t *testing.T) *Cluster {
 	t.Helper()
 	c := New(t, 3, Options{Shards: wiringShards})
-	if !waitFor(30*time.Second, func() bool { return c.everyShardLed(wiringShards) }) {
-		t.Fatalf("not every shard has an agreed leader: %v / %v / %v", c.shardLeaders(0), c.shardLeaders(1), c.shardLeaders(2))
+	if !waitFor(30*time.Second, func() bool { return c.everyShardLed(wiringShards) && c.balanced() }) {
+		t.Fatalf("not every shard has an agreed leader, balanced: %v / %v / %v", c.shardLeaders(0), c.shardLeaders(1), c.shardLeaders(2))
 	}
 	return c
+}
+
+// balanced reports whether, as node 0 sees it, the shard leaderships are
+// spread so the leader balancer moves none: the busiest and the idlest
+// member differ by at most one.
+func (c *Cluster) balanced() bool {
+	counts := c.leadCounts(0)
+	lo, hi := wiringShards, 0
+	for _, n := range c.Nodes {
+		k := counts[api.FormatID(n.ID)]
+		lo, hi = min(lo, k), max(hi, k)
+	}
+	return hi-lo <= 1
+}
+
+// again runs op until it answers something else than 503 unavailable (a
+// leader change or an overloaded machine: the write's outcome is unknown,
+// and the operations retried this way are idempotent) or ctx ends. retried
+// says whether an attempt before the last answered 503.
+func again(ctx context.Context, op func() error) (err error, retried bool) {
+	for {
+		err = op()
+		if api.CodeOf(err) != api.CodeUnavailable || ctx.Err() != nil {
+			return err, retried
+		}
+		retried = true
+		select {
+		case <-ctx.Done():
+			return err, retried
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// put is Put, retried on 503.
+func put(ctx context.Context, base, path, value, prev string) (api.Node, error) {
+	var n api.Node
+	err, _ := again(ctx, func() (err error) { n, err = Put(ctx, base, path, value, prev); return err })
+	return n, err
+}
+
+// sessionPut is SessionPut, retried on 503.
+func sessionPut(ctx context.Context, base, path, value string, w SessionWrite) (api.Node, error) {
+	var n api.Node
+	err, _ := again(ctx, func() (err error) { n, err = SessionPut(ctx, base, path, value, w); return err })
+	return n, err
+}
+
+// do is Do, retried on 503; a DELETE or a session close answered 404 or 410
+// after a retry is taken as done by an attempt whose reply was lost.
+func do(ctx context.Context, method, base, path string, q url.Values, in, out any) error {
+	err, retried := again(ctx, func() error { return Do(ctx, method, base, path, q, in, out) })
+	if retried && (api.CodeOf(err) == api.CodeNotFound || api.CodeOf(err) == api.CodeSessionExpired) {
+		return nil
+	}
+	return err
+}
+
+// newSession is CreateSession, retried on 503.
+func newSession(ctx context.Context, base string, timeout time.Duration) (api.Session, error) {
+	var out api.Session
+	err, _ := again(ctx, func() (err error) { out, err = CreateSession(ctx, base, timeout); return err })
+	return out, err
+}
+
+// acquire is acquireLock (which keeps a session's place), retried on 503.
+func acquire(ctx context.Context, base, name, session string, wait time.Duration) (api.Lock, error) {
+	var out api.Lock
+	err, _ := again(ctx, func() (err error) { out, err = acquireLock(ctx, base, name, session, wait); return err })
+	return out, err
+}
+
+// join is joinElection (which keeps a session's place), retried on 503.
+func join(ctx context.Context, base, role, session, value string) (api.Candidacy, error) {
+	var out api.Candidacy
+	err, _ := again(ctx, func() (err error) { out, err = joinElection(ctx, base, role, session, value); return err })
+	return out, err
 }
 
 // crossShardDirs returns, under parent, one directory per shard other than
@@ -67,7 +144,7 @@ func TestShardsCreatesUnderDirectoriesInOtherShards(t *testing.T) {
 		// mkdir -p: /app, /app/cfg, dir and dir/sub are made, each in
 		// its own shard.
 		key := dir + "/sub/key"
-		if _, err := Put(ctx, c.URL(shard%3), key, "v-"+dir, ""); err != nil {
+		if _, err := put(ctx, c.URL(shard%3), key, "v-"+dir, ""); err != nil {
 			t.Fatalf("put %s (children of %s in shard %d): %v", key, dir, shard, err)
 		}
 		for i := range c.Nodes {
@@ -80,13 +157,13 @@ func TestShardsCreatesUnderDirectoriesInOtherShards(t *testing.T) {
 			}
 		}
 		// A second create under the now open directory record.
-		if _, err := Put(ctx, c.URL(0), dir+"/other", "x", "none"); err != nil {
+		if _, err := put(ctx, c.URL(0), dir+"/other", "x", "none"); err != nil {
 			t.Fatalf("put %s/other: %v", dir, err)
 		}
 		// Sequential names under one directory strictly increase.
 		var names []string
 		for range 5 {
-			n, err := SessionPut(ctx, c.URL(1), dir+"/n-", "", SessionWrite{Sequential: true})
+			n, err := sessionPut(ctx, c.URL(1), dir+"/n-", "", SessionWrite{Sequential: true})
 			if err != nil {
 				t.Fatalf("sequential put under %s: %v", dir, err)
 			}
@@ -102,16 +179,16 @@ func TestShardsCreatesUnderDirectoriesInOtherShards(t *testing.T) {
 		}
 	}
 	// A create under an ephemeral node is refused, across shards too.
-	s, err := CreateSession(ctx, c.URL(0), 10*time.Second)
+	s, err := newSession(ctx, c.URL(0), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, dir := range dirs {
 		eph := dir + "/eph"
-		if _, err := SessionPut(ctx, c.URL(0), eph, "", SessionWrite{SessionID: s.SessionID, Ephemeral: true}); err != nil {
+		if _, err := sessionPut(ctx, c.URL(0), eph, "", SessionWrite{SessionID: s.SessionID, Ephemeral: true}); err != nil {
 			t.Fatalf("ephemeral put %s: %v", eph, err)
 		}
-		if _, err := Put(ctx, c.URL(2), eph+"/child", "x", ""); api.CodeOf(err) != api.CodeInvalidArgument {
+		if _, err := put(ctx, c.URL(2), eph+"/child", "x", ""); api.CodeOf(err) != api.CodeInvalidArgument {
 			t.Fatalf("put under the ephemeral %s: %v, want invalid_argument", eph, err)
 		}
 		break
@@ -125,7 +202,7 @@ func ephemeralsIn(t *testing.T, ctx context.Context, c *Cluster, session string,
 	var paths []string
 	for shard, dir := range dirs {
 		p := dir + "/owned"
-		if _, err := SessionPut(ctx, c.URL(shard%3), p, "", SessionWrite{SessionID: session, Ephemeral: true}); err != nil {
+		if _, err := sessionPut(ctx, c.URL(shard%3), p, "", SessionWrite{SessionID: session, Ephemeral: true}); err != nil {
 			t.Fatalf("ephemeral put %s (shard %d): %v", p, shard, err)
 		}
 		paths = append(paths, p)
@@ -154,12 +231,12 @@ func TestShardsSessionEndDeletesEphemeralsInEveryShard(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	closed, err := CreateSession(ctx, c.URL(0), 10*time.Second)
+	closed, err := newSession(ctx, c.URL(0), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	paths := ephemeralsIn(t, ctx, c, closed.SessionID, crossShardDirs(t, "/closing"))
-	if err := Do(ctx, http.MethodPost, c.URL(1), "/v1/session/close", nil, api.SessionRequest{SessionID: closed.SessionID}, nil); err != nil {
+	if err := do(ctx, http.MethodPost, c.URL(1), "/v1/session/close", nil, api.SessionRequest{SessionID: closed.SessionID}, nil); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	// A close is answered once every shard deleted the session's nodes.
@@ -168,12 +245,12 @@ func TestShardsSessionEndDeletesEphemeralsInEveryShard(t *testing.T) {
 	}
 	// A write of the closed session in another shard is refused.
 	for _, p := range paths {
-		if _, err := SessionPut(ctx, c.URL(2), p, "", SessionWrite{SessionID: closed.SessionID, Ephemeral: true}); api.CodeOf(err) != api.CodeSessionExpired {
+		if _, err := sessionPut(ctx, c.URL(2), p, "", SessionWrite{SessionID: closed.SessionID, Ephemeral: true}); api.CodeOf(err) != api.CodeSessionExpired {
 			t.Fatalf("ephemeral put %s of a closed session: %v, want session_expired", p, err)
 		}
 	}
 
-	expiring, err := CreateSession(ctx, c.URL(2), time.Second)
+	expiring, err := newSession(ctx, c.URL(2), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,12 +270,12 @@ func TestShardsCreateRacingSessionEndNeverLeaks(t *testing.T) {
 	defer cancel()
 	dirs := crossShardDirs(t, "/race")
 	for _, dir := range dirs {
-		if _, err := Put(ctx, c.URL(0), dir+"/seed", "x", ""); err != nil {
+		if _, err := put(ctx, c.URL(0), dir+"/seed", "x", ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for round := range 3 {
-		s, err := CreateSession(ctx, c.URL(0), 10*time.Second)
+		s, err := newSession(ctx, c.URL(0), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +294,7 @@ func TestShardsCreateRacingSessionEndNeverLeaks(t *testing.T) {
 						mu.Lock()
 						tried = append(tried, p)
 						mu.Unlock()
-						_, err := SessionPut(ctx, c.URL((shard+w)%3), p, "", SessionWrite{SessionID: s.SessionID, Ephemeral: true})
+						_, err := sessionPut(ctx, c.URL((shard+w)%3), p, "", SessionWrite{SessionID: s.SessionID, Ephemeral: true})
 						if api.CodeOf(err) == api.CodeSessionExpired || ctx.Err() != nil {
 							return
 						}
@@ -229,7 +306,7 @@ func TestShardsCreateRacingSessionEndNeverLeaks(t *testing.T) {
 		if !waitFor(20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(tried) > 12 }) {
 			t.Fatal("the creates made no progress")
 		}
-		if err := Do(ctx, http.MethodPost, c.URL(round%3), "/v1/session/close", nil, api.SessionRequest{SessionID: s.SessionID}, nil); err != nil {
+		if err := do(ctx, http.MethodPost, c.URL(round%3), "/v1/session/close", nil, api.SessionRequest{SessionID: s.SessionID}, nil); err != nil {
 			t.Fatalf("close: %v", err)
 		}
 		wg.Wait()
@@ -259,11 +336,11 @@ func TestShardsLocksInSeveralShards(t *testing.T) {
 			t.Fatalf("state of the never used lock %s (shard %d): %v, want not_found", name, shard, err)
 		}
 	}
-	a, err := CreateSession(ctx, c.URL(0), 10*time.Second)
+	a, err := newSession(ctx, c.URL(0), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := CreateSession(ctx, c.URL(1), 10*time.Second)
+	b, err := newSession(ctx, c.URL(1), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +348,7 @@ func TestShardsLocksInSeveralShards(t *testing.T) {
 		var last uint64
 		for round := range 3 {
 			holder := []api.Session{a, b}[round%2]
-			lock, err := acquireLock(ctx, c.URL((shard+round)%3), name, holder.SessionID, 10*time.Second)
+			lock, err := acquire(ctx, c.URL((shard+round)%3), name, holder.SessionID, 10*time.Second)
 			if err != nil || !lock.Held {
 				t.Fatalf("lock %s (shard %d), round %d: %+v, %v", name, shard, round, lock, err)
 			}
@@ -279,7 +356,7 @@ func TestShardsLocksInSeveralShards(t *testing.T) {
 				t.Fatalf("lock %s: token %d after %d, want strictly increasing", name, lock.FencingToken, last)
 			}
 			last = lock.FencingToken
-			if err := releaseLock(ctx, c.URL(round%3), name, holder.SessionID); err != nil {
+			if err := do(ctx, http.MethodPost, c.URL(round%3), "/v1/lock/release", nil, api.LockRequest{Name: name, SessionID: holder.SessionID}, nil); err != nil {
 				t.Fatalf("release %s: %v", name, err)
 			}
 		}
@@ -293,18 +370,18 @@ func TestShardsLocksInSeveralShards(t *testing.T) {
 			break
 		}
 	}
-	if lock, err := acquireLock(ctx, c.URL(0), name, a.SessionID, time.Second); err != nil || !lock.Held {
+	if lock, err := acquire(ctx, c.URL(0), name, a.SessionID, time.Second); err != nil || !lock.Held {
 		t.Fatalf("acquire %s: %+v, %v", name, lock, err)
 	}
 	woke := make(chan error, 1)
 	go func() {
-		lock, err := acquireLock(ctx, c.URL(2), name, b.SessionID, 30*time.Second)
+		lock, err := acquire(ctx, c.URL(2), name, b.SessionID, 30*time.Second)
 		if err == nil && !lock.Held {
 			err = errors.New("not held after the wait")
 		}
 		woke <- err
 	}()
-	if err := Do(ctx, http.MethodPost, c.URL(1), "/v1/session/close", nil, api.SessionRequest{SessionID: a.SessionID}, nil); err != nil {
+	if err := do(ctx, http.MethodPost, c.URL(1), "/v1/session/close", nil, api.SessionRequest{SessionID: a.SessionID}, nil); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	select {
@@ -324,7 +401,7 @@ func TestShardsDeletesAndListingsAcrossShards(t *testing.T) {
 	recursive := url.Values{"recursive": {"true"}}
 	for shard, dir := range crossShardDirs(t, "/del") {
 		for _, p := range []string{dir + "/a", dir + "/b/c"} {
-			if _, err := Put(ctx, c.URL(shard%3), p, "v", ""); err != nil {
+			if _, err := put(ctx, c.URL(shard%3), p, "v", ""); err != nil {
 				t.Fatalf("put %s: %v", p, err)
 			}
 		}
@@ -340,18 +417,18 @@ func TestShardsDeletesAndListingsAcrossShards(t *testing.T) {
 			t.Fatalf("children of %s: %+v, %v; want [a b]", dir, list, err)
 		}
 		// A directory with children is not deleted, and stays usable.
-		if err := Delete(ctx, c.URL(0), dir); api.CodeOf(err) != api.CodePreconditionFailed {
+		if err, _ := again(ctx, func() error { return Delete(ctx, c.URL(0), dir) }); api.CodeOf(err) != api.CodePreconditionFailed {
 			t.Fatalf("delete of the non-empty %s: %v, want precondition_failed", dir, err)
 		}
-		if _, err := Put(ctx, c.URL(0), dir+"/after-refusal", "v", "none"); err != nil {
+		if _, err := put(ctx, c.URL(0), dir+"/after-refusal", "v", "none"); err != nil {
 			t.Fatalf("a create under %s after its refused delete: %v", dir, err)
 		}
-		before, err := SessionPut(ctx, c.URL(0), dir+"/n-", "", SessionWrite{Sequential: true})
+		before, err := sessionPut(ctx, c.URL(0), dir+"/n-", "", SessionWrite{Sequential: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A recursive delete across shards, bottom-up.
-		if err := Do(ctx, http.MethodDelete, c.URL(1), "/v1/kv"+dir, recursive, nil, nil); err != nil {
+		if err := do(ctx, http.MethodDelete, c.URL(1), "/v1/kv"+dir, recursive, nil, nil); err != nil {
 			t.Fatalf("recursive delete of %s: %v", dir, err)
 		}
 		if gone, err := goneEverywhere(ctx, c, []string{dir, dir + "/a", dir + "/b", dir + "/b/c", before.Path}); err != nil || !gone {
@@ -359,16 +436,16 @@ func TestShardsDeletesAndListingsAcrossShards(t *testing.T) {
 		}
 		// Re-created, the directory's sequential names continue above the
 		// old incarnation's.
-		after, err := SessionPut(ctx, c.URL(2), dir+"/n-", "", SessionWrite{Sequential: true})
+		after, err := sessionPut(ctx, c.URL(2), dir+"/n-", "", SessionWrite{Sequential: true})
 		if err != nil || after.Path <= before.Path {
 			t.Fatalf("sequential name after the re-create %q (%v), want above %q", after.Path, err, before.Path)
 		}
 		// An empty directory whose children live elsewhere: the close
 		// protocol deletes it.
-		if err := Do(ctx, http.MethodDelete, c.URL(0), "/v1/kv"+after.Path, nil, nil, nil); err != nil {
+		if err := do(ctx, http.MethodDelete, c.URL(0), "/v1/kv"+after.Path, nil, nil, nil); err != nil {
 			t.Fatalf("delete %s: %v", after.Path, err)
 		}
-		if err := Delete(ctx, c.URL(0), dir); err != nil {
+		if err := do(ctx, http.MethodDelete, c.URL(0), "/v1/kv"+dir, nil, nil, nil); err != nil {
 			t.Fatalf("delete of the empty %s: %v", dir, err)
 		}
 		if _, err := Get(ctx, c.URL(2), dir, "linearizable"); api.CodeOf(err) != api.CodeNotFound {
@@ -385,7 +462,7 @@ func TestShardsSessionCleanupResumesAfterTheMetaLeaderCrashes(t *testing.T) {
 	c := newShardedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	s, err := CreateSession(ctx, c.URL(0), 2*time.Second)
+	s, err := newSession(ctx, c.URL(0), 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,24 +509,24 @@ func TestShardsElectionsInSeveralShards(t *testing.T) {
 			roles[k] = role
 		}
 	}
-	a, err := CreateSession(ctx, c.URL(0), 10*time.Second)
+	a, err := newSession(ctx, c.URL(0), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := CreateSession(ctx, c.URL(1), 10*time.Second)
+	b, err := newSession(ctx, c.URL(1), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for shard, role := range roles {
-		first, err := joinElection(ctx, c.URL(shard%3), role, a.SessionID, "a")
+		first, err := join(ctx, c.URL(shard%3), role, a.SessionID, "a")
 		if err != nil || !first.IsLeader {
 			t.Fatalf("role %s (shard %d): first candidate %+v, %v; want the leader", role, shard, first, err)
 		}
-		second, err := joinElection(ctx, c.URL((shard+1)%3), role, b.SessionID, "b")
+		second, err := join(ctx, c.URL((shard+1)%3), role, b.SessionID, "b")
 		if err != nil || second.IsLeader || second.FencingToken <= first.FencingToken {
 			t.Fatalf("role %s: second candidate %+v, %v; want a follower with a higher token than %d", role, second, err, first.FencingToken)
 		}
-		if err := Do(ctx, http.MethodPost, c.URL(2), "/v1/election/resign", nil, api.ElectionRequest{Role: role, SessionID: a.SessionID}, nil); err != nil {
+		if err := do(ctx, http.MethodPost, c.URL(2), "/v1/election/resign", nil, api.ElectionRequest{Role: role, SessionID: a.SessionID}, nil); err != nil {
 			t.Fatalf("resign %s: %v", role, err)
 		}
 		st, err := electionState(ctx, c.URL(shard%3), role)
