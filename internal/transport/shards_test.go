@@ -43,7 +43,9 @@ func TestTCPRefusesAnotherShardCount(t *testing.T) {
 	sender.transport.AddPeer(2, receiver.addr())
 	waitFor(t, 5*time.Second, "the sender to see the peer as unreachable", func() bool {
 		sender.transport.Send(1, []raftpb.Message{app(1, 2, 1, 1, 8)})
-		return sender.handler.unreachableCount(1, 2) > 0 && receiver.transport.Stats().FramesRejected > 0
+		// The refusal is counted before it is logged: wait for both.
+		return sender.handler.unreachableCount(1, 2) > 0 && receiver.transport.Stats().FramesRejected > 0 &&
+			strings.Contains(logs.String(), "the peer runs with --shards 8, this member with --shards 4")
 	})
 	if n := receiver.handler.count(); n != 0 {
 		t.Fatalf("receiver processed %d messages from a peer with another shard count", n)

@@ -284,9 +284,13 @@ func TestReadManySeesTransactionsWhole(t *testing.T) {
 		}
 		reads = append(reads, server.ReadOp{Path: b.account(i)})
 	}
-	if _, err := Put(ctx, base, bankLog, "", "none"); err != nil {
+	created, err := Put(ctx, base, bankLog, "", "none")
+	if err != nil {
 		t.Fatal(err)
 	}
+	// Stale reads on a follower must find the accounts: every member has
+	// applied their creation before the reads start.
+	c.WaitApplied(created.ModifiedIndex, 30*time.Second)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range 3 {
