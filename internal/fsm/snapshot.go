@@ -75,6 +75,8 @@ const (
 	snapshotVersionTxn = 4
 	// snapshotVersionShardTxn is version 3 whose records hold transactions.
 	snapshotVersionShardTxn = 5
+	// snapshotAuthRaise raises a version to the one with auth state.
+	snapshotAuthRaise = 4
 	// maxFramePayload bounds the memory ReadSnapshot allocates for one frame.
 	maxFramePayload = 16 << 20
 )
@@ -88,6 +90,10 @@ const (
 	frameRemoved   // version 2
 	frameEnding    // version 3
 	frameDirectory // version 3
+	frameAuth      // versions 6 to 9
+	frameRole
+	frameUser
+	frameToken
 )
 
 // ErrCorruptSnapshot is wrapped by every ReadSnapshot error about its input.
@@ -108,7 +114,8 @@ func (f *FSM) WriteSnapshot(w io.Writer) error {
 func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 	sw := snapshotWriter{w: w, txnResults: f.holdsTxnResults()}
 	sharded := f.shard.sharded()
-	sw.write(append([]byte(snapshotMagic), snapshotFormat(sharded, sw.txnResults)))
+	withAuth := !f.auth.empty()
+	sw.write(append([]byte(snapshotMagic), snapshotFormat(sharded, sw.txnResults, withAuth)))
 	sw.frame(frameHeader, func(b []byte) []byte { return f.appendHeader(b, sharded) })
 	for _, m := range f.members {
 		sw.frame(frameMember, func(b []byte) []byte { return appendMember(b, m) })
@@ -135,6 +142,9 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 		previous = e.path
 		return sw.err == nil
 	})
+	if withAuth {
+		f.auth.writeFrames(&sw)
+	}
 	sw.frame(frameEnd, func(b []byte) []byte { return b })
 	if sw.err != nil {
 		return fmt.Errorf("fsm: write snapshot: %w", sw.err)
@@ -293,14 +303,18 @@ func appendNode(b []byte, previous string, e entry) []byte {
 
 // snapshotFormat is the version a state is written in: 3 for a shard of a
 // sharded cluster, 2 otherwise, each raised by 2 (to 5 or 4) when the
-// exactly-once windows hold a transaction's result.
-func snapshotFormat(sharded, txnResults bool) byte {
+// exactly-once windows hold a transaction's result, and all of them raised
+// by 4 (to 6 through 9) when the state holds auth state.
+func snapshotFormat(sharded, txnResults, withAuth bool) byte {
 	version := byte(snapshotVersion)
 	if sharded {
 		version = snapshotVersion3
 	}
 	if txnResults {
 		version += snapshotVersionTxn - snapshotVersion
+	}
+	if withAuth {
+		version += snapshotAuthRaise
 	}
 	return version
 }
