@@ -238,3 +238,22 @@ func TestAuthSnapshotRejectsInvalidState(t *testing.T) {
 		t.Error("hand-made grant lost")
 	}
 }
+
+func TestSessionOwnerSurvivesSnapshot(t *testing.T) {
+	h := newHarness(t)
+	create := createSession(5000)
+	create.SessionID, create.Path = 77, "alice"
+	h.mustApply(create)
+	data := snapshotBytes(t, h.f)
+	if v := data[len(snapshotMagic)]; v != snapshotVersion+snapshotAuthRaise {
+		t.Fatalf("a state with an owned session is written in version %d", v)
+	}
+	back := restore(t, data)
+	s, err := back.Session(77)
+	if err != nil || s.Owner != "alice" {
+		t.Fatalf("restored session = %+v, %v; want owner alice", s, err)
+	}
+	if back.Hash() != h.f.Hash() {
+		t.Error("restored state differs")
+	}
+}

@@ -68,7 +68,7 @@ func (sr *snapshotReader) readAuth(f *FSM) error {
 		d.fail(d.base, "auth enabled flag %d", enabled)
 	case roles > MaxRoles || users > MaxUsers || tokens > MaxUsers*MaxUserTokens:
 		d.fail(d.base, "auth counts %d roles, %d users, %d tokens over the limits", roles, users, tokens)
-	case enabled == 0 && roles == 0 && users == 0 && tokens == 0:
+	case enabled == 0 && roles == 0 && users == 0 && tokens == 0 && !f.ownedSessions():
 		d.fail(d.base, "empty auth state in a format that holds one")
 	}
 	if err := d.finish(); err != nil {
@@ -195,4 +195,14 @@ func checkSortedName(d *payloadDecoder, what, previous, name string) {
 	} else if previous != "" && name <= previous {
 		d.fail(d.base, "%ss out of order: %q after %q", what, name, previous)
 	}
+}
+
+// ownedSessions reports whether a session has an owner.
+func (f *FSM) ownedSessions() bool {
+	owned := false
+	f.sessions.Scan(func(s session) bool {
+		owned = s.owner != ""
+		return !owned
+	})
+	return owned
 }

@@ -293,6 +293,12 @@ func (sr *snapshotReader) readSessions(f *FSM, count uint64) error {
 			d.fail(d.base, "session %d out of order", s.id)
 		}
 		s.dedup = d.dedupTable(f.generation, sr.txnResults)
+		if sr.auth {
+			s.owner = d.string()
+			if s.owner != "" {
+				checkSortedName(d, "user", "", s.owner)
+			}
+		}
 		if err := d.finish(); err != nil {
 			return err
 		}
