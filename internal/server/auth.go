@@ -93,7 +93,7 @@ func (s *Server) AuthEnabled() bool {
 // authorize is the one choke point: every client operation of every
 // listener calls it with the permission it needs on the path it touches
 // ("/" for cluster-wide operations, which need admin) before it reads or
-// proposes. With auth disabled it allows everything and returns "". Else it
+// proposes; command.PermNone asks only that the request prove a user. With auth disabled it allows everything and returns "". Else it
 // returns the authenticated user, or unauthenticated (401) if the request
 // proves no user, or permission_denied (403) if the user's roles do not
 // grant perm on path.
@@ -109,17 +109,19 @@ func (s *Server) authorize(ctx context.Context, perm command.Perm, path string) 
 		if user, err = identify(f, creds, now); err != nil {
 			return
 		}
-		if !f.Permitted(user, perm, path) {
+		if perm != command.PermNone && !f.Permitted(user, perm, path) {
 			err = api.Errorf(api.CodePermissionDenied, "user %q has no %v permission on %q", user, perm, path)
 		}
 	})
 	return user, err
 }
 
-// Authorize is authorize for the listeners outside this package (the
-// dashboard, /metrics) that have no server method of their own.
-func (s *Server) Authorize(ctx context.Context, perm command.Perm, path string) (string, error) {
-	return s.authorize(ctx, perm, path)
+// Authenticate is authorize asking only for an authenticated user, for the
+// endpoints that have no server method of their own (the dashboard,
+// /metrics, status).
+func (s *Server) Authenticate(ctx context.Context) error {
+	_, err := s.authorize(ctx, permNone, "/")
+	return err
 }
 
 // identify returns the user creds prove: a valid token's user, else a
@@ -152,24 +154,16 @@ func tokenDigest(token string) []byte {
 	return sum[:]
 }
 
-// Token is a login's answer.
-type Token struct {
-	Token       string `json:"token"`
-	User        string `json:"user"`
-	ExpiresAtMs uint64 `json:"expires_at_ms"`
-	Index       uint64 `json:"index"`
-}
-
 // Login checks user's password and records a new token through the log.
 // A token is 32 random bytes; the log and snapshots hold only its SHA-256,
 // so neither a backup nor a follower's disk yields a usable token.
-func (s *Server) Login(ctx context.Context, user, password string) (Token, error) {
+func (s *Server) Login(ctx context.Context, user, password string) (api.LoginResponse, error) {
 	if err := s.CheckPassword(ctx, user, password); err != nil {
-		return Token{}, err
+		return api.LoginResponse{}, err
 	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return Token{}, fmt.Errorf("server: draw a token: %w", err)
+		return api.LoginResponse{}, fmt.Errorf("server: draw a token: %w", err)
 	}
 	token := tokenPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
 	now := s.cfg.Clock.Now()
@@ -177,9 +171,9 @@ func (s *Server) Login(ctx context.Context, user, password string) (Token, error
 	index, err := s.proposeAuth(ctx, command.AuthOp{Kind: command.AuthTokenIssue, User: user,
 		Secret: tokenDigest(token), Expires: uint64(expires.UnixMilli()), Now: uint64(now.UnixMilli())})
 	if err != nil {
-		return Token{}, err
+		return api.LoginResponse{}, err
 	}
-	return Token{Token: token, User: user, ExpiresAtMs: uint64(expires.UnixMilli()), Index: index}, nil
+	return api.LoginResponse{Token: token, User: user, ExpiresAtMs: uint64(expires.UnixMilli()), Index: index}, nil
 }
 
 // CheckPassword returns nil if password is user's, else unauthenticated
@@ -216,17 +210,6 @@ func (s *Server) Logout(ctx context.Context) (uint64, error) {
 	return s.proposeAuth(ctx, command.AuthOp{Kind: command.AuthTokenRevoke, Secret: tokenDigest(token)})
 }
 
-// AuthRequest is one change of the auth state asked by an admin: Action
-// names it (docs/api.md, "Auth").
-type AuthRequest struct {
-	Action   string `json:"action"`
-	User     string `json:"user,omitempty"`
-	Password string `json:"password,omitempty"`
-	Role     string `json:"role,omitempty"`
-	Perm     string `json:"perm,omitempty"`
-	Prefix   string `json:"prefix,omitempty"`
-}
-
 var authActions = map[string]command.AuthKind{
 	"enable": command.AuthEnable, "disable": command.AuthDisable,
 	"user_add": command.AuthUserAdd, "user_delete": command.AuthUserDelete, "user_passwd": command.AuthUserPasswd,
@@ -238,7 +221,7 @@ var authActions = map[string]command.AuthKind{
 // ChangeAuth applies an admin's change of the auth state. It needs admin on
 // "/" once auth is enabled. Passwords are hashed here, with a fresh salt;
 // only the hash enters the log.
-func (s *Server) ChangeAuth(ctx context.Context, r AuthRequest) (uint64, error) {
+func (s *Server) ChangeAuth(ctx context.Context, r api.AuthChange) (uint64, error) {
 	if _, err := s.authorize(ctx, command.PermAdmin, "/"); err != nil {
 		return 0, err
 	}
@@ -291,23 +274,108 @@ func (s *Server) proposeAuth(ctx context.Context, op command.AuthOp) (uint64, er
 	return index, nil
 }
 
-// AuthStatus is the auth state as an admin lists it: never a password hash
-// or a token.
-type AuthStatus struct {
-	Enabled bool           `json:"enabled"`
-	Users   []fsm.UserInfo `json:"users"`
-	Roles   []fsm.RoleInfo `json:"roles"`
-	Index   uint64         `json:"index"`
-}
-
 // AuthState lists the auth state, for an admin once auth is enabled.
-func (s *Server) AuthState(ctx context.Context) (AuthStatus, error) {
+func (s *Server) AuthState(ctx context.Context) (api.AuthStatus, error) {
 	if _, err := s.authorize(ctx, command.PermAdmin, "/"); err != nil {
-		return AuthStatus{}, err
+		return api.AuthStatus{}, err
 	}
-	var st AuthStatus
+	var users []fsm.UserInfo
+	var roles []fsm.RoleInfo
+	st := api.AuthStatus{Users: []api.AuthUser{}, Roles: []api.AuthRole{}}
 	st.Index = s.metaGroup().View(func(f *fsm.FSM) {
-		st.Enabled, st.Users, st.Roles = f.AuthEnabled(), f.Users(), f.Roles()
+		st.Enabled, users, roles = f.AuthEnabled(), f.Users(), f.Roles()
 	})
+	for _, u := range users {
+		st.Users = append(st.Users, api.AuthUser{Name: u.Name, Roles: append([]string{}, u.Roles...), HasPassword: u.HasPassword})
+	}
+	for _, r := range roles {
+		role := api.AuthRole{Name: r.Name, Grants: []api.AuthGrant{}}
+		for _, g := range r.Grants {
+			role.Grants = append(role.Grants, api.AuthGrant{Perm: g.Perm.String(), Prefix: g.Prefix})
+		}
+		st.Roles = append(st.Roles, role)
+	}
 	return st, nil
 }
+
+// authorizeAs is authorize for an operation made on behalf of session (0:
+// none): the session must also belong to the authenticated user, so a
+// leaked session id is useless to another user (403).
+func (s *Server) authorizeAs(ctx context.Context, perm command.Perm, path string, session uint64) error {
+	user, err := s.authorize(ctx, perm, path)
+	if err != nil || user == "" || session == 0 {
+		return err
+	}
+	return s.checkOwner(user, session)
+}
+
+// authorizeSessions checks that the request proves a user who owns every
+// session in ids (auth disabled: nothing to check).
+func (s *Server) authorizeSessions(ctx context.Context, ids ...uint64) error {
+	user, err := s.authorize(ctx, command.PermNone, "/")
+	if err != nil || user == "" {
+		return err
+	}
+	for _, id := range ids {
+		if err := s.checkOwner(user, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AuthorizeSession is authorizeSessions for the listeners' calls that take
+// no context of their own (cancelling a watch).
+func (s *Server) AuthorizeSession(ctx context.Context, session uint64) error {
+	return s.authorizeSessions(ctx, session)
+}
+
+// checkOwner refuses a session created by another user. A session unknown
+// here passes: the operation itself then answers session_expired. A session
+// made while auth was disabled has no owner, and only root may use it.
+func (s *Server) checkOwner(user string, session uint64) error {
+	var owner string
+	var known bool
+	s.metaGroup().View(func(f *fsm.FSM) {
+		if sess, err := f.Session(session); err == nil {
+			owner, known = sess.Owner, true
+		}
+	})
+	if !known || owner == user || (owner == "" && user == fsm.RootUser) {
+		return nil
+	}
+	return api.Errorf(api.CodePermissionDenied, "session %s belongs to another user", api.FormatID(session))
+}
+
+// authorizeTxn authorizes every operation of a transaction: write on the
+// paths it creates, sets or deletes, read on the paths it checks.
+func (s *Server) authorizeTxn(ctx context.Context, r TxnRequest) error {
+	for _, op := range r.Ops {
+		perm := command.PermWrite
+		if op.Kind == TxnCheck {
+			perm = command.PermRead
+		}
+		if err := s.authorizeAs(ctx, perm, op.Path, r.SessionID); err != nil {
+			return err
+		}
+	}
+	return s.authorizeAs(ctx, command.PermNone, "/", r.SessionID)
+}
+
+// authorizeReads authorizes read on every path of a batch of reads.
+func (s *Server) authorizeReads(ctx context.Context, reads []ReadOp) error {
+	for _, r := range reads {
+		if err := s.authorizeAs(ctx, command.PermRead, r.Path, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The permissions the hooks in the request paths ask for.
+const (
+	permNone  = command.PermNone // any authenticated user
+	permRead  = command.PermRead
+	permWrite = command.PermWrite
+	permAdmin = command.PermAdmin
+)
