@@ -489,3 +489,16 @@ func (f *FSM) Roles() []RoleInfo {
 	})
 	return list
 }
+
+// SessionsOwnedBy counts the live sessions user created. It costs a scan of
+// the sessions.
+func (f *FSM) SessionsOwnedBy(user string) int {
+	n := 0
+	f.sessions.Scan(func(s session) bool {
+		if s.owner == user {
+			n++
+		}
+		return true
+	})
+	return n
+}

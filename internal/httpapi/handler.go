@@ -124,6 +124,9 @@ func (h *Handler) writeError(w http.ResponseWriter, err error) {
 		e = api.Errorf(api.CodeInternal, "internal error")
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if e.Code == api.CodeOverloaded {
+		w.Header().Set("Retry-After", "1") // every 429: retry after a second, with backoff
+	}
 	w.WriteHeader(e.Code.Status())
 	_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: *e})
 }

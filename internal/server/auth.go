@@ -28,6 +28,13 @@ type AuthConfig struct {
 	// PasswordCost is the bcrypt cost of password hashes (default
 	// bcrypt.DefaultCost; tests lower it to bcrypt.MinCost).
 	PasswordCost int
+	// UserRate is the requests per second each user may make on each member
+	// once auth is enabled (0: no limit), with bursts of UserBurst (default
+	// UserRate). Over it: 429 overloaded with Retry-After.
+	UserRate  float64
+	UserBurst int
+	// MaxUserSessions caps the live sessions one user holds (0: no cap).
+	MaxUserSessions int
 }
 
 const (
@@ -113,6 +120,9 @@ func (s *Server) authorize(ctx context.Context, perm command.Perm, path string) 
 			err = api.Errorf(api.CodePermissionDenied, "user %q has no %v permission on %q", user, perm, path)
 		}
 	})
+	if err == nil {
+		err = s.limitUser(user)
+	}
 	return user, err
 }
 

@@ -23,6 +23,9 @@ import (
 // live session has, and then another is drawn.
 func (s *Server) CreateSession(ctx context.Context, timeoutMs uint64) (api.Session, error) {
 	owner, err := s.authorize(ctx, permNone, "/") // the session belongs to the user
+	if err == nil {
+		err = s.limitUserSessions(owner)
+	}
 	if err != nil {
 		return api.Session{}, err
 	}
