@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -199,7 +200,7 @@ func (s *Server) CheckPassword(ctx context.Context, user, password string) error
 	g.View(func(f *fsm.FSM) { hash, ok = f.PasswordHash(user) })
 	if !ok {
 		// Spend the same time as a real check, so timing tells nothing.
-		_ = bcrypt.CompareHashAndPassword(dummyHash, []byte(password))
+		_ = bcrypt.CompareHashAndPassword(dummyHash(), []byte(password))
 		return unauthenticated("wrong user or password")
 	}
 	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil {
@@ -208,8 +209,12 @@ func (s *Server) CheckPassword(ctx context.Context, user, password string) error
 	return nil
 }
 
-// dummyHash is compared when the user is unknown.
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("no such user"), bcrypt.DefaultCost)
+// dummyHash is compared when the user is unknown; made on first use, so
+// that starting a server costs no bcrypt hash.
+var dummyHash = sync.OnceValue(func() []byte {
+	hash, _ := bcrypt.GenerateFromPassword([]byte("no such user"), bcrypt.DefaultCost)
+	return hash
+})
 
 // Logout revokes the token the request carries.
 func (s *Server) Logout(ctx context.Context) (uint64, error) {
