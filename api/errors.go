@@ -21,6 +21,12 @@ const (
 	CodeOverloaded         Code = "overloaded"
 	CodeUnavailable        Code = "unavailable"
 	CodeInternal           Code = "internal"
+	// CodeUnauthenticated: auth is enabled and the request proves no user
+	// (no or a bad token, an unknown certificate name, a wrong password).
+	CodeUnauthenticated Code = "unauthenticated"
+	// CodePermissionDenied: the user's roles do not allow the operation, or
+	// the session named belongs to another user.
+	CodePermissionDenied Code = "permission_denied"
 )
 
 // Status returns the HTTP status that carries c.
@@ -42,6 +48,10 @@ func (c Code) Status() int {
 		return http.StatusTooManyRequests
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case CodePermissionDenied:
+		return http.StatusForbidden
 	default:
 		return http.StatusInternalServerError
 	}

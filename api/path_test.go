@@ -79,7 +79,7 @@ func TestIDRoundTrip(t *testing.T) {
 func TestCodeStatus(t *testing.T) {
 	want := map[Code]int{
 		CodeInvalidArgument: 400, CodeNotFound: 404, CodeMethodNotAllowed: 405, CodePreconditionFailed: 409, CodeLockNotHeld: 409,
-		CodeSessionExpired: 410, CodeTooLarge: 413, CodeOverloaded: 429, CodeUnavailable: 503, CodeInternal: 500,
+		CodeSessionExpired: 410, CodeTooLarge: 413, CodeOverloaded: 429, CodeUnavailable: 503, CodeInternal: 500, CodeUnauthenticated: 401, CodePermissionDenied: 403,
 	}
 	for code, status := range want {
 		if got := code.Status(); got != status {

@@ -346,6 +346,9 @@ func (c *Client) newRequest(ctx context.Context, endpoint string, cl *call) (*ht
 	if cl.idempotencyKey != "" {
 		req.Header.Set("Idempotency-Key", cl.idempotencyKey)
 	}
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
 	return req, nil
 }
 
@@ -372,7 +375,8 @@ func decodeError(resp *http.Response, extra any) error {
 // codeForStatus maps an HTTP status without an error body to an api code.
 func codeForStatus(status int) api.Code {
 	for _, code := range []api.Code{api.CodeInvalidArgument, api.CodeNotFound, api.CodePreconditionFailed,
-		api.CodeSessionExpired, api.CodeTooLarge, api.CodeOverloaded, api.CodeUnavailable} {
+		api.CodeSessionExpired, api.CodeTooLarge, api.CodeOverloaded, api.CodeUnavailable,
+		api.CodeUnauthenticated, api.CodePermissionDenied} {
 		if code.Status() == status {
 			return code
 		}

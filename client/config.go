@@ -13,6 +13,10 @@ type Config struct {
 	// Endpoints are the client URLs of the cluster's servers, such as
 	// "http://127.0.0.1:2379". A bare "host:port" means http.
 	Endpoints []string
+	// Token, when set, is sent as "Authorization: Bearer" on every request
+	// (see Client.Login); a server with auth enabled needs it or a client
+	// certificate naming a user.
+	Token string
 	// DialTimeout bounds the TCP (and TLS) connection set-up. Default 2s.
 	DialTimeout time.Duration
 	// RequestTimeout bounds one attempt of one request; a request retried on

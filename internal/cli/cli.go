@@ -12,6 +12,7 @@
 //	2  not found (node, session, member), or the session expired
 //	3  precondition failed (prev_version mismatch, node exists, has children; lock not held; membership change refused)
 //	4  unavailable (no server reachable, no quorum, overloaded, timed out, session lost)
+//	5  unauthenticated or permission denied
 //
 // 'lock' and 'elect' run a command and exit with its exit code (128+S if a
 // signal S killed it). Their own outcomes use the codes of timeout(1) and
@@ -66,6 +67,7 @@ const (
 	ExitNotFound     = 2
 	ExitPrecondition = 3
 	ExitUnavailable  = 4
+	ExitDenied       = 5 // unauthenticated or permission denied
 )
 
 // Exit codes of the commands that run a command ('lock', 'elect'), which
@@ -86,6 +88,7 @@ const exitCodesHelp = `Exit codes:
        lock not held; membership change refused)
   4    unavailable (no server reachable, no quorum, overloaded, timed out,
        session lost)
+  5    unauthenticated or permission denied (log in, or ask an admin)
 'lock' and 'elect' exit with their command's own exit code (128+N if signal N
 killed it), and with these codes (as timeout(1) does) for their own outcomes:
   124  the lock or leadership was lost while the command ran (it was stopped)
@@ -170,6 +173,8 @@ func exitCode(err error) int {
 		return ExitPrecondition
 	case api.CodeUnavailable, api.CodeOverloaded:
 		return ExitUnavailable
+	case api.CodeUnauthenticated, api.CodePermissionDenied:
+		return ExitDenied
 	}
 	return ExitOther
 }
@@ -188,6 +193,7 @@ type app struct {
 	commandTimeout time.Duration
 	tlsFiles       client.TLSFiles // --cacert, --cert, --key
 	tls            *tls.Config     // loaded from tlsFiles by checkGlobalFlags; nil without any
+	token          string          // --token or LATCH_TOKEN
 	// ran is set once a command's own code starts: errors before it are
 	// cobra's usage errors.
 	ran bool
@@ -217,6 +223,7 @@ func (a *app) rootCommand() *cobra.Command {
 	flags.StringVar(&a.tlsFiles.CAFile, "cacert", "", "PEM CA bundle that https endpoints' certificates must chain to (default: the system's roots)")
 	flags.StringVar(&a.tlsFiles.CertFile, "cert", "", "PEM client certificate, for servers started with --client-cert-auth (with --key)")
 	flags.StringVar(&a.tlsFiles.KeyFile, "key", "", "PEM private key of --cert")
+	flags.StringVar(&a.token, "token", "", "bearer token from 'latchctl login' (env "+EnvToken+")")
 	root.SetVersionTemplate("{{.Version}}\n")
 	// The exit codes end the root's help (not every command's).
 	root.SetUsageTemplate(root.UsageTemplate() + "{{if not .HasParent}}\n" + exitCodesHelp + "\n{{end}}")
@@ -224,6 +231,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.statusCommand(), a.membersCommand(), a.leaderCommand(), a.sessionCommand(), a.benchCommand(),
 		a.watchCommand(), a.lockCommand(), a.electCommand(), a.lockStatusCommand(), a.electionStatusCommand(), a.sessionBenchCommand(), a.lockBenchCommand(),
 		a.snapshotCommand(), a.checkCommand())
+	root.AddCommand(a.authCommands()...)
 	return root
 }
 
@@ -238,6 +246,9 @@ func (a *app) checkGlobalFlags(cmd *cobra.Command) error {
 			a.endpoints = []string{DefaultEndpoint}
 		}
 	}
+	if !cmd.Flags().Changed("token") {
+		a.token = a.io.Getenv(EnvToken)
+	}
 	if a.tlsFiles != (client.TLSFiles{}) {
 		cfg, err := client.LoadTLS(a.tlsFiles)
 		if err != nil {
@@ -250,7 +261,7 @@ func (a *app) checkGlobalFlags(cmd *cobra.Command) error {
 
 // connection is how every client of this run reaches the cluster.
 func (a *app) connection() client.Config {
-	return client.Config{Endpoints: a.endpoints, DialTimeout: a.dialTimeout, TLS: a.tls}
+	return client.Config{Endpoints: a.endpoints, DialTimeout: a.dialTimeout, TLS: a.tls, Token: a.token}
 }
 
 // newClient returns a client of the chosen endpoints.

@@ -18,7 +18,10 @@
 // Version 3 adds, for sharded clusters, the ops OpSessionsEnded through
 // OpDirDelete and the fields Incarnation, Observed and Mark (docs/design.md,
 // "Sharding", lists the server steps that propose them); a version-1 or -2
-// encoding that holds any of them is malformed.
+// encoding that holds any of them is malformed. OpTxn (op 15) and OpAuth
+// (op 16, the auth state: see AuthOp) were appended to version 3 after the
+// sharding ops; each carries its own section after every other field, so the
+// encoding of every other op is unchanged.
 package command
 
 import (
@@ -93,6 +96,10 @@ const (
 	// TxnOp), on behalf of SessionID if set, exactly once with RequestSeq.
 	// Versions 1 and 2 have no OpTxn: such a command does not decode.
 	OpTxn
+	// OpAuth (version 3) changes the auth state (users, roles, grants, the
+	// enabled flag, tokens) as Auth says; see AuthOp. It is proposed to the
+	// meta group (shard 0) only. Versions 1 and 2 have no OpAuth.
+	OpAuth
 	opCount // first invalid op
 )
 
@@ -100,7 +107,7 @@ const (
 const opCountV2 = OpSessionsEnded
 
 var opNames = [...]string{"noop", "put", "delete", "session_create", "session_close", "session_expire", "member_set", "member_remove", "enqueue",
-	"sessions_ended", "sessions_cleaned", "dir_mark", "dir_unmark", "dir_close", "dir_delete", "txn"}
+	"sessions_ended", "sessions_cleaned", "dir_mark", "dir_unmark", "dir_close", "dir_delete", "txn", "auth"}
 
 func (o Op) String() string {
 	if o < opCount {
@@ -178,6 +185,8 @@ type Command struct {
 	Mark uint64
 	// Ops are the operations of an OpTxn, in order; encoded only with OpTxn.
 	Ops []TxnOp
+	// Auth is the change of an OpAuth; encoded only with OpAuth.
+	Auth AuthOp
 }
 
 // Errors returned (wrapped) by Unmarshal.
@@ -252,7 +261,7 @@ func (c *Command) Size() int {
 	n += optionalUvarintLen(c.Incarnation)
 	n += optionalUvarintLen(c.Observed)
 	n += optionalUvarintLen(c.Mark)
-	return n + c.txnSectionLen()
+	return n + c.txnSectionLen() + c.authSectionLen()
 }
 
 // AppendMarshal appends the encoding of c to dst and returns the extended
@@ -285,7 +294,7 @@ func (c *Command) AppendMarshal(dst []byte) []byte {
 	dst = appendOptionalUvarint(dst, c.Incarnation)
 	dst = appendOptionalUvarint(dst, c.Observed)
 	dst = appendOptionalUvarint(dst, c.Mark)
-	return c.appendTxnSection(dst)
+	return c.appendAuthSection(c.appendTxnSection(dst))
 }
 
 // formatVersion returns the version byte c is encoded with.
@@ -391,6 +400,9 @@ func Unmarshal(data []byte) (Command, error) {
 	if c.Op == OpTxn {
 		c.Ops = d.txnOps()
 	}
+	if c.Op == OpAuth {
+		c.Auth = d.authOp()
+	}
 	if d.err == nil && d.offset != len(data) {
 		d.fail("%d trailing bytes", len(data)-d.offset)
 	}
@@ -413,7 +425,7 @@ func (c *Command) decodeHeader(data []byte) error {
 	if c.Op >= opCount || (c.Format != 0 && c.Op >= opCountV2) {
 		return fmt.Errorf("%w: unknown op %d in format version %d", ErrMalformed, data[1], data[0])
 	}
-	if c.Op == OpTxn && c.Legacy() {
+	if (c.Op == OpTxn || c.Op == OpAuth) && c.Legacy() {
 		return fmt.Errorf("%w: op %v does not exist in format version %d", ErrMalformed, c.Op, FormatV1)
 	}
 	flags := data[2]

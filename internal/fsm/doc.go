@@ -28,6 +28,15 @@
 // its entry's index, so names stay unique across a parent's re-creation
 // even when one entry takes several (see sequenceAhead).
 //
+// The auth state (auth.go) is replicated like the rest: users with the
+// password hashes the server computed, roles granting read, write or admin
+// on path prefixes, the enabled flag, and issued tokens, recorded by their
+// SHA-256 digest only, with an expiry the proposer decided; expired tokens
+// are forgotten when a token is issued, at the proposer's clock carried in
+// the command. Only the meta group's auth state is consulted. Its
+// invariants: every role a user holds exists; every token's user exists;
+// auth is enabled only while the user RootUser exists.
+//
 // Requests the state machine refuses (a version mismatch, a missing node, an
 // expired session, an invalid path...) are results, not failures: Apply
 // returns them in Result.Err as *api.Error with the code of docs/api.md and

@@ -57,6 +57,9 @@ type FSM struct {
 	// sessionFence is the index of the latest OpSessionsEnded applied
 	// (shards other than 0).
 	sessionFence uint64
+	// auth is the auth state (auth.go): users, roles, tokens, the enabled
+	// flag. Only the meta group's (shard 0) is used by the server.
+	auth authState
 }
 
 // generations hands out generation numbers, unique in the process.
@@ -90,6 +93,7 @@ func newShard(id shardID) *FSM {
 		ending:     btree.NewBTreeGOptions(endingLess, treeOptions),
 		generation: newGeneration(),
 		shard:      id,
+		auth:       newAuthState(),
 	}
 	f.nodes.Set(entry{path: "/", nodeData: &nodeData{}})
 	return f
@@ -172,6 +176,8 @@ func (f *FSM) Apply(index uint64, cmd *command.Command) (Result, []Event) {
 		return f.closeDirectory(index, cmd)
 	case command.OpDirDelete:
 		return f.deleteClosed(index, cmd)
+	case command.OpAuth:
+		return f.applyAuth(cmd)
 	default:
 		return refuse(api.Errorf(api.CodeInvalidArgument, "unknown operation %v", cmd.Op))
 	}
@@ -207,6 +213,7 @@ func (f *FSM) Clone() *FSM {
 		ending:       f.ending.Copy(),
 		dirFence:     f.dirFence,
 		sessionFence: f.sessionFence,
+		auth:         f.auth.clone(),
 	}
 	f.generation = newGeneration()
 	return clone

@@ -91,7 +91,7 @@ func (f *FSM) Session(id uint64) (Session, error) {
 }
 
 func (s session) public() Session {
-	return Session{ID: s.id, TimeoutMs: s.timeoutMs, Ephemerals: s.ephemerals}
+	return Session{ID: s.id, TimeoutMs: s.timeoutMs, Ephemerals: s.ephemerals, Owner: s.owner}
 }
 
 // Sessions returns every live session, sorted by id.

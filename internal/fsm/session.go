@@ -18,6 +18,9 @@ type session struct {
 	id         uint64 // random, drawn by the proposer (the create entry's index in old entries)
 	timeoutMs  uint64
 	ephemerals int // number of ephemeral nodes it owns
+	// owner is the user that created the session when auth was enabled
+	// (OpSessionCreate's Path); "" otherwise.
+	owner string
 	// dedup is nil until the session's first exactly-once write. It is
 	// shared with clones; see dedupTable.generation.
 	dedup *dedupTable
@@ -30,6 +33,7 @@ type Session struct {
 	ID         uint64
 	TimeoutMs  uint64
 	Ephemerals int
+	Owner      string // the creating user, "" if auth was disabled then
 }
 
 // dedupTable is a session's window of recent exactly-once results.
@@ -118,7 +122,8 @@ func (f *FSM) remember(id, seq uint64, result Result) {
 	f.sessions.Set(s)
 }
 
-// createSession applies OpSessionCreate. The id is the one the proposer
+// createSession applies OpSessionCreate, whose Path, if any, is the user
+// that owns the session (set by the server when auth is enabled). The id is the one the proposer
 // drew (cmd.SessionID); an entry without one, written by an older binary,
 // keeps the old rule: the id is index. An id already live is refused, so
 // the proposer draws another.
@@ -133,7 +138,7 @@ func (f *FSM) createSession(index uint64, cmd *command.Command) Result {
 	if _, ending := f.ending.Get(endingSession{id: id}); ending {
 		return Result{Err: api.Errorf(api.CodePreconditionFailed, "session id %s is taken by a session still ending", api.FormatID(id))}
 	}
-	f.sessions.Set(session{id: id, timeoutMs: cmd.TimeoutMs})
+	f.sessions.Set(session{id: id, timeoutMs: cmd.TimeoutMs, owner: cmd.Path})
 	return Result{SessionID: id, TimeoutMs: cmd.TimeoutMs}
 }
 

@@ -64,6 +64,21 @@ import (
 // windows hold a transaction's result, in version 2 or 3 otherwise, so the
 // encoding of a state stays unique and a cluster that never ran a
 // transaction writes what an older binary reads.
+//
+// Versions 6 to 9 are versions 2 to 5 with the auth state: every session
+// frame ends with the session's owner (a user name, or ""), and the auth
+// state (users, roles, tokens, the enabled flag) follows the nodes, before
+// the end:
+//
+//	auth  = enabled (0/1), role count, user count, token count
+//	role  = name, grant count, grants (permission byte, prefix)
+//	user  = name, password hash, role count, role names
+//	token = SHA-256 digest, user, expiry (Unix milliseconds)
+//
+// roles, users and tokens each sorted by name (digest). A state is written
+// in them only if its auth state is not empty (enabled, or any user, role or
+// token) or a session has an owner, so a cluster that never used auth
+// writes what an older binary reads.
 const (
 	snapshotMagic   = "LATCHFSM"
 	snapshotVersion = 2
@@ -75,6 +90,8 @@ const (
 	snapshotVersionTxn = 4
 	// snapshotVersionShardTxn is version 3 whose records hold transactions.
 	snapshotVersionShardTxn = 5
+	// snapshotAuthRaise raises a version to the one with auth state.
+	snapshotAuthRaise = 4
 	// maxFramePayload bounds the memory ReadSnapshot allocates for one frame.
 	maxFramePayload = 16 << 20
 )
@@ -88,6 +105,10 @@ const (
 	frameRemoved   // version 2
 	frameEnding    // version 3
 	frameDirectory // version 3
+	frameAuth      // versions 6 to 9
+	frameRole
+	frameUser
+	frameToken
 )
 
 // ErrCorruptSnapshot is wrapped by every ReadSnapshot error about its input.
@@ -108,7 +129,9 @@ func (f *FSM) WriteSnapshot(w io.Writer) error {
 func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 	sw := snapshotWriter{w: w, txnResults: f.holdsTxnResults()}
 	sharded := f.shard.sharded()
-	sw.write(append([]byte(snapshotMagic), snapshotFormat(sharded, sw.txnResults)))
+	withAuth := !f.auth.empty() || f.ownedSessions()
+	sw.auth = withAuth
+	sw.write(append([]byte(snapshotMagic), snapshotFormat(sharded, sw.txnResults, withAuth)))
 	sw.frame(frameHeader, func(b []byte) []byte { return f.appendHeader(b, sharded) })
 	for _, m := range f.members {
 		sw.frame(frameMember, func(b []byte) []byte { return appendMember(b, m) })
@@ -117,7 +140,13 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 		sw.frame(frameRemoved, func(b []byte) []byte { return appendMember(b, m) })
 	}
 	f.sessions.Scan(func(s session) bool {
-		sw.frame(frameSession, func(b []byte) []byte { return appendSession(b, s, sw.txnResults) })
+		sw.frame(frameSession, func(b []byte) []byte {
+			b = appendSession(b, s, sw.txnResults)
+			if sw.auth {
+				b = appendString(b, s.owner)
+			}
+			return b
+		})
 		return sw.err == nil
 	})
 	if sharded {
@@ -135,6 +164,9 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 		previous = e.path
 		return sw.err == nil
 	})
+	if withAuth {
+		f.auth.writeFrames(&sw)
+	}
 	sw.frame(frameEnd, func(b []byte) []byte { return b })
 	if sw.err != nil {
 		return fmt.Errorf("fsm: write snapshot: %w", sw.err)
@@ -204,6 +236,9 @@ type snapshotWriter struct {
 	err     error
 	// txnResults says records carry their transaction part (version 3).
 	txnResults bool
+	// auth says sessions carry their owner and the auth frames follow the
+	// nodes (versions 6 to 9).
+	auth bool
 }
 
 func (sw *snapshotWriter) write(b []byte) {
@@ -293,14 +328,18 @@ func appendNode(b []byte, previous string, e entry) []byte {
 
 // snapshotFormat is the version a state is written in: 3 for a shard of a
 // sharded cluster, 2 otherwise, each raised by 2 (to 5 or 4) when the
-// exactly-once windows hold a transaction's result.
-func snapshotFormat(sharded, txnResults bool) byte {
+// exactly-once windows hold a transaction's result, and all of them raised
+// by 4 (to 6 through 9) when the state holds auth state.
+func snapshotFormat(sharded, txnResults, withAuth bool) byte {
 	version := byte(snapshotVersion)
 	if sharded {
 		version = snapshotVersion3
 	}
 	if txnResults {
 		version += snapshotVersionTxn - snapshotVersion
+	}
+	if withAuth {
+		version += snapshotAuthRaise
 	}
 	return version
 }

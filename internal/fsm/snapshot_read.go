@@ -59,6 +59,8 @@ type snapshotReader struct {
 	version byte
 	// txnResults says records carry their transaction part (versions 4 and 5).
 	txnResults bool
+	// auth says the auth frames follow the nodes (versions 6 to 9).
+	auth bool
 }
 
 func corruptf(offset int64, format string, args ...any) error {
@@ -133,6 +135,10 @@ func (sr *snapshotReader) read() (*FSM, error) {
 		return nil, corruptf(0, "not a latch state machine snapshot")
 	}
 	sr.version = magic[len(snapshotMagic)]
+	if sr.version > snapshotVersionShardTxn && sr.version <= snapshotVersionShardTxn+snapshotAuthRaise {
+		sr.version -= snapshotAuthRaise
+		sr.auth = true
+	}
 	switch sr.version {
 	case snapshotVersion, snapshotVersion1, snapshotVersion3, snapshotVersionTxn, snapshotVersionShardTxn:
 	default:
@@ -171,6 +177,11 @@ func (sr *snapshotReader) read() (*FSM, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if sr.auth {
+		if err := sr.readAuth(f); err != nil {
+			return nil, err
+		}
 	}
 	d, err := sr.frame(frameEnd)
 	if err != nil {
@@ -282,6 +293,12 @@ func (sr *snapshotReader) readSessions(f *FSM, count uint64) error {
 			d.fail(d.base, "session %d out of order", s.id)
 		}
 		s.dedup = d.dedupTable(f.generation, sr.txnResults)
+		if sr.auth {
+			s.owner = d.string()
+			if s.owner != "" {
+				checkSortedName(d, "user", "", s.owner)
+			}
+		}
 		if err := d.finish(); err != nil {
 			return err
 		}

@@ -63,5 +63,5 @@ func withCaller(r *http.Request) *http.Request {
 	if name, ok := tlsconfig.Identity(connectionState(r)); ok {
 		c.CertName = name
 	}
-	return r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+	return withCredentials(r.WithContext(context.WithValue(r.Context(), callerKey{}, c)), c)
 }

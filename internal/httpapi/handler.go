@@ -52,7 +52,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /v1/election/{role}", h.electionState)
 	h.mux.HandleFunc("POST /v1/txn", h.txn)
 	h.mux.HandleFunc("POST /v1/read", h.readMany)
-	h.mux.HandleFunc("GET /v1/status", h.status)
+	h.mux.Handle("GET /v1/status", h.gated(http.HandlerFunc(h.status)))
 	h.mux.HandleFunc("GET /v1/cluster/members", h.members)
 	h.mux.HandleFunc("POST /v1/cluster/members", h.addMember)
 	h.mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.removeMember)
@@ -61,13 +61,14 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /v1/locks", h.listLocks)
 	h.mux.HandleFunc("GET /v1/elections", h.listElections)
 	h.mux.HandleFunc("GET /v1/sessions", h.listSessions)
-	h.mux.HandleFunc("GET /v1/cluster/health", h.clusterHealth)
-	h.mux.Handle("GET /ui", ui.Handler(http.HandlerFunc(h.noSuchEndpoint)))
-	h.mux.Handle("GET /ui/{asset...}", ui.Handler(http.HandlerFunc(h.noSuchEndpoint)))
+	h.mux.Handle("GET /v1/cluster/health", h.gated(http.HandlerFunc(h.clusterHealth)))
+	h.mux.Handle("GET /ui", h.gated(ui.Handler(http.HandlerFunc(h.noSuchEndpoint))))
+	h.mux.Handle("GET /ui/{asset...}", h.gated(ui.Handler(http.HandlerFunc(h.noSuchEndpoint))))
 	h.mux.HandleFunc("GET /v1/snapshot", h.snapshot)
 	h.mux.HandleFunc("GET /healthz", h.healthz)
 	h.mux.HandleFunc("GET /readyz", h.readyz)
-	h.mux.Handle("GET /metrics", h.server.MetricsHandler())
+	h.mux.Handle("GET /metrics", h.gated(h.server.MetricsHandler()))
+	h.authRoutes()
 	h.mux.HandleFunc("/", h.notFound)
 }
 
@@ -123,6 +124,9 @@ func (h *Handler) writeError(w http.ResponseWriter, err error) {
 		e = api.Errorf(api.CodeInternal, "internal error")
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if e.Code == api.CodeOverloaded {
+		w.Header().Set("Retry-After", "1") // every 429: retry after a second, with backoff
+	}
 	w.WriteHeader(e.Code.Status())
 	_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: *e})
 }

@@ -42,6 +42,9 @@ func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
 		err = api.Errorf(api.CodeInvalidArgument, "session_id is required")
 	}
 	if err == nil {
+		err = h.authorizeSession(r.Context(), session)
+	}
+	if err == nil {
 		err = h.server.CancelWatch(session, id)
 	}
 	if err != nil {

@@ -21,6 +21,9 @@ type Backup struct {
 // opts' consistency: with a linearizable one (the default), every write
 // acknowledged anywhere before the call is in the backup.
 func (s *Server) TakeBackup(ctx context.Context, opts ReadOptions) (*Backup, error) {
+	if err := s.authorizeAs(ctx, permAdmin, "/", 0); err != nil {
+		return nil, err
+	}
 	b := &Backup{header: backup.Header{
 		TokenHash:     backup.TokenHash(s.cfg.ClusterToken),
 		TakenAtUnixMs: uint64(s.cfg.Clock.Now().UnixMilli()),

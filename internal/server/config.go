@@ -74,6 +74,8 @@ type Config struct {
 	MinSessionTTL  time.Duration // session timeout clamp (default 2s)
 	MaxSessionTTL  time.Duration // (default 60s)
 
+	Auth AuthConfig // token lifetime, password hash cost (auth.go)
+
 	MaxWatchesPerSession int // watches one session may hold (default 1,000)
 	WatchQueueLen        int // undelivered events per session before it is disconnected (default 1,024)
 

@@ -66,6 +66,9 @@ type ReadOptions struct {
 
 // Put creates or updates a node once a quorum has it and this server applied it.
 func (s *Server) Put(ctx context.Context, r PutRequest) (api.Node, error) {
+	if err := s.authorizeAs(ctx, permWrite, r.Path, r.SessionID); err != nil {
+		return api.Node{}, err
+	}
 	if err := api.ValidatePath(r.Path); err != nil {
 		return api.Node{}, err
 	}
@@ -105,6 +108,9 @@ func (s *Server) Put(ctx context.Context, r PutRequest) (api.Node, error) {
 // Delete removes a node (or, recursive, a subtree): in one entry with one
 // shard, by the steps of sharddelete.go with several.
 func (s *Server) Delete(ctx context.Context, r DeleteRequest) (api.Deleted, error) {
+	if err := s.authorizeAs(ctx, permWrite, r.Path, r.SessionID); err != nil {
+		return api.Deleted{}, err
+	}
 	if err := api.ValidatePath(r.Path); err != nil {
 		return api.Deleted{}, err
 	}
@@ -137,6 +143,9 @@ func (s *Server) Delete(ctx context.Context, r DeleteRequest) (api.Deleted, erro
 
 // Get reads a node at the requested consistency.
 func (s *Server) Get(ctx context.Context, path string, opts ReadOptions) (api.Node, error) {
+	if err := s.authorizeAs(ctx, permRead, path, 0); err != nil {
+		return api.Node{}, err
+	}
 	if err := api.ValidatePath(path); err != nil {
 		return api.Node{}, err
 	}
@@ -169,6 +178,9 @@ func (s *Server) Get(ctx context.Context, path string, opts ReadOptions) (api.No
 
 // Children lists a node's children, sorted by name.
 func (s *Server) Children(ctx context.Context, path string, opts ReadOptions) (api.Children, error) {
+	if err := s.authorizeAs(ctx, permRead, path, 0); err != nil {
+		return api.Children{}, err
+	}
 	if err := api.ValidatePath(path); err != nil {
 		return api.Children{}, err
 	}

@@ -22,11 +22,17 @@ type Page = queues.Page
 
 // ListLocks lists the locks on the page (queues.Queues.ListLocks).
 func (s *Server) ListLocks(ctx context.Context, page Page, opts ReadOptions) (api.LockList, error) {
+	if err := s.authorizeAs(ctx, permRead, queues.LocksRoot, 0); err != nil {
+		return api.LockList{}, err
+	}
 	return s.groupFor(queues.LocksRoot).queues.ListLocks(ctx, page, opts.Consistency, opts.MinIndex)
 }
 
 // ListElections lists the elections on the page (queues.Queues.ListElections).
 func (s *Server) ListElections(ctx context.Context, page Page, opts ReadOptions) (api.ElectionList, error) {
+	if err := s.authorizeAs(ctx, permRead, queues.ElectionsRoot, 0); err != nil {
+		return api.ElectionList{}, err
+	}
 	return s.groupFor(queues.ElectionsRoot).queues.ListElections(ctx, page, opts.Consistency, opts.MinIndex)
 }
 
@@ -34,6 +40,9 @@ func (s *Server) ListElections(ctx context.Context, page Page, opts ReadOptions)
 // On the leader each carries the time left before it expires without a
 // heartbeat; Count and ExpiringSoon cover every live session.
 func (s *Server) ListSessions(ctx context.Context, page Page, opts ReadOptions) (api.SessionList, error) {
+	if err := s.authorizeAs(ctx, permAdmin, "/", 0); err != nil {
+		return api.SessionList{}, err
+	}
 	g := s.metaGroup()
 	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
 		return api.SessionList{}, err

@@ -15,34 +15,52 @@ import (
 // up to wait to hold it (queues.Queues.AcquireLock). A lock not held in time
 // is a reply with Held false and a nil error.
 func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, wait time.Duration) (api.Lock, error) {
+	if err := s.authorizeAs(ctx, permWrite, queues.LocksRoot+"/"+name, session); err != nil {
+		return api.Lock{}, err
+	}
 	return s.childGroup(queues.LocksRoot+"/"+name).queues.AcquireLock(ctx, name, session, wait)
 }
 
 // ReleaseLock deletes the session's queue node of lock name
 // (queues.Queues.ReleaseLock).
 func (s *Server) ReleaseLock(ctx context.Context, name string, session, token uint64) (api.Released, error) {
+	if err := s.authorizeAs(ctx, permWrite, queues.LocksRoot+"/"+name, session); err != nil {
+		return api.Released{}, err
+	}
 	return s.childGroup(queues.LocksRoot+"/"+name).queues.ReleaseLock(ctx, name, session, token)
 }
 
 // LockState reports a lock's holder and how many wait (queues.Queues.LockState).
 func (s *Server) LockState(ctx context.Context, name string, opts ReadOptions) (api.LockState, error) {
+	if err := s.authorizeAs(ctx, permRead, queues.LocksRoot+"/"+name, 0); err != nil {
+		return api.LockState{}, err
+	}
 	return s.childGroup(queues.LocksRoot+"/"+name).queues.LockState(ctx, name, opts.Consistency, opts.MinIndex)
 }
 
 // JoinElection enters the session as a candidate for role
 // (queues.Queues.JoinElection).
 func (s *Server) JoinElection(ctx context.Context, role string, session uint64, value []byte) (api.Candidacy, error) {
+	if err := s.authorizeAs(ctx, permWrite, queues.ElectionsRoot+"/"+role, session); err != nil {
+		return api.Candidacy{}, err
+	}
 	return s.childGroup(queues.ElectionsRoot+"/"+role).queues.JoinElection(ctx, role, session, value)
 }
 
 // ResignElection withdraws the session's candidacy for role
 // (queues.Queues.ResignElection).
 func (s *Server) ResignElection(ctx context.Context, role string, session uint64) (api.Resigned, error) {
+	if err := s.authorizeAs(ctx, permWrite, queues.ElectionsRoot+"/"+role, session); err != nil {
+		return api.Resigned{}, err
+	}
 	return s.childGroup(queues.ElectionsRoot+"/"+role).queues.ResignElection(ctx, role, session)
 }
 
 // ElectionState reports the leader of role and how many candidates there
 // are (queues.Queues.ElectionState).
 func (s *Server) ElectionState(ctx context.Context, role string, opts ReadOptions) (api.ElectionState, error) {
+	if err := s.authorizeAs(ctx, permRead, queues.ElectionsRoot+"/"+role, 0); err != nil {
+		return api.ElectionState{}, err
+	}
 	return s.childGroup(queues.ElectionsRoot+"/"+role).queues.ElectionState(ctx, role, opts.Consistency, opts.MinIndex)
 }

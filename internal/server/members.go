@@ -51,6 +51,9 @@ func (g *group) leaderStatus() (raft.Status, error) {
 // that already took effect: it answers the member as it is now. A member of
 // that name with other addresses is 409 precondition_failed.
 func (s *Server) AddMember(ctx context.Context, m api.Member, promote bool) (api.Member, error) {
+	if err := s.authorizeAs(ctx, permAdmin, "/", 0); err != nil {
+		return api.Member{}, err
+	}
 	if err := validateNewMember(m); err != nil {
 		return api.Member{}, err
 	}
@@ -139,6 +142,9 @@ func checkHostPort(addr string) error {
 
 // PromoteMember makes a caught-up learner a voter.
 func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, error) {
+	if err := s.authorizeAs(ctx, permAdmin, "/", 0); err != nil {
+		return api.Member{}, err
+	}
 	g := s.metaGroup()
 	st, err := g.leaderStatus()
 	if err != nil {
@@ -212,6 +218,9 @@ func (s *Server) promoteWhenCaughtUp(g *group, id uint64) {
 // member this server applied the removal of (since it started) is already
 // removed: the repeat succeeds, on any member.
 func (s *Server) RemoveMemberNamed(ctx context.Context, nameOrID string) error {
+	if err := s.authorizeAs(ctx, permAdmin, "/", 0); err != nil {
+		return err
+	}
 	id, err := s.MemberIDByName(ctx, nameOrID)
 	if api.CodeOf(err) == api.CodeNotFound && s.wasRemoved(nameOrID) {
 		return nil
@@ -251,6 +260,9 @@ func (s *Server) removedMember(id uint64, name string) (command.Member, bool) {
 // a healthy quorum. Removing the leader hands leadership to the most
 // caught-up voter first.
 func (s *Server) RemoveMember(ctx context.Context, id uint64) error {
+	if err := s.authorizeAs(ctx, permAdmin, "/", 0); err != nil {
+		return err
+	}
 	g := s.metaGroup()
 	st, err := g.leaderStatus()
 	if err != nil {
@@ -325,6 +337,9 @@ func (s *Server) handOver(ctx context.Context, g *group, st raft.Status) error {
 // follower, raft forwards the request to the leader (with the transferee in
 // the message's From, which the transport lets through for this one type).
 func (s *Server) TransferLeadership(ctx context.Context, to uint64) error {
+	if err := s.authorizeAs(ctx, permAdmin, "/", 0); err != nil {
+		return err
+	}
 	g := s.metaGroup()
 	st := g.Node().Status()
 	if _, ok := st.Config.Voters.IDs()[to]; !ok {

@@ -36,6 +36,7 @@ type Server struct {
 	storage   storageState // what the WAL and snapshot store report of the disk
 	// removedPeers are members this server applied the removal of.
 	removedPeers removedSet
+	userRates    userRateLimiter // per-user request rates (userlimits.go)
 
 	// shards places paths; groups[k] is shard k's group (consensus group
 	// k+1), each set once its raft node runs.

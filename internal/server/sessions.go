@@ -22,6 +22,13 @@ import (
 // knows it can act for the session. The state machine refuses an id that a
 // live session has, and then another is drawn.
 func (s *Server) CreateSession(ctx context.Context, timeoutMs uint64) (api.Session, error) {
+	owner, err := s.authorize(ctx, permNone, "/") // the session belongs to the user
+	if err == nil {
+		err = s.limitUserSessions(owner)
+	}
+	if err != nil {
+		return api.Session{}, err
+	}
 	timeout := time.Duration(timeoutMs) * time.Millisecond
 	timeout = min(max(timeout, s.cfg.MinSessionTTL), s.cfg.MaxSessionTTL)
 	for attempt := 1; ; attempt++ {
@@ -29,7 +36,7 @@ func (s *Server) CreateSession(ctx context.Context, timeoutMs uint64) (api.Sessi
 		if err != nil {
 			return api.Session{}, err
 		}
-		cmd := &command.Command{Op: command.OpSessionCreate, SessionID: id, TimeoutMs: uint64(timeout.Milliseconds())}
+		cmd := &command.Command{Op: command.OpSessionCreate, SessionID: id, TimeoutMs: uint64(timeout.Milliseconds()), Path: owner}
 		res, index, err := s.metaGroup().Propose(ctx, cmd)
 		if err != nil {
 			return api.Session{}, err
@@ -67,6 +74,9 @@ func newSessionID() (uint64, error) {
 // with one shard; with several, it answers once every shard applied the
 // session's cleanup (sessionend.go).
 func (s *Server) CloseSession(ctx context.Context, id uint64) (api.Closed, error) {
+	if err := s.authorizeSessions(ctx, id); err != nil {
+		return api.Closed{}, err
+	}
 	res, index, err := s.metaGroup().Propose(ctx, &command.Command{Op: command.OpSessionClose, SessionID: id})
 	if err != nil {
 		return api.Closed{}, err
@@ -82,6 +92,9 @@ func (s *Server) CloseSession(ctx context.Context, id uint64) (api.Closed, error
 
 // GetSession describes a live session.
 func (s *Server) GetSession(ctx context.Context, id uint64, opts ReadOptions) (api.Session, error) {
+	if err := s.authorizeSessions(ctx, id); err != nil {
+		return api.Session{}, err
+	}
 	g := s.metaGroup()
 	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
 		return api.Session{}, err
@@ -99,5 +112,8 @@ func (s *Server) GetSession(ctx context.Context, id uint64, opts ReadOptions) (a
 // Heartbeat keeps sessions alive (sessions.Liveness.Heartbeat). It returns
 // the applied index and the ids that are not alive (expired or closed).
 func (s *Server) Heartbeat(ctx context.Context, ids []uint64) (uint64, []uint64, error) {
+	if err := s.authorizeSessions(ctx, ids...); err != nil {
+		return 0, nil, err
+	}
 	return s.metaGroup().sessions.Heartbeat(ctx, ids)
 }

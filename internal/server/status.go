@@ -67,6 +67,9 @@ func roleOf(st raft.Status, self uint64) string {
 // anywhere is seen; a stale read answers from this server's state (what an
 // operator still gets from a member cut off from the leader).
 func (s *Server) ReadMembers(ctx context.Context, opts ReadOptions) (api.Members, error) {
+	if err := s.authorizeAs(ctx, permNone, "/", 0); err != nil {
+		return api.Members{}, err
+	}
 	if err := s.metaGroup().Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
 		return api.Members{}, err
 	}

@@ -66,6 +66,9 @@ type TxnResult struct {
 // naming it; then nothing was applied. Every operation must live in one
 // consensus group (docs/design.md "Operations spanning shards").
 func (s *Server) Txn(ctx context.Context, r TxnRequest) (TxnResult, error) {
+	if err := s.authorizeTxn(ctx, r); err != nil {
+		return TxnResult{}, err
+	}
 	cmd, err := s.txnCommand(r)
 	if err != nil {
 		return TxnResult{}, err

@@ -34,6 +34,9 @@ type ReadManyResult struct {
 // all see the same state. The reads must be in one consensus group, as a
 // transaction's operations are; opts applies to them all.
 func (s *Server) ReadMany(ctx context.Context, reads []ReadOp, opts ReadOptions) (ReadManyResult, error) {
+	if err := s.authorizeReads(ctx, reads); err != nil {
+		return ReadManyResult{}, err
+	}
 	if len(reads) == 0 {
 		return ReadManyResult{}, api.Errorf(api.CodeInvalidArgument, "a multi-read needs at least one read")
 	}

@@ -38,6 +38,9 @@ var _ EventStream = (*watch.Stream)(nil)
 // otherwise the registration is refused with precondition_failed (it would
 // be accepted silently and its events never reach a stream open elsewhere).
 func (s *Server) Watch(ctx context.Context, session uint64, req WatchRequest) (api.Watch, error) {
+	if err := s.authorizeAs(ctx, permRead, req.Path, session); err != nil {
+		return api.Watch{}, err
+	}
 	spec := watch.Spec{Path: req.Path, Recursive: req.Recursive, Persistent: req.Persistent, KnownIndex: req.KnownIndex}
 	if err := api.ValidatePath(spec.Path); err != nil {
 		return api.Watch{}, err
@@ -105,6 +108,9 @@ func (s *Server) CancelWatch(session, id uint64) error {
 // Events attaches the session's event stream (replacing an older one) and
 // returns it with the applied index it starts after.
 func (s *Server) Events(ctx context.Context, session uint64) (EventStream, uint64, error) {
+	if err := s.authorizeSessions(ctx, session); err != nil {
+		return nil, 0, err
+	}
 	g := s.metaGroup()
 	if err := g.requireSession(ctx, session); err != nil {
 		return nil, 0, err

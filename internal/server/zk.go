@@ -37,6 +37,9 @@ type NodeReadOptions struct {
 // ReadNode reads a node (and, if asked, its children) from one view, after
 // the barrier opts ask for. A missing node is not_found.
 func (s *Server) ReadNode(ctx context.Context, path string, opts NodeReadOptions) (NodeView, error) {
+	if err := s.authorizeAs(ctx, permRead, path, 0); err != nil {
+		return NodeView{}, err
+	}
 	if err := api.ValidatePath(path); err != nil {
 		return NodeView{}, err
 	}
@@ -64,6 +67,9 @@ func (s *Server) ReadNode(ctx context.Context, path string, opts NodeReadOptions
 // CountDescendants returns how many nodes lie below path (not counting
 // path itself), from one view after the barrier opts ask for.
 func (s *Server) CountDescendants(ctx context.Context, path string, opts ReadOptions) (int, uint64, error) {
+	if err := s.authorizeAs(ctx, permRead, path, 0); err != nil {
+		return 0, 0, err
+	}
 	if err := api.ValidatePath(path); err != nil {
 		return 0, 0, err
 	}
@@ -86,6 +92,9 @@ func (s *Server) CountDescendants(ctx context.Context, path string, opts ReadOpt
 // below prefix (a path prefix, not only a whole node name, as ZooKeeper's
 // getEphemerals takes it), sorted. It walks the tree: O(nodes).
 func (s *Server) SessionEphemerals(ctx context.Context, session uint64, prefix string, opts ReadOptions) ([]string, uint64, error) {
+	if err := s.authorizeSessions(ctx, session); err != nil {
+		return nil, 0, err
+	}
 	g := s.metaGroup()
 	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
 		return nil, 0, err

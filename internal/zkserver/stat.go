@@ -71,6 +71,8 @@ func errCode(err error) zkproto.ErrCode {
 		return zkproto.ErrThrottledOp
 	case api.CodeUnavailable:
 		return zkproto.ErrOperationTimeout
+	case api.CodeUnauthenticated, api.CodePermissionDenied:
+		return zkproto.ErrNoAuth
 	}
 	return zkproto.ErrSystemError
 }

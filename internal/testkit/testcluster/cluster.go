@@ -27,7 +27,8 @@ import (
 
 // Options tune the cluster; zero values take test-friendly defaults.
 type Options struct {
-	Shards           int           // server.Config.Shards (default 1)
+	Shards           int // server.Config.Shards (default 1)
+	Auth             server.AuthConfig
 	WALSegmentSize   int64         // default 1 MiB
 	TickInterval     time.Duration // default 10ms
 	ElectionTicks    int           // default 10
@@ -166,7 +167,7 @@ func (c *Cluster) serverConfig(i int) server.Config {
 		NewTransport: func(id uint64, h transport.Handler, s transport.Snapshots) (transport.Transport, error) {
 			return c.Net.Join(id, h, s), nil
 		},
-		Logger: logger(n.Name), Clock: n.Clock,
+		Logger: logger(n.Name), Clock: n.Clock, Auth: c.opts.Auth,
 	}
 }
 

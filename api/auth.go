@@ -1,0 +1,59 @@
+package api
+
+// LoginRequest is the body of POST /v1/auth/login.
+type LoginRequest struct {
+	User     string `json:"user"`
+	Password string `json:"password"`
+}
+
+// LoginResponse carries a token to send as "Authorization: Bearer <token>".
+type LoginResponse struct {
+	Token       string `json:"token"`
+	User        string `json:"user"`
+	ExpiresAtMs uint64 `json:"expires_at_ms"`
+	Index       uint64 `json:"index"`
+}
+
+// AuthChange is the body of POST /v1/auth: one change of the auth state.
+// Action is one of enable, disable, user_add, user_delete, user_passwd,
+// user_grant, user_revoke, role_add, role_delete, role_grant, role_revoke.
+type AuthChange struct {
+	Action   string `json:"action"`
+	User     string `json:"user,omitempty"`
+	Password string `json:"password,omitempty"`
+	Role     string `json:"role,omitempty"`
+	Perm     string `json:"perm,omitempty"` // read, write or admin
+	Prefix   string `json:"prefix,omitempty"`
+}
+
+// AuthChanged answers an AuthChange or a logout: the index it applied at.
+type AuthChanged struct {
+	Index uint64 `json:"index"`
+}
+
+// AuthUser is a user as GET /v1/auth lists it: never a password hash.
+type AuthUser struct {
+	Name        string   `json:"name"`
+	Roles       []string `json:"roles"`
+	HasPassword bool     `json:"has_password"`
+}
+
+// AuthGrant is a role's permission on a path prefix and below.
+type AuthGrant struct {
+	Perm   string `json:"perm"`
+	Prefix string `json:"prefix"`
+}
+
+// AuthRole is a role as GET /v1/auth lists it.
+type AuthRole struct {
+	Name   string      `json:"name"`
+	Grants []AuthGrant `json:"grants"`
+}
+
+// AuthStatus is GET /v1/auth's answer.
+type AuthStatus struct {
+	Enabled bool       `json:"enabled"`
+	Users   []AuthUser `json:"users"`
+	Roles   []AuthRole `json:"roles"`
+	Index   uint64     `json:"index"`
+}

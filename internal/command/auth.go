@@ -1,0 +1,199 @@
+package command
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// AuthKind is the kind of change an OpAuth command makes to the auth state.
+type AuthKind uint8
+
+// The auth changes. The numeric values are part of the encoding: new kinds
+// are appended at the end.
+const (
+	// AuthEnable turns authentication on; the user "root" must exist.
+	AuthEnable AuthKind = iota
+	// AuthDisable turns authentication off (users and roles stay).
+	AuthDisable
+	// AuthUserAdd makes user User with password hash Secret (empty: a user
+	// that cannot log in with a password, e.g. one known by certificate).
+	AuthUserAdd
+	// AuthUserDelete deletes user User and every token issued to it.
+	AuthUserDelete
+	// AuthUserPasswd replaces User's password hash with Secret and revokes
+	// every token issued to it.
+	AuthUserPasswd
+	// AuthUserGrant gives user User the role Role.
+	AuthUserGrant
+	// AuthUserRevoke takes the role Role from user User.
+	AuthUserRevoke
+	// AuthRoleAdd makes the role Role, with no grant.
+	AuthRoleAdd
+	// AuthRoleDelete deletes the role Role and takes it from every user.
+	AuthRoleDelete
+	// AuthRoleGrant grants Perm on the path prefix Prefix to role Role.
+	AuthRoleGrant
+	// AuthRoleRevoke removes the grant of Perm on Prefix from role Role.
+	AuthRoleRevoke
+	// AuthTokenIssue records a token for user User: Secret is the SHA-256
+	// of the token, Expires its expiry and Now the proposer's clock (both
+	// Unix milliseconds); tokens expired at Now are forgotten.
+	AuthTokenIssue
+	// AuthTokenRevoke forgets the token whose SHA-256 is Secret.
+	AuthTokenRevoke
+	authKindCount
+)
+
+var authKindNames = [...]string{"enable", "disable", "user_add", "user_delete", "user_passwd", "user_grant",
+	"user_revoke", "role_add", "role_delete", "role_grant", "role_revoke", "token_issue", "token_revoke"}
+
+func (k AuthKind) String() string {
+	if k < authKindCount {
+		return authKindNames[k]
+	}
+	return fmt.Sprintf("auth_kind(%d)", uint8(k))
+}
+
+// Perm is a permission level. Each level includes the ones below it: write
+// includes read, admin includes write.
+type Perm uint8
+
+// The permission levels. The numeric values are part of the encoding.
+const (
+	PermNone Perm = iota
+	PermRead
+	PermWrite
+	PermAdmin
+	permCount
+)
+
+var permNames = [...]string{"none", "read", "write", "admin"}
+
+func (p Perm) String() string {
+	if p < permCount {
+		return permNames[p]
+	}
+	return fmt.Sprintf("perm(%d)", uint8(p))
+}
+
+// ParsePerm returns the level named s ("read", "write" or "admin").
+func ParsePerm(s string) (Perm, bool) {
+	for p := PermRead; p < permCount; p++ {
+		if permNames[p] == s {
+			return p, true
+		}
+	}
+	return PermNone, false
+}
+
+// AuthOp is the change of an OpAuth command. Which fields matter depends on
+// Kind; the others are zero.
+type AuthOp struct {
+	Kind    AuthKind
+	Perm    Perm
+	User    string
+	Role    string
+	Prefix  string
+	Secret  []byte
+	Expires uint64
+	Now     uint64
+}
+
+// Bits of an auth change's presence mask.
+const (
+	authHasUser = 1 << iota
+	authHasRole
+	authHasPrefix
+	authHasSecret
+	authHasExpires
+	authHasNow
+	authPresenceMask = 1<<iota - 1
+)
+
+// authHeaderLen is the kind and permission bytes.
+const authHeaderLen = 2
+
+// The auth section follows every other field of an OpAuth command, and only
+// of an OpAuth command: kind, permission, presence mask, then the present
+// fields in the order user, role, prefix, secret, expires, now. Commands of
+// other ops carry no section, so their encoding is unchanged.
+
+func (c *Command) authSectionLen() int {
+	if c.Op != OpAuth {
+		return 0
+	}
+	a := &c.Auth
+	n := authHeaderLen + uvarintLen(a.presence())
+	n += optionalBytesLen(len(a.User)) + optionalBytesLen(len(a.Role)) + optionalBytesLen(len(a.Prefix))
+	n += optionalBytesLen(len(a.Secret)) + optionalUvarintLen(a.Expires) + optionalUvarintLen(a.Now)
+	return n
+}
+
+func (c *Command) appendAuthSection(dst []byte) []byte {
+	if c.Op != OpAuth {
+		return dst
+	}
+	a := &c.Auth
+	dst = append(dst, byte(a.Kind), byte(a.Perm))
+	dst = binary.AppendUvarint(dst, a.presence())
+	dst = appendOptionalString(dst, a.User)
+	dst = appendOptionalString(dst, a.Role)
+	dst = appendOptionalString(dst, a.Prefix)
+	if len(a.Secret) > 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(a.Secret)))
+		dst = append(dst, a.Secret...)
+	}
+	dst = appendOptionalUvarint(dst, a.Expires)
+	return appendOptionalUvarint(dst, a.Now)
+}
+
+func (a *AuthOp) presence() uint64 {
+	var m uint64
+	set := func(bit uint64, present bool) {
+		if present {
+			m |= bit
+		}
+	}
+	set(authHasUser, a.User != "")
+	set(authHasRole, a.Role != "")
+	set(authHasPrefix, a.Prefix != "")
+	set(authHasSecret, len(a.Secret) > 0)
+	set(authHasExpires, a.Expires != 0)
+	set(authHasNow, a.Now != 0)
+	return m
+}
+
+// authOp decodes the auth section of an OpAuth command. Secret aliases data.
+func (d *decoder) authOp() AuthOp {
+	var a AuthOp
+	if d.err != nil {
+		return a
+	}
+	if len(d.data)-d.offset < authHeaderLen {
+		d.fail("auth change header truncated")
+		return a
+	}
+	kind, perm := d.data[d.offset], d.data[d.offset+1]
+	switch {
+	case AuthKind(kind) >= authKindCount:
+		d.fail("unknown auth change kind %d", kind)
+	case Perm(perm) >= permCount:
+		d.fail("unknown permission %d", perm)
+	}
+	if d.err != nil {
+		return a
+	}
+	d.offset += authHeaderLen
+	a.Kind, a.Perm = AuthKind(kind), Perm(perm)
+	mask := d.uvarint("auth presence mask")
+	if d.err == nil && mask&^authPresenceMask != 0 {
+		d.fail("unknown auth presence bits %#x", mask&^authPresenceMask)
+	}
+	a.User = d.optionalString(mask, authHasUser, "auth user")
+	a.Role = d.optionalString(mask, authHasRole, "auth role")
+	a.Prefix = d.optionalString(mask, authHasPrefix, "auth prefix")
+	a.Secret = d.optionalBytes(mask, authHasSecret, "auth secret")
+	a.Expires = d.optionalUvarint(mask, authHasExpires, "auth expiry")
+	a.Now = d.optionalUvarint(mask, authHasNow, "auth clock")
+	return a
+}

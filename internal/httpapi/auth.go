@@ -1,0 +1,85 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/server"
+)
+
+// maxLoginBody bounds a login request: a user name and a password.
+const maxLoginBody = 4096
+
+// withCredentials puts what r presents (the verified certificate's name, a
+// bearer token) in its context, for the server's one authorization check.
+func withCredentials(r *http.Request, c Caller) *http.Request {
+	creds := server.Credentials{CertName: c.CertName, Token: bearerToken(r)}
+	return r.WithContext(server.WithCredentials(r.Context(), creds))
+}
+
+// bearerToken returns the token of an "Authorization: Bearer" header, or "".
+func bearerToken(r *http.Request) string {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
+func (h *Handler) authRoutes() {
+	h.mux.HandleFunc("POST /v1/auth/login", h.login)
+	h.mux.HandleFunc("POST /v1/auth/logout", h.logout)
+	h.mux.HandleFunc("GET /v1/auth", h.authStatus)
+	h.mux.HandleFunc("POST /v1/auth", h.changeAuth)
+}
+
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	var req api.LoginRequest
+	if err := h.decodeBodyLimit(w, r, &req, maxLoginBody); err != nil {
+		h.writeError(w, err)
+		return
+	}
+	out, err := h.server.Login(r.Context(), req.User, req.Password)
+	h.reply(w, out, out.Index, err)
+}
+
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	index, err := h.server.Logout(r.Context())
+	h.reply(w, api.AuthChanged{Index: index}, index, err)
+}
+
+func (h *Handler) authStatus(w http.ResponseWriter, r *http.Request) {
+	out, err := h.server.AuthState(r.Context())
+	h.reply(w, out, out.Index, err)
+}
+
+func (h *Handler) changeAuth(w http.ResponseWriter, r *http.Request) {
+	var req api.AuthChange
+	if err := h.decodeBodyLimit(w, r, &req, maxLoginBody); err != nil {
+		h.writeError(w, err)
+		return
+	}
+	index, err := h.server.ChangeAuth(r.Context(), req)
+	h.reply(w, api.AuthChanged{Index: index}, index, err)
+}
+
+// gated wraps an endpoint that has no server method of its own (status,
+// cluster health, /metrics, the dashboard): with auth enabled it needs an
+// authenticated user.
+func (h *Handler) gated(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.server.Authenticate(r.Context()); err != nil {
+			h.writeError(w, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authorizeSession checks that the request's user owns session, for calls
+// whose server method takes no context.
+func (h *Handler) authorizeSession(ctx context.Context, session uint64) error {
+	return h.server.AuthorizeSession(ctx, session)
+}
