@@ -72,6 +72,10 @@ func (n *Node) parkSnapshot(res snapshotResult) {
 // the next snapshot is tried after snapshotRetry.
 func (n *Node) snapshotNoSpace(index uint64, err error) {
 	n.snapshotRetryAt = n.cfg.Clock.Now().Add(snapshotRetry)
+	// The retry is due whatever started the attempt: a snapshot asked for
+	// out of turn (the group pins the WAL's oldest segment) is not asked
+	// for again, and without this the no-space state would never clear.
+	n.snapshotDue = true
 	if !n.snapshotFull {
 		n.snapshotFull = true
 		n.log.Error("snapshot cannot be written: no space; the WAL keeps its entries, retrying", "index", index, "err", err)
