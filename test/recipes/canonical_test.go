@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/client/recipe"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
 // holderSessionTimeout is the session timeout of the paused holder A.
@@ -31,7 +32,7 @@ const exitLost = 124
 // the double write that only the fencing guard prevents. Either way
 // latchctl then notices the loss and exits 124.
 func TestCanonicalPausedHolder(t *testing.T) {
-	latchctl := buildLatchctl(t)
+	latchctl := proccluster.BuildLatchctl(t)
 	cluster := startCluster(t)
 	c := newClient(t, cluster.URLs(), nil)
 	tests := []struct {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/client/recipe"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
 // Election timing: candidates' session timeout, and the allowance on top of
@@ -33,7 +34,7 @@ const (
 // Observe in this process sees every leader, in order, with the same
 // tokens.
 func TestElectionFailover(t *testing.T) {
-	latchctl := buildLatchctl(t)
+	latchctl := proccluster.BuildLatchctl(t)
 	cluster := startCluster(t)
 	c := newClient(t, cluster.URLs(), nil)
 	res := newResource(t, true, nil)

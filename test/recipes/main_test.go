@@ -32,7 +32,6 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	proccluster.RemoveBuild()
-	removeLatchctlBuild()
 	os.Exit(code)
 }
 

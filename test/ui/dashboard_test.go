@@ -239,7 +239,7 @@ func hold(t *testing.T, c *proccluster.Cluster, args ...string) (uint64, time.Ti
 	t.Helper()
 	argv := append([]string{"--endpoints", strings.Join(c.URLs(), ",")}, args...)
 	argv = append(argv, "--session-timeout", "10s", "--", "cat")
-	cmd := exec.Command(buildLatchctl(t), argv...)
+	cmd := exec.Command(proccluster.BuildLatchctl(t), argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

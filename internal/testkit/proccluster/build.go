@@ -67,7 +67,39 @@ func build() (string, error) {
 // RemoveBuild deletes the directory of the binary Build made, if any. Call
 // it from TestMain after m.Run.
 func RemoveBuild() {
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
+	for _, dir := range []string{buildDir, latchctlDir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
+}
+
+// LatchctlPackage is the import path BuildLatchctl compiles.
+const LatchctlPackage = "github.com/latch-io/latch/cmd/latchctl"
+
+var (
+	latchctlOnce sync.Once
+	latchctlPath string // the built binary, once built
+	latchctlErr  error  // why the build failed
+	latchctlDir  string // the directory holding latchctlPath
+)
+
+// BuildLatchctl compiles latchctl once per test binary, as Build does
+// latchd, and returns the binary's path; RemoveBuild deletes it too.
+func BuildLatchctl(t testing.TB) string {
+	t.Helper()
+	latchctlOnce.Do(func() {
+		latchctlDir, latchctlErr = os.MkdirTemp("", "latchctl-build-")
+		if latchctlErr != nil {
+			return
+		}
+		latchctlPath = filepath.Join(latchctlDir, "latchctl")
+		if out, err := exec.Command("go", "build", "-o", latchctlPath, LatchctlPackage).CombinedOutput(); err != nil {
+			latchctlErr = fmt.Errorf("go build latchctl: %w\n%s", err, out)
+		}
+	})
+	if latchctlErr != nil {
+		t.Fatalf("proccluster: %v", latchctlErr)
+	}
+	return latchctlPath
 }
