@@ -107,6 +107,7 @@ func (a *appender) next() ([]appendWork, bool) {
 			work := a.queue[:take:take]
 			a.queue = a.queue[take:]
 			a.mu.Unlock()
+			a.n.storageProgressed() // the Ready loop may take the next Ready
 			return work, true
 		}
 		a.mu.Unlock()
@@ -140,6 +141,13 @@ func (a *appender) save(work []appendWork) error {
 		}
 	}
 	return nil
+}
+
+// backlogged reports whether queued messages wait for a save under way.
+func (a *appender) backlogged() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.queue) > 0
 }
 
 // busyFor is how long the save under way has taken (0 when none runs).

@@ -34,8 +34,8 @@ func (n *Node) run() {
 	}
 	for {
 		readyc := n.raft.Ready()
-		if n.storageStalled() {
-			readyc = nil // as a loop stuck in a slow fsync: see "A stalled disk"
+		if n.storageStalled() || n.appender.backlogged() {
+			readyc = nil // see "Pipeline" in the package comment
 		}
 		select {
 		case <-ownTicks:
