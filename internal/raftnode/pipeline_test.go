@@ -2,12 +2,11 @@ package raftnode
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/latch-io/latch/internal/clock"
 	"github.com/latch-io/latch/internal/snap"
+	"github.com/latch-io/latch/internal/testkit/testseed"
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/vfs"
 	"github.com/latch-io/latch/internal/wal"
@@ -137,20 +137,7 @@ func startDurableGroup(t *testing.T, size int) (*durableGroup, []*Node, []*durab
 	return group, nodes, machines
 }
 
-// testSeed returns LATCH_SEED if set, else a fresh seed; the test logs it.
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("LATCH_SEED"); s != "" {
-		parsed, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("LATCH_SEED=%q: %v", s, err)
-		}
-		seed = parsed
-	}
-	t.Logf("seed %d (rerun with LATCH_SEED=%d)", seed, seed)
-	return seed
-}
+var seedFlag = flag.Uint64("seed", 0, "seed of the randomized raftnode tests (0: $RAFTNODE_SEED or the clock)")
 
 // groupLeader waits for a member that every member follows and returns its index.
 func groupLeader(t *testing.T, nodes []*Node) int {
@@ -177,7 +164,7 @@ func groupLeader(t *testing.T, nodes []*Node) int {
 // apply), then the leader's fsync is held while the followers' run (only a
 // new leader may apply), and the rest runs with random fsync delays.
 func TestApplyOnlyAfterQuorumFsync(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testSeed(t), 1))
+	rng := rand.New(rand.NewPCG(testseed.Pick(t, *seedFlag, "RAFTNODE_SEED"), 1))
 	group, nodes, machines := startDurableGroup(t, 3)
 	propose := func(data string) {
 		t.Helper()
