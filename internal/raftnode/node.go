@@ -89,7 +89,10 @@ type Config struct {
 	Hooks Hooks
 }
 
-// Hooks are optional callbacks for metrics, called from the Ready loop.
+// Hooks are optional callbacks for metrics, called from the Ready loop
+// (Applied, SnapshotSave) or from whichever goroutine saved to the WAL, the
+// append goroutine or the Ready loop (Persisted, StorageFull): they must be
+// safe for concurrent use.
 type Hooks struct {
 	Persisted    func(d time.Duration, entries int)
 	Applied      func(d time.Duration, entries int)
