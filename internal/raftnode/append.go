@@ -3,7 +3,6 @@ package raftnode
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,35 +205,22 @@ func hardStateOf(m *raftpb.Message) raftpb.HardState {
 	return raftpb.HardState{Term: m.Term, Vote: m.Vote, Commit: m.Commit}
 }
 
-// deliver hands responses to their targets once what they depend on is
-// durable: the node's own (MsgStorageAppendResp, a leader's MsgAppResp to
-// itself, MsgStorageApplyResp) to raft, the others to the transport.
+// deliver hands responses, in order, to their targets once what they
+// depend on is durable: the node's own (MsgStorageAppendResp, a leader's
+// MsgAppResp to itself, MsgStorageApplyResp) to raft, the others to the
+// transport.
 func (n *Node) deliver(responses []raftpb.Message) error {
-	own, peers := splitOwn(responses, n.cfg.ID)
-	n.send(peers)
-	for _, m := range own {
-		if err := n.raft.Step(n.stepCtx, m); err != nil {
+	for i := range responses {
+		if responses[i].To != n.cfg.ID {
+			n.send(responses[i : i+1])
+			continue
+		}
+		if err := n.raft.Step(n.stepCtx, responses[i]); err != nil {
 			if errors.Is(err, raft.ErrStopped) || n.stepCtx.Err() != nil {
 				return errStopping
 			}
-			return fmt.Errorf("raftnode: group %d: step %v: %w", n.cfg.Group, m.Type, err)
+			return fmt.Errorf("raftnode: group %d: step %v: %w", n.cfg.Group, responses[i].Type, err)
 		}
 	}
 	return nil
-}
-
-// splitOwn separates the messages addressed to this node from the others,
-// keeping their order; without any of its own, peers is msgs itself.
-func splitOwn(msgs []raftpb.Message, self uint64) (own, peers []raftpb.Message) {
-	if !slices.ContainsFunc(msgs, func(m raftpb.Message) bool { return m.To == self }) {
-		return nil, msgs
-	}
-	for _, m := range msgs {
-		if m.To == self {
-			own = append(own, m)
-		} else {
-			peers = append(peers, m)
-		}
-	}
-	return own, peers
 }

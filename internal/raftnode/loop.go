@@ -149,34 +149,41 @@ func (n *Node) snapshotIfPinning() {
 // deliver steps back into it.
 func (n *Node) handleReady(rd raft.Ready) error {
 	n.observe(rd)
-	var appends, applies []raftpb.Message
-	peers := rd.Messages[:0:0]
-	for _, m := range rd.Messages {
+	peers, local := splitLocal(rd.Messages)
+	n.send(peers)
+	for i := range local {
+		m := &local[i]
 		switch m.To {
 		case raft.LocalAppendThread:
-			appends = append(appends, m)
+			if err := n.queueAppend(*m); err != nil {
+				return err
+			}
 		case raft.LocalApplyThread:
-			applies = append(applies, m)
+			if err := n.apply(m.Entries); err != nil {
+				return err
+			}
+			if err := n.deliver(m.Responses); err != nil {
+				return err
+			}
 		default:
-			peers = append(peers, m)
-		}
-	}
-	n.send(peers)
-	for _, m := range appends {
-		if err := n.queueAppend(m); err != nil {
-			return err
-		}
-	}
-	for _, m := range applies {
-		if err := n.apply(m.Entries); err != nil {
-			return err
-		}
-		if err := n.deliver(m.Responses); err != nil {
-			return err
+			n.send(local[i : i+1])
 		}
 	}
 	n.maybeSnapshot()
 	return nil
+}
+
+// splitLocal cuts a Ready's messages before the first one to a local
+// storage thread: raft appends MsgStorageAppend and MsgStorageApply after
+// every message to peers, so peers can be sent as they are, without a copy.
+// (handleReady still sends any peer message found among local.)
+func splitLocal(msgs []raftpb.Message) (peers, local []raftpb.Message) {
+	for i := range msgs {
+		if to := msgs[i].To; to == raft.LocalAppendThread || to == raft.LocalApplyThread {
+			return msgs[:i], msgs[i:]
+		}
+	}
+	return msgs, nil
 }
 
 // queueAppend hands m to the append goroutine, except a message carrying a
