@@ -15,7 +15,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/latch-io/latch/internal/clock"
-	"github.com/latch-io/latch/internal/snap"
 	"github.com/latch-io/latch/internal/testkit/testseed"
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/vfs"
@@ -94,46 +93,16 @@ func startDurableGroup(t *testing.T, size int) (*durableGroup, []*Node, []*durab
 	group := &durableGroup{}
 	network := transport.NewNetwork(1)
 	t.Cleanup(network.Close)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var peers []raft.Peer
-	for id := 1; id <= size; id++ {
-		peers = append(peers, raft.Peer{ID: uint64(id)})
-	}
 	var nodes []*Node
 	var machines []*durabilityMachine
 	for i := range size {
 		fs := vfs.NewMem()
 		group.fss = append(group.fss, fs)
-		w, recovered, err := wal.Open(fs, "/wal", wal.Options{SegmentSize: 64 << 10, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { w.Close() })
-		snaps, err := snap.New(fs, "/snap", snap.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		handler := &stepHandler{}
 		machine := &durabilityMachine{self: i, group: group}
-		id := uint64(i + 1)
-		n, err := Start(Config{
-			ID: id, Group: 1, Peers: peers, Recovered: recovered[1],
-			WAL: w, Snapshots: snaps, Transport: network.Join(id, handler, nil), Machine: machine,
-			Logger: quiet, Clock: clock.Real(), TickInterval: 10 * time.Millisecond,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		handler.node.Store(n)
-		nodes = append(nodes, n)
+		nodes = append(nodes, startMember(t, member{network: network, id: uint64(i + 1), size: uint64(size), fs: fs, segmentSize: 64 << 10,
+			config: Config{Machine: machine, Clock: clock.Real(), TickInterval: 10 * time.Millisecond}}))
 		machines = append(machines, machine)
 	}
-	// Stopped before the WALs close (cleanups run last in, first out).
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			n.Stop()
-		}
-	})
 	return group, nodes, machines
 }
 
