@@ -139,6 +139,7 @@ func (a *appender) save(work []appendWork) error {
 			close(w.flushed)
 		}
 	}
+	clear(work) // the queue's array keeps these slots until it grows: drop the entries
 	return nil
 }
 
