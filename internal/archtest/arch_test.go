@@ -82,7 +82,7 @@ var allowed = map[string]rule{
 	// One group's raft node and runtime.
 	"internal/raftnode": {
 		imports: []string{"internal/clock", "internal/snap", "internal/transport", "internal/wal"},
-		tests:   []string{"internal/vfs"},
+		tests:   []string{"internal/vfs", testkit + "testseed"},
 	},
 	"internal/replica": {
 		imports: []string{"api", "internal/clock", "internal/command", "internal/fsm", "internal/raftnode", "internal/snap"},
