@@ -59,6 +59,7 @@ func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.
 		c.l.log.Info("zk: request timed out; closing the connection", "session", c.session, "op", h.Type)
 		return true
 	}
+	c.awaitNotifications()
 	_ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp)
 	return end || code == zkproto.ErrSessionExpired
 }
