@@ -232,7 +232,7 @@ const (
 	hasIncarnation // version 3
 	hasObserved
 	hasMark
-	hasTime // version 3, appended after sharding
+	hasTime      // version 3, appended after sharding
 	presenceMask = 1<<iota - 1
 	// presenceMaskV2 holds the fields of versions 1 and 2.
 	presenceMaskV2 = hasIncarnation - 1
