@@ -75,7 +75,9 @@ func waitAuth(b *browser, within time.Duration, ok func(authState) bool) (authSt
 }
 
 // locked reports whether the page shows the login form and no data.
-func (s authState) locked() bool { return s.Login && !s.MainShown && s.Rows == 0 && s.Members == 0 && s.SignedIn == "" }
+func (s authState) locked() bool {
+	return s.Login && !s.MainShown && s.Rows == 0 && s.Members == 0 && s.SignedIn == ""
+}
 
 // TestDashboardLoginAndShards: with auth enabled on a cluster of two shards,
 // the dashboard opens on its login form and shows no data; a wrong password
