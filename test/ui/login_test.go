@@ -61,17 +61,7 @@ func signInScript(user, password string) string {
 
 // waitAuth reads the page until ok holds of it or within passes.
 func waitAuth(b *browser, within time.Duration, ok func(authState) bool) (authState, bool) {
-	deadline := time.Now().Add(within)
-	for {
-		s, err := eval[authState](b, authScript)
-		if err == nil && ok(s) {
-			return s, true
-		}
-		if time.Now().After(deadline) {
-			return s, false
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	return readUntil(b, authScript, within, ok)
 }
 
 // locked reports whether the page shows the login form and no data.
