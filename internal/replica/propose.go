@@ -175,8 +175,9 @@ func (r *Replica) ProposeConfChange(ctx context.Context, change raftpb.ConfChang
 	}
 }
 
-// wallMs is t in milliseconds since the Unix epoch, 0 before it (a clock
-// set before 1970 records no time rather than a wrapped one).
+// wallMs is t in milliseconds since the Unix epoch, at least 1: a clock
+// set before 1970 records the epoch rather than a wrapped time, and the
+// command is still stamped (TimeMs 0 means an older binary's entry).
 func wallMs(t time.Time) uint64 {
-	return uint64(max(t.UnixMilli(), 0))
+	return uint64(max(t.UnixMilli(), 1))
 }

@@ -163,5 +163,5 @@ func (s *Server) Name() string { return s.cfg.Name }
 // TxnRequest), so that it can report the ctime and mtime the write records
 // without reading the node again.
 func (s *Server) WallTimeMs() uint64 {
-	return uint64(max(s.cfg.Clock.Wall().UnixMilli(), 1))
+	return uint64(max(s.cfg.Clock.Wall().UnixMilli(), 1)) // as replica's wallMs
 }
