@@ -70,7 +70,7 @@ func TestStatTimesFromTheLog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !waitUntil(30*time.Second, func() bool { return len(c.SnapshotIndexes(1)) > 0 }) {
+	if !testcluster.WaitFor(30*time.Second, func() bool { return len(c.SnapshotIndexes(1)) > 0 }) {
 		t.Fatalf("n1 took no snapshot after 30 writes (snapshot every 20)")
 	}
 	c.Stop(1)
@@ -115,16 +115,4 @@ func sameStatEverywhere(t *testing.T, conns []*zk.Conn, path string) *zk.Stat {
 		}
 	}
 	return first
-}
-
-// waitUntil polls cond until it holds or timeout passes.
-func waitUntil(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }
