@@ -186,6 +186,7 @@ func (f *FSM) createSharded(index uint64, cmd *command.Command, path string, seq
 	if parent.local {
 		data := parent.node.edit()
 		data.children++
+		f.childrenChanged(data, index)
 		if cmd.Sequential {
 			data.sequence = sequence + 1
 		}
@@ -203,7 +204,9 @@ func (f *FSM) createSharded(index uint64, cmd *command.Command, path string, seq
 		owner = cmd.SessionID
 		f.addEphemeral(owner, path)
 	}
-	e := entry{path: path, nodeData: &nodeData{value: cloneBytes(cmd.Value), version: 1, created: index, modified: index, owner: owner, sequence: index}}
+	data := newNodeData(index, cmd)
+	data.value, data.owner, data.sequence = cloneBytes(cmd.Value), owner, index
+	e := entry{path: path, nodeData: data}
 	f.nodes.Set(e)
 	events := []Event{
 		{Kind: EventCreated, Path: path, Version: 1, Index: index},

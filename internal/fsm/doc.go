@@ -48,7 +48,13 @@
 //   - an ephemeral node (Owner != 0) has no children and its owner session
 //     exists; the owner index holds exactly the ephemeral nodes;
 //   - a node's children count equals the number of nodes whose parent it is;
-//   - no member id is both a member and removed.
+//   - no member id is both a member and removed;
+//   - a node's ctime and mtime are the TimeMs of the commands that created
+//     and last wrote it (never a clock read at apply, so every replica and
+//     replay agrees); its cversion counts the creates and deletes of its
+//     children by stamped commands, and its pzxid, the index of the latest
+//     (or of its create), is never past the applied index. Unstamped
+//     commands (older binaries') change none of the four.
 //
 // # Shards
 //

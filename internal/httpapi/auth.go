@@ -66,8 +66,8 @@ func (h *Handler) changeAuth(w http.ResponseWriter, r *http.Request) {
 }
 
 // gated wraps an endpoint that has no server method of its own (status,
-// cluster health, /metrics, the dashboard): with auth enabled it needs an
-// authenticated user.
+// cluster health, /metrics): with auth enabled it needs an authenticated
+// user.
 func (h *Handler) gated(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := h.server.Authenticate(r.Context()); err != nil {

@@ -62,8 +62,11 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /v1/elections", h.listElections)
 	h.mux.HandleFunc("GET /v1/sessions", h.listSessions)
 	h.mux.Handle("GET /v1/cluster/health", h.gated(http.HandlerFunc(h.clusterHealth)))
-	h.mux.Handle("GET /ui", h.gated(ui.Handler(http.HandlerFunc(h.noSuchEndpoint))))
-	h.mux.Handle("GET /ui/{asset...}", h.gated(ui.Handler(http.HandlerFunc(h.noSuchEndpoint))))
+	// The dashboard's files hold no data (the page reads it through the
+	// endpoints, each checked as usual): served to anyone, so that with
+	// auth enabled the page can show its login form.
+	h.mux.Handle("GET /ui", ui.Handler(http.HandlerFunc(h.noSuchEndpoint)))
+	h.mux.Handle("GET /ui/{asset...}", ui.Handler(http.HandlerFunc(h.noSuchEndpoint)))
 	h.mux.HandleFunc("GET /v1/snapshot", h.snapshot)
 	h.mux.HandleFunc("GET /healthz", h.healthz)
 	h.mux.HandleFunc("GET /readyz", h.readyz)

@@ -162,9 +162,10 @@ func TestZkCliSession(t *testing.T) {
 }
 
 // TestKazooRecipes: kazoo's Lock, Election, Barrier, Counter, Queue,
-// Party, ChildrenWatch and DataWatch recipes, and transactions (committed,
-// refused with ZooKeeper's per-operation results), two clients on two
-// members.
+// Party, ChildrenWatch and DataWatch recipes, transactions (committed,
+// refused with ZooKeeper's per-operation results) and Stat's times and
+// child version (equal through both clients, within the script's clock
+// window), two clients on two members.
 func TestKazooRecipes(t *testing.T) {
 	requireKazoo(t)
 	c := startZK(t, 3, Config{})
@@ -175,7 +176,7 @@ func TestKazooRecipes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kazoo recipes: %v", err)
 	}
-	for _, recipe := range []string{"lock", "election", "barrier", "counter", "queue", "party", "watches", "transaction"} {
+	for _, recipe := range []string{"lock", "election", "barrier", "counter", "queue", "party", "watches", "transaction", "stat"} {
 		if !strings.Contains(string(out), "ok "+recipe+"\n") {
 			t.Fatalf("recipe %s did not report ok", recipe)
 		}

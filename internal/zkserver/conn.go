@@ -48,11 +48,20 @@ type conn struct {
 	closing  atomic.Bool
 	received atomic.Uint64
 	sent     atomic.Uint64
+
+	// handled counts the events of stream that pumpEvents has dispatched
+	// (their notifications sent); progress (capacity 1) wakes
+	// awaitNotifications after each, and pumpDone is closed when
+	// pumpEvents returns.
+	handled  atomic.Uint64
+	progress chan struct{}
+	pumpDone chan struct{}
 }
 
 func newConn(l *Listener, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &conn{l: l, nc: nc, br: bufio.NewReader(nc), bw: bufio.NewWriter(nc), ctx: ctx, cancel: cancel}
+	return &conn{l: l, nc: nc, br: bufio.NewReader(nc), bw: bufio.NewWriter(nc), ctx: ctx, cancel: cancel,
+		progress: make(chan struct{}, 1), pumpDone: make(chan struct{})}
 }
 
 // close ends the connection (idempotent); the session stays.

@@ -1,6 +1,7 @@
 package zkserver
 
 import (
+	"cmp"
 	"net"
 	"testing"
 	"time"
@@ -21,7 +22,16 @@ type zkCluster struct {
 // startZK starts n in-process members and a listener on each.
 func startZK(t testing.TB, n int, cfg Config) *zkCluster {
 	t.Helper()
-	c := &zkCluster{Cluster: testcluster.New(t, n, testcluster.Options{MinSessionTTL: time.Second, MaxSessionTTL: 30 * time.Second})}
+	return startZKWith(t, n, cfg, testcluster.Options{})
+}
+
+// startZKWith is startZK with the cluster's options (session bounds
+// default to 1s-30s).
+func startZKWith(t testing.TB, n int, cfg Config, opts testcluster.Options) *zkCluster {
+	t.Helper()
+	opts.MinSessionTTL = cmp.Or(opts.MinSessionTTL, time.Second)
+	opts.MaxSessionTTL = cmp.Or(opts.MaxSessionTTL, 30*time.Second)
+	c := &zkCluster{Cluster: testcluster.New(t, n, opts)}
 	for i := range c.Nodes {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -59,6 +59,7 @@ func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.
 		c.l.log.Info("zk: request timed out; closing the connection", "session", c.session, "op", h.Type)
 		return true
 	}
+	c.awaitNotifications()
 	_ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp)
 	return end || code == zkproto.ErrSessionExpired
 }
@@ -166,7 +167,8 @@ func (c *conn) create(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Re
 	}
 	plan := txnPlan{}
 	plan.add(0, ops, roles)
-	res, err := c.l.srv.Txn(c.ctx, server.TxnRequest{Ops: plan.ops, SessionID: c.session})
+	timeMs := c.l.srv.WallTimeMs()
+	res, err := c.l.srv.Txn(c.ctx, server.TxnRequest{Ops: plan.ops, SessionID: c.session, TimeMs: timeMs})
 	if err != nil {
 		var opErr *api.TxnOpError
 		if errors.As(err, &opErr) && opErr.Op >= 0 && opErr.Op < len(plan.ops) {
@@ -179,7 +181,7 @@ func (c *conn) create(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Re
 	if op == zkproto.OpCreate {
 		return &zkproto.CreateResponse{Path: created.Path}, zkproto.ErrOK
 	}
-	return &zkproto.Create2Response{Path: created.Path, Stat: c.txnStat(created)}, zkproto.ErrOK
+	return &zkproto.Create2Response{Path: created.Path, Stat: c.txnStat(created, timeMs)}, zkproto.ErrOK
 }
 
 // delete serves delete. latch refuses to delete another session's
@@ -288,8 +290,9 @@ func (c *conn) setData(req *zkproto.SetDataRequest) (zkproto.Record, zkproto.Err
 			}
 			expected = latchVersion(req.Version)
 		}
+		timeMs := c.l.srv.WallTimeMs()
 		put, err := c.l.srv.Put(c.ctx, server.PutRequest{
-			Path: req.Path, Value: req.Data, Precondition: server.AtVersion, Version: expected, SessionID: c.session,
+			Path: req.Path, Value: req.Data, Precondition: server.AtVersion, Version: expected, SessionID: c.session, TimeMs: timeMs,
 		})
 		if isCode(err, api.CodePreconditionFailed) {
 			continue // changed or deleted meanwhile: read again
@@ -298,7 +301,7 @@ func (c *conn) setData(req *zkproto.SetDataRequest) (zkproto.Record, zkproto.Err
 			return nil, errCode(err)
 		}
 		c.saw(put.Index)
-		n.Value, n.Version, n.ModifiedIndex = req.Data, put.Version, put.ModifiedIndex
+		n.Value, n.Version, n.ModifiedIndex, n.ModifiedAtMs = req.Data, put.Version, put.ModifiedIndex, timeMs
 		return &zkproto.StatResponse{Stat: c.statOf(n)}, zkproto.ErrOK
 	}
 	return nil, zkproto.ErrBadVersion
