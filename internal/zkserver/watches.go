@@ -318,13 +318,19 @@ func (t *watchTable) cancelAll() {
 	}
 }
 
-// pumpEvents hands the session's events to the watch table until the
+// pumpEvents waits for the session to be ready (auth.go), then hands the
+// session's events to the watch table until the
 // stream ends, then ends the connection: the session ended (the client
 // learns it when it reconnects), another connection took the stream, or
 // the connection fell too far behind; the client reconnects and sets its
 // watches again. After a closeSession on this connection the pipeline
 // closes it instead, once the reply is sent.
 func (c *conn) pumpEvents() {
+	select {
+	case <-c.ready:
+	case <-c.ctx.Done():
+		return
+	}
 	events := c.stream.Events()
 	for {
 		select {
