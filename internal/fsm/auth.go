@@ -417,7 +417,11 @@ func (f *FSM) AuthEnabled() bool { return f.auth.enabled }
 // RootUser, or one of its roles grants perm or more on path or an
 // ancestor of it. An unknown user is permitted nothing.
 func (f *FSM) Permitted(user string, perm command.Perm, path string) bool {
-	u, ok := f.auth.users.Get(authUser{name: user})
+	return f.auth.permitted(user, perm, path)
+}
+
+func (a *authState) permitted(user string, perm command.Perm, path string) bool {
+	u, ok := a.users.Get(authUser{name: user})
 	if !ok {
 		return false
 	}
@@ -425,7 +429,7 @@ func (f *FSM) Permitted(user string, perm command.Perm, path string) bool {
 		return true
 	}
 	for _, name := range u.roles {
-		r, _ := f.auth.roles.Get(authRole{name: name})
+		r, _ := a.roles.Get(authRole{name: name})
 		for _, g := range r.grants {
 			if g.Perm >= perm && PrefixCovers(g.Prefix, path) {
 				return true

@@ -60,6 +60,12 @@ type FSM struct {
 	// auth is the auth state (auth.go): users, roles, tokens, the enabled
 	// flag. Only the meta group's (shard 0) is used by the server.
 	auth authState
+	// pastAuth holds the auth states the latest auth changes replaced,
+	// oldest first, at most maxPastAuth (PermittedAt): the watch registry
+	// asks what a user could read at the index of each event of a batch of
+	// applied entries, which may hold auth changes between its events. It is
+	// no part of the replicated state: clones and snapshots leave it out.
+	pastAuth []pastAuthState
 }
 
 // generations hands out generation numbers, unique in the process.
@@ -177,6 +183,7 @@ func (f *FSM) Apply(index uint64, cmd *command.Command) (Result, []Event) {
 	case command.OpDirDelete:
 		return f.deleteClosed(index, cmd)
 	case command.OpAuth:
+		f.rememberAuth(index)
 		return f.applyAuth(cmd)
 	default:
 		return refuse(api.Errorf(api.CodeInvalidArgument, "unknown operation %v", cmd.Op))

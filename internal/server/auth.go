@@ -36,6 +36,9 @@ type AuthConfig struct {
 	UserBurst int
 	// MaxUserSessions caps the live sessions one user holds (0: no cap).
 	MaxUserSessions int
+	// MaxUserWatches caps the watches one user holds on each member, over
+	// all its sessions (0: no cap). Over it: 429 overloaded.
+	MaxUserWatches int
 }
 
 const (
