@@ -39,10 +39,18 @@ type AuthConfig struct {
 	// MaxUserWatches caps the watches one user holds on each member, over
 	// all its sessions (0: no cap). Over it: 429 overloaded.
 	MaxUserWatches int
+	// LoginRate is the password checks (logins, ZooKeeper digest addauth)
+	// per second each member allows per user name and per source address
+	// (default 5; negative: no limit), with bursts of LoginBurst (default
+	// 20). Over it: 429 overloaded with Retry-After, before any bcrypt work.
+	LoginRate  float64
+	LoginBurst int
 }
 
 const (
-	defaultTokenTTL = time.Hour
+	defaultTokenTTL   = time.Hour
+	defaultLoginRate  = 5
+	defaultLoginBurst = 20
 	// tokenPrefix marks latch tokens, so a token found in a log is
 	// recognisable; the rest is 32 random bytes, base64url.
 	tokenPrefix = "latch_"
@@ -71,6 +79,9 @@ func (c AuthConfig) passwordCost() int {
 type Credentials struct {
 	CertName string
 	Token    string
+	// Source is the client's address (IP, no port), for the login rate
+	// limit per source; "" counts against no source.
+	Source string
 	// User is a user already authenticated by the listener (ZooKeeper
 	// digest auth checks the password through Login's check, CheckPassword).
 	User string
@@ -194,6 +205,9 @@ func (s *Server) Login(ctx context.Context, user, password string) (api.LoginRes
 // (the same answer for an unknown user and a wrong password). It reads
 // through a barrier, so a password change acknowledged anywhere applies.
 func (s *Server) CheckPassword(ctx context.Context, user, password string) error {
+	if err := s.limitLogin(user, CredentialsFrom(ctx).Source); err != nil {
+		return err
+	}
 	g := s.metaGroup()
 	if err := g.Barrier(ctx, api.Linearizable, 0); err != nil {
 		return err

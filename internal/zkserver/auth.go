@@ -60,6 +60,15 @@ func certificateName(nc net.Conn) string {
 	return name
 }
 
+// sourceHost is the host of a remote address.
+func sourceHost(addr net.Addr) string {
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	return host
+}
+
 // isReady reports whether the session is usable: its stream attached.
 func (c *conn) isReady() bool {
 	select {
@@ -122,7 +131,7 @@ func (c *conn) auth(p *zkproto.AuthPacket) (zkproto.Record, zkproto.ErrCode, boo
 	if !ok || (c.digestUser() != "" && c.digestUser() != user) {
 		return nil, zkproto.ErrAuthFailed, true
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, c.l.cfg.HandshakeTimeout)
+	ctx, cancel := context.WithTimeout(c.requestContext(), c.l.cfg.HandshakeTimeout)
 	defer cancel()
 	if err := c.l.srv.CheckPassword(ctx, user, password); err != nil {
 		c.l.log.Info("zk: addauth refused", "remote", c.nc.RemoteAddr().String(), "user", user, "err", err)
@@ -186,11 +195,7 @@ func (c *conn) attach(ctx context.Context) error {
 // whoAmI reports the connection's identities as ZooKeeper does: its
 // address, and the certificate's and the digest's users.
 func (c *conn) whoAmI() zkproto.Record {
-	host, _, err := net.SplitHostPort(c.nc.RemoteAddr().String())
-	if err != nil {
-		host = c.nc.RemoteAddr().String()
-	}
-	infos := []clientInfo{{"ip", host}}
+	infos := []clientInfo{{"ip", sourceHost(c.nc.RemoteAddr())}}
 	creds := server.CredentialsFrom(c.requestContext())
 	if creds.CertName != "" {
 		infos = append(infos, clientInfo{"x509", creds.CertName})

@@ -35,7 +35,7 @@ func (c *conn) handshake(body []byte) bool {
 	ctx, cancel := context.WithTimeout(c.ctx, c.l.cfg.HandshakeTimeout)
 	defer cancel()
 	resp := zkproto.ConnectResponse{HasReadOnly: req.HasReadOnly, Passwd: make([]byte, passwordLen)}
-	c.creds = server.Credentials{CertName: certificateName(c.nc)}
+	c.creds = server.Credentials{CertName: certificateName(c.nc), Source: sourceHost(c.nc.RemoteAddr())}
 	anonymous, err := c.mustAuthenticate()
 	var id uint64
 	var timeoutMs int64
