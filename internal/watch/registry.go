@@ -45,8 +45,8 @@ type Options struct {
 	// MaxPerOwner caps the watches of one Spec.Owner over all its sessions
 	// (0: no cap); over it AddLocked returns *api.Error overloaded.
 	MaxPerOwner int
-	QueueLen      int // undelivered events buffered per session (default 1,024)
-	HistoryLen    int // recent events kept for known_index checks (default 16,384)
+	QueueLen    int // undelivered events buffered per session (default 1,024)
+	HistoryLen  int // recent events kept for known_index checks (default 16,384)
 	// RequireStream makes AddLocked refuse, with ErrNoStream, a watch for a
 	// session without an attached stream (see Registry.Stream). A server
 	// sets it: watches are local to it, so a registration is accepted only
