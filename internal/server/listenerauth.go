@@ -46,8 +46,9 @@ func (s *Server) AuthorizeAdmin(ctx context.Context, path string) error {
 	return err
 }
 
-// Sync waits for a linearizable barrier on path's group, for a user who
-// may read path, and returns the applied index it reached.
+// Sync waits for a linearizable barrier on the meta group (whose indexes
+// the ZooKeeper port's zxids are), for a user who may read path, and
+// returns the applied index it reached.
 func (s *Server) Sync(ctx context.Context, path string) (uint64, error) {
 	if _, err := s.authorize(ctx, permRead, path); err != nil {
 		return 0, err
@@ -55,7 +56,7 @@ func (s *Server) Sync(ctx context.Context, path string) (uint64, error) {
 	if err := api.ValidatePath(path); err != nil {
 		return 0, err
 	}
-	g := s.groupFor(path)
+	g := s.metaGroup()
 	if err := g.Barrier(ctx, api.Linearizable, 0); err != nil {
 		return 0, err
 	}
