@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/latch-io/latch/api"
@@ -96,5 +97,48 @@ func TestQuotaSnapshotDamage(t *testing.T) {
 			continue
 		}
 		corruptOffset(t, err)
+	}
+}
+
+// BenchmarkAuthCheck is the state machine's part of one authorized
+// request: the token's user, then a write grant on a path, with the
+// authSetup state (alice holds two roles).
+func BenchmarkAuthCheck(b *testing.B) {
+	f := buildState(b, authSetup).f
+	d := digest(1)
+	b.ReportAllocs()
+	for b.Loop() {
+		user, ok := f.TokenUser(d, 1500)
+		if !ok || !f.Permitted(user, command.PermWrite, "/app/jobs/d042/key-0000042") {
+			b.Fatal("refused")
+		}
+	}
+}
+
+// BenchmarkQuotaCheckedCreate is a create (and the delete that makes room
+// for the next) under a quota whose prefix holds 1,000 nodes, with
+// ...Unlimited beside it: the difference is the cost of counting the
+// subtree at each create.
+func BenchmarkQuotaCheckedCreate(b *testing.B) {
+	h := buildState(b, []command.Command{quotaSet("/q", 1<<40, 0)})
+	for i := range 1000 {
+		h.mustApply(put(fmt.Sprintf("/q/n%04d", i), "v"))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		h.mustApply(put("/q/new", "w"))
+		h.mustApply(del("/q/new"))
+	}
+}
+
+func BenchmarkQuotaCheckedCreateUnlimited(b *testing.B) {
+	h := newHarness(b)
+	for i := range 1000 {
+		h.mustApply(put(fmt.Sprintf("/q/n%04d", i), "v"))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		h.mustApply(put("/q/new", "w"))
+		h.mustApply(del("/q/new"))
 	}
 }
