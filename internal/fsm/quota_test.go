@@ -73,15 +73,7 @@ func TestQuotaSurvivesSnapshot(t *testing.T) {
 // refused with the offset.
 func TestQuotaSnapshotDamage(t *testing.T) {
 	data := snapshotBytes(t, buildState(t, []command.Command{quotaSet("/q", 2, 7)}).f)
-	for i := range data {
-		flipped := bytes.Clone(data)
-		flipped[i] ^= 0x01
-		if _, err := ReadSnapshot(bytes.NewReader(flipped)); err == nil {
-			t.Fatalf("flipping byte %d went unnoticed", i)
-		} else {
-			corruptOffset(t, err)
-		}
-	}
+	checkEveryFlipRefused(t, data)
 	base := []frameSpec{header(5, 0, 0, 1), nodeFrame("", "/", 0, 0)}
 	bad := map[string][]byte{
 		"no limit":     append(append([]byte{0}, uvarints(0, 0, 0, 1, 2)...), append([]byte("/q"), uvarints(0, 0)...)...),
@@ -120,19 +112,14 @@ func BenchmarkAuthCheck(b *testing.B) {
 // ...Unlimited beside it: the difference is the cost of counting the
 // subtree at each create.
 func BenchmarkQuotaCheckedCreate(b *testing.B) {
-	h := buildState(b, []command.Command{quotaSet("/q", 1<<40, 0)})
-	for i := range 1000 {
-		h.mustApply(put(fmt.Sprintf("/q/n%04d", i), "v"))
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		h.mustApply(put("/q/new", "w"))
-		h.mustApply(del("/q/new"))
-	}
+	benchCreateDelete(b, buildState(b, []command.Command{quotaSet("/q", 1<<40, 0)}))
 }
 
-func BenchmarkQuotaCheckedCreateUnlimited(b *testing.B) {
-	h := newHarness(b)
+func BenchmarkQuotaCheckedCreateUnlimited(b *testing.B) { benchCreateDelete(b, newHarness(b)) }
+
+// benchCreateDelete fills /q with 1,000 nodes, then times a create and a
+// delete under it.
+func benchCreateDelete(b *testing.B, h *harness) {
 	for i := range 1000 {
 		h.mustApply(put(fmt.Sprintf("/q/n%04d", i), "v"))
 	}

@@ -37,6 +37,18 @@ func TestAuthSurvivesLeaderChangeAndRestart(t *testing.T) {
 			t.Errorf("anonymous read at %s: %d %s", base, status, reply)
 		}
 	}
+	next := crashLeader(t, c, leader)
+	check(c.URL(next))
+	restartAndCatchUp(t, c, leader, next)
+	if !c.Nodes[leader].Server.AuthEnabled() {
+		t.Fatal("the restarted member lost the auth state")
+	}
+	check(c.URL(leader))
+}
+
+// crashLeader crashes member leader and returns the member elected after it.
+func crashLeader(t *testing.T, c *testcluster.Cluster, leader int) int {
+	t.Helper()
 	c.Crash(leader)
 	var others []int
 	for i := range c.Nodes {
@@ -44,18 +56,19 @@ func TestAuthSurvivesLeaderChangeAndRestart(t *testing.T) {
 			others = append(others, i)
 		}
 	}
-	next := c.LeaderIn(30*time.Second, others...)
-	check(c.URL(next))
-	c.Restart(leader)
+	return c.LeaderIn(30*time.Second, others...)
+}
+
+// restartAndCatchUp restarts member i and waits until its state is
+// member next's.
+func restartAndCatchUp(t *testing.T, c *testcluster.Cluster, i, next int) {
+	t.Helper()
+	c.Restart(i)
 	if !testcluster.WaitFor(30*time.Second, func() bool {
 		h0, i0 := c.Nodes[next].Server.StateHash()
-		h1, i1 := c.Nodes[leader].Server.StateHash()
+		h1, i1 := c.Nodes[i].Server.StateHash()
 		return i0 == i1 && h0 == h1
 	}) {
 		t.Fatal("the restarted member never reached the leader's state")
 	}
-	if !c.Nodes[leader].Server.AuthEnabled() {
-		t.Fatal("the restarted member lost the auth state")
-	}
-	check(c.URL(leader))
 }

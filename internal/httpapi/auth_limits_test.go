@@ -180,18 +180,7 @@ func TestUserWatchCap(t *testing.T) {
 	f := setUpAuth(t, ctx, c.URL(0))
 	srv := c.Nodes[0].Server
 	openSession := func(token string) uint64 {
-		t.Helper()
-		creds := server.WithCredentials(ctx, server.Credentials{Token: token})
-		sess, err := srv.CreateSession(creds, 60000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, _ := api.ParseID(sess.SessionID)
-		stream, _, err := srv.Events(creds, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(stream.Close)
+		id, _ := sessionWithStream(t, ctx, srv, token)
 		return id
 	}
 	watch := func(token string, session uint64, path string) (string, error) {

@@ -16,6 +16,24 @@ import (
 
 var watchSeed = flag.Int64("seed", 0, "seed of the randomized auth watch test (0: from the clock)")
 
+// sessionWithStream creates a session as token's user on srv and attaches
+// its event stream (closed at the test's end).
+func sessionWithStream(t *testing.T, ctx context.Context, srv *server.Server, token string) (uint64, server.EventStream) {
+	t.Helper()
+	creds := server.WithCredentials(ctx, server.Credentials{Token: token})
+	sess, err := srv.CreateSession(creds, 60000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := api.ParseID(sess.SessionID)
+	stream, _, err := srv.Events(creds, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stream.Close)
+	return id, stream
+}
+
 // watchAs registers a persistent recursive watch on path for session with
 // token's credentials and returns its id.
 func watchAs(t *testing.T, ctx context.Context, srv *server.Server, token string, session uint64, path string) string {
@@ -69,18 +87,8 @@ func TestRevokedGrantStopsWatchAtItsIndex(t *testing.T) {
 	defer cancel()
 	f := setUpAuth(t, ctx, c.URL(0))
 	srv := c.Nodes[0].Server
-	readerCtx := server.WithCredentials(ctx, server.Credentials{Token: f.reader})
 	rootCtx := server.WithCredentials(ctx, server.Credentials{Token: f.root})
-	sess, err := srv.CreateSession(readerCtx, 60000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	session, _ := api.ParseID(sess.SessionID)
-	stream, _, err := srv.Events(readerCtx, session)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.Close()
+	session, stream := sessionWithStream(t, ctx, srv, f.reader)
 	watch := watchAs(t, ctx, srv, f.reader, session, "/app")
 
 	// Writers race the revocation, so that it lands amid their entries.

@@ -35,23 +35,9 @@ func TestQuotaAcrossRestartAndSnapshot(t *testing.T) {
 		}
 	}
 	refused(f.base)
-	c.Crash(leader)
-	var others []int
-	for i := range c.Nodes {
-		if i != leader {
-			others = append(others, i)
-		}
-	}
-	next := c.LeaderIn(30*time.Second, others...)
+	next := crashLeader(t, c, leader)
 	refused(c.URL(next))
-	c.Restart(leader)
-	if !testcluster.WaitFor(30*time.Second, func() bool {
-		h0, i0 := c.Nodes[next].Server.StateHash()
-		h1, i1 := c.Nodes[leader].Server.StateHash()
-		return i0 == i1 && h0 == h1
-	}) {
-		t.Fatal("the restarted member never reached the leader's state")
-	}
+	restartAndCatchUp(t, c, leader, next)
 	mustOK(t, ctx, f.writer, "PUT", c.URL(leader)+"/v1/kv/app/jobs/j3", `{"value":"x"}`) // the fifth node
 	status, reply := sendAs(t, ctx, f.writer, "PUT", c.URL(leader)+"/v1/kv/app/jobs/j4", `{"value":"x"}`)
 	if status != http.StatusInsufficientStorage {
