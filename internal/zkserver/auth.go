@@ -115,7 +115,8 @@ func (c *conn) openAnonymous(ctx context.Context, req zkproto.ConnectRequest) (u
 
 // auth serves addauth. Only the digest scheme is known; any other fails,
 // and ZooKeeper then ends the connection. With auth disabled the digest is
-// accepted and not checked. With auth enabled, "user:password" must be a
+// accepted and not checked (and a connection left anonymous by auth
+// enabled at its handshake gets its session). With auth enabled, "user:password" must be a
 // latch user's, a connection has one user (a second addauth naming another
 // fails), and an anonymous connection's session is then created or
 // attached, owned by that user: a resumed session of another user fails.
@@ -125,7 +126,8 @@ func (c *conn) auth(p *zkproto.AuthPacket) (zkproto.Record, zkproto.ErrCode, boo
 		return nil, zkproto.ErrAuthFailed, true
 	}
 	if !c.l.srv.AuthEnabled() {
-		return nil, zkproto.ErrOK, false
+		code := c.attachWithoutAuth()
+		return nil, code, code != zkproto.ErrOK
 	}
 	user, password, ok := strings.Cut(string(p.Auth), ":")
 	if !ok || (c.digestUser() != "" && c.digestUser() != user) {
@@ -146,6 +148,20 @@ func (c *conn) auth(p *zkproto.AuthPacket) (zkproto.Record, zkproto.ErrCode, boo
 		return nil, authFailure(err), true
 	}
 	return nil, zkproto.ErrOK, false
+}
+
+// attachWithoutAuth attaches the session of a connection left anonymous
+// by a handshake made while auth was enabled, now that it is disabled.
+func (c *conn) attachWithoutAuth() zkproto.ErrCode {
+	if c.isReady() {
+		return zkproto.ErrOK
+	}
+	ctx, cancel := context.WithTimeout(c.requestContext(), c.l.cfg.HandshakeTimeout)
+	defer cancel()
+	if err := c.attach(ctx); err != nil {
+		return authFailure(err)
+	}
+	return zkproto.ErrOK
 }
 
 // authFailure is the code of a failed addauth: AuthFailed for a refusal,

@@ -129,17 +129,23 @@ func TestAuthMatrixZooKeeper(t *testing.T) {
 	identities := []struct {
 		name, user, password string
 		may                  func(need) bool
+		aclPerms             int32 // what getACL reports on /app/x
 	}{
-		{"none", "", "", func(need) bool { return false }},
-		{"reader", "reader", "reader-pw", func(n need) bool { return n == needUser || n == needRead }},
-		{"writer", "writer", "writer-pw", func(n need) bool { return n != needAdmin }},
-		{"root", "root", "root-pw", func(need) bool { return true }},
+		{"none", "", "", func(need) bool { return false }, 0},
+		{"reader", "reader", "reader-pw", func(n need) bool { return n == needUser || n == needRead }, zk.PermRead},
+		{"writer", "writer", "writer-pw", func(n need) bool { return n != needAdmin }, zk.PermRead | zk.PermWrite | zk.PermCreate | zk.PermDelete},
+		{"root", "root", "root-pw", func(need) bool { return true }, zk.PermAll},
 	}
 	for _, id := range identities {
 		conn, _ := connect(t, c.addrs, 10*time.Second)
 		if id.user != "" {
 			if err := conn.AddAuth("digest", []byte(id.user+":"+id.password)); err != nil {
 				t.Fatalf("addauth %s: %v", id.user, err)
+			}
+		}
+		if id.user != "" {
+			if acl, _, err := conn.GetACL("/app/x"); err != nil || len(acl) != 1 || acl[0].Perms != id.aclPerms {
+				t.Errorf("%s: getACL = %+v, %v; want perms %d", id.name, acl, err, id.aclPerms)
 			}
 		}
 		for _, op := range zkCases {
@@ -289,4 +295,29 @@ func TestZkCliAddAuth(t *testing.T) {
 		}
 	}
 	_, _ = io.WriteString(stdin, "quit\n")
+}
+
+// TestZooKeeperAuthDisabledAfterHandshake: a connection left anonymous by
+// auth enabled at its handshake gets its session at its addauth once auth
+// is disabled, and then works as any connection does without auth.
+func TestZooKeeperAuthDisabledAfterHandshake(t *testing.T) {
+	c := startZKWith(t, 1, Config{}, authOptions, nil)
+	setUpZKAuth(t, c)
+	r := dialRaw(t, c.addrs[0])
+	r.session()
+	if h, _ := r.call(zkproto.OpExists, &zkproto.PathWatchRequest{Path: "/app/x"}); h.Err != zkproto.ErrNoAuth {
+		t.Fatalf("anonymous exists: %v, want NoAuth", h.Err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rootCtx := server.WithCredentials(ctx, server.Credentials{User: "root"})
+	if _, err := c.Nodes[0].Server.ChangeAuth(rootCtx, api.AuthChange{Action: "disable"}); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := r.call(zkproto.OpAuth, &zkproto.AuthPacket{Scheme: "digest", Auth: []byte("anyone:anything")}); h.Err != zkproto.ErrOK {
+		t.Fatalf("addauth with auth disabled: %v", h.Err)
+	}
+	if h, _ := r.call(zkproto.OpCreate, &zkproto.CreateRequest{Path: "/app/e", ACL: worldAnyone, Flags: zkproto.ModeEphemeral}); h.Err != zkproto.ErrOK {
+		t.Errorf("ephemeral create after the session was made: %v", h.Err)
+	}
 }
