@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -256,28 +255,7 @@ func TestZkCliAddAuth(t *testing.T) {
 	requireZkCli(t)
 	c := startZKWith(t, 1, Config{}, authOptions, nil)
 	setUpZKAuth(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, zkCliPath, "-server", c.addrs[0])
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := newOutput()
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); out.finish(); close(exited) }()
-	t.Cleanup(func() {
-		stdin.Close()
-		cancel()
-		<-exited
-		if t.Failed() {
-			t.Logf("zkCli output:\n%s", out.String())
-		}
-	})
+	stdin, out := startZkCli(t, c.addrs[0])
 	at := out.waitFor(t, 0, "type:None path:null", time.Minute)
 	steps := []struct{ command, want string }{
 		{"get /app/x", "Insufficient permission : /app/x"},
