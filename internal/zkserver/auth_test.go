@@ -299,3 +299,52 @@ func TestZooKeeperAuthDisabledAfterHandshake(t *testing.T) {
 		t.Errorf("ephemeral create after the session was made: %v", h.Err)
 	}
 }
+
+// TestAuthMatrixZooKeeperRaw is the matrix for the opcodes go-zookeeper
+// does not send, over a raw connection: anonymous, reader and writer.
+func TestAuthMatrixZooKeeperRaw(t *testing.T) {
+	c := startZKWith(t, 1, Config{}, authOptions, nil)
+	setUpZKAuth(t, c)
+	cases := []struct {
+		name string
+		op   zkproto.OpCode
+		body zkproto.Record
+		need need
+	}{
+		// create2 first: a change after the addWatch would send a
+		// notification among the replies.
+		{"create2", zkproto.OpCreate2, &zkproto.CreateRequest{Path: "/app/raw", ACL: worldAnyone}, needWrite},
+		{"getChildren2", zkproto.OpGetChildren2, &zkproto.PathWatchRequest{Path: "/app"}, needRead},
+		{"getAllChildrenNumber", zkproto.OpGetAllChildrenNumber, &zkproto.PathRequest{Path: "/app"}, needRead},
+		{"check", zkproto.OpCheck, &zkproto.CheckVersionRequest{Path: "/app/x", Version: -1}, needRead},
+		{"addWatch", zkproto.OpAddWatch, &zkproto.PathTypeRequest{Path: "/app", Type: int32(zkproto.AddWatchPersistentRecursive)}, needRead},
+		{"getEphemerals", zkproto.OpGetEphemerals, &zkproto.PathRequest{Path: "/"}, needUser},
+	}
+	identities := []struct {
+		name, credential string
+		may              func(need) bool
+	}{
+		{"none", "", func(need) bool { return false }},
+		{"reader", "reader:reader-pw", func(n need) bool { return n == needUser || n == needRead }},
+		{"writer", "writer:writer-pw", func(need) bool { return true }},
+	}
+	for _, id := range identities {
+		r := dialRaw(t, c.addrs[0])
+		r.session()
+		if id.credential != "" {
+			if h, _ := r.call(zkproto.OpAuth, &zkproto.AuthPacket{Scheme: "digest", Auth: []byte(id.credential)}); h.Err != zkproto.ErrOK {
+				t.Fatalf("%s addauth: %v", id.name, h.Err)
+			}
+		}
+		for _, tc := range cases {
+			h, _ := r.call(tc.op, tc.body)
+			want := zkproto.ErrNoAuth
+			if id.may(tc.need) {
+				want = zkproto.ErrOK
+			}
+			if h.Err != want {
+				t.Errorf("%s/%s: %v, want %v", id.name, tc.name, h.Err, want)
+			}
+		}
+	}
+}
