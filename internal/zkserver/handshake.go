@@ -20,7 +20,10 @@ import (
 // unknown, expired or presented with a wrong password (answered with a
 // zero timeout, which clients report as session expiry), or a member that
 // cannot create or check a session now (no reply: the client retries; a
-// live session must never be reported expired for want of a quorum).
+// live session must never be reported expired for want of a quorum). A
+// resumed session of another user is reported expired too. With auth
+// enabled, a connection that proves no user is answered with a session
+// that becomes usable at its addauth (auth.go).
 func (c *conn) handshake(body []byte) bool {
 	var req zkproto.ConnectRequest
 	if err := zkproto.Decode(body, &req, "ConnectRequest"); err != nil {
@@ -36,19 +39,7 @@ func (c *conn) handshake(body []byte) bool {
 	defer cancel()
 	resp := zkproto.ConnectResponse{HasReadOnly: req.HasReadOnly, Passwd: make([]byte, passwordLen)}
 	c.creds = server.Credentials{CertName: certificateName(c.nc), Source: sourceHost(c.nc.RemoteAddr())}
-	anonymous, err := c.mustAuthenticate()
-	var id uint64
-	var timeoutMs int64
-	switch {
-	case err != nil:
-	case anonymous:
-		id, timeoutMs, err = c.openAnonymous(ctx, req)
-	default:
-		id, timeoutMs, err = c.openSession(ctx, req)
-		if err == nil {
-			c.stream, _, err = c.l.srv.Events(server.WithCredentials(ctx, c.creds), id)
-		}
-	}
+	id, timeoutMs, anonymous, err := c.open(ctx, req)
 	switch {
 	case errors.Is(err, errSessionGone) || isCode(err, api.CodeSessionExpired) || isCode(err, api.CodeNotFound) ||
 		isCode(err, api.CodePermissionDenied):
@@ -77,6 +68,23 @@ func (c *conn) handshake(body []byte) bool {
 		c.heartbeat()
 	}
 	return true
+}
+
+// open opens the session the connect request asks for: with its event
+// stream attached, unless the connection is anonymous (auth enabled and
+// no user proved: auth.go), whose session waits for its addauth.
+func (c *conn) open(ctx context.Context, req zkproto.ConnectRequest) (id uint64, timeoutMs int64, anonymous bool, err error) {
+	if anonymous, err = c.mustAuthenticate(); err != nil {
+		return 0, 0, false, err
+	}
+	if anonymous {
+		id, timeoutMs, err = c.openAnonymous(ctx, req)
+		return id, timeoutMs, true, err
+	}
+	if id, timeoutMs, err = c.openSession(ctx, req); err == nil {
+		c.stream, _, err = c.l.srv.Events(server.WithCredentials(ctx, c.creds), id)
+	}
+	return id, timeoutMs, false, err
 }
 
 // caughtUp reports whether this member has applied zxid, waiting up to
