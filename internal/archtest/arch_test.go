@@ -107,8 +107,8 @@ var allowed = map[string]rule{
 	"internal/ui": {stdlibOnly: true},
 	// The ZooKeeper-protocol listener: the server's API over zkproto's codec.
 	"internal/zkserver": {
-		imports: []string{"api", "internal/server", "internal/zkproto"},
-		tests:   []string{testkit + "testcluster", testkit + "proccluster"},
+		imports: []string{"api", "internal/server", "internal/tlsconfig", "internal/zkproto"},
+		tests:   []string{testkit + "testcluster", testkit + "proccluster", testkit + "testcerts"},
 	},
 
 	// The public Go API: nothing internal; its tests run against the

@@ -182,6 +182,9 @@ func (f *FSM) nextFreeName(prefix string, next uint64) (string, uint64, *api.Err
 // createSharded makes the node at path under parent, whose children count
 // (and counter, for a sequential create) it advances.
 func (f *FSM) createSharded(index uint64, cmd *command.Command, path string, sequence uint64, parent parentDir) (Result, []Event) {
+	if err := f.checkQuotas(path, []string{path}, int64(len(cmd.Value))); err != nil {
+		return refuse(err)
+	}
 	parentVersion := uint64(0) // a record has no version: the node is in another shard
 	if parent.local {
 		data := parent.node.edit()

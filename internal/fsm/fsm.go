@@ -65,6 +65,12 @@ type FSM struct {
 	// times, cversion or pzxid). Not state of its own: set from the
 	// command by every Apply.
 	applyingTime uint64
+	// pastAuth holds the auth states the latest auth changes replaced,
+	// oldest first, at most maxPastAuth (PermittedAt): the watch registry
+	// asks what a user could read at the index of each event of a batch of
+	// applied entries, which may hold auth changes between its events. It is
+	// no part of the replicated state: clones and snapshots leave it out.
+	pastAuth []pastAuthState
 }
 
 // generations hands out generation numbers, unique in the process.
@@ -191,6 +197,7 @@ func (f *FSM) Apply(index uint64, cmd *command.Command) (Result, []Event) {
 	case command.OpDirDelete:
 		return f.deleteClosed(index, cmd)
 	case command.OpAuth:
+		f.rememberAuth(index)
 		return f.applyAuth(cmd)
 	default:
 		return refuse(api.Errorf(api.CodeInvalidArgument, "unknown operation %v", cmd.Op))

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 
 	"github.com/latch-io/latch/api"
@@ -169,6 +170,9 @@ func (f *FSM) existingAncestor(p string) (entry, []string, *api.Error) {
 
 // update writes cmd's value to the existing node e. Ownership is kept.
 func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Event) {
+	if err := f.checkQuotas(e.path, nil, int64(len(cmd.Value))-int64(len(e.value))); err != nil {
+		return refuse(err)
+	}
 	data := e.edit()
 	data.value = cloneBytes(cmd.Value)
 	data.version++
@@ -185,6 +189,11 @@ func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Eve
 // ancestors (top-down) between them. sequence is the number a sequential
 // create took: its parent's counter moves past it.
 func (f *FSM) create(index uint64, cmd *command.Command, path string, sequence uint64, parent entry, missing []string) (Result, []Event) {
+	if len(f.auth.quotas) > 0 {
+		if err := f.checkQuotas(path, append(slices.Clone(missing), path), int64(len(cmd.Value))); err != nil {
+			return refuse(err)
+		}
+	}
 	events := make([]Event, 0, 2*(len(missing)+1))
 	data := parent.edit()
 	data.children++

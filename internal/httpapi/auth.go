@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strings"
 
@@ -15,8 +16,17 @@ const maxLoginBody = 4096
 // withCredentials puts what r presents (the verified certificate's name, a
 // bearer token) in its context, for the server's one authorization check.
 func withCredentials(r *http.Request, c Caller) *http.Request {
-	creds := server.Credentials{CertName: c.CertName, Token: bearerToken(r)}
+	creds := server.Credentials{CertName: c.CertName, Token: bearerToken(r), Source: sourceAddress(r.RemoteAddr)}
 	return r.WithContext(server.WithCredentials(r.Context(), creds))
+}
+
+// sourceAddress is the host of a remote address "host:port".
+func sourceAddress(remote string) string {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return remote
+	}
+	return host
 }
 
 // bearerToken returns the token of an "Authorization: Bearer" header, or "".

@@ -38,6 +38,7 @@ func (s *Server) newGroup(id uint64) (*group, error) {
 		admit: s.admit, srv: s, shard: shardOfGroup(id),
 		watches: watch.New(watch.Options{
 			MaxPerSession: s.cfg.MaxWatchesPerSession, QueueLen: s.cfg.WatchQueueLen, RequireStream: true,
+			MaxPerOwner: s.cfg.Auth.MaxUserWatches,
 		}),
 	}
 	// The features reach the runtime through g, whose Replica is set below:

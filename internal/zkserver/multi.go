@@ -151,7 +151,7 @@ func (c *conn) multi(buf []byte) (zkproto.Record, zkproto.ErrCode) {
 		plan.add(i, latchOps, roles)
 	}
 	timeMs := c.l.srv.WallTimeMs()
-	res, err := c.l.srv.Txn(c.ctx, server.TxnRequest{Ops: plan.ops, SessionID: c.session, TimeMs: timeMs})
+	res, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{Ops: plan.ops, SessionID: c.session, TimeMs: timeMs})
 	if err != nil {
 		return c.multiFailed(&plan, ops, err)
 	}
@@ -168,7 +168,7 @@ func (c *conn) multi(buf []byte) (zkproto.Record, zkproto.ErrCode) {
 func (c *conn) multiRefusedAt(plan *txnPlan, at int, code zkproto.ErrCode, n int) (zkproto.Record, zkproto.ErrCode) {
 	if len(plan.ops) > 0 {
 		plan.add(at, []server.TxnOp{sentinelOp}, []opRole{roleSentinel})
-		_, err := c.l.srv.Txn(c.ctx, server.TxnRequest{Ops: plan.ops, SessionID: c.session})
+		_, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{Ops: plan.ops, SessionID: c.session})
 		var opErr *api.TxnOpError
 		if !errors.As(err, &opErr) {
 			return nil, errCode(err)
@@ -386,7 +386,7 @@ func (c *conn) multiRead(buf []byte) (zkproto.Record, zkproto.ErrCode) {
 	for i, op := range ops {
 		reads[i] = server.ReadOp{Path: op.body.(*zkproto.PathWatchRequest).Path, Children: op.op == zkproto.OpGetChildren}
 	}
-	res, err := c.l.srv.ReadMany(c.ctx, reads, c.readOptions())
+	res, err := c.l.srv.ReadMany(c.requestContext(), reads, c.readOptions())
 	if err != nil {
 		return nil, errCode(err)
 	}

@@ -80,6 +80,8 @@ func errCode(err error) zkproto.ErrCode {
 		return zkproto.ErrOperationTimeout
 	case api.CodeUnauthenticated, api.CodePermissionDenied:
 		return zkproto.ErrNoAuth
+	case api.CodeQuotaExceeded:
+		return zkproto.ErrQuotaExceeded
 	}
 	return zkproto.ErrSystemError
 }

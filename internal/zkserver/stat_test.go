@@ -28,7 +28,7 @@ func TestStatTimesFromTheLog(t *testing.T) {
 			return skewed
 		}
 		return clock.Real()
-	}})
+	}}, nil)
 	conns := make([]*zk.Conn, len(c.addrs))
 	for i, addr := range c.addrs {
 		conns[i], _ = connect(t, []string{addr}, 10*time.Second)

@@ -319,7 +319,8 @@ func (t *watchTable) cancelAll() {
 	}
 }
 
-// pumpEvents hands the session's events to the watch table until the
+// pumpEvents waits for the session to be ready (auth.go), then hands the
+// session's events to the watch table until the
 // stream ends, then ends the connection: the session ended (the client
 // learns it when it reconnects), another connection took the stream, or
 // the connection fell too far behind; the client reconnects and sets its
@@ -327,6 +328,11 @@ func (t *watchTable) cancelAll() {
 // closes it instead, once the reply is sent.
 func (c *conn) pumpEvents() {
 	defer close(c.pumpDone)
+	select {
+	case <-c.ready:
+	case <-c.ctx.Done():
+		return
+	}
 	events := c.stream.Events()
 	for {
 		select {
