@@ -27,11 +27,11 @@ func appendReply(dst []byte, v any) ([]byte, bool) {
 	case api.Written:
 		return appendWritten(dst, &v), true
 	case api.Deleted:
-		return appendDeleted(dst, v), true
+		return appendOutcome(dst, `{"deleted":`, v.Deleted, v.Index), true
 	case api.Lock:
 		return appendLock(dst, &v), true
 	case api.Released:
-		return appendReleased(dst, v), true
+		return appendOutcome(dst, `{"released":`, v.Released, v.Index), true
 	}
 	return dst, false
 }
@@ -66,9 +66,11 @@ func appendWritten(b []byte, w *api.Written) []byte {
 	return append(b, "}\n"...)
 }
 
-func appendDeleted(b []byte, d api.Deleted) []byte {
-	b = appendBoolField(b, `{"deleted":`, d.Deleted)
-	b = appendUintField(b, `,"index":`, d.Index)
+// appendOutcome appends the reply of a delete or a release: a flag and an
+// index.
+func appendOutcome(b []byte, flag string, done bool, index uint64) []byte {
+	b = appendBoolField(b, flag, done)
+	b = appendUintField(b, `,"index":`, index)
 	return append(b, "}\n"...)
 }
 
@@ -88,12 +90,6 @@ func appendLock(b []byte, l *api.Lock) []byte {
 		b = strconv.AppendInt(b, int64(l.Position), 10)
 	}
 	b = appendUintField(b, `,"index":`, l.Index)
-	return append(b, "}\n"...)
-}
-
-func appendReleased(b []byte, r api.Released) []byte {
-	b = appendBoolField(b, `{"released":`, r.Released)
-	b = appendUintField(b, `,"index":`, r.Index)
 	return append(b, "}\n"...)
 }
 
