@@ -14,10 +14,11 @@ import (
 const maxLoginBody = 4096
 
 // withCredentials puts what r presents (the verified certificate's name, a
-// bearer token) in its context, for the server's one authorization check.
-func withCredentials(r *http.Request, c Caller) *http.Request {
+// bearer token, the source address) in ctx, r's context, for the server's
+// one authorization check.
+func withCredentials(ctx context.Context, r *http.Request, c Caller) context.Context {
 	creds := server.Credentials{CertName: c.CertName, Token: bearerToken(r), Source: sourceAddress(r.RemoteAddr)}
-	return r.WithContext(server.WithCredentials(r.Context(), creds))
+	return server.WithCredentials(ctx, creds)
 }
 
 // sourceAddress is the host of a remote address "host:port".

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"fmt"
 
+	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/queues"
@@ -25,6 +27,17 @@ type group struct {
 	// (group.Propose); shard is the group's shard.
 	srv   *Server
 	shard int
+}
+
+// Barrier is replica.Replica.Barrier with a shortcut for the commonest
+// read: a stale one whose min_index is applied here already waits for
+// nothing, so it only checks that the replica still serves, without the
+// deadline context (a timer) that Barrier sets up for its waits.
+func (g *group) Barrier(ctx context.Context, consistency string, minIndex uint64) error {
+	if consistency == api.Stale && minIndex <= g.Applied() {
+		return g.Halted()
+	}
+	return g.Replica.Barrier(ctx, consistency, minIndex)
 }
 
 // newGroup builds group id's runtime and features. The apply listeners are
