@@ -53,6 +53,15 @@ func appendNode(b []byte, n *api.Node) []byte {
 	if n.ChildrenIndex != 0 {
 		b = appendUintField(b, `,"children_index":`, n.ChildrenIndex)
 	}
+	if n.CreatedAtMs != 0 {
+		b = appendUintField(b, `,"created_at_ms":`, n.CreatedAtMs)
+	}
+	if n.ModifiedAtMs != 0 {
+		b = appendUintField(b, `,"modified_at_ms":`, n.ModifiedAtMs)
+	}
+	if n.ChildrenVersion != 0 {
+		b = appendUintField(b, `,"cversion":`, n.ChildrenVersion)
+	}
 	return append(b, "}\n"...)
 }
 
