@@ -151,6 +151,9 @@ type Event struct {
 	Path    string `json:"path"`
 	Version uint64 `json:"version"`
 	Index   uint64 `json:"index"`
+	// Shard is the shard whose log Index is of, in a cluster of several
+	// shards; absent (0) for shard 0, and always with one shard.
+	Shard int `json:"shard,omitempty"`
 }
 
 // LockRequest is the body of POST /v1/lock/acquire and /v1/lock/release.
