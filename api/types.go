@@ -135,6 +135,10 @@ type WatchRequest struct {
 	SessionID  string `json:"session_id"`
 	KnownIndex uint64 `json:"known_index,omitempty"`
 	Persistent bool   `json:"persistent,omitempty"`
+	// KnownIndexes is known_index per shard (shard number to index), for a
+	// watch whose events come from several shards of a sharded cluster: the
+	// client's position in each shard's log (docs/api.md, watch rules).
+	KnownIndexes map[int]uint64 `json:"known_indexes,omitempty"`
 }
 
 // Watch is the reply to POST /v1/watch.
@@ -142,6 +146,10 @@ type Watch struct {
 	WatchID        string `json:"watch_id"`
 	CurrentVersion uint64 `json:"current_version"`
 	Index          uint64 `json:"index"`
+	// Indexes, in a cluster of several shards, is the applied index of
+	// every shard the watch covers at its registration there (Index is the
+	// watched path's shard's); absent with one shard.
+	Indexes map[int]uint64 `json:"indexes,omitempty"`
 }
 
 // Event is one watch notification on a session's event stream.

@@ -16,6 +16,7 @@ import (
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/placement"
+	"github.com/latch-io/latch/internal/watch"
 	"github.com/latch-io/latch/internal/raftnode"
 	"github.com/latch-io/latch/internal/replica"
 	"github.com/latch-io/latch/internal/snap"
@@ -44,6 +45,9 @@ type Server struct {
 	// ticker drives the raft clock of every group: one timer per process.
 	ticker *raftnode.Ticks
 	groups []atomic.Pointer[group]
+	// watches holds the clients' watches on this server, for every shard
+	// (each group publishes into its watch.Shard).
+	watches *watch.Registry
 
 	// cleanupWake nudges shard 0's session cleanup loop (sessionend.go).
 	cleanupWake chan struct{}
@@ -85,6 +89,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.shards = shards
 	s.groups = make([]atomic.Pointer[group], cfg.Shards)
+	s.watches = watch.New(watch.Options{
+		MaxPerSession: cfg.MaxWatchesPerSession, QueueLen: cfg.WatchQueueLen, RequireStream: true, Shards: cfg.Shards,
+	})
 	s.ticker = raftnode.NewTicks(cfg.Clock, cfg.TickInterval)
 	s.metrics = newMetrics(s)
 	if err := s.open(); err != nil {
