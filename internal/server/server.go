@@ -16,13 +16,13 @@ import (
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/placement"
-	"github.com/latch-io/latch/internal/watch"
 	"github.com/latch-io/latch/internal/raftnode"
 	"github.com/latch-io/latch/internal/replica"
 	"github.com/latch-io/latch/internal/snap"
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/vfs"
 	"github.com/latch-io/latch/internal/wal"
+	"github.com/latch-io/latch/internal/watch"
 )
 
 // Server is one running latch server.

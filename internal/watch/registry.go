@@ -130,11 +130,11 @@ type Registry struct {
 	// so ids of different servers (and of one server's restarts) do not
 	// collide: a client moving its watches between servers must never take
 	// one server's watch id for another's.
-	nextID    uint64
+	nextID   uint64
 	sessions map[uint64]*session // by session id
 	shards   []shardState        // by shard number
 	watches  int                 // registered watches over all sessions
-	stats     Stats // the counters but EventsDelivered; the rest is computed by Stats
+	stats    Stats               // the counters but EventsDelivered; the rest is computed by Stats
 
 	// queuedEvents and deliveredEvents are counted by pumps too, which do
 	// not take mu.
