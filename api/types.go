@@ -150,6 +150,9 @@ type Watch struct {
 	// every shard the watch covers at its registration there (Index is the
 	// watched path's shard's); absent with one shard.
 	Indexes map[int]uint64 `json:"indexes,omitempty"`
+	// Shard is the watched path's shard, whose log Index is of; absent (0)
+	// for shard 0, and always with one shard.
+	Shard int `json:"shard,omitempty"`
 }
 
 // Event is one watch notification on a session's event stream.

@@ -72,7 +72,7 @@ func (s *Server) Watch(ctx context.Context, session uint64, req WatchRequest) (a
 	if len(shards) == 1 && s.cfg.Shards == 1 {
 		return out, nil
 	}
-	out.Indexes = map[int]uint64{shards[0]: out.Index}
+	out.Shard, out.Indexes = shards[0], map[int]uint64{shards[0]: out.Index}
 	for _, shard := range shards[1:] {
 		spec.KnownIndex = known[shard]
 		at, alive := s.extendWatch(session, id, spec, shard)
@@ -163,14 +163,16 @@ func (s *Server) watchShards(path string, recursive bool) []int {
 
 // knownIndexes returns the known index of each of shards: KnownIndexes as
 // given (every shard it names must be a shard of the cluster), or
-// KnownIndex for the one shard of a watch that has one. An integer
-// KnownIndex for a watch over several shards is refused: it is an index of
-// one log, and nothing says which.
+// KnownIndex for the path's shard, shards[0]. An integer KnownIndex is an
+// index of one log, the path's shard's (the index of a read of the node):
+// an exact watch takes it for its node's shard, and its record in the
+// children's shard starts at the registration; a recursive watch over
+// several shards refuses it, since most of what it covers is elsewhere.
 func (s *Server) knownIndexes(req WatchRequest, shards []int) (map[int]uint64, error) {
 	if req.KnownIndexes == nil {
-		if req.KnownIndex != 0 && len(shards) > 1 {
+		if req.KnownIndex != 0 && req.Recursive && len(shards) > 1 {
 			return nil, api.Errorf(api.CodeInvalidArgument,
-				"known_index is an index of one shard's log, and a watch on %s covers shards %s: give known_indexes, each shard's index", req.Path, shardList(shards))
+				"known_index is an index of one shard's log, and a recursive watch on %s covers shards %s: give known_indexes, each shard's index", req.Path, shardList(shards))
 		}
 		return map[int]uint64{shards[0]: req.KnownIndex}, nil
 	}
