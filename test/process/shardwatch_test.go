@@ -32,7 +32,7 @@ func TestShardsRecursiveWatchAcrossKill(t *testing.T) {
 	if !testcluster.WaitFor(60*time.Second, func() bool { return everyShardLed(c, shards) }) {
 		t.Fatal("not every shard elected a leader")
 	}
-	cl, err := client.New(client.Config{Endpoints: c.URLs(), NotifyJitter: -1, ReconnectJitter: 50 * time.Millisecond})
+	cl, err := client.New(client.Config{Endpoints: c.URLs(), NotifyJitter: -1, ReconnectJitter: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,10 @@ func TestShardsRecursiveWatchAcrossKill(t *testing.T) {
 	var rec watchRecord
 	go rec.consume(w)
 	wr := &shardWriter{cl: cl, dirs: dirs, place: place, created: map[string]api.Node{}}
-	wr.run(ctx, 40)
+	writing, stopWriting := context.WithCancel(ctx)
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); wr.run(writing, 1<<30) }()
+	defer func() { stopWriting(); <-writerDone }()
 	holder := -1
 	if !testcluster.WaitFor(30*time.Second, func() bool { holder = streamHolder(c); return holder >= 0 }) {
 		t.Fatal("no member reports the session's event stream")
@@ -70,12 +73,18 @@ func TestShardsRecursiveWatchAcrossKill(t *testing.T) {
 	}
 	t.Logf("killing %s, which holds the event stream", c.Members[holder].Name)
 	c.Kill(holder)
-	wr.run(ctx, 40)
+	killedAt := wr.count()
 	other := -1
 	if !testcluster.WaitFor(60*time.Second, func() bool { other = streamHolder(c); return other >= 0 }) {
 		t.Fatal("the client did not reopen its stream on a survivor")
 	}
-	wr.run(ctx, 40)
+	reopenedAt := wr.count()
+	if !testcluster.WaitFor(60*time.Second, func() bool { return wr.count() >= reopenedAt+40 }) {
+		t.Fatalf("only %d creates after the reconnect", wr.count()-reopenedAt)
+	}
+	stopWriting()
+	<-writerDone
+	t.Logf("%d creates before the kill, %d while the stream was down, %d after", killedAt, reopenedAt-killedAt, wr.count()-reopenedAt)
 	if !testcluster.WaitFor(60*time.Second, func() bool { return rec.covers(wr.snapshot()) == "" }) {
 		t.Fatalf("after the reconnect to %s: %s", c.Members[other].Name, rec.covers(wr.snapshot()))
 	}
@@ -165,7 +174,7 @@ type shardWriter struct {
 // unknown is retried with prev_version=none; "exists" then means an
 // earlier attempt applied it, and a read gives its indexes.
 func (wr *shardWriter) run(ctx context.Context, n int) {
-	for range n {
+	for i := 0; i < n && ctx.Err() == nil; i++ {
 		p := fmt.Sprintf("%s/k%d", wr.dirs[wr.next%len(wr.dirs)], wr.next)
 		wr.next++
 		for ctx.Err() == nil {
@@ -182,6 +191,12 @@ func (wr *shardWriter) run(ctx context.Context, n int) {
 			time.Sleep(20 * time.Millisecond) // a member is down: the client fails over
 		}
 	}
+}
+
+func (wr *shardWriter) count() int {
+	wr.mu.Lock()
+	defer wr.mu.Unlock()
+	return len(wr.created)
 }
 
 func (wr *shardWriter) snapshot() map[string]int {
