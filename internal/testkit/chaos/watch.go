@@ -113,11 +113,11 @@ type watcher struct {
 	noKnownIndex bool
 	// sharded: the cluster has several shards; shard is the one whose
 	// events the watcher checks (see watches).
-	sharded      bool
-	shard        int
-	sessions     []*watchSession
-	reconnects   int
-	staleEvents  int // events of a watch this client had cancelled (left on a member it could not reach)
+	sharded     bool
+	shard       int
+	sessions    []*watchSession
+	reconnects  int
+	staleEvents int // events of a watch this client had cancelled (left on a member it could not reach)
 	// refusals are registrations the member refused because the session's
 	// stream was no longer attached there (the member ended it between the
 	// open and the registration); the watcher then moves on and registers
