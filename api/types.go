@@ -11,6 +11,13 @@ const (
 	// HeaderIndex carries the applied raft index of the answering node on every
 	// successful reply.
 	HeaderIndex = "X-Latch-Index"
+	// HeaderShards carries, on every successful reply of a member of a
+	// cluster of several shards, the cluster's shard count; absent with one.
+	HeaderShards = "X-Latch-Shards"
+	// HeaderShard names, beside HeaderShards, the shard whose log
+	// HeaderIndex is of, on the replies that know it (docs/api.md,
+	// "Consistency").
+	HeaderShard = "X-Latch-Shard"
 	// HeaderFencingToken is read by the fencing middleware on protected writes.
 	HeaderFencingToken = "Latch-Fencing-Token"
 )

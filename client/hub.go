@@ -399,9 +399,7 @@ func (h *watchHub) closeAll() {
 
 // dispatch hands ev, from connection gen, to its watcher.
 func (h *watchHub) dispatch(gen uint64, ev api.Event) {
-	if ev.Shard == 0 {
-		h.session.client.observeIndex(ev.Index) // the client keeps one index: shard 0's (see LastIndex)
-	}
+	h.session.client.observeShardIndex(ev.Shard, ev.Index)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if gen != h.gen {

@@ -109,6 +109,9 @@ func (h *Handler) noSuchEndpoint(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) writeJSON(w http.ResponseWriter, index uint64, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set(api.HeaderIndex, strconv.FormatUint(index, 10))
+	if shards := h.server.Shards(); shards > 1 {
+		w.Header().Set(api.HeaderShards, strconv.Itoa(shards))
+	}
 	w.WriteHeader(http.StatusOK)
 	if err := json.NewEncoder(w).Encode(v); err != nil {
 		h.log.Debug("writing reply", "err", err)
@@ -216,4 +219,12 @@ func readOnlyOptions(r *http.Request) (server.ReadOptions, error) {
 	p := newParams(r.URL.Query(), "consistency", "min_index")
 	opts := p.readOptions()
 	return opts, p.err
+}
+
+// nameShard says, in a cluster of several shards, that the reply's index is
+// of shard's log (api.HeaderShard); the handler calls it before replying.
+func (h *Handler) nameShard(w http.ResponseWriter, shard int) {
+	if h.server.Shards() > 1 {
+		w.Header().Set(api.HeaderShard, strconv.Itoa(shard))
+	}
 }

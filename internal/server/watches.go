@@ -9,6 +9,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/placement"
 	"github.com/latch-io/latch/internal/watch"
 )
 
@@ -260,3 +261,16 @@ func (g *group) requireSession(ctx context.Context, session uint64) error {
 	}
 	return nil
 }
+
+// Shards returns the cluster's shard count (--shards).
+func (s *Server) Shards() int { return s.cfg.Shards }
+
+// ShardOf returns the shard holding path's node (placement's Shard).
+func (s *Server) ShardOf(path string) int { return s.shards.Shard(path) }
+
+// ChildShardOf returns the shard holding dir's children (placement's
+// ChildShard).
+func (s *Server) ChildShardOf(dir string) int { return s.shards.ChildShard(dir) }
+
+// MaxShards is the most shards a cluster may have (placement.MaxShards).
+const MaxShards = placement.MaxShards

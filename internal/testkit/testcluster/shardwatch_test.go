@@ -2,11 +2,13 @@ package testcluster
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
 )
 
 // Watches across shards, in a 3-member cluster of 4 shards (docs/api.md,
@@ -169,5 +171,52 @@ func TestShardsWatchResumesWithKnownIndexes(t *testing.T) {
 	}
 	if ev, ok := other.Next(20 * time.Second); !ok || ev.Path != sentinel {
 		t.Fatalf("after the catch-up: %+v (%v, %s), want the sentinel's CREATED: only shard %d changed", ev, ok, other.Reason(), targetShard)
+	}
+}
+
+// TestShardsStaleReadsReadYourWrites: on a cluster of 4 shards whose logs
+// are far apart, the Go client's stale reads send every shard's position as
+// min_index and read their own writes from any member (with one index for
+// all shards, a read of a shard behind the busiest one would be refused as
+// beyond that shard's commit index); the server takes a vector's entry for
+// each shard a read touches, and refuses a malformed vector.
+func TestShardsStaleReadsReadYourWrites(t *testing.T) {
+	c := newShardedCluster(t)
+	ctx := ctxT(t, 60*time.Second)
+	dirs := crossShardDirs(t, "/ryw")
+	busy := dirs[placement4.ChildShard(dirs[1])]
+	cl, err := client.New(client.Config{Endpoints: c.URLs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 40 {
+		if _, err := cl.Put(ctx, busy+"/hot", fmt.Sprint(i)); err != nil {
+			t.Fatalf("put %s/hot: %v", busy, err)
+		}
+	}
+	for round := range 3 {
+		for _, d := range dirs {
+			p := d + "/mine"
+			written, err := cl.Put(ctx, p, fmt.Sprint(round))
+			if err != nil {
+				t.Fatalf("put %s: %v", p, err)
+			}
+			got, err := cl.Get(ctx, p, client.Stale())
+			if err != nil {
+				t.Fatalf("stale read of %s (shard %d) after writing it: %v", p, placement4.Shard(p), err)
+			}
+			if got.Version < written.Version {
+				t.Fatalf("stale read of %s: version %d, below the written %d", p, got.Version, written.Version)
+			}
+		}
+	}
+	for _, tt := range []struct{ name, value string }{
+		{"shard twice", "0:1,0:2"}, {"no index", "1:"}, {"negative shard", "-1:5"}, {"not a pair", "1:2,x"},
+	} {
+		err := Do(ctx, "GET", c.URL(0), "/v1/kv/ryw", url.Values{"min_index": {tt.value}}, nil, nil)
+		if api.CodeOf(err) != api.CodeInvalidArgument {
+			t.Errorf("%s (min_index=%s): %v, want invalid_argument", tt.name, tt.value, err)
+		}
 	}
 }
