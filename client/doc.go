@@ -63,8 +63,8 @@
 // On a cluster of several shards a watcher keeps these indexes per shard
 // (an event names its shard; events of one shard come in index order, in
 // no order across shards) and re-registers with known_indexes, every
-// shard's position; the client's min_index follows shard 0's events only,
-// since it is one index (docs/api.md, "Watch rules").
+// shard's position; the client keeps its read positions per shard too and
+// sends them all as the min_index vector (docs/api.md, "Consistency").
 //
 // # Cache
 //
