@@ -1,6 +1,7 @@
 package testcluster
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strings"
@@ -23,16 +24,12 @@ type shardEvent struct {
 	index uint64
 }
 
-// TestShardsRecursiveWatchSeesEveryShard: a persistent recursive watch on a
-// prefix whose directories live in every shard sees each write once, tagged
-// with the shard of the written node, and per shard in increasing index
-// order; an exact watch on a directory whose children live in another shard
-// gets its CHILDREN_CHANGED from that shard.
-func TestShardsRecursiveWatchSeesEveryShard(t *testing.T) {
-	c := newShardedCluster(t)
-	ctx := ctxT(t, 60*time.Second)
-	base := c.URL(1)
-	dirs := crossShardDirs(t, "/w")
+// watchCrossShardDirs makes, under parent, a directory whose children live
+// in each shard but one (crossShardDirs), each with a child, and a session
+// whose stream is open on base with a persistent recursive watch on parent.
+func watchCrossShardDirs(ctx context.Context, t *testing.T, base, parent string) (map[int]string, api.Session, *EventStream, api.Watch) {
+	t.Helper()
+	dirs := crossShardDirs(t, parent)
 	for _, d := range dirs {
 		if _, err := put(ctx, base, d+"/first", "x", ""); err != nil {
 			t.Fatalf("put under %s: %v", d, err)
@@ -43,11 +40,24 @@ func TestShardsRecursiveWatchSeesEveryShard(t *testing.T) {
 		t.Fatalf("session: %v", err)
 	}
 	stream := openStream(t, base, sess.SessionID)
-	defer stream.Close()
-	reply, err := AddWatch(ctx, base, api.WatchRequest{Path: "/w", Recursive: true, Persistent: true, SessionID: sess.SessionID})
+	reply, err := AddWatch(ctx, base, api.WatchRequest{Path: parent, Recursive: true, Persistent: true, SessionID: sess.SessionID})
 	if err != nil {
-		t.Fatalf("recursive watch: %v", err)
+		t.Fatalf("recursive watch on %s: %v", parent, err)
 	}
+	return dirs, sess, stream, reply
+}
+
+// TestShardsRecursiveWatchSeesEveryShard: a persistent recursive watch on a
+// prefix whose directories live in every shard sees each write once, tagged
+// with the shard of the written node, and per shard in increasing index
+// order; an exact watch on a directory whose children live in another shard
+// gets its CHILDREN_CHANGED from that shard.
+func TestShardsRecursiveWatchSeesEveryShard(t *testing.T) {
+	c := newShardedCluster(t)
+	ctx := ctxT(t, 60*time.Second)
+	base := c.URL(1)
+	dirs, sess, stream, reply := watchCrossShardDirs(ctx, t, base, "/w")
+	defer stream.Close()
 	if len(reply.Indexes) != wiringShards {
 		t.Fatalf("reply indexes %v, want one per shard", reply.Indexes)
 	}
@@ -65,12 +75,10 @@ func TestShardsRecursiveWatchSeesEveryShard(t *testing.T) {
 	for round := range 3 {
 		for _, d := range dirs {
 			p := fmt.Sprintf("%s/n%d", d, round)
-			n, err := put(ctx, c.URL(round%3), p, "v", "")
-			if err != nil {
+			if _, err := put(ctx, c.URL(round%3), p, "v", ""); err != nil {
 				t.Fatalf("put %s: %v", p, err)
 			}
 			want[p] = placement4.Shard(p)
-			_ = n
 		}
 	}
 	seen := map[string]int{}
@@ -120,23 +128,9 @@ func TestShardsWatchResumesWithKnownIndexes(t *testing.T) {
 	c := newShardedCluster(t)
 	ctx := ctxT(t, 60*time.Second)
 	base := c.URL(0)
-	dirs := crossShardDirs(t, "/r")
-	for _, d := range dirs {
-		if _, err := put(ctx, base, d+"/first", "x", ""); err != nil {
-			t.Fatalf("put under %s: %v", d, err)
-		}
-	}
-	sess, err := newSession(ctx, base, 20*time.Second)
-	if err != nil {
-		t.Fatalf("session: %v", err)
-	}
-	stream := openStream(t, base, sess.SessionID)
-	reply, err := AddWatch(ctx, base, api.WatchRequest{Path: "/r", Recursive: true, Persistent: true, SessionID: sess.SessionID})
-	if err != nil {
-		t.Fatalf("watch: %v", err)
-	}
+	dirs, sess, stream, reply := watchCrossShardDirs(ctx, t, base, "/r")
 	stream.Close()
-	_, err = AddWatch(ctx, base, api.WatchRequest{Path: "/r", Recursive: true, SessionID: sess.SessionID, KnownIndex: 1})
+	_, err := AddWatch(ctx, base, api.WatchRequest{Path: "/r", Recursive: true, SessionID: sess.SessionID, KnownIndex: 1})
 	if api.CodeOf(err) != api.CodeInvalidArgument || !strings.Contains(err.Error(), "known_indexes") {
 		t.Fatalf("integer known_index on a recursive watch: %v, want invalid_argument naming known_indexes", err)
 	}
