@@ -11,6 +11,13 @@ const (
 	// HeaderIndex carries the applied raft index of the answering node on every
 	// successful reply.
 	HeaderIndex = "X-Latch-Index"
+	// HeaderShards carries, on every successful reply of a member of a
+	// cluster of several shards, the cluster's shard count; absent with one.
+	HeaderShards = "X-Latch-Shards"
+	// HeaderShard names, beside HeaderShards, the shard whose log
+	// HeaderIndex is of, on the replies that know it (docs/api.md,
+	// "Consistency").
+	HeaderShard = "X-Latch-Shard"
 	// HeaderFencingToken is read by the fencing middleware on protected writes.
 	HeaderFencingToken = "Latch-Fencing-Token"
 )
@@ -147,6 +154,10 @@ type WatchRequest struct {
 	SessionID  string `json:"session_id"`
 	KnownIndex uint64 `json:"known_index,omitempty"`
 	Persistent bool   `json:"persistent,omitempty"`
+	// KnownIndexes is known_index per shard (shard number to index), for a
+	// watch whose events come from several shards of a sharded cluster: the
+	// client's position in each shard's log (docs/api.md, watch rules).
+	KnownIndexes map[int]uint64 `json:"known_indexes,omitempty"`
 }
 
 // Watch is the reply to POST /v1/watch.
@@ -154,6 +165,13 @@ type Watch struct {
 	WatchID        string `json:"watch_id"`
 	CurrentVersion uint64 `json:"current_version"`
 	Index          uint64 `json:"index"`
+	// Indexes, in a cluster of several shards, is the applied index of
+	// every shard the watch covers at its registration there (Index is the
+	// watched path's shard's); absent with one shard.
+	Indexes map[int]uint64 `json:"indexes,omitempty"`
+	// Shard is the watched path's shard, whose log Index is of; absent (0)
+	// for shard 0, and always with one shard.
+	Shard int `json:"shard,omitempty"`
 }
 
 // Event is one watch notification on a session's event stream.
@@ -163,6 +181,9 @@ type Event struct {
 	Path    string `json:"path"`
 	Version uint64 `json:"version"`
 	Index   uint64 `json:"index"`
+	// Shard is the shard whose log Index is of, in a cluster of several
+	// shards; absent (0) for shard 0, and always with one shard.
+	Shard int `json:"shard,omitempty"`
 }
 
 // LockRequest is the body of POST /v1/lock/acquire and /v1/lock/release.

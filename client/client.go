@@ -30,8 +30,12 @@ type Client struct {
 	// ownTransport is the transport New built, closed by Close; nil when
 	// the caller supplied Config.Transport.
 	ownTransport *http.Transport
-	// maxIndex is the highest X-Latch-Index seen on any reply. It only grows.
+	// maxIndex is the highest X-Latch-Index seen on any reply (of shard 0,
+	// on a cluster of several shards). It only grows.
 	maxIndex atomic.Uint64
+	// positions are the highest indexes seen per shard, on a cluster of
+	// several shards.
+	positions shardPositions
 	// jitter returns a random delay in [0, bound) (0 for bound <= 0); tests
 	// replace it to observe the herd defences.
 	jitter func(bound time.Duration) time.Duration
@@ -77,7 +81,9 @@ func (c *Client) Close() error {
 // Endpoints returns the server URLs the client knows, leader hints included.
 func (c *Client) Endpoints() []string { return c.endpoints.list() }
 
-// LastIndex returns the highest X-Latch-Index the client has seen.
+// LastIndex returns the highest X-Latch-Index the client has seen; on a
+// cluster of several shards, the highest of shard 0 (the client sends every
+// shard's as min_index).
 func (c *Client) LastIndex() uint64 { return c.maxIndex.Load() }
 
 // observeIndex raises maxIndex to index if it is higher.
@@ -320,10 +326,21 @@ func (c *Client) sendStream(ctx context.Context, endpoint string, cl *call) erro
 	return &streamEnded{err: cl.stream(resp.Body)}
 }
 
-// observeReplyIndex raises the client's index to the reply's X-Latch-Index.
+// observeReplyIndex raises the client's index to the reply's X-Latch-Index:
+// of the shard the reply names (X-Latch-Shard), of shard 0 without
+// shards; a reply of a sharded cluster that names no shard is not used.
 func (c *Client) observeReplyIndex(resp *http.Response) {
-	if index, err := strconv.ParseUint(resp.Header.Get(api.HeaderIndex), 10, 64); err == nil {
-		c.observeIndex(index)
+	index, err := strconv.ParseUint(resp.Header.Get(api.HeaderIndex), 10, 64)
+	if err != nil {
+		return
+	}
+	if resp.Header.Get(api.HeaderShards) == "" {
+		c.observeShardIndex(0, index)
+		return
+	}
+	c.positions.markSharded()
+	if shard, err := strconv.Atoi(resp.Header.Get(api.HeaderShard)); err == nil && shard >= 0 {
+		c.observeShardIndex(shard, index)
 	}
 }
 

@@ -35,7 +35,7 @@ func (c *Client) StatusOf(ctx context.Context, endpoint string) (*api.Status, er
 func (c *Client) Members(ctx context.Context, opts ...ReadOption) (*api.Members, error) {
 	o := applyReadOptions(opts)
 	var members api.Members
-	cl := &call{method: "GET", path: "/v1/cluster/members", query: o.query(c.LastIndex()), out: &members}
+	cl := &call{method: "GET", path: "/v1/cluster/members", query: o.query(c.minIndex()), out: &members}
 	if err := c.do(ctx, cl); err != nil {
 		return nil, err
 	}

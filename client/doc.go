@@ -60,6 +60,11 @@
 // does not become a synchronized stampede of re-reads and re-watches
 // (docs/design.md, "Load: herds and heartbeats"). Every event's index raises the
 // client's min_index, so a read made after a notification sees the change.
+// On a cluster of several shards a watcher keeps these indexes per shard
+// (an event names its shard; events of one shard come in index order, in
+// no order across shards) and re-registers with known_indexes, every
+// shard's position; the client keeps its read positions per shard too and
+// sends them all as the min_index vector (docs/api.md, "Consistency").
 //
 // # Cache
 //

@@ -50,10 +50,11 @@ type watchHub struct {
 	// orphans are events whose watch id is not known yet: the reply to its
 	// registration is still on the way. Bounded by maxOrphans.
 	orphans []api.Event
-	// lastStreamIndex is the index of the newest event of this connection.
-	// The stream is in index order, so every event of a watch registered
-	// below it, up to it, has arrived.
-	lastStreamIndex uint64
+	// lastStreamIndex is, per shard, the index of the newest event of that
+	// shard on this connection. The stream is in index order per shard, so
+	// every event of the shard for a watch registered there below it, up to
+	// it, has arrived.
+	lastStreamIndex map[int]uint64
 	// closedErr is set when the session ended; no watcher is added after.
 	closedErr error
 
@@ -83,7 +84,8 @@ var errNoStream = errors.New("client: the server has no event stream of the sess
 const maxNoStreamRefusals = 5
 
 func newWatchHub(s *Session) *watchHub {
-	return &watchHub{session: s, kick: make(chan struct{}, 1), byID: map[string]*Watcher{}, dead: map[string]bool{}}
+	return &watchHub{session: s, kick: make(chan struct{}, 1), byID: map[string]*Watcher{}, dead: map[string]bool{},
+		lastStreamIndex: map[int]uint64{}}
 }
 
 // add queues w for registration; it fails once the session has ended.
@@ -342,14 +344,8 @@ func (h *watchHub) registered(conn *connection, w *Watcher, reply *api.Watch) {
 		h.dead[reply.WatchID] = true
 		return
 	}
-	first := w.regIndex == 0
-	w.watchID, w.regIndex = reply.WatchID, reply.Index
-	if first {
-		w.currentVersion = reply.CurrentVersion
-	}
-	if w.known == 0 {
-		w.known = reply.Index
-	}
+	w.watchID = reply.WatchID
+	w.registeredLocked(reply)
 	h.byID[reply.WatchID] = w
 	kept := h.orphans[:0]
 	for _, ev := range h.orphans {
@@ -374,15 +370,17 @@ func (h *watchHub) disconnect(conn *connection) {
 	}
 	h.staleEndpoint, h.staleIDs = conn.endpoint, nil
 	for _, w := range h.watchers {
-		if w.watchID != "" && w.regIndex < h.lastStreamIndex {
-			w.known = max(w.known, h.lastStreamIndex)
+		for shard, last := range h.lastStreamIndex {
+			if at, ok := w.regIndex[shard]; ok && w.watchID != "" && at < last {
+				w.known[shard] = max(w.known[shard], last)
+			}
 		}
 		if w.watchID != "" && w.opts.persistent {
 			h.staleIDs = append(h.staleIDs, w.watchID)
 		}
 		w.watchID = ""
 	}
-	h.byID, h.dead, h.orphans, h.lastStreamIndex = map[string]*Watcher{}, map[string]bool{}, nil, 0
+	h.byID, h.dead, h.orphans, h.lastStreamIndex = map[string]*Watcher{}, map[string]bool{}, nil, map[int]uint64{}
 }
 
 // closeAll ends every watcher with the session's error.
@@ -401,13 +399,13 @@ func (h *watchHub) closeAll() {
 
 // dispatch hands ev, from connection gen, to its watcher.
 func (h *watchHub) dispatch(gen uint64, ev api.Event) {
-	h.session.client.observeIndex(ev.Index)
+	h.session.client.observeShardIndex(ev.Shard, ev.Index)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if gen != h.gen {
 		return
 	}
-	h.lastStreamIndex = max(h.lastStreamIndex, ev.Index)
+	h.lastStreamIndex[ev.Shard] = max(h.lastStreamIndex[ev.Shard], ev.Index)
 	w := h.byID[ev.WatchID]
 	if w == nil {
 		if !h.dead[ev.WatchID] {

@@ -62,7 +62,7 @@ func (c *Client) Get(ctx context.Context, path string, opts ...ReadOption) (*api
 	}
 	o := applyReadOptions(opts)
 	var node api.Node
-	cl := &call{method: "GET", path: kvPrefix + path, query: o.query(c.LastIndex()), out: &node}
+	cl := &call{method: "GET", path: kvPrefix + path, query: o.query(c.minIndex()), out: &node}
 	if err := c.do(ctx, cl); err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (c *Client) Children(ctx context.Context, path string, opts ...ReadOption) 
 		return nil, err
 	}
 	o := applyReadOptions(opts)
-	q := o.query(c.LastIndex())
+	q := o.query(c.minIndex())
 	q.Set("children", "true")
 	var children api.Children
 	cl := &call{method: "GET", path: kvPrefix + path, query: q, out: &children}

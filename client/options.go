@@ -64,13 +64,14 @@ type readOptions struct {
 // sends the highest index it knows as min_index.
 func Stale() ReadOption { return func(o *readOptions) { o.stale = true } }
 
-// query encodes the read options; minIndex is the client's highest index.
-func (o *readOptions) query(minIndex uint64) url.Values {
+// query encodes the read options; minIndex is the client's min_index
+// (Client.minIndex).
+func (o *readOptions) query(minIndex string) url.Values {
 	q := url.Values{}
 	if o.stale {
 		q.Set("consistency", "stale")
-		if minIndex > 0 {
-			q.Set("min_index", strconv.FormatUint(minIndex, 10))
+		if minIndex != "" {
+			q.Set("min_index", minIndex)
 		}
 	}
 	return q

@@ -197,7 +197,7 @@ func (c *Client) ReadMany(ctx context.Context, reads []api.ReadOp, opts ...ReadO
 	}
 	o := applyReadOptions(opts)
 	var reply api.ReadResults
-	cl := &call{method: "POST", path: "/v1/read", query: o.query(c.LastIndex()), body: body, policy: retrySafe, out: &reply}
+	cl := &call{method: "POST", path: "/v1/read", query: o.query(c.minIndex()), body: body, policy: retrySafe, out: &reply}
 	if err := c.do(ctx, cl); err != nil {
 		return nil, err
 	}

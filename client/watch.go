@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"time"
 
@@ -82,16 +83,24 @@ type Watcher struct {
 	// registered is closed after the first registration's outcome is known.
 	registered chan struct{}
 
-	// The fields below are guarded by hub.mu.
-	watchID  string // id on the current connection; "" when not registered on it
-	regIndex uint64 // index of the latest registration's reply
-	// known is the index up to which the watcher has been told about every
-	// change: the caller's KnownIndex or first registration index, raised by
-	// every notification. Re-registration sends it as known_index.
-	known          uint64
-	currentVersion uint64 // of the node at the first registration
-	lastIndex      uint64 // index of the newest queued notification
-	lastPaths      map[string]bool
+	// The fields below are guarded by hub.mu. Indexes are kept per shard
+	// (a cluster of one shard has shard 0 only): the indexes of different
+	// shards are of different logs, and a watch's events come in index
+	// order per shard, in no order across shards.
+	watchID string // id on the current connection; "" when not registered on it
+	// regIndex is each shard's index at the latest registration.
+	regIndex map[int]uint64
+	// known is, per shard, the index up to which the watcher has been told
+	// about every change of that shard: the caller's KnownIndex (of the
+	// path's shard) or the first registration's indexes, raised by every
+	// notification. Re-registration sends it as known_index (one shard) or
+	// known_indexes (several).
+	known map[int]uint64
+	// sharded is set once a registration reply showed a sharded cluster.
+	sharded        bool
+	currentVersion uint64                  // of the node at the first registration
+	lastIndex      map[int]uint64          // per shard, index of the newest queued notification
+	lastPaths      map[int]map[string]bool // per shard, paths notified at lastIndex
 	queue          []Event
 	fired          bool // a one-shot watcher has its notification
 	err            error
@@ -114,7 +123,8 @@ func (s *Session) Watch(ctx context.Context, path string, opts ...WatchOption) (
 		o.jitter = s.client.cfg.NotifyJitter
 	}
 	w := &Watcher{path: path, opts: o, events: make(chan Event), wake: make(chan struct{}, 1),
-		stopped: make(chan struct{}), registered: make(chan struct{}), known: o.knownIndex}
+		stopped: make(chan struct{}), registered: make(chan struct{}),
+		known: map[int]uint64{}, regIndex: map[int]uint64{}, lastIndex: map[int]uint64{}, lastPaths: map[int]map[string]bool{}}
 	hub := s.watchHub()
 	w.hub = hub
 	if err := hub.add(w); err != nil {
@@ -203,19 +213,20 @@ func (w *Watcher) signalRegistered() {
 // acceptLocked queues ev unless it is older than, or a repeat of, what the
 // watcher already queued. It reports whether ev was queued.
 func (w *Watcher) acceptLocked(ev api.Event) bool {
-	if w.ended || w.fired || ev.Index < w.lastIndex || (ev.Index == w.lastIndex && w.lastPaths[ev.Path]) {
+	last := w.lastIndex[ev.Shard]
+	if w.ended || w.fired || ev.Index < last || (ev.Index == last && w.lastPaths[ev.Shard][ev.Path]) {
 		return false
 	}
-	if ev.Index > w.lastIndex {
-		w.lastIndex, w.lastPaths = ev.Index, map[string]bool{}
+	if ev.Index > last {
+		w.lastIndex[ev.Shard], w.lastPaths[ev.Shard] = ev.Index, map[string]bool{}
 	}
-	w.lastPaths[ev.Path] = true
-	w.known = max(w.known, ev.Index)
+	w.lastPaths[ev.Shard][ev.Path] = true
+	w.known[ev.Shard] = max(w.known[ev.Shard], ev.Index)
 	if len(w.queue) >= maxUndelivered {
 		w.endLocked(ErrWatchOverflow)
 		return false
 	}
-	w.queue = append(w.queue, Event{Event: ev, Resync: ev.Index <= w.regIndex})
+	w.queue = append(w.queue, Event{Event: ev, Resync: ev.Index <= w.regIndex[ev.Shard]})
 	if !w.opts.persistent {
 		w.fired = true
 		w.hub.forgetIDLocked(w)
@@ -291,9 +302,45 @@ func (w *Watcher) pause(d time.Duration) bool {
 }
 
 // registerRequest returns the body of w's next registration.
+// Before the first reply it sends the caller's KnownIndex; after, with one
+// shard, known_index as before, and with several, every shard's known
+// index as known_indexes.
 func (w *Watcher) registerRequestLocked(sessionID string) api.WatchRequest {
-	return api.WatchRequest{Path: w.path, Recursive: w.opts.recursive, SessionID: sessionID,
-		KnownIndex: w.known, Persistent: w.opts.persistent}
+	req := api.WatchRequest{Path: w.path, Recursive: w.opts.recursive, SessionID: sessionID, Persistent: w.opts.persistent}
+	switch {
+	case len(w.known) == 0:
+		req.KnownIndex = w.opts.knownIndex
+	case w.sharded:
+		req.KnownIndexes = maps.Clone(w.known)
+	default:
+		req.KnownIndex = w.known[0]
+	}
+	return req
+}
+
+// registeredLocked records a registration reply: each shard's start and,
+// the first time, the known indexes (the caller's KnownIndex for the path's
+// shard, the registration's indexes for the others).
+func (w *Watcher) registeredLocked(reply *api.Watch) {
+	indexes := reply.Indexes
+	if indexes == nil {
+		indexes = map[int]uint64{0: reply.Index}
+	} else {
+		w.sharded = true
+	}
+	first := len(w.known) == 0
+	for shard, index := range indexes {
+		w.regIndex[shard] = index
+		if first {
+			w.known[shard] = index
+		}
+	}
+	if first {
+		w.currentVersion = reply.CurrentVersion
+		if w.opts.knownIndex != 0 {
+			w.known[reply.Shard] = w.opts.knownIndex
+		}
+	}
 }
 
 // registerWatch sends one POST /v1/watch to endpoint, without failover: a

@@ -148,7 +148,7 @@ var allowed = map[string]rule{
 	},
 	testkit + "faulthttp": {imports: []string{"api", testkit + "testcluster"}},
 	testkit + "chaos": {
-		imports: []string{"api", "client", "client/recipe", "fencing", "internal/check", testkit + "proccluster"},
+		imports: []string{"api", "client", "client/recipe", "fencing", "internal/check", "internal/placement", testkit + "proccluster"},
 	},
 
 	// The system tests (test files only) and this check.
@@ -158,7 +158,7 @@ var allowed = map[string]rule{
 	"test/compose":      {tests: []string{"api", "client", testkit + "testcluster"}},
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
 	"test/membership":   {tests: []string{"api", "client", "internal/check/linearize", testkit + "proccluster", testkit + "testcluster"}},
-	"test/process":      {tests: []string{"api", "client", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcerts", testkit + "testcluster"}},
+	"test/process":      {tests: []string{"api", "client", "internal/placement", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcerts", testkit + "testcluster"}},
 	"test/ui":           {tests: []string{testkit + "proccluster"}},
 	"test/recipes":      {tests: []string{"api", "client", "client/recipe", "fencing", testkit + "proccluster", testkit + "testcluster"}},
 	"internal/archtest": {stdlibOnly: true},

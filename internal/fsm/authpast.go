@@ -47,7 +47,11 @@ func (f *FSM) authAt(index uint64) *authState {
 // matter of clocks, not of the log. For the watch registry, under the
 // state machine's lock.
 func (f *FSM) ReadableAt(user string, tokenDigest []byte, path string, index uint64) bool {
-	a := f.authAt(index)
+	return f.authAt(index).readable(user, tokenDigest, path)
+}
+
+// readable is ReadableAt's check in a.
+func (a *authState) readable(user string, tokenDigest []byte, path string) bool {
 	if !a.enabled {
 		return true
 	}
@@ -58,4 +62,20 @@ func (f *FSM) ReadableAt(user string, tokenDigest []byte, path string, index uin
 		}
 	}
 	return a.permitted(user, command.PermRead, path)
+}
+
+// AuthView is a copy of the auth state at one applied index, never changed
+// afterwards: safe to read from any goroutine without the state machine's
+// lock. The watch registry checks the events of the shards other than 0
+// against the latest one (their indexes belong to other logs than the auth
+// state's, so no index orders them against an auth change).
+type AuthView struct{ state authState }
+
+// AuthView returns a copy of the current auth state (O(1): copied on
+// write). Under the state machine's lock.
+func (f *FSM) AuthView() *AuthView { return &AuthView{state: f.auth.clone()} }
+
+// Readable is ReadableAt in the view.
+func (v *AuthView) Readable(user string, tokenDigest []byte, path string) bool {
+	return v.state.readable(user, tokenDigest, path)
 }

@@ -120,6 +120,9 @@ func (h *Handler) writeJSON(w http.ResponseWriter, index uint64, v any) {
 	header := w.Header()
 	header["Content-Type"] = jsonContentType
 	header[api.HeaderIndex] = []string{strconv.FormatUint(index, 10)}
+	if shards := h.server.Shards(); shards > 1 {
+		header[api.HeaderShards] = []string{strconv.Itoa(shards)}
+	}
 	buf := replyBuffers.Get().(*[]byte)
 	b, ok := appendReply((*buf)[:0], v)
 	if !ok {
@@ -242,4 +245,12 @@ func readOnlyOptions(r *http.Request) (server.ReadOptions, error) {
 	p := newParams(r.URL.Query(), "consistency", "min_index")
 	opts := p.readOptions()
 	return opts, p.err
+}
+
+// nameShard says, in a cluster of several shards, that the reply's index is
+// of shard's log (api.HeaderShard); the handler calls it before replying.
+func (h *Handler) nameShard(w http.ResponseWriter, shard int) {
+	if h.server.Shards() > 1 {
+		w.Header().Set(api.HeaderShard, strconv.Itoa(shard))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/server"
@@ -122,7 +123,12 @@ func (p *params) precondition() (server.Precondition, uint64) {
 
 // readOptions reads consistency=linearizable|stale and min_index.
 func (p *params) readOptions() server.ReadOptions {
-	opts := server.ReadOptions{Consistency: api.Linearizable, MinIndex: p.uint("min_index")}
+	opts := server.ReadOptions{Consistency: api.Linearizable}
+	if v := p.values.Get("min_index"); strings.Contains(v, ":") {
+		opts.MinIndexes = p.indexVector("min_index", v)
+	} else {
+		opts.MinIndex = p.uint("min_index")
+	}
 	switch v := p.values.Get("consistency"); v {
 	case "", api.Linearizable:
 	case api.Stale:
@@ -140,4 +146,25 @@ func (p *params) session() (sessionID, requestSeq uint64) {
 		p.fail(api.Errorf(api.CodeInvalidArgument, "request_seq needs a session_id"))
 	}
 	return sessionID, requestSeq
+}
+
+// indexVector parses a per-shard index vector, "shard:index" pairs joined
+// by commas ("0:12,3:40"), each shard at most once and below
+// server.MaxShards.
+func (p *params) indexVector(name, v string) map[int]uint64 {
+	out := map[int]uint64{}
+	for _, pair := range strings.Split(v, ",") {
+		shardText, indexText, _ := strings.Cut(pair, ":")
+		shard, shardErr := strconv.Atoi(shardText)
+		index, indexErr := parseInteger(indexText)
+		_, twice := out[shard]
+		if shardErr != nil || shard < 0 || shard >= server.MaxShards || indexErr != nil || twice {
+			p.fail(api.Errorf(api.CodeInvalidArgument,
+				"parameter %s=%q is neither an index nor shard:index pairs joined by commas (shards 0 to %d, each once; indexes 0 to %d)",
+				name, v, server.MaxShards-1, uint64(api.MaxInteger)))
+			return nil
+		}
+		out[shard] = index
+	}
+	return out
 }

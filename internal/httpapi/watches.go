@@ -23,6 +23,7 @@ func (h *Handler) addWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := h.server.Watch(r.Context(), session, server.WatchRequest{
 		Path: req.Path, Recursive: req.Recursive, Persistent: req.Persistent, KnownIndex: req.KnownIndex,
+		KnownIndexes: req.KnownIndexes,
 	})
 	h.reply(w, out, out.Index, err)
 }

@@ -30,7 +30,7 @@ func (s *Server) TakeBackup(ctx context.Context, opts ReadOptions) (*Backup, err
 		Member:        s.cfg.Name,
 	}}
 	for _, g := range s.backupGroups() {
-		if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+		if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
 			return nil, fmt.Errorf("server: backup of group %d: %w", g.Group(), err)
 		}
 		state, term := g.CloneState()

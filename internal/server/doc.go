@@ -51,8 +51,10 @@
 //   - Get's children_count and the children listing read the directory's
 //     children shard (kv.go).
 //
-// Watches are still served by the meta group's registry only: with several
-// shards the watches it cannot serve are refused (watches.go).
+// Watches live in one registry (watch.Registry) fed by every group through
+// its watch.Shard; a watch holds a record in each shard its events come
+// from, added under that group's read lock at its applied index, and a
+// session's events of every shard share its one stream (watches.go).
 //
 // With more than one shard, a coordination loop (shardcoord.go) keeps every
 // shard group's membership equal to the meta group's, and the meta leader

@@ -19,8 +19,9 @@ type group struct {
 	*replica.Replica
 	sessions *sessions.Liveness
 	queues   *queues.Queues
-	// watches fires clients' watches at apply time, on this server only.
-	watches *watch.Registry
+	// watches fires clients' watches at apply time, on this server only:
+	// the group's shard of the server's registry.
+	watches watch.Shard
 	// admit, if set, may refuse a proposal before it is made (Propose).
 	admit func() error
 	// srv runs the sharded protocol steps of the group's proposals
@@ -49,10 +50,7 @@ func (g *group) Barrier(ctx context.Context, consistency string, minIndex uint64
 func (s *Server) newGroup(id uint64) (*group, error) {
 	g := &group{
 		admit: s.admit, srv: s, shard: shardOfGroup(id),
-		watches: watch.New(watch.Options{
-			MaxPerSession: s.cfg.MaxWatchesPerSession, QueueLen: s.cfg.WatchQueueLen, RequireStream: true,
-			MaxPerOwner: s.cfg.Auth.MaxUserWatches,
-		}),
+		watches: s.watches.Shard(shardOfGroup(id)),
 	}
 	// The features reach the runtime through g, whose Replica is set below:
 	// they are its listeners, registered at its construction.
@@ -78,9 +76,9 @@ func (s *Server) newGroup(id uint64) (*group, error) {
 // comment gives; shard 0 of a sharded cluster adds the one that wakes the
 // session cleanup.
 func (s *Server) groupListeners(g *group) []replica.Listener {
-	listeners := []replica.Listener{g.sessions, watchListener{w: g.watches}, g.queues}
+	listeners := []replica.Listener{g.sessions, watchListener{registry: s.watches, shard: g.watches}, g.queues}
 	if g.shard == 0 && s.cfg.Shards > 1 {
-		listeners = append(listeners, endingListener{s: s})
+		listeners = append(listeners, endingListener{s: s}, authViewListener{s: s, meta: g})
 	}
 	return listeners
 }
@@ -88,28 +86,29 @@ func (s *Server) groupListeners(g *group) []replica.Listener {
 // watchListener feeds the watch registry from the apply path.
 type watchListener struct {
 	replica.NopListener
-	w *watch.Registry
+	registry *watch.Registry
+	shard    watch.Shard // the group's
 }
 
 // AppliedLocked drops the watches of the sessions cmd ended.
 func (l watchListener) AppliedLocked(cmd *command.Command, _ fsm.Result) {
 	switch cmd.Op {
 	case command.OpSessionClose:
-		l.w.SessionEnded(cmd.SessionID)
+		l.registry.SessionEnded(cmd.SessionID)
 	case command.OpSessionExpire, command.OpSessionsEnded:
 		for _, id := range cmd.Sessions {
-			l.w.SessionEnded(id)
+			l.registry.SessionEnded(id)
 		}
 	}
 }
 
 // PublishLocked fires the watches of a batch's events, under the write lock
 // (a watch is registered under the read lock at the applied index).
-func (l watchListener) PublishLocked(events []fsm.Event) { l.w.PublishLocked(events) }
+func (l watchListener) PublishLocked(events []fsm.Event) { l.shard.PublishLocked(events) }
 
-// RestoredLocked drops every watch: the events between the old state and
-// the snapshot's are unknown.
-func (l watchListener) RestoredLocked(_ *fsm.FSM, index uint64) { l.w.RestoredLocked(index) }
+// RestoredLocked drops every watch (of every shard): the events between the
+// group's old state and the snapshot's are unknown.
+func (l watchListener) RestoredLocked(_ *fsm.FSM, index uint64) { l.shard.RestoredLocked(index) }
 
 // UndecodableEntryError is the fatal error of a replica that met a committed
 // entry it cannot decode; ErrUndecodableEntry matches every one (errors.Is).

@@ -65,8 +65,28 @@ type DeleteRequest struct {
 // ReadOptions says how fresh a read must be.
 type ReadOptions struct {
 	Consistency string // api.Linearizable (default) or api.Stale
-	MinIndex    uint64
+	// MinIndex is min_index as an integer: an index of the log of the
+	// read's own shard (the path's; shard 0's for sessions and status).
+	MinIndex uint64
+	// MinIndexes is min_index as a vector, shard number to index: each
+	// shard a read touches waits for its own entry (none: no wait). At
+	// most one of MinIndex and MinIndexes is set.
+	MinIndexes map[int]uint64
 }
+
+// minIndexIn is the min_index of the read's barrier in g, the group of the
+// read's own shard: the vector's entry for g's shard, or the integer.
+func (o ReadOptions) minIndexIn(g *group) uint64 {
+	if o.MinIndexes != nil {
+		return o.MinIndexes[g.shard]
+	}
+	return o.MinIndex
+}
+
+// vectorIndexIn is the min_index of a barrier in g, another shard than the
+// read's own (a directory's children): the vector's entry for g's shard,
+// and nothing for an integer, which names the read's own shard.
+func (o ReadOptions) vectorIndexIn(g *group) uint64 { return o.MinIndexes[g.shard] }
 
 // Put creates or updates a node once a quorum has it and this server applied it.
 func (s *Server) Put(ctx context.Context, r PutRequest) (api.Node, error) {
@@ -154,7 +174,7 @@ func (s *Server) Get(ctx context.Context, path string, opts ReadOptions) (api.No
 		return api.Node{}, err
 	}
 	g := s.groupFor(path)
-	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
 		return api.Node{}, err
 	}
 	var node fsm.Node
@@ -197,7 +217,7 @@ func (s *Server) Children(ctx context.Context, path string, opts ReadOptions) (a
 		return api.Children{}, err
 	}
 	g := s.groupFor(path)
-	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
 		return api.Children{}, err
 	}
 	var names []string
@@ -210,7 +230,7 @@ func (s *Server) Children(ctx context.Context, path string, opts ReadOptions) (a
 		// path exists (read above in its shard); its children are in
 		// another shard, whose index the listing carries.
 		g = s.childGroup(path)
-		if err := g.Barrier(ctx, opts.Consistency, 0); err != nil {
+		if err := g.Barrier(ctx, opts.Consistency, opts.vectorIndexIn(g)); err != nil {
 			return api.Children{}, err
 		}
 		index = g.View(func(f *fsm.FSM) { names, err = f.Children(path) })
@@ -235,7 +255,7 @@ func (s *Server) childrenElsewhere(path string) bool {
 // shard's applied index.
 func (s *Server) childrenCount(ctx context.Context, path string, opts ReadOptions) (int, uint64, error) {
 	g := s.childGroup(path)
-	if err := g.Barrier(ctx, opts.Consistency, 0); err != nil {
+	if err := g.Barrier(ctx, opts.Consistency, opts.vectorIndexIn(g)); err != nil {
 		return 0, 0, err
 	}
 	var dir fsm.Directory

@@ -25,7 +25,8 @@ func (s *Server) ListLocks(ctx context.Context, page Page, opts ReadOptions) (ap
 	if err := s.authorizeAs(ctx, permRead, queues.LocksRoot, 0); err != nil {
 		return api.LockList{}, err
 	}
-	return s.groupFor(queues.LocksRoot).queues.ListLocks(ctx, page, opts.Consistency, opts.MinIndex)
+	g := s.groupFor(queues.LocksRoot)
+	return g.queues.ListLocks(ctx, page, opts.Consistency, opts.minIndexIn(g))
 }
 
 // ListElections lists the elections on the page (queues.Queues.ListElections).
@@ -33,7 +34,8 @@ func (s *Server) ListElections(ctx context.Context, page Page, opts ReadOptions)
 	if err := s.authorizeAs(ctx, permRead, queues.ElectionsRoot, 0); err != nil {
 		return api.ElectionList{}, err
 	}
-	return s.groupFor(queues.ElectionsRoot).queues.ListElections(ctx, page, opts.Consistency, opts.MinIndex)
+	g := s.groupFor(queues.ElectionsRoot)
+	return g.queues.ListElections(ctx, page, opts.Consistency, opts.minIndexIn(g))
 }
 
 // ListSessions lists the live sessions on the page, by handle, never by id.
@@ -44,7 +46,7 @@ func (s *Server) ListSessions(ctx context.Context, page Page, opts ReadOptions) 
 		return api.SessionList{}, err
 	}
 	g := s.metaGroup()
-	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
 		return api.SessionList{}, err
 	}
 	var live []fsm.Session

@@ -35,7 +35,8 @@ func (s *Server) LockState(ctx context.Context, name string, opts ReadOptions) (
 	if err := s.authorizeAs(ctx, permRead, queues.LocksRoot+"/"+name, 0); err != nil {
 		return api.LockState{}, err
 	}
-	return s.childGroup(queues.LocksRoot+"/"+name).queues.LockState(ctx, name, opts.Consistency, opts.MinIndex)
+	g := s.childGroup(queues.LocksRoot + "/" + name)
+	return g.queues.LockState(ctx, name, opts.Consistency, opts.minIndexIn(g))
 }
 
 // JoinElection enters the session as a candidate for role
@@ -62,5 +63,6 @@ func (s *Server) ElectionState(ctx context.Context, role string, opts ReadOption
 	if err := s.authorizeAs(ctx, permRead, queues.ElectionsRoot+"/"+role, 0); err != nil {
 		return api.ElectionState{}, err
 	}
-	return s.childGroup(queues.ElectionsRoot+"/"+role).queues.ElectionState(ctx, role, opts.Consistency, opts.MinIndex)
+	g := s.childGroup(queues.ElectionsRoot + "/" + role)
+	return g.queues.ElectionState(ctx, role, opts.Consistency, opts.minIndexIn(g))
 }

@@ -216,11 +216,10 @@ func (c watchCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c watchCollector) Collect(ch chan<- prometheus.Metric) {
-	g := c.s.metaGroup()
-	if g == nil {
+	if c.s.metaGroup() == nil {
 		return
 	}
-	st := g.watches.Stats()
+	st := c.s.watches.Stats()
 	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
 	ch <- prometheus.MustNewConstMetric(watchesRegisteredDesc, gauge, float64(st.Watches))
 	ch <- prometheus.MustNewConstMetric(watchRegistrationsDesc, counter, float64(st.WatchesAdded))

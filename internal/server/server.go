@@ -22,6 +22,7 @@ import (
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/vfs"
 	"github.com/latch-io/latch/internal/wal"
+	"github.com/latch-io/latch/internal/watch"
 )
 
 // Server is one running latch server.
@@ -46,6 +47,12 @@ type Server struct {
 	// ticker drives the raft clock of every group: one timer per process.
 	ticker *raftnode.Ticks
 	groups []atomic.Pointer[group]
+	// watches holds the clients' watches on this server, for every shard
+	// (each group publishes into its watch.Shard).
+	watches *watch.Registry
+	// authView is the meta group's latest auth state (watchauth.go), for
+	// the watch events of the other shards.
+	authView atomic.Pointer[fsm.AuthView]
 
 	// cleanupWake nudges shard 0's session cleanup loop (sessionend.go).
 	cleanupWake chan struct{}
@@ -87,6 +94,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.shards = shards
 	s.groups = make([]atomic.Pointer[group], cfg.Shards)
+	s.watches = watch.New(watch.Options{
+		MaxPerSession: cfg.MaxWatchesPerSession, QueueLen: cfg.WatchQueueLen, RequireStream: true, Shards: cfg.Shards,
+		MaxPerOwner: cfg.Auth.MaxUserWatches,
+	})
 	s.ticker = raftnode.NewTicks(cfg.Clock, cfg.TickInterval)
 	s.metrics = newMetrics(s)
 	if err := s.open(); err != nil {
@@ -220,6 +231,7 @@ func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 	s.groups[shard].Store(g)
 	s.goBackground(g.RunReads)
 	if shard == 0 {
+		g.View(func(f *fsm.FSM) { s.authView.CompareAndSwap(nil, f.AuthView()) })
 		s.goBackground(func() { s.announce(g) })
 		s.goBackground(func() { g.sessions.RunRelay(s.stop) })
 		s.goBackground(func() { g.sessions.RunExpiry(s.stop) })

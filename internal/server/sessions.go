@@ -120,7 +120,7 @@ func (s *Server) GetSession(ctx context.Context, id uint64, opts ReadOptions) (a
 		return api.Session{}, err
 	}
 	g := s.metaGroup()
-	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
 		return api.Session{}, err
 	}
 	var sess fsm.Session

@@ -70,7 +70,7 @@ func (s *Server) ReadMembers(ctx context.Context, opts ReadOptions) (api.Members
 	if err := s.authorizeAs(ctx, permNone, "/", 0); err != nil {
 		return api.Members{}, err
 	}
-	if err := s.metaGroup().Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+	if err := s.metaGroup().Barrier(ctx, opts.Consistency, opts.minIndexIn(s.metaGroup())); err != nil {
 		return api.Members{}, err
 	}
 	return s.Members(), nil

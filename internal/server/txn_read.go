@@ -51,7 +51,7 @@ func (s *Server) ReadMany(ctx context.Context, reads []ReadOp, opts ReadOptions)
 		return ReadManyResult{}, err
 	}
 	g := s.groupFor(paths[0])
-	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
 		return ReadManyResult{}, err
 	}
 	out := ReadManyResult{Results: make([]ReadResult, len(reads))}

@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 
+	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/replica"
+
 	"github.com/latch-io/latch/internal/command"
 )
 
@@ -26,15 +29,42 @@ func (s *Server) authorizeWatch(ctx context.Context, path string, session uint64
 
 // watchAllow returns the per-event check of a watch registered by user
 // with ctx's credentials (user "": registered with auth disabled, so it
-// stops once auth is enabled). It runs in the meta group's apply path
-// under its write lock, where the watch registry publishes.
-func (s *Server) watchAllow(ctx context.Context, user string) func(path string, index uint64) bool {
+// stops once auth is enabled). The registry calls it under the write lock
+// of the event's shard. An event of the meta group (shard 0), which holds
+// the auth state, is checked at its own index; an event of another shard
+// against the latest auth state this member applied (authView): the two
+// logs' indexes do not order an auth change against another shard's
+// event, so there a revocation stops the watch once this member applied it.
+func (s *Server) watchAllow(ctx context.Context, user string) func(shard int, path string, index uint64) bool {
 	var digest []byte
 	if token := CredentialsFrom(ctx).Token; token != "" {
 		digest = tokenDigest(token)
 	}
 	g := s.metaGroup()
-	return func(path string, index uint64) bool {
-		return g.StateLocked().ReadableAt(user, digest, path, index)
+	return func(shard int, path string, index uint64) bool {
+		if shard == 0 {
+			return g.StateLocked().ReadableAt(user, digest, path, index)
+		}
+		view := s.authView.Load()
+		return view == nil || view.Readable(user, digest, path)
 	}
+}
+
+// authViewListener keeps Server.authView current: a copy of the meta
+// group's auth state after every auth change and every restore. Only with
+// several shards (with one, every event is checked at its index).
+type authViewListener struct {
+	replica.NopListener
+	s    *Server
+	meta *group
+}
+
+func (l authViewListener) AppliedLocked(cmd *command.Command, _ fsm.Result) {
+	if cmd.Op == command.OpAuth {
+		l.s.authView.Store(l.meta.StateLocked().AuthView())
+	}
+}
+
+func (l authViewListener) RestoredLocked(f *fsm.FSM, _ uint64) {
+	l.s.authView.Store(f.AuthView())
 }

@@ -3,9 +3,13 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/placement"
 	"github.com/latch-io/latch/internal/watch"
 )
 
@@ -16,6 +20,9 @@ type WatchRequest struct {
 	Recursive  bool   // also the nodes below Path
 	Persistent bool   // fire on every change until cancelled, not once
 	KnownIndex uint64 // fire at once if the watched state changed after this index (0: no such check)
+	// KnownIndexes is KnownIndex per shard, for a watch covering several
+	// shards; at most one of KnownIndex and KnownIndexes is set.
+	KnownIndexes map[int]uint64
 }
 
 // EventStream is a session's stream of watch events as the wire layer reads
@@ -31,40 +38,72 @@ type EventStream interface {
 var _ EventStream = (*watch.Stream)(nil)
 
 // Watch registers a watch for a live session on this server. It fires at
-// apply time here, whatever this server's role; with KnownIndex it fires at
-// once if what it watches changed after that index. Watches are local to
+// apply time here, whatever this server's role; with a known index it fires
+// at once if what it watches changed after that index. Watches are local to
 // the server that registers them and their events go only to the session's
 // event stream on it, so the session must have its stream attached here:
 // otherwise the registration is refused with precondition_failed (it would
 // be accepted silently and its events never reach a stream open elsewhere).
+//
+// With several shards a watch gets a record in every shard its events come
+// from (watchShards), registered one shard at a time, each under its own
+// group's read lock at that group's applied index: first in the path's
+// shard, whose index and node version the reply gives, then in the others
+// (watch.Shard.ExtendLocked). The reply's Indexes give every shard's start.
 func (s *Server) Watch(ctx context.Context, session uint64, req WatchRequest) (api.Watch, error) {
 	user, err := s.authorizeWatch(ctx, req.Path, session)
 	if err != nil {
 		return api.Watch{}, err
 	}
-	spec := watch.Spec{Path: req.Path, Recursive: req.Recursive, Persistent: req.Persistent, KnownIndex: req.KnownIndex}
+	if err := api.ValidatePath(req.Path); err != nil {
+		return api.Watch{}, err
+	}
+	shards := s.watchShards(req.Path, req.Recursive)
+	known, err := s.knownIndexes(req, shards)
+	if err != nil {
+		return api.Watch{}, err
+	}
+	if err := s.metaGroup().requireSession(ctx, session); err != nil {
+		return api.Watch{}, err
+	}
+	spec := watch.Spec{Path: req.Path, Recursive: req.Recursive, Persistent: req.Persistent, KnownIndex: known[shards[0]]}
 	spec.Allow, spec.Owner = s.watchAllow(ctx, user), user
-	if err := api.ValidatePath(spec.Path); err != nil {
+	out, id, err := s.addWatch(session, spec, shards[0])
+	if err != nil {
 		return api.Watch{}, err
 	}
-	if err := s.checkWatchShard(spec); err != nil {
-		return api.Watch{}, err
+	if len(shards) == 1 && s.cfg.Shards == 1 {
+		return out, nil
 	}
-	g := s.metaGroup()
-	if err := g.requireSession(ctx, session); err != nil {
-		return api.Watch{}, err
+	out.Shard, out.Indexes = shards[0], map[int]uint64{shards[0]: out.Index}
+	for _, shard := range shards[1:] {
+		spec.KnownIndex = known[shard]
+		at, alive := s.extendWatch(session, id, spec, shard)
+		out.Indexes[shard] = at
+		if !alive {
+			break // a one-shot watch fired, or the session lost its watches: its stream says so
+		}
 	}
+	return out, nil
+}
+
+// addWatch registers spec's first record, in shard, the shard of its path.
+func (s *Server) addWatch(session uint64, spec watch.Spec, shard int) (api.Watch, uint64, error) {
+	g := s.groups[shard].Load()
 	var (
 		current watch.Current
 		id      uint64
+		err     error
 	)
 	// Under the read lock: checked again under the lock that session expiry
 	// takes, so a watch is never added for a session whose end the registry
 	// has already seen; and added at the state's applied index, which no
-	// event published under the write lock can pass meanwhile.
+	// event published under the write lock can pass meanwhile. The session
+	// lives in shard 0: in another shard a session end not yet applied
+	// there is seen by the registry from shard 0's apply, which drops the
+	// watch with every other of the session.
 	at := g.View(func(f *fsm.FSM) {
-		if _, err = f.Session(session); err != nil {
-			err = api.SessionGone(session)
+		if err = s.sessionLiveIn(f, shard, session); err != nil {
 			return
 		}
 		if n, gerr := f.Get(spec.Path); gerr == nil {
@@ -73,37 +112,102 @@ func (s *Server) Watch(ctx context.Context, session uint64, req WatchRequest) (a
 		id, err = g.watches.AddLocked(session, spec, f.Applied(), current)
 	})
 	if errors.Is(err, watch.ErrNoStream) {
-		return api.Watch{}, s.errNoStream(session)
+		return api.Watch{}, 0, s.errNoStream(session)
 	}
 	if err != nil {
-		return api.Watch{}, err
+		return api.Watch{}, 0, err
 	}
-	return api.Watch{WatchID: api.FormatID(id), CurrentVersion: current.Version, Index: at}, nil
+	return api.Watch{WatchID: api.FormatID(id), CurrentVersion: current.Version, Index: at}, id, nil
 }
 
-// checkWatchShard refuses, with more than one shard, the watches this
-// version cannot serve: watches fire from the meta group's registry (shard
-// 0) until watches across shards are wired, so a watch on a path in another
-// shard, or a recursive watch (whose subtree spans shards), would be
-// accepted and never fire.
-func (s *Server) checkWatchShard(spec watch.Spec) error {
-	if s.cfg.Shards == 1 {
+// sessionLiveIn checks, in shard 0's state (the session table), that
+// session is live; other shards' states hold no session table to check.
+func (s *Server) sessionLiveIn(f *fsm.FSM, shard int, session uint64) error {
+	if shard != 0 {
 		return nil
 	}
-	if spec.Recursive {
-		return api.Errorf(api.CodeInvalidArgument,
-			"recursive watches are not served with --shards %d yet: a subtree spans shards", s.cfg.Shards)
-	}
-	if shard := s.shards.Shard(spec.Path); shard != 0 {
-		return api.Errorf(api.CodeInvalidArgument,
-			"%s is in shard %d, and watches are served only on shard 0's paths with --shards %d yet", spec.Path, shard, s.cfg.Shards)
+	if _, err := f.Session(session); err != nil {
+		return api.SessionGone(session)
 	}
 	return nil
 }
 
+// extendWatch adds watch id's record in shard, at that shard's applied
+// index, which it returns; alive is false when the watch is gone.
+func (s *Server) extendWatch(session, id uint64, spec watch.Spec, shard int) (at uint64, alive bool) {
+	g := s.groups[shard].Load()
+	at = g.View(func(f *fsm.FSM) {
+		alive = g.watches.ExtendLocked(session, id, spec, f.Applied(), watch.Current{Elsewhere: true})
+	})
+	return at, alive
+}
+
+// watchShards returns the shards whose events a watch on path may be fired
+// by, the path's own shard first: every shard for a recursive watch (a
+// subtree spans shards), and for an exact one the shard of the node and the
+// shard of its children (whose creates and deletes fire CHILDREN_CHANGED on
+// it there, docs/design.md "Commands and server steps").
+func (s *Server) watchShards(path string, recursive bool) []int {
+	home := s.shards.Shard(path)
+	out := []int{home}
+	if recursive {
+		for k := range s.cfg.Shards {
+			if k != home {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	if children := s.shards.ChildShard(path); children != home {
+		out = append(out, children)
+	}
+	return out
+}
+
+// knownIndexes returns the known index of each of shards: KnownIndexes as
+// given (every shard it names must be a shard of the cluster), or
+// KnownIndex for the path's shard, shards[0]. An integer KnownIndex is an
+// index of one log, the path's shard's (the index of a read of the node):
+// an exact watch takes it for its node's shard, and its record in the
+// children's shard starts at the registration; a recursive watch over
+// several shards refuses it, since most of what it covers is elsewhere.
+func (s *Server) knownIndexes(req WatchRequest, shards []int) (map[int]uint64, error) {
+	if req.KnownIndexes == nil {
+		if req.KnownIndex != 0 && req.Recursive && len(shards) > 1 {
+			return nil, api.Errorf(api.CodeInvalidArgument,
+				"known_index is an index of one shard's log, and a recursive watch on %s covers shards %s: give known_indexes, each shard's index", req.Path, shardList(shards))
+		}
+		return map[int]uint64{shards[0]: req.KnownIndex}, nil
+	}
+	if req.KnownIndex != 0 {
+		return nil, api.Errorf(api.CodeInvalidArgument, "give known_index or known_indexes, not both")
+	}
+	for shard := range req.KnownIndexes {
+		if shard < 0 || shard >= s.cfg.Shards {
+			return nil, api.Errorf(api.CodeInvalidArgument,
+				"known_indexes names shard %d, and the cluster's shards are 0 to %d", shard, s.cfg.Shards-1)
+		}
+	}
+	return req.KnownIndexes, nil
+}
+
+// shardList writes shards as "0, 2 and 3".
+func shardList(shards []int) string {
+	sorted := slices.Clone(shards)
+	slices.Sort(sorted)
+	words := make([]string, len(sorted))
+	for i, k := range sorted {
+		words[i] = strconv.Itoa(k)
+	}
+	if len(words) == 1 {
+		return words[0]
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " and " + words[len(words)-1]
+}
+
 // CancelWatch removes one of the session's watches.
 func (s *Server) CancelWatch(session, id uint64) error {
-	return s.metaGroup().watches.Cancel(session, id)
+	return s.watches.Cancel(session, id)
 }
 
 // Events attaches the session's event stream (replacing an older one) and
@@ -125,7 +229,7 @@ func (s *Server) Events(ctx context.Context, session uint64) (EventStream, uint6
 			err = api.SessionGone(session)
 			return
 		}
-		stream = g.watches.Stream(session)
+		stream = s.watches.Stream(session)
 	})
 	if err != nil {
 		return nil, 0, err
@@ -159,3 +263,16 @@ func (g *group) requireSession(ctx context.Context, session uint64) error {
 	}
 	return nil
 }
+
+// Shards returns the cluster's shard count (--shards).
+func (s *Server) Shards() int { return s.cfg.Shards }
+
+// ShardOf returns the shard holding path's node (placement's Shard).
+func (s *Server) ShardOf(path string) int { return s.shards.Shard(path) }
+
+// ChildShardOf returns the shard holding dir's children (placement's
+// ChildShard).
+func (s *Server) ChildShardOf(dir string) int { return s.shards.ChildShard(dir) }
+
+// MaxShards is the most shards a cluster may have (placement.MaxShards).
+const MaxShards = placement.MaxShards

@@ -48,7 +48,7 @@ func (s *Server) ReadNode(ctx context.Context, path string, opts NodeReadOptions
 		return NodeView{}, err
 	}
 	g := s.groupFor(path)
-	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
 		return NodeView{}, err
 	}
 	var out NodeView
@@ -80,7 +80,7 @@ func (s *Server) CountDescendants(ctx context.Context, path string, opts ReadOpt
 		return 0, 0, err
 	}
 	g := s.groupFor(path)
-	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
 		return 0, 0, err
 	}
 	count := 0
@@ -102,7 +102,7 @@ func (s *Server) SessionEphemerals(ctx context.Context, session uint64, prefix s
 		return nil, 0, err
 	}
 	g := s.metaGroup()
-	if err := g.Barrier(ctx, opts.Consistency, opts.MinIndex); err != nil {
+	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
 		return nil, 0, err
 	}
 	paths := []string{}

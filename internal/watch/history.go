@@ -5,7 +5,8 @@ import "github.com/latch-io/latch/internal/fsm"
 // history is a ring of the most recently published events, for the
 // known_index check of AddLocked.
 type history struct {
-	ring  []fsm.Event // allocated once, at its full length
+	ring  []fsm.Event // allocated once, at its full length, by the first push
+	size  int         // the ring's length
 	start int         // ring position of the oldest event
 	count int         // events held
 	// complete is meaningful once known is true. Invariant: every event
@@ -15,11 +16,14 @@ type history struct {
 }
 
 func newHistory(length int) history {
-	return history{ring: make([]fsm.Event, length)}
+	return history{size: length}
 }
 
 // push records event, evicting the oldest one if the ring is full.
 func (h *history) push(event fsm.Event) {
+	if h.ring == nil {
+		h.ring = make([]fsm.Event, h.size)
+	}
 	if !h.known {
 		h.complete, h.known = event.Index-1, true
 	}

@@ -12,21 +12,25 @@ import (
 // exact watches and one per ancestor of the path (the path itself up to "/")
 // for recursive watches, skipped when there are none, and it allocates
 // nothing when no watch matches.
-func (r *Registry) PublishLocked(events []fsm.Event) {
+func (r *Registry) PublishLocked(events []fsm.Event) { r.publishLocked(0, events) }
+
+// publishLocked is PublishLocked for the events of shard.
+func (r *Registry) publishLocked(shard int, events []fsm.Event) {
 	if len(events) == 0 {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.publishing = true
+	st := &r.shards[shard]
 	entryStart := 0
 	for position := range events {
 		if events[position].Index != events[entryStart].Index {
 			entryStart, r.firstIndexed = position, false
 		}
-		r.history.push(events[position])
+		st.history.push(events[position])
 		if r.watches > 0 {
-			r.fanOutLocked(events[entryStart:], position-entryStart)
+			r.fanOutLocked(st, shard, events[entryStart:], position-entryStart)
 		}
 	}
 	r.publishing, r.firstIndexed = false, false
@@ -35,17 +39,17 @@ func (r *Registry) PublishLocked(events []fsm.Event) {
 
 // fanOutLocked fires the watches matching entry[position]; entry starts with
 // the first event of its entry.
-func (r *Registry) fanOutLocked(entry []fsm.Event, position int) {
+func (r *Registry) fanOutLocked(st *shardState, shard int, entry []fsm.Event, position int) {
 	event := &entry[position]
-	if list := r.exact[event.Path]; list != nil {
-		r.fireListLocked(list, entry, position)
+	if list := st.exact[event.Path]; list != nil {
+		r.fireListLocked(list, shard, entry, position)
 	}
-	if len(r.recursive) == 0 {
+	if len(st.recursive) == 0 {
 		return
 	}
 	for path := event.Path; ; path = api.Parent(path) {
-		if list := r.recursive[path]; list != nil {
-			r.fireListLocked(list, entry, position)
+		if list := st.recursive[path]; list != nil {
+			r.fireListLocked(list, shard, entry, position)
 		}
 		if path == "/" {
 			return
@@ -53,20 +57,21 @@ func (r *Registry) fanOutLocked(entry []fsm.Event, position int) {
 	}
 }
 
-func (r *Registry) fireListLocked(list *watchList, entry []fsm.Event, position int) {
+func (r *Registry) fireListLocked(list *watchList, shard int, entry []fsm.Event, position int) {
 	event := &entry[position]
-	for _, w := range list.watches {
-		if w.removed || event.Index <= w.after || (w.allow != nil && !w.allow(event.Path, event.Index)) {
+	for _, p := range list.parts {
+		w := p.watch
+		if w.removed || event.Index <= p.after || (w.allow != nil && !w.allow(shard, event.Path, event.Index)) {
 			continue
 		}
-		if w.lastIndex == event.Index && (!w.recursive || r.duplicateLocked(entry, position)) {
+		if p.lastIndex == event.Index && (!w.recursive || r.duplicateLocked(entry, position)) {
 			continue // this entry already fired w for this path
 		}
-		w.lastIndex = event.Index
+		p.lastIndex = event.Index
 		if !w.persistent {
 			r.removeLocked(w)
 		}
-		r.enqueueLocked(w.session, w.id, *event)
+		r.enqueueLocked(w.session, w.id, shard, *event)
 	}
 }
 
@@ -94,8 +99,8 @@ func (r *Registry) duplicateLocked(entry []fsm.Event, position int) bool {
 
 // unlinkRemovedLocked unlinks the watches removed during PublishLocked.
 func (r *Registry) unlinkRemovedLocked() {
-	for i, w := range r.unlinkLater {
-		r.unlinkLocked(w)
+	for i, p := range r.unlinkLater {
+		r.unlinkLocked(p)
 		r.unlinkLater[i] = nil
 	}
 	r.unlinkLater = r.unlinkLater[:0]

@@ -53,6 +53,9 @@ type Options struct {
 	// where the session's stream is. Without it a watch's events wait in
 	// the session's queue for its next stream.
 	RequireStream bool
+	// Shards is how many shards publish into the registry (default 1):
+	// each has its own index, history and index numbers (Shard).
+	Shards int
 }
 
 func (o Options) withDefaults() Options {
@@ -65,7 +68,20 @@ func (o Options) withDefaults() Options {
 	if o.HistoryLen <= 0 {
 		o.HistoryLen = DefaultHistoryLen
 	}
+	if o.Shards <= 0 {
+		o.Shards = 1
+	}
 	return o
+}
+
+// minShardHistory is the least history a shard keeps when Options.HistoryLen
+// is split over many shards.
+const minShardHistory = 1024
+
+// shardHistoryLen is the history each shard keeps: HistoryLen split evenly,
+// at least minShardHistory.
+func (o Options) shardHistoryLen() int {
+	return max(o.HistoryLen/o.Shards, min(o.HistoryLen, minShardHistory))
 }
 
 // Spec is what a client asks to watch (docs/api.md POST /v1/watch).
@@ -74,11 +90,11 @@ type Spec struct {
 	Recursive  bool
 	Persistent bool
 	KnownIndex uint64
-	// Allow, if set, says whether the watch may deliver an event on path
-	// at index (its user could read it then); PublishLocked calls it under
-	// the state machine's write lock, and skips the event if not. An event
-	// skipped does not fire a one-shot watch.
-	Allow func(path string, index uint64) bool
+	// Allow, if set, says whether the watch may deliver an event of shard
+	// on path at index (its user could read it then); PublishLocked calls
+	// it under that shard's state machine's write lock, and skips the
+	// event if not. An event skipped does not fire a one-shot watch.
+	Allow func(shard int, path string, index uint64) bool
 	// Owner is the user the watch counts against (Options.MaxPerOwner);
 	// "" counts against no one.
 	Owner string
@@ -87,6 +103,10 @@ type Spec struct {
 // Current is what the caller of AddLocked read from the state machine for
 // Spec.Path at the applied index it passes.
 type Current struct {
+	// Elsewhere says Spec.Path's node lives in another shard than the one
+	// the record is added in: only that shard's history can fire the
+	// catch-up, and a conservative one says CHANGED.
+	Elsewhere     bool
 	Exists        bool
 	Version       uint64
 	CreatedIndex  uint64
@@ -121,14 +141,12 @@ type Registry struct {
 	// so ids of different servers (and of one server's restarts) do not
 	// collide: a client moving its watches between servers must never take
 	// one server's watch id for another's.
-	nextID    uint64
-	sessions  map[uint64]*session   // by session id
-	exact     map[string]*watchList // exact watches by path
-	recursive map[string]*watchList // recursive watches by their root path
-	watches   int                   // registered watches over all sessions
-	owners    map[string]int        // registered watches by Spec.Owner; none at 0
-	history   history
-	stats     Stats // the counters but EventsDelivered; the rest is computed by Stats
+	nextID   uint64
+	sessions map[uint64]*session // by session id
+	shards   []shardState        // by shard number
+	watches  int                 // registered watches over all sessions
+	owners   map[string]int      // registered watches by Spec.Owner; none at 0
+	stats    Stats               // the counters but EventsDelivered; the rest is computed by Stats
 
 	// queuedEvents and deliveredEvents are counted by pumps too, which do
 	// not take mu.
@@ -140,7 +158,7 @@ type Registry struct {
 	// PublishLocked ends, in unlinkLater, so that iteration sees stable
 	// slices.
 	publishing  bool
-	unlinkLater []*watch
+	unlinkLater []*part
 	// firstPosition maps each path of the entry being published to the
 	// position of its first event in the entry; built lazily, only when a
 	// recursive watch matches two events of one entry (see duplicateLocked).
@@ -153,34 +171,27 @@ func New(opts Options) *Registry {
 	opts = opts.withDefaults()
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
-	return &Registry{
-		opts:      opts,
-		sessions:  make(map[uint64]*session),
-		exact:     make(map[string]*watchList),
-		recursive: make(map[string]*watchList),
-		owners:    make(map[string]int),
-		history:   newHistory(opts.HistoryLen),
-		nextID:    binary.LittleEndian.Uint64(seed[:]) >> 2, // room to count up without wrapping to 0
+	r := &Registry{
+		opts:     opts,
+		sessions: make(map[uint64]*session),
+		shards:   make([]shardState, opts.Shards),
+		owners:   make(map[string]int),
+		nextID:   binary.LittleEndian.Uint64(seed[:]) >> 2, // room to count up without wrapping to 0
 	}
+	for k := range r.shards {
+		r.shards[k] = newShardState(opts.shardHistoryLen())
+	}
+	return r
 }
 
-// AddLocked registers a watch for session at the applied index at; the
-// caller holds the state machine's read lock, so no event above at has been
-// published, and current is what it read for spec.Path. The watch fires for events with an
-// index above max(at, spec.KnownIndex). If spec.KnownIndex is set, below at,
-// and what the watch covers changed in (KnownIndex, at] (current shows it,
-// the history holds a matching event, or the history no longer reaches back
-// to KnownIndex+1), it fires at once with an event of index at: the kind,
-// path and version of the latest matching change when the history has it,
-// else CHANGED (DELETED if the node does not exist) on spec.Path with
-// current.Version. A one-shot watch that fires at once is not kept; its id is
-// returned all the same. The error is an *api.Error (invalid_argument for a
-// bad path, overloaded over Options.MaxPerSession), or ErrNoStream with
-// Options.RequireStream when no stream of session is attached: the check
-// and the registration happen under the lock that Stream and Stream.Close
-// take, so an accepted watch's events, its catch-up event included, go to
-// a stream that was attached when it was registered.
+// AddLocked registers a watch for session in shard 0 (the only shard of a
+// registry of one); see Shard.AddLocked.
 func (r *Registry) AddLocked(session uint64, spec Spec, at uint64, current Current) (id uint64, err error) {
+	return r.Shard(0).AddLocked(session, spec, at, current)
+}
+
+// addLocked is Shard.AddLocked for shard.
+func (r *Registry) addLocked(shard int, session uint64, spec Spec, at uint64, current Current) (uint64, error) {
 	if err := api.ValidatePath(spec.Path); err != nil {
 		return 0, err
 	}
@@ -204,22 +215,51 @@ func (r *Registry) AddLocked(session uint64, spec Spec, at uint64, current Curre
 		id:         r.nextID,
 		session:    s,
 		path:       spec.Path,
-		after:      max(at, spec.KnownIndex),
 		recursive:  spec.Recursive,
 		persistent: spec.Persistent,
 		allow:      spec.Allow,
 		owner:      spec.Owner,
 	}
-	if event, fire := r.catchUpLocked(spec, at, current); fire {
-		w.lastIndex = at
-		queued := r.enqueueLocked(s, w.id, event)
-		if !queued || !spec.Persistent { // a disconnect dropped the session's watches: do not keep this one either
-			r.forgetIfIdleLocked(s)
-			return w.id, nil
-		}
+	w.home = part{watch: w, shard: shard, after: max(at, spec.KnownIndex)}
+	if !r.catchUpPartLocked(&w.home, spec, at, current) {
+		r.forgetIfIdleLocked(s)
+		return w.id, nil
 	}
 	r.registerLocked(w)
 	return w.id, nil
+}
+
+// catchUpPartLocked fires p's catch-up event, if any, before p is linked.
+// It reports whether the watch lives on: false when a one-shot watch fired,
+// or when the session was disconnected (its queue overflowed).
+func (r *Registry) catchUpPartLocked(p *part, spec Spec, at uint64, current Current) bool {
+	event, fire := r.catchUpLocked(p.shard, spec, at, current)
+	if !fire {
+		return true
+	}
+	p.lastIndex = at
+	queued := r.enqueueLocked(p.watch.session, p.watch.id, p.shard, event)
+	return queued && spec.Persistent
+}
+
+// extendLocked is Shard.ExtendLocked for shard.
+func (r *Registry) extendLocked(shard int, session, id uint64, spec Spec, at uint64, current Current) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.sessions[session]
+	if s == nil || s.watches[id] == nil {
+		return false
+	}
+	w := s.watches[id]
+	p := &part{watch: w, shard: shard, after: max(at, spec.KnownIndex)}
+	if !r.catchUpPartLocked(p, spec, at, current) {
+		r.removeLocked(w)
+		r.forgetIfIdleLocked(s)
+		return false
+	}
+	w.others = append(w.others, p)
+	r.linkLocked(p)
+	return true
 }
 
 // Cancel removes a watch of session. The error is an *api.Error not_found if
@@ -264,9 +304,14 @@ func (r *Registry) SessionEnded(session uint64) {
 // published. Call it under the state machine's write lock. Without a call,
 // the history is taken to start just before the first published event.
 func (r *Registry) RestoredLocked(index uint64) {
+	r.Shard(0).RestoredLocked(index)
+}
+
+// restoredLocked is Shard.RestoredLocked for shard.
+func (r *Registry) restoredLocked(shard int, index uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.history.reset(index)
+	r.shards[shard].history.reset(index)
 	for _, s := range r.sessions {
 		if len(s.watches) > 0 {
 			r.disconnectLocked(s, ReasonRestored)
@@ -330,14 +375,14 @@ func (r *Registry) forgetIfIdleLocked(s *session) {
 
 // enqueueLocked queues event for s's stream, from watch id, or, if s's
 // queue is full, disconnects s and returns false.
-func (r *Registry) enqueueLocked(s *session, id uint64, event fsm.Event) bool {
+func (r *Registry) enqueueLocked(s *session, id uint64, shard int, event fsm.Event) bool {
 	s.mu.Lock()
 	if length := s.queue.len(); length >= r.opts.QueueLen {
 		s.mu.Unlock()
 		r.disconnectLocked(s, slowConsumerReason(length+1))
 		return false
 	}
-	s.queue.push(queued{watchID: id, event: event})
+	s.queue.push(queued{watchID: id, shard: shard, event: event})
 	if s.stream != nil {
 		s.stream.wakeUp()
 	}

@@ -29,6 +29,7 @@ type session struct {
 // queued is one fired event waiting for delivery.
 type queued struct {
 	watchID uint64
+	shard   int // whose log event.Index is of
 	event   fsm.Event
 }
 

@@ -209,5 +209,6 @@ func toAPI(item queued) api.Event {
 		Path:    item.event.Path,
 		Version: item.event.Version,
 		Index:   item.event.Index,
+		Shard:   item.shard,
 	}
 }

@@ -11,27 +11,48 @@ type watch struct {
 	id      uint64
 	session *session
 	path    string
-	// after is max(at, known_index): the watch fires only for events with
-	// a higher index.
-	after uint64
-	// lastIndex is the index of the last event fired by this watch, so an
-	// entry with several events on one path fires it once.
-	lastIndex  uint64
-	position   int // in its watchList
+	// home is the watch's record in the first shard it was registered in;
+	// others are its records in the other shards it covers (none with one
+	// shard, or for a watch whose events all come from one shard).
+	home       part
+	others     []*part
 	recursive  bool
 	persistent bool
 	// removed is set when the watch is dropped while Publish iterates the
 	// lists; Publish skips it and unlinks it at the end.
 	removed bool
 	// allow is Spec.Allow (nil: every event).
-	allow func(path string, index uint64) bool
+	allow func(shard int, path string, index uint64) bool
 	owner string // Spec.Owner
 }
 
-// watchList is the set of watches on one path (exact or recursive). Order is
-// not meaningful: removal swaps the last watch into the gap.
+// part is a watch's record in one shard's index: the events of that shard
+// fire it. Its fields are guarded by Registry.mu.
+type part struct {
+	watch *watch
+	shard int
+	// after is max(at, known_index) of this shard: the part fires only for
+	// events of the shard with a higher index.
+	after uint64
+	// lastIndex is the index of the last event of this shard that fired
+	// the watch, so an entry with several events on one path fires it once.
+	lastIndex uint64
+	position  int // in its watchList
+}
+
+// parts calls fn with each of w's records.
+func (w *watch) parts(fn func(*part)) {
+	fn(&w.home)
+	for _, p := range w.others {
+		fn(p)
+	}
+}
+
+// watchList is the set of watch records on one path (exact or recursive) in
+// one shard. Order is not meaningful: removal swaps the last record into
+// the gap.
 type watchList struct {
-	watches []*watch
+	parts []*part
 }
 
 // matches reports whether a watch on path, recursive or not, fires for an
@@ -49,19 +70,22 @@ func matches(path string, recursive bool, eventPath string) bool {
 	}
 }
 
-// registerLocked adds w to its session and to the index.
-func (r *Registry) registerLocked(w *watch) {
-	index := r.exact
-	if w.recursive {
-		index = r.recursive
-	}
-	list := index[w.path]
+// linkLocked adds p to its shard's index.
+func (r *Registry) linkLocked(p *part) {
+	index := r.shards[p.shard].indexFor(p.watch.recursive)
+	list := index[p.watch.path]
 	if list == nil {
 		list = &watchList{}
-		index[w.path] = list
+		index[p.watch.path] = list
 	}
-	w.position = len(list.watches)
-	list.watches = append(list.watches, w)
+	p.position = len(list.parts)
+	list.parts = append(list.parts, p)
+}
+
+// registerLocked adds w, with its home record, to its session and to the
+// index.
+func (r *Registry) registerLocked(w *watch) {
+	r.linkLocked(&w.home)
 	w.session.watches[w.id] = w
 	r.watches++
 	if w.owner != "" {
@@ -83,48 +107,48 @@ func (r *Registry) removeLocked(w *watch) {
 			delete(r.owners, w.owner)
 		}
 	}
-	if r.publishing {
-		r.unlinkLater = append(r.unlinkLater, w)
-		return
-	}
-	r.unlinkLocked(w)
+	w.parts(func(p *part) {
+		if r.publishing {
+			r.unlinkLater = append(r.unlinkLater, p)
+			return
+		}
+		r.unlinkLocked(p)
+	})
 }
 
-// unlinkLocked takes w out of its watchList.
-func (r *Registry) unlinkLocked(w *watch) {
-	index := r.exact
-	if w.recursive {
-		index = r.recursive
-	}
-	list := index[w.path]
-	last := len(list.watches) - 1
-	moved := list.watches[last]
-	list.watches[w.position] = moved
-	moved.position = w.position
-	list.watches[last] = nil
-	list.watches = list.watches[:last]
+// unlinkLocked takes p out of its watchList.
+func (r *Registry) unlinkLocked(p *part) {
+	index := r.shards[p.shard].indexFor(p.watch.recursive)
+	list := index[p.watch.path]
+	last := len(list.parts) - 1
+	moved := list.parts[last]
+	list.parts[p.position] = moved
+	moved.position = p.position
+	list.parts[last] = nil
+	list.parts = list.parts[:last]
 	if last == 0 {
-		delete(index, w.path)
+		delete(index, p.watch.path)
 	}
 }
 
-// catchUpLocked decides whether a watch added at index at with spec fires at
-// once, and with which event (see Add).
-func (r *Registry) catchUpLocked(spec Spec, at uint64, current Current) (fsm.Event, bool) {
+// catchUpLocked decides whether a watch's record in shard, added at index
+// at with spec, fires at once, and with which event (see AddLocked).
+func (r *Registry) catchUpLocked(shard int, spec Spec, at uint64, current Current) (fsm.Event, bool) {
 	known := spec.KnownIndex
 	if known == 0 || known >= at {
 		return fsm.Event{}, false
 	}
-	if latest, ok := r.history.latest(spec.Path, spec.Recursive, known, at); ok {
+	h := &r.shards[shard].history
+	if latest, ok := h.latest(spec.Path, spec.Recursive, known, at); ok {
 		latest.Index = at
 		return latest, true
 	}
 	modified := current.Exists && current.ModifiedIndex > known
-	if !modified && r.history.covers(known) {
+	if !modified && h.covers(known) {
 		return fsm.Event{}, false // nothing changed, or the history would hold it
 	}
 	kind := fsm.EventChanged
-	if !current.Exists {
+	if !current.Exists && !current.Elsewhere {
 		kind = fsm.EventDeleted
 	}
 	return fsm.Event{Kind: kind, Path: spec.Path, Version: current.Version, Index: at}, true

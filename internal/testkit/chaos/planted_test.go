@@ -61,6 +61,7 @@ func TestPlantedBugs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.cfg.Duration = 8 * time.Second
 			tt.cfg.Partitions = config(0).Partitions
+			tt.cfg.Shards = *shardsFlag
 			report := Run(t, tt.cfg)
 			t.Log(report.Summary())
 			for _, a := range report.Anomalies {

@@ -178,7 +178,7 @@ func (r *run) workloads() []workload {
 		case "lockproc":
 			out = append(out, &lockProcs{unchecked: r.cfg.UncheckedGuard})
 		case "watch":
-			out = append(out, &watches{dropOne: r.cfg.DropWatchEvent, noKnownIndex: r.cfg.WatchWithoutKnownIndex})
+			out = append(out, newWatches(r.cfg))
 		default:
 			w, err := check.NewWorkload(name, r.cfg.UncheckedGuard)
 			if err != nil {

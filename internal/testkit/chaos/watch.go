@@ -14,12 +14,17 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/check"
+	"github.com/latch-io/latch/internal/placement"
 )
 
 // watches is workload W: a writer puts to a few keys under /watch while
 // watcher clients, each with a session, keep one persistent watch (recursive
 // on /watch, or exact on one key) and read the session's event stream over
-// the HTTP API. On a stream end or error, and every few seconds anyway, a
+// the HTTP API. With several shards the watched keys are children of /watch,
+// so their events come from one shard, ChildShard("/watch"): the watchers
+// keep that shard's positions, send a recursive watch's known index as
+// known_indexes, and ignore events of other shards (/watch's own node). On a
+// stream end or error, and every few seconds anyway, a
 // watcher cancels its watch and moves to another member, registering again
 // with known_index = the last index it received.
 //
@@ -39,6 +44,11 @@ type watches struct {
 	dropOne bool
 	// noKnownIndex plants a client bug: watchers re-register without known_index.
 	noKnownIndex bool
+
+	// shards is the cluster's shard count: the watchers' events come from
+	// eventShard (the shard of /watch's children).
+	shards     int
+	eventShard int
 
 	mu       sync.Mutex // guards acked
 	acked    []ackedWrite
@@ -64,7 +74,8 @@ func (w *watches) start(r *run) {
 	r.Workers.Add(1)
 	go w.writer(r)
 	for c := range watchClients {
-		wt := &watcher{worker: c, path: watchDir, recursive: true, plantDrop: w.dropOne && c == 0, noKnownIndex: w.noKnownIndex}
+		wt := &watcher{worker: c, path: watchDir, recursive: true, plantDrop: w.dropOne && c == 0, noKnownIndex: w.noKnownIndex,
+			sharded: w.shards > 1, shard: w.eventShard}
 		if c == watchClients-1 {
 			wt.path, wt.recursive = watchKey(0), false
 		}
@@ -100,9 +111,13 @@ type watcher struct {
 	recursive    bool
 	plantDrop    bool
 	noKnownIndex bool
-	sessions     []*watchSession
-	reconnects   int
-	staleEvents  int // events of a watch this client had cancelled (left on a member it could not reach)
+	// sharded: the cluster has several shards; shard is the one whose
+	// events the watcher checks (see watches).
+	sharded     bool
+	shard       int
+	sessions    []*watchSession
+	reconnects  int
+	staleEvents int // events of a watch this client had cancelled (left on a member it could not reach)
 	// refusals are registrations the member refused because the session's
 	// stream was no longer attached there (the member ended it between the
 	// open and the registration); the watcher then moves on and registers
@@ -285,9 +300,7 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	}
 	ctx, cancel := check.RequestContext()
 	var reply api.Watch
-	err = check.Call(ctx, http.MethodPost, member, "/v1/watch", nil, &api.WatchRequest{
-		Path: wt.path, Recursive: wt.recursive, SessionID: ws.s.ID, KnownIndex: known, Persistent: true,
-	}, &reply)
+	err = check.Call(ctx, http.MethodPost, member, "/v1/watch", nil, wt.request(ws.s.ID, known), &reply)
 	cancel()
 	switch check.Code(err) {
 	case api.CodeSessionExpired:
@@ -299,15 +312,34 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 		conn.cancel()
 		return err
 	}
-	if len(ws.registrations) == 0 {
-		ws.start = reply.Index
+	at := reply.Index
+	if reply.Indexes != nil {
+		at = reply.Indexes[wt.shard]
 	}
-	ws.registrations[reply.WatchID] = &registration{member: member, known: known, at: reply.Index, registered: time.Now(), end: "open"}
+	if len(ws.registrations) == 0 {
+		ws.start = at
+	}
+	ws.registrations[reply.WatchID] = &registration{member: member, known: known, at: at, registered: time.Now(), end: "open"}
 	ws.order = append(ws.order, reply.WatchID)
 	ws.byMember[member] = append(ws.byMember[member], reply.WatchID)
 	conn.watchID, conn.floor = reply.WatchID, ws.last
 	ws.conn = conn
 	return nil
+}
+
+// request is the registration of wt's watch for session with known, an
+// index of wt.shard: an integer known_index with one shard or for the exact
+// watch (whose key lives in that shard), known_indexes for a recursive watch
+// over several shards.
+func (wt *watcher) request(session string, known uint64) *api.WatchRequest {
+	req := &api.WatchRequest{Path: wt.path, Recursive: wt.recursive, SessionID: session, Persistent: true}
+	switch {
+	case !wt.sharded || !wt.recursive:
+		req.KnownIndex = known
+	case known != 0:
+		req.KnownIndexes = map[int]uint64{wt.shard: known}
+	}
+	return req
 }
 
 // openEvents opens GET /v1/session/{id}/events on member; a goroutine
@@ -375,6 +407,9 @@ func (wt *watcher) receive(r *run, ws *watchSession, ev api.Event) {
 	if ev.WatchID != ws.conn.watchID {
 		wt.staleEvents++
 		return
+	}
+	if ev.Shard != wt.shard {
+		return // /watch's own node, in another shard than its children: not checked
 	}
 	reg := ws.registrations[ev.WatchID]
 	reg.events++
@@ -659,4 +694,13 @@ func (w *watches) checkEvent(r *run, ws *watchSession, ev receivedEvent, final m
 	default:
 		note(ev.Path, ev.Version, ev.Index, "event of session "+ws.s.ID)
 	}
+}
+
+// newWatches returns workload W for cfg's cluster.
+func newWatches(cfg Config) *watches {
+	w := &watches{dropOne: cfg.DropWatchEvent, noKnownIndex: cfg.WatchWithoutKnownIndex, shards: max(cfg.Shards, 1)}
+	if place, err := placement.New(w.shards); err == nil {
+		w.eventShard = place.ChildShard(watchDir)
+	}
+	return w
 }

@@ -3,6 +3,7 @@ package faulthttp
 import (
 	"context"
 	"net/http"
+	"reflect"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestClusterHelpers(t *testing.T) {
 		t.Fatal(err)
 	}
 	regs := c.Registrations()
-	if len(regs) != 1 || regs[0].Member != "n1" || regs[0].Request != request || regs[0].Reply.WatchID != watch.WatchID {
+	if len(regs) != 1 || regs[0].Member != "n1" || !reflect.DeepEqual(regs[0].Request, request) || regs[0].Reply.WatchID != watch.WatchID {
 		t.Fatalf("Registrations = %+v, want the one made (%+v)", regs, watch)
 	}
 	if got := c.WatchCount(0); got != 1 {

@@ -303,45 +303,6 @@ func TestShardsMembershipReachesEveryGroup(t *testing.T) {
 	}
 }
 
-// TestShardsRefuseWatchesTheyCannotServe: with 4 shards, a watch on a path
-// outside shard 0 and a recursive watch are refused with invalid_argument
-// naming the reason, not accepted to never fire.
-func TestShardsRefuseWatchesTheyCannotServe(t *testing.T) {
-	c := New(t, 3, Options{Shards: 4})
-	ctx := ctxT(t, 30*time.Second)
-	leader := c.WaitLeader(10 * time.Second)
-	sess, err := CreateSession(ctx, c.URL(leader), 10*time.Second)
-	if err != nil {
-		t.Fatalf("create session: %v", err)
-	}
-	for _, tt := range []struct {
-		name string
-		body map[string]any
-		want string
-	}{
-		{"recursive", map[string]any{"path": "/", "recursive": true, "session_id": sess.SessionID}, "recursive watches are not served with --shards 4"},
-		{"other shard", map[string]any{"path": pathOutsideShard0(t, c), "session_id": sess.SessionID}, "watches are served only on shard 0's paths"},
-	} {
-		err := Do(ctx, "POST", c.URL(leader), "/v1/watch", nil, tt.body, nil)
-		if api.CodeOf(err) != api.CodeInvalidArgument || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s watch: %v, want invalid_argument saying %q", tt.name, err, tt.want)
-		}
-	}
-}
-
-// pathOutsideShard0 returns a path of a directory whose children live
-// outside shard 0 (by the placement of the 4-shard cluster c).
-func pathOutsideShard0(t *testing.T, c *Cluster) string {
-	for k := range 64 {
-		p := fmt.Sprintf("/d%d/x", k)
-		if placement4.Shard(p) != 0 {
-			return p
-		}
-	}
-	t.Fatal("no path outside shard 0 among 64 directories")
-	return ""
-}
-
 var placement4, _ = placement.New(4)
 
 // TestShardsIdleGroupsDoNotPinTheWAL writes to one shard of a 4-shard
