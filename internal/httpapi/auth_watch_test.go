@@ -169,3 +169,52 @@ func TestRevokedGrantStopsWatchAtItsIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokedGrantStopsWatchAcrossShards: with 4 shards, a recursive watch
+// over /app gets records in every shard; after a revocation applied on the
+// member, no event of any shard under /app reaches it (the events of shards
+// other than the meta group's are checked against the member's latest auth
+// state), and once the grant is back they flow again.
+func TestRevokedGrantStopsWatchAcrossShards(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{Shards: 4})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	f := setUpAuth(t, ctx, c.URL(0))
+	srv := c.Nodes[0].Server
+	rootCtx := server.WithCredentials(ctx, server.Credentials{Token: f.root})
+	session, stream := sessionWithStream(t, ctx, srv, f.reader)
+	watch := watchAs(t, ctx, srv, f.reader, session, "/app")
+	// Paths at several depths, so their events come from several shards.
+	paths := []string{"/app/a", "/app/b/c", "/app/d/e/f", "/app/g/h"}
+	put := func(suffix string) {
+		for _, p := range paths {
+			if _, err := srv.Put(rootCtx, server.PutRequest{Path: p + suffix, Value: []byte("v")}); err != nil {
+				t.Fatalf("put %s: %v", p+suffix, err)
+			}
+		}
+	}
+	put("/before")
+	if _, err := srv.ChangeAuth(rootCtx, api.AuthChange{Action: "role_revoke", Role: "r", Perm: "read", Prefix: "/app"}); err != nil {
+		t.Fatal(err)
+	}
+	put("/hidden")
+	if _, err := srv.ChangeAuth(rootCtx, api.AuthChange{Action: "role_grant", Role: "r", Perm: "read", Prefix: "/app"}); err != nil {
+		t.Fatal(err)
+	}
+	put("/after")
+	if _, err := srv.Put(rootCtx, server.PutRequest{Path: "/app/sentinel", Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	delivered := map[string]bool{}
+	for _, ev := range collectUntil(t, stream, watch, "/app/sentinel")[watch] {
+		delivered[ev.Path] = true
+	}
+	for _, p := range paths {
+		if !delivered[p+"/before"] || !delivered[p+"/after"] {
+			t.Errorf("%s: before delivered %v, after delivered %v; want both", p, delivered[p+"/before"], delivered[p+"/after"])
+		}
+		if delivered[p+"/hidden"] {
+			t.Errorf("%s/hidden, written while the grant was revoked, was delivered", p)
+		}
+	}
+}
