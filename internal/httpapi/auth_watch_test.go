@@ -75,6 +75,30 @@ func collectUntil(t *testing.T, stream server.EventStream, watch, path string) m
 // the grant given back, it delivers again. Then a watch registered with a
 // token stops at that token's logout, while the same user's watch under
 // another token goes on.
+// readerWatch is a one-member cluster with auth set up (setUpAuth) and the
+// reader's session, its stream and its recursive watch on /app.
+type readerWatch struct {
+	ctx     context.Context
+	f       authFixture
+	srv     *server.Server
+	rootCtx context.Context // with the root's credentials
+	session uint64
+	stream  server.EventStream
+	watch   string
+}
+
+func newReaderWatch(t *testing.T, opts testcluster.Options) readerWatch {
+	t.Helper()
+	c := testcluster.New(t, 1, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	t.Cleanup(cancel)
+	w := readerWatch{ctx: ctx, f: setUpAuth(t, ctx, c.URL(0)), srv: c.Nodes[0].Server}
+	w.rootCtx = server.WithCredentials(ctx, server.Credentials{Token: w.f.root})
+	w.session, w.stream = sessionWithStream(t, ctx, w.srv, w.f.reader)
+	w.watch = watchAs(t, ctx, w.srv, w.f.reader, w.session, "/app")
+	return w
+}
+
 func TestRevokedGrantStopsWatchAtItsIndex(t *testing.T) {
 	seed := *watchSeed
 	if seed == 0 {
@@ -82,14 +106,8 @@ func TestRevokedGrantStopsWatchAtItsIndex(t *testing.T) {
 	}
 	t.Logf("seed %d (-seed to repeat)", seed)
 	rng := rand.New(rand.NewSource(seed))
-	c := testcluster.New(t, 1, testcluster.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	f := setUpAuth(t, ctx, c.URL(0))
-	srv := c.Nodes[0].Server
-	rootCtx := server.WithCredentials(ctx, server.Credentials{Token: f.root})
-	session, stream := sessionWithStream(t, ctx, srv, f.reader)
-	watch := watchAs(t, ctx, srv, f.reader, session, "/app")
+	w := newReaderWatch(t, testcluster.Options{})
+	ctx, f, srv, rootCtx, session, stream, watch := w.ctx, w.f, w.srv, w.rootCtx, w.session, w.stream, w.watch
 
 	// Writers race the revocation, so that it lands amid their entries.
 	const writers, puts = 4, 40
@@ -176,14 +194,8 @@ func TestRevokedGrantStopsWatchAtItsIndex(t *testing.T) {
 // other than the meta group's are checked against the member's latest auth
 // state), and once the grant is back they flow again.
 func TestRevokedGrantStopsWatchAcrossShards(t *testing.T) {
-	c := testcluster.New(t, 1, testcluster.Options{Shards: 4})
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	f := setUpAuth(t, ctx, c.URL(0))
-	srv := c.Nodes[0].Server
-	rootCtx := server.WithCredentials(ctx, server.Credentials{Token: f.root})
-	session, stream := sessionWithStream(t, ctx, srv, f.reader)
-	watch := watchAs(t, ctx, srv, f.reader, session, "/app")
+	w := newReaderWatch(t, testcluster.Options{Shards: 4})
+	srv, rootCtx, stream, watch := w.srv, w.rootCtx, w.stream, w.watch
 	// Paths at several depths, so their events come from several shards.
 	paths := []string{"/app/a", "/app/b/c", "/app/d/e/f", "/app/g/h"}
 	put := func(suffix string) {
