@@ -314,7 +314,7 @@ func (r *run) transferLeader(leader int) (func() error, error) {
 	to := (leader + 1 + r.faults.IntN(n-1)) % n
 	ctx, cancel := check.RequestContext()
 	defer cancel()
-	err := check.Call(ctx, http.MethodPost, r.cluster.Members[leader].ClientURL, "/v1/cluster/leader", nil,
+	err := check.CallWith(ctx, r.harness, http.MethodPost, r.cluster.Members[leader].ClientURL, "/v1/cluster/leader", nil,
 		&api.LeaderTransferRequest{To: r.cluster.Members[to].Name}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("transfer leadership from %s to %s: %w", r.cluster.Members[leader].Name, r.cluster.Members[to].Name, err)

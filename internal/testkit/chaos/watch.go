@@ -82,7 +82,7 @@ func (w *watches) writer(r *run) {
 		path := watchKey(r.Intn(watchKeys))
 		ctx, cancel := check.RequestContext()
 		var node api.Node
-		err := check.CallKV(ctx, http.MethodPut, r.Node(), path, nil, &api.PutRequest{Value: fmt.Sprintf("w%d", seq)}, &node)
+		err := r.CallKV(ctx, http.MethodPut, r.Node(), path, nil, &api.PutRequest{Value: fmt.Sprintf("w%d", seq)}, &node)
 		cancel()
 		if err == nil {
 			w.mu.Lock()
@@ -245,7 +245,7 @@ func (wt *watcher) leave(r *run, ws *watchSession) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = check.Call(ctx, http.MethodDelete, conn.member, "/v1/watch/"+conn.watchID, url.Values{"session_id": {ws.s.ID}}, nil, nil)
+	_ = r.Call(ctx, http.MethodDelete, conn.member, "/v1/watch/"+conn.watchID, url.Values{"session_id": {ws.s.ID}}, nil, nil)
 	wt.reconnects++
 }
 
@@ -261,7 +261,7 @@ func (wt *watcher) leave(r *run, ws *watchSession) {
 func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	for _, id := range ws.byMember[member] {
 		ctx, cancel := check.RequestContext()
-		_ = check.Call(ctx, http.MethodDelete, member, "/v1/watch/"+id, url.Values{"session_id": {ws.s.ID}}, nil, nil)
+		_ = r.Call(ctx, http.MethodDelete, member, "/v1/watch/"+id, url.Values{"session_id": {ws.s.ID}}, nil, nil)
 		cancel()
 	}
 	ws.byMember[member] = nil
@@ -276,7 +276,7 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	if len(ws.registrations) == 0 {
 		known = 0
 	}
-	conn, err := openEvents(member, ws.s.ID)
+	conn, err := openEvents(r.HTTP, member, ws.s.ID)
 	if check.Code(err) == api.CodeSessionExpired {
 		ws.ended = true
 	}
@@ -285,7 +285,7 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	}
 	ctx, cancel := check.RequestContext()
 	var reply api.Watch
-	err = check.Call(ctx, http.MethodPost, member, "/v1/watch", nil, &api.WatchRequest{
+	err = r.Call(ctx, http.MethodPost, member, "/v1/watch", nil, &api.WatchRequest{
 		Path: wt.path, Recursive: wt.recursive, SessionID: ws.s.ID, KnownIndex: known, Persistent: true,
 	}, &reply)
 	cancel()
@@ -312,7 +312,7 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 
 // openEvents opens GET /v1/session/{id}/events on member; a goroutine
 // parses it into the returned conn's items.
-func openEvents(member, session string) (*eventConn, error) {
+func openEvents(client *http.Client, member, session string) (*eventConn, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, member+"/v1/session/"+session+"/events", nil)
 	if err != nil {
@@ -320,7 +320,7 @@ func openEvents(member, session string) (*eventConn, error) {
 		return nil, err
 	}
 	timer := time.AfterFunc(3*time.Second, cancel) // bounds the wait for the headers only
-	resp, err := check.HTTPClient.Do(req)
+	resp, err := client.Do(req)
 	if !timer.Stop() || err != nil {
 		cancel()
 		if err == nil {
@@ -430,7 +430,7 @@ func (w *watches) check(r *run) error {
 	for k := range watchKeys {
 		ctx, cancel := check.RequestContext()
 		var node api.Node
-		err := check.CallKV(ctx, http.MethodGet, r.cluster.Members[0].ClientURL, watchKey(k), url.Values{"consistency": {api.Stale}}, nil, &node)
+		err := r.CallKV(ctx, http.MethodGet, r.cluster.Members[0].ClientURL, watchKey(k), url.Values{"consistency": {api.Stale}}, nil, &node)
 		cancel()
 		switch {
 		case err == nil:

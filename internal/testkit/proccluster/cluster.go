@@ -108,12 +108,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	for i := range opts.Nodes {
 		initial = append(initial, fmt.Sprintf("n%d=%s", i+1, peerAddrs[i]))
 	}
-	var zkAddrs []string
-	if opts.ZK {
-		for _, port := range freePorts(t, opts.Nodes) {
-			zkAddrs = append(zkAddrs, fmt.Sprintf("127.0.0.1:%d", port))
-		}
-	}
+	zkAddrs := c.zkAddresses(opts)
 	for i := range opts.Nodes {
 		scheme := "http://"
 		if opts.TLS {
@@ -162,6 +157,25 @@ func (c *Cluster) addresses(opts Options) (clients, peers []string) {
 		peers = append(peers, network.address(i)+":2380")
 	}
 	return clients, peers
+}
+
+// zkAddresses picks the members' ZooKeeper addresses (Options.ZK): free
+// loopback ports, or a fixed port on each namespace's own address.
+func (c *Cluster) zkAddresses(opts Options) []string {
+	if !opts.ZK {
+		return nil
+	}
+	var out []string
+	if c.network != nil {
+		for i := range opts.Nodes {
+			out = append(out, c.network.address(i)+":2181")
+		}
+		return out
+	}
+	for _, port := range freePorts(c.t, opts.Nodes) {
+		out = append(out, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	return out
 }
 
 // name gives member i its name, data directory, log and flags; initial is
