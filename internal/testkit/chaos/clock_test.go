@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -19,11 +20,14 @@ func TestClockFaults(t *testing.T) {
 	if seed == 0 {
 		seed = fixedSeed
 	}
-	for _, kind := range []string{"clock-fast-leader", "clock-slow-leader", "clock-jump", "clock-skew-lock-client"} {
+	for _, kind := range []string{"clock-fast-leader", "clock-slow-leader", "clock-jump", "clock-skew-lock-client", "clock-skew-lock-proc"} {
 		t.Run(kind, func(t *testing.T) {
 			cfg := Config{
 				Seed: seed, Duration: 8 * time.Second, Nodes: 3, FaultEvery: 2 * time.Second, ClockFaults: true,
 				Workloads: []string{"register", "set", "lock", "ephemeral"}, Faults: []string{kind},
+			}
+			if kind == "clock-skew-lock-proc" {
+				cfg.Workloads = []string{"lockproc"}
 			}
 			report := runAndReport(t, cfg)
 			for _, a := range report.Anomalies {
@@ -37,7 +41,7 @@ func TestClockFaults(t *testing.T) {
 			}
 			t.Logf("%s: %d spurious session expiries, %d lock tenures overlapping in real time, %d stale writes refused",
 				kind, report.SpuriousExpiries, report.OverlappingTenures, report.Overlaps)
-			if kind == "clock-skew-lock-client" && (report.SkewedLockHolds == 0 || report.Overlaps == 0) {
+			if strings.HasPrefix(kind, "clock-skew-lock-") && (report.SkewedLockHolds == 0 || report.Overlaps == 0) {
 				t.Errorf("a slow lock client held %d tenures and fencing refused %d stale writes; want both > 0",
 					report.SkewedLockHolds, report.Overlaps)
 			}

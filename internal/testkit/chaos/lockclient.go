@@ -26,8 +26,8 @@ import (
 const lockClientEnv = "LATCH_CHAOS_LOCK_CLIENT"
 
 // writerPIDHeader names, on every write to the guarded resource, the
-// process that sent it; skewedHeader is "1" on the writes of a tenure that
-// began while the process's clock was skewed.
+// process that sent it; skewedHeader is "1" on the writes of a tenure
+// during which the process's clock was skewed.
 const (
 	writerPIDHeader = "Latch-Chaos-Writer-Pid"
 	skewedHeader    = "Latch-Chaos-Skewed"
@@ -173,7 +173,7 @@ func (lc *lockClient) round(ctx context.Context) error {
 	err = lc.write(ctx, token, skewed)
 	if err == nil {
 		lc.wait(ctx, time.Duration(100+lc.random.IntN(300))*time.Millisecond) // the work
-		err = lc.write(ctx, token, skewed)
+		err = lc.write(ctx, token, skewed || lc.clock.Rate() != 1)
 	}
 	releaseCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

@@ -447,15 +447,20 @@ func (w *lockProcs) tenuresLocked() (overlapping, skewed int) {
 	return len(overlapped), len(onSkew)
 }
 
-// skewClient is the clock-skew-lock-proc fault: one lock client process's
-// clock (its keepalives and its work) runs at slowClient until healed, so
-// its session expires while it believes it holds the lock and works on.
+// skewLockProc is the clock-skew-lock-proc fault: the clock (keepalives and
+// work) of the lock client process that holds the lock and works (see
+// holderAtWork) runs at slowClient until healed, so its session expires
+// while it believes it holds the lock and works on.
 func (r *run) skewLockProc() (func() error, error) {
 	w := r.lockHolders
-	if w == nil || len(w.clients) == 0 {
-		return nil, errors.New("no lock client processes")
+	holder, _, ok := w.holderAtWork(2 * time.Second)
+	if !ok {
+		return nil, errors.New("no lock holder at work (a first write with a new token) within 2s")
 	}
-	p := w.clients[r.faults.IntN(len(w.clients))]
+	p := w.client(holder.pid)
+	if p == nil {
+		return nil, fmt.Errorf("pid %d is no lock client", holder.pid)
+	}
 	if err := p.setRate(slowClient); err != nil {
 		return nil, err
 	}

@@ -215,7 +215,7 @@ func (r *run) workloads() []workload {
 		case "watch":
 			out = append(out, &watches{dropOne: r.cfg.DropWatchEvent, noKnownIndex: r.cfg.WatchWithoutKnownIndex})
 		case "zk":
-			out = append(out, &zkLocks{})
+			out = append(out, &zkLocks{unchecked: r.cfg.UncheckedGuard})
 		default:
 			w, err := check.NewWorkload(name, r.cfg.UncheckedGuard)
 			if err != nil {

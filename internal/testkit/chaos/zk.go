@@ -49,14 +49,22 @@ type zkLocks struct {
 	holds    atomic.Int64 // tenures: lock acquired and our node the lowest
 	lostLock atomic.Int64 // Lock returned but our node was gone
 
-	mu    sync.Mutex // guards conns
-	conns []*zk.Conn // closed when the run stops, which ends a blocked Lock
+	unchecked bool // planted bug (c): the holders write without comparing tokens
+
+	stalls     atomic.Int64 // holders whose session ended mid-tenure (stall)
+	staleTried atomic.Int64 // of which wrote again once the fence had moved past them
+
+	mu     sync.Mutex // guards conns and closed
+	conns  []*zk.Conn // closed when the run stops, which ends a blocked Lock
+	closed bool       // set when conns were closed: no new ones
 }
 
 const (
 	zkClients = 3
 	zkDir     = "/zk"
 	zkTimeout = 4 * time.Second
+	// zkStallEvery: one tenure in this many stalls (zkLocks.stall).
+	zkStallEvery = 6
 )
 
 func (w *zkLocks) start(r *run) {
@@ -80,6 +88,7 @@ func (w *zkLocks) start(r *run) {
 		<-r.Stopping()
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		w.closed = true
 		for _, c := range w.conns {
 			c.Close()
 		}
@@ -131,19 +140,24 @@ func (w *zkLocks) connect() (*zk.Conn, error) {
 	return conn, nil
 }
 
+// zkClient is one ZooKeeper lock client; one goroutine runs it.
+type zkClient struct {
+	worker int
+	conn   *zk.Conn // replaced when a stall ends its session
+	random *rand.Rand
+}
+
 func (w *zkLocks) client(r *run, worker int) {
 	defer r.Workers.Done()
-	random := rand.New(rand.NewPCG(r.cfg.Seed, uint64(worker)+0x7a6b))
-	conn, err := w.connect()
-	if err != nil {
-		r.Anomaly("zk: connect: %v", err)
+	c := &zkClient{worker: worker, random: rand.New(rand.NewPCG(r.cfg.Seed, uint64(worker)+0x7a6b))}
+	if err := w.reconnect(c); err != nil {
+		if !r.Stopped() {
+			r.Anomaly("zk: connect: %v", err)
+		}
 		return
 	}
-	w.mu.Lock()
-	w.conns = append(w.conns, conn)
-	w.mu.Unlock()
 	for failed := 0; !r.Stopped(); {
-		if err := w.round(r, conn, random); err != nil && !r.Stopped() {
+		if err := w.round(r, c); err != nil && !r.Stopped() {
 			if failed++; failed <= 5 {
 				r.Logf("chaos zk: client %d: %v", worker, err)
 			}
@@ -152,25 +166,68 @@ func (w *zkLocks) client(r *run, worker int) {
 	}
 }
 
-// round is one tenure: lock, write, work, write, unlock.
-func (w *zkLocks) round(r *run, conn *zk.Conn, random *rand.Rand) error {
-	lock := zk.NewLock(conn, w.lockDir, zk.WorldACL(zk.PermAll))
+// reconnect gives c a new connection, closed when the run stops.
+func (w *zkLocks) reconnect(c *zkClient) error {
+	conn, err := w.connect()
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		conn.Close()
+		return errors.New("zk: the run stopped")
+	}
+	w.conns = append(w.conns, conn)
+	c.conn = conn
+	return nil
+}
+
+// round is one tenure: lock, write, work, write, unlock. One in
+// zkStallEvery stalls instead of working (stall).
+func (w *zkLocks) round(r *run, c *zkClient) error {
+	lock := zk.NewLock(c.conn, w.lockDir, zk.WorldACL(zk.PermAll))
 	if err := lock.Lock(); err != nil {
 		return err
 	}
 	defer func() { _ = lock.Unlock() }()
-	token, err := w.token(conn)
+	token, err := w.token(c.conn)
 	if err != nil {
 		w.lostLock.Add(1)
 		return err
 	}
 	w.holds.Add(1)
-	session := conn.SessionID()
-	if err := w.write(conn, token, session); err != nil {
+	session := c.conn.SessionID()
+	if err := w.write(c.conn, token, session); err != nil {
 		return err
 	}
-	time.Sleep(time.Duration(50+random.IntN(250)) * time.Millisecond) // the work
-	return w.write(conn, token, session)
+	if c.random.IntN(zkStallEvery) == 0 {
+		return w.stall(r, c, token, session)
+	}
+	time.Sleep(time.Duration(50+c.random.IntN(250)) * time.Millisecond) // the work
+	return w.write(c.conn, token, session)
+}
+
+// stall plays a holder whose session ended while it was paused: its
+// session ends (the connection closes, and the lock node goes with it),
+// and once another holder wrote with a higher token it writes again with
+// its old one, over a new connection. The fence must refuse it.
+func (w *zkLocks) stall(r *run, c *zkClient, token uint64, session int64) error {
+	w.stalls.Add(1)
+	c.conn.Close()
+	if err := w.reconnect(c); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(4 * zkTimeout); time.Now().Before(deadline) && !r.Stopped(); {
+		if data, _, err := c.conn.Get(w.fence()); err == nil {
+			if fenced, _ := strconv.ParseUint(string(data), 10, 64); fenced > token {
+				w.staleTried.Add(1)
+				return w.write(c.conn, token, session)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
 }
 
 // errNotHolder means the lock recipe returned but the lowest lock node is
@@ -215,7 +272,7 @@ func (w *zkLocks) write(conn *zk.Conn, token uint64, session int64) error {
 			return err
 		}
 		fenced, _ := strconv.ParseUint(string(data), 10, 64)
-		if token < fenced {
+		if token < fenced && !w.unchecked {
 			w.refused.Add(1)
 			return nil
 		}
@@ -282,8 +339,9 @@ func (w *zkLocks) check(r *run) error {
 		report.Overlaps += refused
 		report.ZKEntries += len(names)
 	})
-	r.Logf("chaos zk: %d tenures (%d lost before writing), %d fenced writes logged (%d acknowledged, %d unknown), %d refused as stale; %d stale in the log",
-		w.holds.Load(), w.lostLock.Load(), len(names), w.written.Load(), w.unknown.Load(), refused, stale)
+	r.Logf("chaos zk: %d tenures (%d lost before writing), %d fenced writes logged (%d acknowledged, %d unknown), %d refused as stale; "+
+		"%d holders stalled past their session, %d of them wrote again once the fence had moved; %d stale in the log",
+		w.holds.Load(), w.lostLock.Load(), len(names), w.written.Load(), w.unknown.Load(), refused, w.stalls.Load(), w.staleTried.Load(), stale)
 	if len(names) == 0 {
 		r.Anomaly("liveness: zk: no fenced write went through the ZooKeeper lock")
 	}
