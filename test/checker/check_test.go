@@ -27,9 +27,7 @@ type checkProcess struct {
 // startCheck starts 'latchctl --endpoints URLS check ARGS...'.
 func startCheck(t *testing.T, urls []string, args ...string) *checkProcess {
 	t.Helper()
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	latchctl := proccluster.BuildLatchctl(t)
 	p := &checkProcess{exited: make(chan error, 1)}
 	p.cmd = exec.Command(latchctl, append([]string{"--endpoints", strings.Join(urls, ","), "check"}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr

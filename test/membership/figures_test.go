@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -30,7 +29,7 @@ func TestLearnerFigures(t *testing.T) {
 	if os.Getenv("LATCH_FIGURES") == "" {
 		t.Skip("figures: set LATCH_FIGURES=1 to measure (about 2 minutes)")
 	}
-	latchctl := buildLatchctl(t)
+	latchctl := proccluster.BuildLatchctl(t)
 	c := proccluster.Start(t, proccluster.Options{Nodes: 3})
 	c.WaitLeader(20 * time.Second)
 	voters := c.URLs()
@@ -198,15 +197,6 @@ func table(without, with figures) string {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", name, without[name], with[name])
 	}
 	return b.String()
-}
-
-func buildLatchctl(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "latchctl")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/latch-io/latch/cmd/latchctl").CombinedOutput(); err != nil {
-		t.Fatalf("build latchctl: %v\n%s", err, out)
-	}
-	return bin
 }
 
 func loadAverage() string {
