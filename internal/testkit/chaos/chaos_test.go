@@ -178,13 +178,7 @@ func TestSoak(t *testing.T) {
 // kind of client its own non-root user) in the first, the ZooKeeper
 // clients in the second. Any anomaly fails it.
 func TestSoakSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real-process fault suite")
-	}
-	seed := *seedFlag
-	if seed == 0 {
-		seed = fixedSeed
-	}
+	seed := shortSuiteSeed(t)
 	for k, name := range []string{"auth", "zk"} {
 		t.Run(name, func(t *testing.T) {
 			cfg := smokeConfig(seed+uint64(k), k)
@@ -207,4 +201,17 @@ func smokeConfig(seed uint64, k int) Config {
 	cfg := soakConfig(seed, k)
 	cfg.Duration = 12 * time.Second
 	return cfg
+}
+
+// shortSuiteSeed skips t under -short, else returns -chaos.seed, or the
+// fixed seed without it.
+func shortSuiteSeed(t *testing.T) uint64 {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real-process fault suite")
+	}
+	if *seedFlag != 0 {
+		return *seedFlag
+	}
+	return fixedSeed
 }

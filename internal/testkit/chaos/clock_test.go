@@ -13,13 +13,7 @@ import (
 // writes. Spurious session expiries are reported, not judged: a fast
 // leader expires sessions early by design of the fault.
 func TestClockFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real-process fault suite")
-	}
-	seed := *seedFlag
-	if seed == 0 {
-		seed = fixedSeed
-	}
+	seed := shortSuiteSeed(t)
 	for _, kind := range []string{"clock-fast-leader", "clock-slow-leader", "clock-jump", "clock-skew-lock-client", "clock-skew-lock-proc"} {
 		t.Run(kind, func(t *testing.T) {
 			cfg := Config{

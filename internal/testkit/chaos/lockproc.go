@@ -296,6 +296,20 @@ func (w *lockProcs) newestAcceptedLocked() (newest procWrite, first, ok bool) {
 	return newest, true, true
 }
 
+// processAtWork waits up to 2s for a holder at work (holderAtWork) and
+// returns its process, its newest write and the number of writes so far.
+func (w *lockProcs) processAtWork() (*lockClientProcess, procWrite, int, error) {
+	holder, from, ok := w.holderAtWork(2 * time.Second)
+	if !ok {
+		return nil, procWrite{}, 0, errors.New("no lock holder at work (a first write with a new token) within 2s")
+	}
+	p := w.client(holder.pid)
+	if p == nil {
+		return nil, procWrite{}, 0, fmt.Errorf("pid %d is no lock client", holder.pid)
+	}
+	return p, holder, from, nil
+}
+
 // pauseLockHolder is the pause-lock-holder fault: SIGSTOP the lock client
 // that made the newest accepted write, waiting for one at work (see
 // holderAtWork) so that it has a write left to make with its token. The heal waits until its session expired and the lock
@@ -303,13 +317,9 @@ func (w *lockProcs) newestAcceptedLocked() (newest procWrite, first, ok bool) {
 // to 4 session timeouts and 5s, then SIGCONTs it.
 func (r *run) pauseLockHolder() (func() error, error) {
 	w := r.lockHolders
-	holder, from, ok := w.holderAtWork(2 * time.Second)
-	if !ok {
-		return nil, errors.New("no lock holder at work (a first write with a new token) within 2s")
-	}
-	p := w.client(holder.pid)
-	if p == nil {
-		return nil, fmt.Errorf("pid %d is no lock client", holder.pid)
+	p, holder, from, err := w.processAtWork()
+	if err != nil {
+		return nil, err
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("SIGSTOP lock client %d: %w", p.pid, err)
@@ -452,14 +462,9 @@ func (w *lockProcs) tenuresLocked() (overlapping, skewed int) {
 // holderAtWork) runs at slowClient until healed, so its session expires
 // while it believes it holds the lock and works on.
 func (r *run) skewLockProc() (func() error, error) {
-	w := r.lockHolders
-	holder, _, ok := w.holderAtWork(2 * time.Second)
-	if !ok {
-		return nil, errors.New("no lock holder at work (a first write with a new token) within 2s")
-	}
-	p := w.client(holder.pid)
-	if p == nil {
-		return nil, fmt.Errorf("pid %d is no lock client", holder.pid)
+	p, _, _, err := r.lockHolders.processAtWork()
+	if err != nil {
+		return nil, err
 	}
 	if err := p.setRate(slowClient); err != nil {
 		return nil, err
