@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -154,6 +155,7 @@ func TestSoak(t *testing.T) {
 	}
 	total.Seed = seed
 	deadline := time.Now().Add(*soakFlag)
+	kinds := map[string]int{} // runs by runKind
 	duration := *durationFlag
 	if duration == 0 {
 		duration = 2 * time.Minute
@@ -164,8 +166,10 @@ func TestSoak(t *testing.T) {
 		var report Report
 		t.Run("run", func(t *testing.T) { report = runAndReport(t, cfg) })
 		total.Merge(report)
+		kinds[runKind(cfg)]++
 		t.Logf("soak so far: %s", total.Summary())
 	}
+	t.Logf("SOAK runs: %v", kinds)
 	t.Logf("SOAK: %s", total.Summary())
 	if len(total.Anomalies) > 0 {
 		t.Fatalf("%d anomalies", len(total.Anomalies))
@@ -214,4 +218,11 @@ func shortSuiteSeed(t *testing.T) uint64 {
 		return *seedFlag
 	}
 	return fixedSeed
+}
+
+// runKind names what a run's cluster had: its shards, TLS, auth, ZooKeeper
+// clients and watches.
+func runKind(cfg Config) string {
+	return fmt.Sprintf("shards=%d tls=%v auth=%v zk=%v watch=%v", max(cfg.Shards, 1), cfg.TLS, cfg.Auth, cfg.ZK,
+		len(cfg.Workloads) == 0 || slices.Contains(cfg.Workloads, "watch"))
 }
