@@ -27,6 +27,7 @@ var (
 		"without it (the ZooKeeper port refuses clients once auth is on) TestSoak alternates runs with auth and runs of the zk workload without auth")
 	zkShardedFlag = flag.Bool("chaos.zksharded", false, "ZooKeeper clients on a sharded cluster in the same runs; without it (the ZooKeeper port "+
 		"refuses creates below the top level and watches outside shard 0 with more than one shard) the runs with ZooKeeper clients use one shard")
+	diskFlag  = flag.Bool("chaos.disk", false, "the disk-full fault: every member's data directory its own small tmpfs (needs root)")
 	watchFlag = flag.String("chaos.watch", "auto", "the watch workload: on, off, or auto (on with one shard only: it needs watches across shards)")
 )
 
@@ -52,7 +53,7 @@ func shortDuration() time.Duration {
 
 func config(seed uint64) Config {
 	cfg := Config{Seed: seed, Duration: shortDuration(), Shards: *shardsFlag, Partitions: proccluster.NetnsAvailable() == nil, OneWay: *oneWayFlag, LeaderTransfers: true, MemberReplacements: true, UnsyncedCrashes: true, ClockFaults: true,
-		TLS: *tlsFlag || *authFlag, Auth: *authFlag, ZK: *zkFlag, ZKAuth: *zkAuthFlag}
+		TLS: *tlsFlag || *authFlag, Auth: *authFlag, ZK: *zkFlag, ZKAuth: *zkAuthFlag, DiskFaults: *diskFlag && os.Geteuid() == 0}
 	if !watchesOn(cfg.Shards) {
 		cfg.Workloads = append(withoutWatch(), "zk")
 	}
@@ -177,7 +178,7 @@ func TestSoak(t *testing.T) {
 }
 
 // TestSoakSmoke is the soak's short form for CI: TestSoak's first two runs
-// (soakConfig, -chaos.shards=4 -chaos.auth -chaos.zk), 12 s under faults
+// (soakConfig, -chaos.shards=4 -chaos.auth -chaos.zk -chaos.disk), 12 s under faults
 // each: TLS and every fault class in both; 4 shards and auth on (each
 // kind of client its own non-root user) in the first, the ZooKeeper
 // clients in the second. Any anomaly fails it.
@@ -199,9 +200,9 @@ func TestSoakSmoke(t *testing.T) {
 
 // smokeConfig is soakConfig for run k as if the soak's flags were given.
 func smokeConfig(seed uint64, k int) Config {
-	shards, auth, zk := *shardsFlag, *authFlag, *zkFlag
-	defer func() { *shardsFlag, *authFlag, *zkFlag = shards, auth, zk }()
-	*shardsFlag, *authFlag, *zkFlag = 4, true, true
+	shards, auth, zk, disk := *shardsFlag, *authFlag, *zkFlag, *diskFlag
+	defer func() { *shardsFlag, *authFlag, *zkFlag, *diskFlag = shards, auth, zk, disk }()
+	*shardsFlag, *authFlag, *zkFlag, *diskFlag = 4, true, true, true
 	cfg := soakConfig(seed, k)
 	cfg.Duration = 12 * time.Second
 	return cfg

@@ -39,6 +39,9 @@ func (r *run) faultKinds() []fault {
 		out = append(out, fault{"pause-lock-holder", (*run).pauseLockHolder})
 	}
 	out = append(out, r.clockFaults()...)
+	if r.cfg.DiskFaults {
+		out = append(out, fault{"disk-full", (*run).fillDisk})
+	}
 	if r.cfg.Partitions && r.cluster.Netns() {
 		out = append(out,
 			fault{"partition-leader", func(r *run) (func() error, error) {

@@ -61,6 +61,10 @@ type Config struct {
 	// the data directory cut back to its last fsync, by a sync journal each
 	// member keeps) of the leader and of all members at once.
 	UnsyncedCrashes bool
+	// DiskFaults adds the disk-full fault (disk.go): every member's data
+	// directory is its own small tmpfs, which the fault fills. It needs
+	// root.
+	DiskFaults bool
 	// ClockFaults adds the clock faults (clock.go): a leader's clock at 2x
 	// or 0.5x, a member's wall clock jumping an hour, the lock workload's
 	// clients on a slow clock.
@@ -163,10 +167,13 @@ func Run(t testing.TB, cfg Config) Report {
 		cfg.FaultEvery = 3 * time.Second
 	}
 	report := Report{Seed: cfg.Seed, Runs: 1, Faults: map[string]int{}}
+	if cfg.DiskFaults {
+		cfg.ExtraFlags = append(slices.Clone(cfg.ExtraFlags), diskFlags()...)
+	}
 	cluster := proccluster.Start(t, proccluster.Options{
 		Nodes: cfg.Nodes, Tick: tick, ElectionTicks: electionTicks, MinSessionTimeout: time.Second,
 		SnapshotCount: 500, Shards: cfg.Shards, ExtraFlags: cfg.ExtraFlags, Netns: cfg.Partitions, SyncJournal: cfg.UnsyncedCrashes,
-		ClockControl: cfg.ClockFaults, TLS: cfg.TLS || cfg.Auth, ZK: cfg.ZK,
+		ClockControl: cfg.ClockFaults, TLS: cfg.TLS || cfg.Auth, ZK: cfg.ZK, DiskSize: diskSizeOf(cfg),
 	})
 	r := &run{
 		Run: check.NewRun(check.Options{Seed: cfg.Seed, Target: target{cluster}, Logf: t.Logf}, &report),

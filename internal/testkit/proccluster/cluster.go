@@ -48,8 +48,13 @@ type Options struct {
 	// members on non-loopback addresses (Netns) get --insecure-listen.
 	TLS bool
 	// ZK gives every member a ZooKeeper-protocol listener (--listen-zk) on a
-	// free loopback port, in Member.ZKAddr.
+	// free loopback port (with Netns, port 2181 of its namespace's address),
+	// in Member.ZKAddr.
 	ZK bool
+	// DiskSize, when set (mount's size= syntax, "64m"), makes every
+	// member's data directory its own tmpfs of that size, so that FillDisk
+	// can fill it. It needs root.
+	DiskSize string
 	// ClockControl starts every member with --unsafe-clock-control, its
 	// control file beside its data directory (<dir>/<name>.clock), so that
 	// SetClock can skew its clock.
@@ -119,7 +124,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 			m.ZKAddr = zkAddrs[i]
 		}
 		c.Members = append(c.Members, m)
-		c.name(i, fmt.Sprintf("n%d", i+1), strings.Join(initial, ","))
+		if err := c.name(i, fmt.Sprintf("n%d", i+1), strings.Join(initial, ",")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(c.cleanup)
 	if opts.RestoreFrom != "" {
@@ -178,15 +185,21 @@ func (c *Cluster) zkAddresses(opts Options) []string {
 	return out
 }
 
-// name gives member i its name, data directory, log and flags; initial is
-// the --initial-cluster list and extra flags follow the options' flags.
-func (c *Cluster) name(i int, name, initial string, extra ...string) {
+// name gives member i its name, data directory (its own tmpfs with
+// Options.DiskSize), log and flags; initial is the --initial-cluster list
+// and extra flags follow the options' flags.
+func (c *Cluster) name(i int, name, initial string, extra ...string) error {
 	m := c.Members[i]
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.Name = name
 	m.DataDir = filepath.Join(c.dir, name)
 	m.LogPath = filepath.Join(c.dir, name+".log")
+	if c.opts.DiskSize != "" {
+		if err := c.mountDataDirLocked(m, c.opts.DiskSize); err != nil {
+			return err
+		}
+	}
 	m.args = append(memberFlagsLocked(c.opts, m, initial), extra...)
 	switch {
 	case c.Security != nil:
@@ -198,6 +211,7 @@ func (c *Cluster) name(i int, name, initial string, extra ...string) {
 	if c.network != nil {
 		m.args = append([]string{"netns", "exec", c.network.namespace(i), c.bin}, m.args...)
 	}
+	return nil
 }
 
 func withDefaults(opts Options) Options {
