@@ -117,6 +117,13 @@ func (r *run) createOverHTTP(path, value string) error {
 	return fmt.Errorf("create %s: %w", path, err)
 }
 
+// quietLogger drops go-zookeeper's log lines (a connection attempt to each
+// member refused while they are down is expected under faults); the
+// workload logs the errors its calls return.
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
 // connect opens a ZooKeeper connection to every member.
 func (w *zkLocks) connect() (*zk.Conn, error) {
 	dial := func(network, address string, timeout time.Duration) (net.Conn, error) {
@@ -127,7 +134,7 @@ func (w *zkLocks) connect() (*zk.Conn, error) {
 			return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, network, address, w.tls)
 		}
 	}
-	conn, _, err := zk.Connect(w.addrs, zkTimeout, zk.WithLogInfo(false), zk.WithDialer(dial))
+	conn, _, err := zk.Connect(w.addrs, zkTimeout, zk.WithLogger(quietLogger{}), zk.WithDialer(dial))
 	if err != nil {
 		return nil, err
 	}
