@@ -16,7 +16,8 @@ type LoginResponse struct {
 
 // AuthChange is the body of POST /v1/auth: one change of the auth state.
 // Action is one of enable, disable, user_add, user_delete, user_passwd,
-// user_grant, user_revoke, role_add, role_delete, role_grant, role_revoke.
+// user_grant, user_revoke, role_add, role_delete, role_grant, role_revoke,
+// quota_set, quota_clear.
 type AuthChange struct {
 	Action   string `json:"action"`
 	User     string `json:"user,omitempty"`
@@ -24,6 +25,19 @@ type AuthChange struct {
 	Role     string `json:"role,omitempty"`
 	Perm     string `json:"perm,omitempty"` // read, write or admin
 	Prefix   string `json:"prefix,omitempty"`
+	// MaxNodes and MaxBytes are a quota_set's limits on Prefix (0: none).
+	MaxNodes uint64 `json:"max_nodes,omitempty"`
+	MaxBytes uint64 `json:"max_bytes,omitempty"`
+}
+
+// AuthQuota is a quota on the nodes under a prefix (the prefix's node
+// included) and their values' bytes, with what they use now.
+type AuthQuota struct {
+	Prefix   string `json:"prefix"`
+	MaxNodes uint64 `json:"max_nodes"` // 0: no limit
+	MaxBytes uint64 `json:"max_bytes"` // 0: no limit
+	Nodes    uint64 `json:"nodes"`
+	Bytes    uint64 `json:"bytes"`
 }
 
 // AuthChanged answers an AuthChange or a logout: the index it applied at.
@@ -52,8 +66,9 @@ type AuthRole struct {
 
 // AuthStatus is GET /v1/auth's answer.
 type AuthStatus struct {
-	Enabled bool       `json:"enabled"`
-	Users   []AuthUser `json:"users"`
-	Roles   []AuthRole `json:"roles"`
-	Index   uint64     `json:"index"`
+	Enabled bool        `json:"enabled"`
+	Users   []AuthUser  `json:"users"`
+	Roles   []AuthRole  `json:"roles"`
+	Quotas  []AuthQuota `json:"quotas"`
+	Index   uint64      `json:"index"`
 }

@@ -27,6 +27,9 @@ const (
 	// CodePermissionDenied: the user's roles do not allow the operation, or
 	// the session named belongs to another user.
 	CodePermissionDenied Code = "permission_denied"
+	// CodeQuotaExceeded: a create or set would take the nodes or bytes
+	// under a prefix past its quota; nothing changed.
+	CodeQuotaExceeded Code = "quota_exceeded"
 )
 
 // Status returns the HTTP status that carries c.
@@ -52,6 +55,8 @@ func (c Code) Status() int {
 		return http.StatusUnauthorized
 	case CodePermissionDenied:
 		return http.StatusForbidden
+	case CodeQuotaExceeded:
+		return http.StatusInsufficientStorage
 	default:
 		return http.StatusInternalServerError
 	}

@@ -54,6 +54,18 @@ type Node struct {
 	// index of that shard at which ChildrenCount was read (Index is the
 	// node's shard's).
 	ChildrenIndex uint64 `json:"children_index,omitempty"`
+	// CreatedAtMs and ModifiedAtMs are the wall-clock times, in
+	// milliseconds since the Unix epoch, of the node's create and of its
+	// latest write, as the member that proposed each write stamped it into
+	// the log (ZooKeeper's ctime and mtime). Omitted (0) for a node made or
+	// written by a binary that kept no times.
+	CreatedAtMs  uint64 `json:"created_at_ms,omitempty"`
+	ModifiedAtMs uint64 `json:"modified_at_ms,omitempty"`
+	// ChildrenVersion is the number of creates and deletes of the node's
+	// children (ZooKeeper's cversion), omitted while 0. In a cluster of
+	// several shards it counts only the children in the node's own shard:
+	// 0 for a node whose children live in another shard.
+	ChildrenVersion uint64 `json:"cversion,omitempty"`
 }
 
 // Written is the reply to PUT /v1/kv/{path}: the node's new version and

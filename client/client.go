@@ -380,7 +380,7 @@ func decodeError(resp *http.Response, extra any) error {
 func codeForStatus(status int) api.Code {
 	for _, code := range []api.Code{api.CodeInvalidArgument, api.CodeNotFound, api.CodePreconditionFailed,
 		api.CodeSessionExpired, api.CodeTooLarge, api.CodeOverloaded, api.CodeUnavailable,
-		api.CodeUnauthenticated, api.CodePermissionDenied} {
+		api.CodeUnauthenticated, api.CodePermissionDenied, api.CodeQuotaExceeded} {
 		if code.Status() == status {
 			return code
 		}

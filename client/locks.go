@@ -19,7 +19,10 @@ const MaxLockWait = time.Minute
 // reply carries the fencing token. Not held in time, the error is an
 // *api.Error with api.CodeLockNotHeld and the reply (Held false) says the
 // place in the queue: s keeps that place until ReleaseLock or its end.
-// The call is idempotent per session, so it is retried through failover.
+// If s itself gives its place up while the call waits (ReleaseLock from
+// another goroutine), the call ends with api.CodeLockNotHeld too, without a
+// place. The call is idempotent per session, so it is retried through
+// failover.
 func (s *Session) AcquireLock(ctx context.Context, name string, wait time.Duration) (*api.Lock, error) {
 	wait = min(max(wait, 0), MaxLockWait)
 	body, err := json.Marshal(api.LockRequest{Name: name, SessionID: s.id, WaitMs: uint64(wait.Milliseconds())})

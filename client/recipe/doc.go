@@ -7,7 +7,8 @@
 //
 // Every waiter waits on its predecessor only: a Lock lets the server wait
 // (POST /v1/lock/acquire with a wait_ms bounded by the caller's deadline,
-// called again while the context lives, keeping its place); an Election
+// called again while the context lives, keeping its place, and given up
+// once the context ends, after the call in flight ended); an Election
 // candidate watches the one node just ahead of it (no jitter: it is the only
 // watcher) and asks again when that node goes. A release or a leader's
 // death therefore wakes exactly one client, never a herd.

@@ -35,23 +35,53 @@ const releaseTimeout = 5 * time.Second
 // until ctx ends. It asks the server to wait (wait_ms up to ctx's deadline,
 // or client.MaxLockWait, the place kept between calls); only the
 // predecessor's deletion wakes it. When ctx ends first, Acquire gives up its
-// place in the queue before returning ctx's error. Holding already, it
-// returns the same token.
+// place in the queue before returning ctx's error (see giveUpPlace). Holding
+// already, it returns the same token.
 func (l *Lock) Acquire(ctx context.Context) (uint64, error) {
 	for {
-		reply, err := l.session.AcquireLock(ctx, l.name, waitBudget(ctx))
-		if err == nil {
-			return l.held(reply), nil
+		call := l.startAcquire(ctx)
+		select {
+		case <-call.done:
+		case <-ctx.Done():
+			l.giveUpPlace(call)
+			return 0, fmt.Errorf("recipe: acquire lock %s: %w", l.name, ctx.Err())
 		}
-		if api.CodeOf(err) == api.CodeLockNotHeld && ctx.Err() == nil {
+		call.stop()
+		if call.err == nil {
+			return l.held(call.reply), nil
+		}
+		if api.CodeOf(call.err) == api.CodeLockNotHeld && ctx.Err() == nil {
 			continue
 		}
 		if ctx.Err() != nil {
-			l.giveUpPlace()
+			l.giveUpPlace(call)
 			return 0, fmt.Errorf("recipe: acquire lock %s: %w", l.name, ctx.Err())
 		}
-		return 0, fmt.Errorf("recipe: acquire lock %s: %w", l.name, err)
+		return 0, fmt.Errorf("recipe: acquire lock %s: %w", l.name, call.err)
 	}
+}
+
+// acquireCall is one AcquireLock call of Acquire. It runs detached from
+// Acquire's context, so that giving up can wait for it to end: a call the
+// client stops waiting for may still reach the server and make a place in
+// the queue after the release that gave the place up.
+type acquireCall struct {
+	done  chan struct{} // closed when the call returned
+	stop  context.CancelFunc
+	reply *api.Lock // set before done is closed
+	err   error     // set before done is closed
+}
+
+// startAcquire starts one acquire call, its wait_ms taken from ctx.
+func (l *Lock) startAcquire(ctx context.Context) *acquireCall {
+	callCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	call := &acquireCall{done: make(chan struct{}), stop: stop}
+	wait := waitBudget(ctx)
+	go func() {
+		defer close(call.done)
+		call.reply, call.err = l.session.AcquireLock(callCtx, l.name, wait)
+	}()
+	return call
 }
 
 // TryAcquire makes one attempt that lets the server wait up to wait. Not
@@ -82,13 +112,40 @@ func waitBudget(ctx context.Context) time.Duration {
 	return min(max(left-min(left/4, 250*time.Millisecond), 0), client.MaxLockWait)
 }
 
+// Pauses between the releases of giveUpPlace while the abandoned call
+// goes on.
+const (
+	firstGiveUpPause = 5 * time.Millisecond
+	maxGiveUpPause   = 500 * time.Millisecond
+)
+
 // giveUpPlace releases whatever place the session has in the queue after an
-// acquire that gave up; a place that does not exist is fine.
-func (l *Lock) giveUpPlace() {
+// acquire that gave up; a place that does not exist is fine. The acquire
+// call may still be on its way or waiting at the server, and the server may
+// make its place after a release: so it releases, then releases again each
+// time a pause passes while the call goes on (a release of the place the
+// call waits on ends the call: the server answers lock_not_held), and once
+// more after the call ended, until releaseTimeout. Only then is the call
+// stopped; whatever the server does with it after that is not covered.
+func (l *Lock) giveUpPlace(call *acquireCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	_, _ = l.session.ReleaseLock(ctx, l.name, 0)
-	l.tenure.end(ErrReleased)
+	defer l.tenure.end(ErrReleased)
+	defer call.stop()
+	for pause := firstGiveUpPause; ; pause = min(2*pause, maxGiveUpPause) {
+		_, _ = l.session.ReleaseLock(ctx, l.name, 0)
+		timer := time.NewTimer(pause)
+		select {
+		case <-call.done:
+			timer.Stop()
+			_, _ = l.session.ReleaseLock(ctx, l.name, 0) // the place the call made after the release before
+			return
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+	}
 }
 
 // Release gives the lock (or the place in its queue) up. It reports

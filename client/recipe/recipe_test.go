@@ -177,6 +177,55 @@ func TestLockContextEndGivesUpPlace(t *testing.T) {
 	}
 }
 
+// TestLockGiveUpOutlastsLateAcquire: an acquire call held up on its way
+// reaches the server only after its caller gave up and released. Giving up
+// waits for that call and releases the place it makes, so no place is left
+// in the queue (it would hold the lock, once at the head, until the session
+// ends), and the session lives on.
+func TestLockGiveUpOutlastsLateAcquire(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	proxy := e.cluster.Proxy(0)
+	a := NewLock(e.session(t, 10*time.Second), "R")
+	tokenA, err := a.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	proxy.Inject(faulthttp.Fault{Method: "POST", Path: "/v1/lock/acquire", Times: 1, Kind: faulthttp.Late, Gate: gate})
+	sessionB := e.session(t, 10*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := acquireAsync(ctx, NewLock(sessionB, "R"))
+	waitFor(t, "B's acquire to reach the proxy", func() bool { return proxy.Count("POST", "/v1/lock/acquire") == 2 })
+	cancel()
+	waitFor(t, "B's release", func() bool { return proxy.Count("POST", "/v1/lock/release") >= 1 })
+	close(gate) // B's acquire reaches the member only now
+	if got := <-done; !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("Acquire = %+v, want the context's error", got)
+	}
+	lateAnswered := func() bool {
+		acquires := 0
+		for _, r := range proxy.Requests() {
+			if r.Method == "POST" && r.Path == "/v1/lock/acquire" {
+				if acquires++; acquires == 2 {
+					return r.Status != 0
+				}
+			}
+		}
+		return false
+	}
+	waitFor(t, "the late acquire to be answered or to queue", func() bool {
+		return lateAnswered() || e.lockState(t, "R").Waiters > 0
+	})
+	if state := e.lockState(t, "R"); state.Waiters != 0 || state.Holder == nil || state.Holder.FencingToken != tokenA {
+		t.Fatalf("after giving up: lock state %+v, want A (token %d) alone", state, tokenA)
+	}
+	if err := sessionB.Err(); err != nil {
+		t.Fatalf("B's session ended by giving up: %v", err)
+	}
+}
+
 func TestLockLost(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -82,7 +82,7 @@ var allowed = map[string]rule{
 	// One group's raft node and runtime.
 	"internal/raftnode": {
 		imports: []string{"internal/clock", "internal/snap", "internal/transport", "internal/wal"},
-		tests:   []string{"internal/vfs"},
+		tests:   []string{"internal/vfs", testkit + "testseed"},
 	},
 	"internal/replica": {
 		imports: []string{"api", "internal/clock", "internal/command", "internal/fsm", "internal/raftnode", "internal/snap"},
@@ -107,8 +107,8 @@ var allowed = map[string]rule{
 	"internal/ui": {stdlibOnly: true},
 	// The ZooKeeper-protocol listener: the server's API over zkproto's codec.
 	"internal/zkserver": {
-		imports: []string{"api", "internal/server", "internal/zkproto"},
-		tests:   []string{testkit + "testcluster", testkit + "proccluster"},
+		imports: []string{"api", "internal/server", "internal/tlsconfig", "internal/zkproto"},
+		tests:   []string{testkit + "testcluster", testkit + "proccluster", testkit + "testcerts"},
 	},
 
 	// The public Go API: nothing internal; its tests run against the

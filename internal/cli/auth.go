@@ -19,7 +19,7 @@ const EnvToken = "LATCH_TOKEN"
 
 // authCommands are 'auth', 'user', 'role' and 'login'.
 func (a *app) authCommands() []*cobra.Command {
-	return []*cobra.Command{a.authCommand(), a.userCommand(), a.roleCommand(), a.loginCommand()}
+	return []*cobra.Command{a.authCommand(), a.userCommand(), a.roleCommand(), a.quotaCommand(), a.loginCommand()}
 }
 
 // change returns a RunE that sends the auth change build makes of the args.
@@ -77,6 +77,23 @@ func printAuthStatus(w io.Writer, st api.AuthStatus) {
 		fmt.Fprintf(table, "%s\t%s\t\n", r.Name, strings.Join(grants, " "))
 	}
 	table.Flush()
+	if len(st.Quotas) == 0 {
+		return
+	}
+	table = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(table, "QUOTA\tNODES\tBYTES")
+	for _, q := range st.Quotas {
+		fmt.Fprintf(table, "%s\t%d/%s\t%d/%s\n", q.Prefix, q.Nodes, limitText(q.MaxNodes), q.Bytes, limitText(q.MaxBytes))
+	}
+	table.Flush()
+}
+
+// limitText shows a quota's limit, "-" for none.
+func limitText(limit uint64) string {
+	if limit == 0 {
+		return "-"
+	}
+	return fmt.Sprint(limit)
 }
 
 // password returns --password, or the first line of stdin without it.
@@ -143,6 +160,23 @@ func (a *app) roleCommand() *cobra.Command {
 		&cobra.Command{Use: "list", Short: "list the roles and their grants", Args: cobra.NoArgs, RunE: a.listAuth},
 	)
 	return role
+}
+
+func (a *app) quotaCommand() *cobra.Command {
+	quota := &cobra.Command{Use: "quota", Short: "quotas on the nodes and bytes under a prefix (set, clear, list)"}
+	var maxNodes, maxBytes uint64
+	set := &cobra.Command{Use: "set PREFIX", Short: "set the quota on a prefix (--max-nodes, --max-bytes; 0: no limit)", Args: cobra.ExactArgs(1),
+		RunE: a.change(fixed("quota_set", func(args []string) api.AuthChange {
+			return api.AuthChange{Prefix: args[0], MaxNodes: maxNodes, MaxBytes: maxBytes}
+		}))}
+	set.Flags().Uint64Var(&maxNodes, "max-nodes", 0, "nodes at and below the prefix")
+	set.Flags().Uint64Var(&maxBytes, "max-bytes", 0, "bytes of the values at and below the prefix")
+	quota.AddCommand(set,
+		&cobra.Command{Use: "clear PREFIX", Short: "remove the quota on a prefix", Args: cobra.ExactArgs(1),
+			RunE: a.change(fixed("quota_clear", func(args []string) api.AuthChange { return api.AuthChange{Prefix: args[0]} }))},
+		&cobra.Command{Use: "list", Short: "list the quotas and what they hold now", Args: cobra.NoArgs, RunE: a.listAuth},
+	)
+	return quota
 }
 
 func (a *app) listAuth(cmd *cobra.Command, _ []string) error {

@@ -60,6 +60,10 @@ func TestAuthCommands(t *testing.T) {
 		{root, []string{"user", "list"}, ExitOK, "deploy"},
 		{root, []string{"role", "list"}, ExitOK, "write:/app"},
 		{root, []string{"user", "delete", "root"}, ExitPrecondition, ""},
+		{root, []string{"quota", "set", "/app", "--max-nodes", "3"}, ExitOK, ""},
+		{deploy, []string{"put", "/app/z", "w"}, ExitOther, ""}, // /app, /app/x, /app/y: quota_exceeded
+		{root, []string{"quota", "list"}, ExitOK, "3/3"},
+		{root, []string{"quota", "clear", "/app"}, ExitOK, ""},
 		{root, []string{"user", "revoke", "deploy", "app"}, ExitOK, ""},
 		{deploy, []string{"get", "/app/x"}, ExitDenied, ""},
 		{root, []string{"auth", "disable"}, ExitOK, ""},

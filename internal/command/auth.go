@@ -41,11 +41,17 @@ const (
 	AuthTokenIssue
 	// AuthTokenRevoke forgets the token whose SHA-256 is Secret.
 	AuthTokenRevoke
+	// AuthQuotaSet sets the quota on the path prefix Prefix: at most
+	// MaxNodes nodes and MaxBytes bytes of values under it (0: no limit).
+	AuthQuotaSet
+	// AuthQuotaClear removes the quota on Prefix.
+	AuthQuotaClear
 	authKindCount
 )
 
 var authKindNames = [...]string{"enable", "disable", "user_add", "user_delete", "user_passwd", "user_grant",
-	"user_revoke", "role_add", "role_delete", "role_grant", "role_revoke", "token_issue", "token_revoke"}
+	"user_revoke", "role_add", "role_delete", "role_grant", "role_revoke", "token_issue", "token_revoke",
+	"quota_set", "quota_clear"}
 
 func (k AuthKind) String() string {
 	if k < authKindCount {
@@ -97,6 +103,9 @@ type AuthOp struct {
 	Secret  []byte
 	Expires uint64
 	Now     uint64
+	// MaxNodes and MaxBytes are an AuthQuotaSet's limits.
+	MaxNodes uint64
+	MaxBytes uint64
 }
 
 // Bits of an auth change's presence mask.
@@ -107,6 +116,8 @@ const (
 	authHasSecret
 	authHasExpires
 	authHasNow
+	authHasMaxNodes // since quotas; absent from every older command
+	authHasMaxBytes
 	authPresenceMask = 1<<iota - 1
 )
 
@@ -115,7 +126,9 @@ const authHeaderLen = 2
 
 // The auth section follows every other field of an OpAuth command, and only
 // of an OpAuth command: kind, permission, presence mask, then the present
-// fields in the order user, role, prefix, secret, expires, now. Commands of
+// fields in the order user, role, prefix, secret, expires, now, max nodes,
+// max bytes (the last two since quotas: older commands never set their
+// presence bits, so they decode as before). Commands of
 // other ops carry no section, so their encoding is unchanged.
 
 func (c *Command) authSectionLen() int {
@@ -126,6 +139,7 @@ func (c *Command) authSectionLen() int {
 	n := authHeaderLen + uvarintLen(a.presence())
 	n += optionalBytesLen(len(a.User)) + optionalBytesLen(len(a.Role)) + optionalBytesLen(len(a.Prefix))
 	n += optionalBytesLen(len(a.Secret)) + optionalUvarintLen(a.Expires) + optionalUvarintLen(a.Now)
+	n += optionalUvarintLen(a.MaxNodes) + optionalUvarintLen(a.MaxBytes)
 	return n
 }
 
@@ -144,7 +158,9 @@ func (c *Command) appendAuthSection(dst []byte) []byte {
 		dst = append(dst, a.Secret...)
 	}
 	dst = appendOptionalUvarint(dst, a.Expires)
-	return appendOptionalUvarint(dst, a.Now)
+	dst = appendOptionalUvarint(dst, a.Now)
+	dst = appendOptionalUvarint(dst, a.MaxNodes)
+	return appendOptionalUvarint(dst, a.MaxBytes)
 }
 
 func (a *AuthOp) presence() uint64 {
@@ -160,6 +176,8 @@ func (a *AuthOp) presence() uint64 {
 	set(authHasSecret, len(a.Secret) > 0)
 	set(authHasExpires, a.Expires != 0)
 	set(authHasNow, a.Now != 0)
+	set(authHasMaxNodes, a.MaxNodes != 0)
+	set(authHasMaxBytes, a.MaxBytes != 0)
 	return m
 }
 
@@ -195,5 +213,7 @@ func (d *decoder) authOp() AuthOp {
 	a.Secret = d.optionalBytes(mask, authHasSecret, "auth secret")
 	a.Expires = d.optionalUvarint(mask, authHasExpires, "auth expiry")
 	a.Now = d.optionalUvarint(mask, authHasNow, "auth clock")
+	a.MaxNodes = d.optionalUvarint(mask, authHasMaxNodes, "quota nodes")
+	a.MaxBytes = d.optionalUvarint(mask, authHasMaxBytes, "quota bytes")
 	return a
 }

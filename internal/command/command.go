@@ -21,7 +21,9 @@
 // encoding that holds any of them is malformed. OpTxn (op 15) and OpAuth
 // (op 16, the auth state: see AuthOp) were appended to version 3 after the
 // sharding ops; each carries its own section after every other field, so the
-// encoding of every other op is unchanged.
+// encoding of every other op is unchanged. TimeMs (the proposer's wall
+// clock) was appended to version 3 the same way, as the last presence bit:
+// an entry without it decodes as before, with TimeMs 0.
 package command
 
 import (
@@ -187,6 +189,14 @@ type Command struct {
 	Ops []TxnOp
 	// Auth is the change of an OpAuth; encoded only with OpAuth.
 	Auth AuthOp
+	// TimeMs (version 3, appended) is the wall-clock time of the proposal
+	// in milliseconds since the Unix epoch, stamped by the member that
+	// proposed the entry (replica.Replica.Propose) or chosen by its caller.
+	// The state machine records it as the ctime and mtime of the nodes the
+	// command creates and writes: every replica and every replay reads the
+	// same value from the log, never its own clock. 0 in entries written
+	// before the field existed: such writes record no time.
+	TimeMs uint64
 }
 
 // Errors returned (wrapped) by Unmarshal.
@@ -222,6 +232,7 @@ const (
 	hasIncarnation // version 3
 	hasObserved
 	hasMark
+	hasTime      // version 3, appended after sharding
 	presenceMask = 1<<iota - 1
 	// presenceMaskV2 holds the fields of versions 1 and 2.
 	presenceMaskV2 = hasIncarnation - 1
@@ -261,6 +272,7 @@ func (c *Command) Size() int {
 	n += optionalUvarintLen(c.Incarnation)
 	n += optionalUvarintLen(c.Observed)
 	n += optionalUvarintLen(c.Mark)
+	n += optionalUvarintLen(c.TimeMs)
 	return n + c.txnSectionLen() + c.authSectionLen()
 }
 
@@ -294,6 +306,7 @@ func (c *Command) AppendMarshal(dst []byte) []byte {
 	dst = appendOptionalUvarint(dst, c.Incarnation)
 	dst = appendOptionalUvarint(dst, c.Observed)
 	dst = appendOptionalUvarint(dst, c.Mark)
+	dst = appendOptionalUvarint(dst, c.TimeMs)
 	return c.appendAuthSection(c.appendTxnSection(dst))
 }
 
@@ -349,6 +362,7 @@ func (c *Command) presence() uint64 {
 	set(hasIncarnation, c.Incarnation != 0)
 	set(hasObserved, c.Observed != 0)
 	set(hasMark, c.Mark != 0)
+	set(hasTime, c.TimeMs != 0)
 	return m
 }
 
@@ -397,6 +411,7 @@ func Unmarshal(data []byte) (Command, error) {
 	c.Incarnation = d.optionalUvarint(mask, hasIncarnation, "incarnation")
 	c.Observed = d.optionalUvarint(mask, hasObserved, "observed index")
 	c.Mark = d.optionalUvarint(mask, hasMark, "mark")
+	c.TimeMs = d.optionalUvarint(mask, hasTime, "time")
 	if c.Op == OpTxn {
 		c.Ops = d.txnOps()
 	}

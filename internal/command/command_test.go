@@ -183,3 +183,21 @@ func BenchmarkUnmarshalPut256(b *testing.B) {
 		sinkBytes = c.Value
 	}
 }
+
+// TestTimeStamp checks the proposal time appended to version 3: it round
+// trips, and versions 1 and 2, which never had it, refuse it.
+func TestTimeStamp(t *testing.T) {
+	stamped := Command{Op: OpPut, ID: 8, Path: "/t", Value: []byte("v"), TimeMs: 1_796_000_000_123}
+	data := stamped.Marshal()
+	got, err := Unmarshal(data)
+	if err != nil || !reflect.DeepEqual(got, stamped) {
+		t.Fatalf("round trip: got %+v, %v; want %+v", got, err, stamped)
+	}
+	for _, version := range []byte{FormatV1, FormatV2} {
+		old := append([]byte(nil), data...)
+		old[0] = version
+		if _, err := Unmarshal(old); !errors.Is(err, ErrMalformed) {
+			t.Errorf("version %d with a time: %v, want ErrMalformed", version, err)
+		}
+	}
+}

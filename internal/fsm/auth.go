@@ -75,6 +75,9 @@ type authState struct {
 	users   *btree.BTreeG[authUser]
 	roles   *btree.BTreeG[authRole]
 	tokens  *btree.BTreeG[authToken]
+	// quotas is sorted by prefix (quota.go); replaced on change, never
+	// modified in place, so clones may share it.
+	quotas []Quota
 }
 
 func newAuthState() authState {
@@ -86,13 +89,13 @@ func newAuthState() authState {
 }
 
 func (a *authState) clone() authState {
-	return authState{enabled: a.enabled, users: a.users.Copy(), roles: a.roles.Copy(), tokens: a.tokens.Copy()}
+	return authState{enabled: a.enabled, users: a.users.Copy(), roles: a.roles.Copy(), tokens: a.tokens.Copy(), quotas: a.quotas}
 }
 
 // empty reports whether a holds nothing: such a state is not written in
 // snapshots, so a cluster that never used auth writes what it wrote before.
 func (a *authState) empty() bool {
-	return !a.enabled && a.users.Len() == 0 && a.roles.Len() == 0 && a.tokens.Len() == 0
+	return !a.enabled && a.users.Len() == 0 && a.roles.Len() == 0 && a.tokens.Len() == 0 && len(a.quotas) == 0
 }
 
 // applyAuth applies an OpAuth command.
@@ -128,6 +131,10 @@ func (f *FSM) applyAuth(cmd *command.Command) (Result, []Event) {
 		if _, ok := a.tokens.Delete(authToken{digest: string(op.Secret)}); !ok {
 			err = api.Errorf(api.CodeNotFound, "no such token")
 		}
+	case command.AuthQuotaSet:
+		err = a.setQuota(Quota{Prefix: op.Prefix, MaxNodes: op.MaxNodes, MaxBytes: op.MaxBytes})
+	case command.AuthQuotaClear:
+		err = a.clearQuota(op.Prefix)
 	}
 	if err != nil {
 		return refuse(err)
@@ -151,6 +158,13 @@ func checkAuthOp(op *command.AuthOp) *api.Error {
 		if op.Perm == command.PermNone {
 			return api.Errorf(api.CodeInvalidArgument, "a grant needs a permission: read, write or admin")
 		}
+		return CheckPrefix(op.Prefix)
+	case command.AuthQuotaSet:
+		if op.MaxNodes == 0 && op.MaxBytes == 0 {
+			return api.Errorf(api.CodeInvalidArgument, "a quota needs a limit: max_nodes or max_bytes")
+		}
+		return CheckPrefix(op.Prefix)
+	case command.AuthQuotaClear:
 		return CheckPrefix(op.Prefix)
 	case command.AuthTokenIssue, command.AuthTokenRevoke:
 		if len(op.Secret) != tokenDigestSize {
@@ -417,7 +431,11 @@ func (f *FSM) AuthEnabled() bool { return f.auth.enabled }
 // RootUser, or one of its roles grants perm or more on path or an
 // ancestor of it. An unknown user is permitted nothing.
 func (f *FSM) Permitted(user string, perm command.Perm, path string) bool {
-	u, ok := f.auth.users.Get(authUser{name: user})
+	return f.auth.permitted(user, perm, path)
+}
+
+func (a *authState) permitted(user string, perm command.Perm, path string) bool {
+	u, ok := a.users.Get(authUser{name: user})
 	if !ok {
 		return false
 	}
@@ -425,7 +443,7 @@ func (f *FSM) Permitted(user string, perm command.Perm, path string) bool {
 		return true
 	}
 	for _, name := range u.roles {
-		r, _ := f.auth.roles.Get(authRole{name: name})
+		r, _ := a.roles.Get(authRole{name: name})
 		for _, g := range r.grants {
 			if g.Perm >= perm && PrefixCovers(g.Prefix, path) {
 				return true

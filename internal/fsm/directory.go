@@ -182,10 +182,14 @@ func (f *FSM) nextFreeName(prefix string, next uint64) (string, uint64, *api.Err
 // createSharded makes the node at path under parent, whose children count
 // (and counter, for a sequential create) it advances.
 func (f *FSM) createSharded(index uint64, cmd *command.Command, path string, sequence uint64, parent parentDir) (Result, []Event) {
+	if err := f.checkQuotas(path, []string{path}, int64(len(cmd.Value))); err != nil {
+		return refuse(err)
+	}
 	parentVersion := uint64(0) // a record has no version: the node is in another shard
 	if parent.local {
 		data := parent.node.edit()
 		data.children++
+		f.childrenChanged(data, index)
 		if cmd.Sequential {
 			data.sequence = sequence + 1
 		}
@@ -203,7 +207,9 @@ func (f *FSM) createSharded(index uint64, cmd *command.Command, path string, seq
 		owner = cmd.SessionID
 		f.addEphemeral(owner, path)
 	}
-	e := entry{path: path, nodeData: &nodeData{value: cloneBytes(cmd.Value), version: 1, created: index, modified: index, owner: owner, sequence: index}}
+	data := newNodeData(index, cmd)
+	data.value, data.owner, data.sequence = cloneBytes(cmd.Value), owner, index
+	e := entry{path: path, nodeData: data}
 	f.nodes.Set(e)
 	events := []Event{
 		{Kind: EventCreated, Path: path, Version: 1, Index: index},

@@ -35,7 +35,13 @@
 // are forgotten when a token is issued, at the proposer's clock carried in
 // the command. Only the meta group's auth state is consulted. Its
 // invariants: every role a user holds exists; every token's user exists;
-// auth is enabled only while the user RootUser exists.
+// auth is enabled only while the user RootUser exists. Quotas (quota.go)
+// are auth state too, kept in every group's state machine that applies
+// them (the server sets them only with one shard); a create or set past
+// one is refused with quota_exceeded. Beside the replicated state, the
+// state machine keeps the auth states its latest auth changes replaced
+// (authpast.go), so that the watch registry can ask what a user could
+// read at each event's index (ReadableAt).
 //
 // Requests the state machine refuses (a version mismatch, a missing node, an
 // expired session, an invalid path...) are results, not failures: Apply
@@ -48,7 +54,13 @@
 //   - an ephemeral node (Owner != 0) has no children and its owner session
 //     exists; the owner index holds exactly the ephemeral nodes;
 //   - a node's children count equals the number of nodes whose parent it is;
-//   - no member id is both a member and removed.
+//   - no member id is both a member and removed;
+//   - a node's ctime and mtime are the TimeMs of the commands that created
+//     and last wrote it (never a clock read at apply, so every replica and
+//     replay agrees); its cversion counts the creates and deletes of its
+//     children by stamped commands, and its pzxid, the index of the latest
+//     (or of its create), is never past the applied index. Unstamped
+//     commands (older binaries') change none of the four.
 //
 // # Shards
 //

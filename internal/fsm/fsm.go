@@ -60,6 +60,17 @@ type FSM struct {
 	// auth is the auth state (auth.go): users, roles, tokens, the enabled
 	// flag. Only the meta group's (shard 0) is used by the server.
 	auth authState
+	// applyingTime is the TimeMs of the command Apply is applying (0: an
+	// entry of a binary that kept no times, which then changes no node's
+	// times, cversion or pzxid). Not state of its own: set from the
+	// command by every Apply.
+	applyingTime uint64
+	// pastAuth holds the auth states the latest auth changes replaced,
+	// oldest first, at most maxPastAuth (PermittedAt): the watch registry
+	// asks what a user could read at the index of each event of a batch of
+	// applied entries, which may hold auth changes between its events. It is
+	// no part of the replicated state: clones and snapshots leave it out.
+	pastAuth []pastAuthState
 }
 
 // generations hands out generation numbers, unique in the process.
@@ -143,6 +154,14 @@ type Node struct {
 	Value         []byte
 	Owner         uint64 // the owning session of an ephemeral node; 0 = persistent
 	ChildrenCount int
+	// CreatedAtMs and ModifiedAtMs are the wall-clock times (milliseconds
+	// since the Unix epoch) the log recorded for the node's create and its
+	// latest write (command.Command.TimeMs; 0 if not recorded).
+	CreatedAtMs, ModifiedAtMs uint64
+	// ChildrenVersion counts the creates and deletes of the node's children
+	// in this shard; ChildrenModifiedIndex is the index of the latest, or
+	// the node's CreatedIndex if none (0: not recorded, see nodeData).
+	ChildrenVersion, ChildrenModifiedIndex uint64
 }
 
 // Apply applies cmd, committed at the raft log index index, and returns its
@@ -155,6 +174,7 @@ func (f *FSM) Apply(index uint64, cmd *command.Command) (Result, []Event) {
 		panic(fmt.Sprintf("fsm: apply of index %d after index %d", index, f.applied))
 	}
 	f.applied = index
+	f.applyingTime = cmd.TimeMs
 	switch cmd.Op {
 	case command.OpNoop:
 		return Result{}, nil
@@ -177,6 +197,7 @@ func (f *FSM) Apply(index uint64, cmd *command.Command) (Result, []Event) {
 	case command.OpDirDelete:
 		return f.deleteClosed(index, cmd)
 	case command.OpAuth:
+		f.rememberAuth(index)
 		return f.applyAuth(cmd)
 	default:
 		return refuse(api.Errorf(api.CodeInvalidArgument, "unknown operation %v", cmd.Op))

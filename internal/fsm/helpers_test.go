@@ -168,6 +168,9 @@ func tree(f *FSM) string {
 		if e.sequence != 0 {
 			fmt.Fprintf(&b, " s%d", e.sequence)
 		}
+		if e.hasTimes() {
+			fmt.Fprintf(&b, " t%d/%d cv%d p%d", e.ctime, e.mtime, e.cversion, e.pzxid)
+		}
 		b.WriteByte('\n')
 		return true
 	})

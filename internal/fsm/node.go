@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 
 	"github.com/latch-io/latch/api"
@@ -169,10 +170,16 @@ func (f *FSM) existingAncestor(p string) (entry, []string, *api.Error) {
 
 // update writes cmd's value to the existing node e. Ownership is kept.
 func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Event) {
+	if err := f.checkQuotas(e.path, nil, int64(len(cmd.Value))-int64(len(e.value))); err != nil {
+		return refuse(err)
+	}
 	data := e.edit()
 	data.value = cloneBytes(cmd.Value)
 	data.version++
 	data.modified = index
+	if cmd.TimeMs != 0 {
+		data.mtime = cmd.TimeMs
+	}
 	f.nodes.Set(e)
 	events := []Event{{Kind: EventChanged, Path: e.path, Version: e.version, Index: index}}
 	return Result{Node: e.meta()}, events
@@ -182,16 +189,24 @@ func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Eve
 // ancestors (top-down) between them. sequence is the number a sequential
 // create took: its parent's counter moves past it.
 func (f *FSM) create(index uint64, cmd *command.Command, path string, sequence uint64, parent entry, missing []string) (Result, []Event) {
+	if len(f.auth.quotas) > 0 {
+		if err := f.checkQuotas(path, append(slices.Clone(missing), path), int64(len(cmd.Value))); err != nil {
+			return refuse(err)
+		}
+	}
 	events := make([]Event, 0, 2*(len(missing)+1))
 	data := parent.edit()
 	data.children++
+	f.childrenChanged(data, index)
 	if cmd.Sequential && len(missing) == 0 {
 		data.sequence = sequence + 1
 	}
 	f.nodes.Set(parent)
 	for i, p := range missing {
 		events = append(events, createdEvents(index, p, parent)...)
-		data := &nodeData{version: 1, created: index, modified: index, children: 1, sequence: newSequence(index, cmd)}
+		data := newNodeData(index, cmd)
+		data.children, data.sequence = 1, newSequence(index, cmd)
+		f.childrenChanged(data, index)
 		if cmd.Sequential && i == len(missing)-1 {
 			data.sequence = sequence + 1
 		}
@@ -203,7 +218,9 @@ func (f *FSM) create(index uint64, cmd *command.Command, path string, sequence u
 		owner = cmd.SessionID
 		f.addEphemeral(owner, path)
 	}
-	e := entry{path: path, nodeData: &nodeData{value: cloneBytes(cmd.Value), version: 1, created: index, modified: index, owner: owner, sequence: newSequence(index, cmd)}}
+	data = newNodeData(index, cmd)
+	data.value, data.owner, data.sequence = cloneBytes(cmd.Value), owner, newSequence(index, cmd)
+	e := entry{path: path, nodeData: data}
 	f.nodes.Set(e)
 	events = append(events, createdEvents(index, path, parent)...)
 	return Result{Node: e.meta()}, events
@@ -306,7 +323,9 @@ func (f *FSM) unlinkChild(index uint64, path string) Event {
 		return f.unlinkChildRecord(index, dir)
 	}
 	parent, _ := f.lookup(api.Parent(path))
-	parent.edit().children--
+	data := parent.edit()
+	data.children--
+	f.childrenChanged(data, index)
 	f.nodes.Set(parent)
 	return Event{Kind: EventChildrenChanged, Path: parent.path, Version: parent.version, Index: index}
 }

@@ -17,7 +17,8 @@ func (f *FSM) Get(path string) (Node, error) {
 	if err != nil {
 		return Node{}, err
 	}
-	return Node{NodeMeta: e.meta(), Value: e.value, Owner: e.owner, ChildrenCount: e.children}, nil
+	return Node{NodeMeta: e.meta(), Value: e.value, Owner: e.owner, ChildrenCount: e.children,
+		CreatedAtMs: e.ctime, ModifiedAtMs: e.mtime, ChildrenVersion: e.cversion, ChildrenModifiedIndex: e.pzxid}, nil
 }
 
 func (f *FSM) get(path string) (entry, error) {

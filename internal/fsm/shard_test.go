@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/latch-io/latch/api"
@@ -570,9 +571,13 @@ func checkShardInvariants(f *FSM) error {
 
 // TestVersion2CommandsApplyAsBefore checks that entries of format version 2
 // (logs written before sharding) apply exactly as the same commands of the
-// current format: version 3 changed no rule.
+// current format: version 3 changed no rule. (States made with proposal
+// times are left out: version 2 has no TimeMs.)
 func TestVersion2CommandsApplyAsBefore(t *testing.T) {
 	for _, tt := range snapshotStates {
+		if slices.ContainsFunc(tt.setup, func(c command.Command) bool { return c.TimeMs != 0 }) {
+			continue
+		}
 		current := buildState(t, tt.setup)
 		old := newHarness(t)
 		for _, c := range tt.setup {

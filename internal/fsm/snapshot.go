@@ -79,6 +79,13 @@ import (
 // in them only if its auth state is not empty (enabled, or any user, role or
 // token) or a session has an owner, so a cluster that never used auth
 // writes what an older binary reads.
+//
+// Versions 10 to 17 are versions 2 to 9 with the times of every node: each
+// node frame ends (after the closing mark of a shard's) with its ctime,
+// mtime, cversion and pzxid (see nodeData). A state is written in them only
+// if a node holds any of the four (which every state does once a stamped
+// command created or wrote a node), so a state of older binaries is written
+// back as they wrote it.
 const (
 	snapshotMagic   = "LATCHFSM"
 	snapshotVersion = 2
@@ -92,6 +99,11 @@ const (
 	snapshotVersionShardTxn = 5
 	// snapshotAuthRaise raises a version to the one with auth state.
 	snapshotAuthRaise = 4
+	// snapshotTimesRaise raises a version (2 to 9) to the one with node
+	// times (10 to 17).
+	snapshotTimesRaise = 8
+	// snapshotVersionMax is the newest version.
+	snapshotVersionMax = snapshotVersionShardTxn + snapshotAuthRaise + snapshotTimesRaise
 	// maxFramePayload bounds the memory ReadSnapshot allocates for one frame.
 	maxFramePayload = 16 << 20
 )
@@ -127,11 +139,11 @@ func (f *FSM) WriteSnapshot(w io.Writer) error {
 }
 
 func (f *FSM) writeSnapshot(w *bufio.Writer) error {
-	sw := snapshotWriter{w: w, txnResults: f.holdsTxnResults()}
+	sw := snapshotWriter{w: w, txnResults: f.holdsTxnResults(), times: f.holdsTimes()}
 	sharded := f.shard.sharded()
 	withAuth := !f.auth.empty() || f.ownedSessions()
 	sw.auth = withAuth
-	sw.write(append([]byte(snapshotMagic), snapshotFormat(sharded, sw.txnResults, withAuth)))
+	sw.write(append([]byte(snapshotMagic), snapshotFormat(sharded, sw.txnResults, withAuth, sw.times)))
 	sw.frame(frameHeader, func(b []byte) []byte { return f.appendHeader(b, sharded) })
 	for _, m := range f.members {
 		sw.frame(frameMember, func(b []byte) []byte { return appendMember(b, m) })
@@ -158,6 +170,9 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 			b = appendNode(b, previous, e)
 			if sharded {
 				b = binary.AppendUvarint(b, e.closing)
+			}
+			if sw.times {
+				b = appendNodeTimes(b, e)
 			}
 			return b
 		})
@@ -239,6 +254,8 @@ type snapshotWriter struct {
 	// auth says sessions carry their owner and the auth frames follow the
 	// nodes (versions 6 to 9).
 	auth bool
+	// times says node frames end with the node's times (versions 10 to 17).
+	times bool
 }
 
 func (sw *snapshotWriter) write(b []byte) {
@@ -328,9 +345,10 @@ func appendNode(b []byte, previous string, e entry) []byte {
 
 // snapshotFormat is the version a state is written in: 3 for a shard of a
 // sharded cluster, 2 otherwise, each raised by 2 (to 5 or 4) when the
-// exactly-once windows hold a transaction's result, and all of them raised
-// by 4 (to 6 through 9) when the state holds auth state.
-func snapshotFormat(sharded, txnResults, withAuth bool) byte {
+// exactly-once windows hold a transaction's result, all of them raised
+// by 4 (to 6 through 9) when the state holds auth state, and all of those
+// by 8 (to 10 through 17) when its nodes hold times.
+func snapshotFormat(sharded, txnResults, withAuth, times bool) byte {
 	version := byte(snapshotVersion)
 	if sharded {
 		version = snapshotVersion3
@@ -341,5 +359,34 @@ func snapshotFormat(sharded, txnResults, withAuth bool) byte {
 	if withAuth {
 		version += snapshotAuthRaise
 	}
+	if times {
+		version += snapshotTimesRaise
+	}
 	return version
+}
+
+// appendNodeTimes appends the times part of a node frame (versions 10 to
+// 17).
+func appendNodeTimes(b []byte, e entry) []byte {
+	b = binary.AppendUvarint(b, e.ctime)
+	b = binary.AppendUvarint(b, e.mtime)
+	b = binary.AppendUvarint(b, e.cversion)
+	return binary.AppendUvarint(b, e.pzxid)
+}
+
+// hasTimes reports whether e holds any of the times of versions 10 to 17.
+func (e entry) hasTimes() bool {
+	return e.ctime|e.mtime|e.cversion|e.pzxid != 0
+}
+
+// holdsTimes reports whether a node holds times, so the state is written in
+// versions 10 to 17. It stops at the first such node: in a state that has
+// any, the root (whose cversion counts its children) usually is one.
+func (f *FSM) holdsTimes() bool {
+	found := false
+	f.nodes.Scan(func(e entry) bool {
+		found = e.hasTimes()
+		return !found
+	})
+	return found
 }

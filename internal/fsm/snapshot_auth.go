@@ -6,7 +6,12 @@ import (
 	"github.com/latch-io/latch/internal/command"
 )
 
-// writeFrames writes the auth frames of a version-6-to-9 snapshot.
+// writeFrames writes the auth frames of a version-6-to-9 snapshot. The
+// auth frame holds the enabled flag and the counts of roles, users and
+// tokens, then, only if there are quotas, their count and each quota
+// (prefix, max nodes, max bytes) by prefix: a frame without quotas is as
+// it was before quotas, and a reader takes a frame that ends after the
+// counts as one without quotas.
 func (a *authState) writeFrames(sw *snapshotWriter) {
 	sw.frame(frameAuth, func(b []byte) []byte {
 		enabled := byte(0)
@@ -16,7 +21,17 @@ func (a *authState) writeFrames(sw *snapshotWriter) {
 		b = append(b, enabled)
 		b = binary.AppendUvarint(b, uint64(a.roles.Len()))
 		b = binary.AppendUvarint(b, uint64(a.users.Len()))
-		return binary.AppendUvarint(b, uint64(a.tokens.Len()))
+		b = binary.AppendUvarint(b, uint64(a.tokens.Len()))
+		if len(a.quotas) == 0 {
+			return b
+		}
+		b = binary.AppendUvarint(b, uint64(len(a.quotas)))
+		for _, q := range a.quotas {
+			b = appendString(b, q.Prefix)
+			b = binary.AppendUvarint(b, q.MaxNodes)
+			b = binary.AppendUvarint(b, q.MaxBytes)
+		}
+		return b
 	})
 	a.roles.Scan(func(r authRole) bool {
 		sw.frame(frameRole, func(b []byte) []byte {
@@ -62,19 +77,21 @@ func (sr *snapshotReader) readAuth(f *FSM) error {
 	}
 	enabled := d.byte()
 	roles, users, tokens := d.uvarint(), d.uvarint(), d.uvarint()
+	quotas := readQuotas(d)
 	switch {
 	case d.err != nil:
 	case enabled > 1:
 		d.fail(d.base, "auth enabled flag %d", enabled)
 	case roles > MaxRoles || users > MaxUsers || tokens > MaxUsers*MaxUserTokens:
 		d.fail(d.base, "auth counts %d roles, %d users, %d tokens over the limits", roles, users, tokens)
-	case enabled == 0 && roles == 0 && users == 0 && tokens == 0 && !f.ownedSessions():
+	case enabled == 0 && roles == 0 && users == 0 && tokens == 0 && len(quotas) == 0 && !f.ownedSessions():
 		d.fail(d.base, "empty auth state in a format that holds one")
 	}
 	if err := d.finish(); err != nil {
 		return err
 	}
 	a := &f.auth
+	a.quotas = quotas
 	a.enabled = enabled == 1
 	if err := sr.readRoles(a, roles); err != nil {
 		return err
@@ -89,6 +106,31 @@ func (sr *snapshotReader) readAuth(f *FSM) error {
 		return corruptf(start, "auth enabled without the user %q", RootUser)
 	}
 	return nil
+}
+
+// readQuotas reads the quotas that may end the auth frame: none if the
+// frame ends after the counts.
+func readQuotas(d *payloadDecoder) []Quota {
+	if d.err != nil || d.pos == len(d.data) {
+		return nil
+	}
+	count := d.uvarint()
+	if d.err == nil && (count == 0 || count > MaxQuotas) {
+		d.fail(d.base, "%d quotas: want 1 to %d when present", count, MaxQuotas)
+	}
+	var quotas []Quota
+	for i := uint64(0); i < count && d.err == nil; i++ {
+		q := Quota{Prefix: d.string(), MaxNodes: d.uvarint(), MaxBytes: d.uvarint()}
+		switch {
+		case d.err != nil:
+		case CheckPrefix(q.Prefix) != nil || (q.MaxNodes == 0 && q.MaxBytes == 0):
+			d.fail(d.base, "bad quota on %q", q.Prefix)
+		case i > 0 && quotas[i-1].Prefix >= q.Prefix:
+			d.fail(d.base, "quotas out of order")
+		}
+		quotas = append(quotas, q)
+	}
+	return quotas
 }
 
 func (sr *snapshotReader) readRoles(a *authState, count uint64) error {

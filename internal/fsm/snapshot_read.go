@@ -61,6 +61,9 @@ type snapshotReader struct {
 	txnResults bool
 	// auth says the auth frames follow the nodes (versions 6 to 9).
 	auth bool
+	// times says node frames end with the node's times (versions 10 to
+	// 17); sawTimes that a node read so far holds any.
+	times, sawTimes bool
 }
 
 func corruptf(offset int64, format string, args ...any) error {
@@ -135,6 +138,10 @@ func (sr *snapshotReader) read() (*FSM, error) {
 		return nil, corruptf(0, "not a latch state machine snapshot")
 	}
 	sr.version = magic[len(snapshotMagic)]
+	if sr.version >= snapshotVersion+snapshotTimesRaise && sr.version <= snapshotVersionMax {
+		sr.version -= snapshotTimesRaise
+		sr.times = true
+	}
 	if sr.version > snapshotVersionShardTxn && sr.version <= snapshotVersionShardTxn+snapshotAuthRaise {
 		sr.version -= snapshotAuthRaise
 		sr.auth = true
@@ -177,6 +184,11 @@ func (sr *snapshotReader) read() (*FSM, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if sr.times && !sr.sawTimes {
+		// Only a state with them is written in versions 10 to 17: the
+		// encoding of a state is unique.
+		return nil, corruptf(sr.offset, "format version %d but no node holds times", sr.version+snapshotTimesRaise)
 	}
 	if sr.auth {
 		if err := sr.readAuth(f); err != nil {
@@ -332,6 +344,7 @@ func (sr *snapshotReader) readNodes(f *FSM, count uint64) error {
 			return err
 		}
 		e := d.node(previous)
+		sr.nodeTimes(d, e, f.applied)
 		if err := d.finish(); err != nil {
 			return err
 		}
@@ -555,6 +568,20 @@ func (d *payloadDecoder) node(previous string) entry {
 	}
 	e.children = int(children)
 	return e
+}
+
+// nodeTimes decodes the times part of a node frame into e, in versions 10
+// to 17. A pzxid is an index of this log: none is past the applied index.
+func (sr *snapshotReader) nodeTimes(d *payloadDecoder, e entry, applied uint64) {
+	if !sr.times || d.err != nil {
+		return
+	}
+	at := d.at()
+	e.ctime, e.mtime, e.cversion, e.pzxid = d.uvarint(), d.uvarint(), d.uvarint(), d.uvarint()
+	if d.err == nil && e.pzxid > applied {
+		d.fail(at, "node %q: pzxid %d past the applied index %d", e.path, e.pzxid, applied)
+	}
+	sr.sawTimes = sr.sawTimes || e.hasTimes()
 }
 
 // maxChildren bounds a children count read from a snapshot.

@@ -91,6 +91,7 @@ func (sr *snapshotReader) readShardNodes(f *FSM, count uint64) error {
 		if d.err == nil {
 			e.closing = d.uvarint()
 		}
+		sr.nodeTimes(d, e, f.applied)
 		if err := d.finish(); err != nil {
 			return err
 		}

@@ -36,6 +36,10 @@ var snapshotStates = []struct {
 		setMember(1, "n1"), setMember(2, "n2"), {Op: command.OpMemberSet, Member: command.Member{ID: 4, Name: "n4", PeerURL: "127.0.0.1:2399", Learner: true}},
 		removeMember(4), removeMember(9), createSession(1000), putEphemeral("/e", "x", 1),
 	}},
+	{"times", []command.Command{
+		stamped(put("/a/b", "x"), 1000), put("/old", "unstamped"), createSession(1000), stamped(putEphemeral("/a/e", "y", 3), 1001),
+		stamped(put("/a/b", "z"), 1002), stamped(del("/a/b"), 1003), stamped(put("/old", "now stamped"), 1004),
+	}},
 }
 
 // removedState is the index in snapshotStates of a state with every kind of

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
 )
 
 // entry is one node of the tree as stored in the B-tree. It is small (the
@@ -28,6 +29,40 @@ type nodeData struct {
 	// another shard: the index of the OpDirMark of a delete in progress;
 	// 0 if none.
 	closing uint64
+	// ctime and mtime are the wall-clock times, in milliseconds since the
+	// Unix epoch, of the commands that created the node and last wrote its
+	// value: their TimeMs, which the log carries (0: that command had
+	// none). Never a reading of a clock at apply.
+	ctime, mtime uint64
+	// cversion counts the creates and deletes of the node's children here
+	// (ZooKeeper's cversion). pzxid is the index of the latest of them, or
+	// the index that created the node if there was none since (ZooKeeper's
+	// pzxid); 0 in a node read from a snapshot of a binary that did not
+	// keep it, until a child changes.
+	cversion, pzxid uint64
+}
+
+// childrenChanged records in data a create or a delete of one of its
+// children at index, if the command being applied is stamped (see
+// applyingTime).
+func (f *FSM) childrenChanged(data *nodeData, index uint64) {
+	if f.applyingTime == 0 {
+		return
+	}
+	data.cversion++
+	data.pzxid = index
+}
+
+// newNodeData is the data of a node that cmd creates at index, with no
+// children yet. A command without TimeMs (an entry of a binary that kept
+// no times) records none of them, so old logs replay to the state they
+// made.
+func newNodeData(index uint64, cmd *command.Command) *nodeData {
+	data := &nodeData{version: 1, created: index, modified: index}
+	if cmd.TimeMs != 0 {
+		data.ctime, data.mtime, data.pzxid = cmd.TimeMs, cmd.TimeMs, index
+	}
+	return data
 }
 
 // edit gives e a private copy of its data and returns it for modification;

@@ -118,7 +118,7 @@ func checkTxnOpShape(op *command.TxnOp) *api.Error {
 // rules.
 func txnWriteCommand(cmd *command.Command, op *command.TxnOp) command.Command {
 	write := command.Command{
-		Format: cmd.Format, Path: op.Path, Value: op.Value,
+		Format: cmd.Format, TimeMs: cmd.TimeMs, Path: op.Path, Value: op.Value,
 		Precondition: op.Precondition, Version: op.Version,
 		Recursive: op.Recursive, SessionID: cmd.SessionID,
 	}

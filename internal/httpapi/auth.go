@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strings"
 
@@ -13,10 +14,20 @@ import (
 const maxLoginBody = 4096
 
 // withCredentials puts what r presents (the verified certificate's name, a
-// bearer token) in its context, for the server's one authorization check.
-func withCredentials(r *http.Request, c Caller) *http.Request {
-	creds := server.Credentials{CertName: c.CertName, Token: bearerToken(r)}
-	return r.WithContext(server.WithCredentials(r.Context(), creds))
+// bearer token, the source address) in ctx, r's context, for the server's
+// one authorization check.
+func withCredentials(ctx context.Context, r *http.Request, c Caller) context.Context {
+	creds := server.Credentials{CertName: c.CertName, Token: bearerToken(r), Source: sourceAddress(r.RemoteAddr)}
+	return server.WithCredentials(ctx, creds)
+}
+
+// sourceAddress is the host of a remote address "host:port".
+func sourceAddress(remote string) string {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return remote
+	}
+	return host
 }
 
 // bearerToken returns the token of an "Authorization: Bearer" header, or "".
@@ -66,8 +77,8 @@ func (h *Handler) changeAuth(w http.ResponseWriter, r *http.Request) {
 }
 
 // gated wraps an endpoint that has no server method of its own (status,
-// cluster health, /metrics, the dashboard): with auth enabled it needs an
-// authenticated user.
+// cluster health, /metrics): with auth enabled it needs an authenticated
+// user.
 func (h *Handler) gated(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := h.server.Authenticate(r.Context()); err != nil {

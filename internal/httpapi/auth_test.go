@@ -151,7 +151,6 @@ var endpointCases = []endpointCase{
 	{"members", "GET", "/v1/cluster/members", "", needUser, false, 200},
 	{"status", "GET", "/v1/status", "", needUser, false, 200},
 	{"metrics", "GET", "/metrics", "", needUser, false, 200},
-	{"dashboard", "GET", "/ui", "", needUser, false, 200},
 	{"list sessions", "GET", "/v1/sessions", "", needAdmin, false, 200},
 	{"snapshot", "GET", "/v1/snapshot", "", needAdmin, false, 200},
 	{"auth status", "GET", "/v1/auth", "", needAdmin, false, 200},

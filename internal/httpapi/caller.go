@@ -63,5 +63,7 @@ func withCaller(r *http.Request) *http.Request {
 	if name, ok := tlsconfig.Identity(connectionState(r)); ok {
 		c.CertName = name
 	}
-	return withCredentials(r.WithContext(context.WithValue(r.Context(), callerKey{}, c)), c)
+	ctx := withCredentials(context.WithValue(r.Context(), callerKey{}, c), r, c)
+	return r.WithContext(ctx) // one copy of the request, not one per value
+
 }

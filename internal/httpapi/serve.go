@@ -184,23 +184,38 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// deadlineWriter gives every write and flush of a reply WriteTimeout to
-// reach the client, so an event stream's deadline moves with each event.
+// deadlineWriter gives every write and flush of a reply that can reach the
+// connection WriteTimeout to reach the client, so an event stream's
+// deadline moves with each event. Writes that only fill net/http's buffer
+// do not move it (a small reply is sent by the flush after the handler,
+// under withDeadlines' final deadline): a deadline costs a timer update, and
+// most replies are one small write.
 type deadlineWriter struct {
 	http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
+	// buffered counts the bytes written since the deadline last moved; at
+	// unbufferedWrite or more a write may reach the connection.
+	buffered int
 }
 
-func (w *deadlineWriter) extend() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) }
+// unbufferedWrite is a size of writes below which net/http's buffers (2 KiB
+// before a reply is chunked, 4 KiB on the connection) hold them.
+const unbufferedWrite = 1024
+
+func (w *deadlineWriter) extend() {
+	w.buffered = 0
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+}
 
 func (w *deadlineWriter) WriteHeader(code int) {
-	w.extend()
-	w.ResponseWriter.WriteHeader(code)
+	w.ResponseWriter.WriteHeader(code) // buffered until the first flush
 }
 
 func (w *deadlineWriter) Write(p []byte) (int, error) {
-	w.extend()
+	if w.buffered += len(p); w.buffered >= unbufferedWrite {
+		w.extend()
+	}
 	return w.ResponseWriter.Write(p)
 }
 

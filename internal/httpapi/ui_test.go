@@ -33,3 +33,23 @@ func TestDashboardRoute(t *testing.T) {
 		t.Errorf("POST /ui: status %d body %s; want 405", status, body)
 	}
 }
+
+// TestDashboardFilesNeedNoLogin: with auth enabled the dashboard's files
+// are served without credentials (they hold no data: the page shows its
+// login form), while every endpoint the page reads its data from is 401.
+func TestDashboardFilesNeedNoLogin(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := setUpAuth(t, ctx, c.URL(0))
+	for _, path := range []string{"/ui", "/ui/app.js", "/ui/style.css"} {
+		if status, body := sendAs(t, ctx, "", "GET", f.base+path, ""); status != http.StatusOK || len(body) == 0 {
+			t.Errorf("GET %s without credentials: %d, %d bytes; want 200 with the file", path, status, len(body))
+		}
+	}
+	for _, path := range []string{"/v1/cluster/health", "/v1/status", "/metrics", "/v1/locks", "/v1/kv/app/x"} {
+		if status, body := sendAs(t, ctx, "", "GET", f.base+path, ""); status != http.StatusUnauthorized {
+			t.Errorf("GET %s without credentials: %d %s; want 401", path, status, body)
+		}
+	}
+}

@@ -43,7 +43,7 @@ func (q *Queues) AcquireLock(ctx context.Context, name string, session uint64, w
 		ahead, predecessor, found := position(members, mine.Path)
 		switch {
 		case !found:
-			return api.Lock{}, api.Errorf(api.CodeSessionExpired, "the session's place in lock %q is gone (session ended)", name)
+			return api.Lock{}, q.placeGone(session, name)
 		case ahead == 0:
 			return api.Lock{Held: true, SessionHandle: api.FormatSessionHandle(session),
 				FencingToken: mine.CreatedIndex, Path: mine.Path, Index: index}, nil
@@ -57,6 +57,19 @@ func (q *Queues) AcquireLock(ctx context.Context, name string, session uint64, w
 			return api.Lock{Held: false, SessionHandle: api.FormatSessionHandle(session), Position: ahead, Path: mine.Path, Index: index}, nil
 		}
 	}
+}
+
+// placeGone is the error of an acquire whose queue node is gone: 410 if its
+// session ended (the session's end deleted it), else 409 lock_not_held, as
+// the session itself gave the place up while the acquire waited (a release,
+// or a DELETE of the node): a client that gives up an acquire whose call is
+// still in flight releases the place that call may make, and must not take
+// that for its session's end.
+func (q *Queues) placeGone(session uint64, name string) error {
+	if !q.sessionLive(session) {
+		return api.Errorf(api.CodeSessionExpired, "the session's place in lock %q is gone (session ended)", name)
+	}
+	return api.Errorf(api.CodeLockNotHeld, "the session's place in lock %q was given up (released) while it waited", name)
 }
 
 // ReleaseLock deletes the session's queue node of lock name. With a non-zero
@@ -205,12 +218,17 @@ func (q *Queues) ResignElection(ctx context.Context, role string, session uint64
 // dead session answers), else notFound. The caller has read the queue after
 // a linearizable barrier, so the state it reads here is as fresh.
 func (q *Queues) notQueued(session uint64, notFound error) error {
-	var err error
-	q.cfg.Replica.View(func(f *fsm.FSM) { _, err = f.Session(session) })
-	if err != nil {
+	if !q.sessionLive(session) {
 		return api.SessionGone(session)
 	}
 	return notFound
+}
+
+// sessionLive reports whether session is live in this replica's state.
+func (q *Queues) sessionLive(session uint64) bool {
+	var err error
+	q.cfg.Replica.View(func(f *fsm.FSM) { _, err = f.Session(session) })
+	return err == nil
 }
 
 // ElectionState reports the leader of role and how many candidates there

@@ -86,6 +86,46 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// member says how startMember starts one member of a test group.
+type member struct {
+	network     *transport.Network
+	id, size    uint64 // member id among ids 1 to size
+	fs          vfs.FS // its WAL and snapshots
+	segmentSize int64  // of its WAL
+	// config has the node's Machine, Clock, TickInterval and any other
+	// setting; startMember fills in the rest.
+	config Config
+}
+
+// startMember starts m's node. It is stopped at cleanup, before its WAL closes.
+func startMember(t *testing.T, m member) *Node {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	w, recovered, err := wal.Open(m.fs, "/wal", wal.Options{SegmentSize: m.segmentSize, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	snaps, err := snap.New(m.fs, "/snap", snap.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := &stepHandler{}
+	cfg := m.config
+	cfg.ID, cfg.Group, cfg.Recovered, cfg.Logger = m.id, 1, recovered[1], quiet
+	cfg.WAL, cfg.Snapshots, cfg.Transport = w, snaps, m.network.Join(m.id, handler, nil)
+	for peer := uint64(1); peer <= m.size; peer++ {
+		cfg.Peers = append(cfg.Peers, raft.Peer{ID: peer})
+	}
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler.node.Store(n)
+	t.Cleanup(n.Stop)
+	return n
+}
+
 // fakeGroup is a group of nodes over the in-memory network, all ticking on
 // one fake clock.
 type fakeGroup struct {
@@ -101,35 +141,10 @@ func startFakeGroup(t *testing.T, size int) *fakeGroup {
 	g := &fakeGroup{clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	network := transport.NewNetwork(1)
 	t.Cleanup(network.Close)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var peers []raft.Peer
-	for id := 1; id <= size; id++ {
-		peers = append(peers, raft.Peer{ID: uint64(id)})
-	}
 	for id := uint64(1); id <= uint64(size); id++ {
-		fs := vfs.NewMem()
-		w, recovered, err := wal.Open(fs, "/wal", wal.Options{SegmentSize: 1 << 20, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { w.Close() })
-		snaps, err := snap.New(fs, "/snap", snap.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		handler := &stepHandler{}
 		machine := &recordingMachine{}
-		n, err := Start(Config{
-			ID: id, Group: 1, Peers: peers, Recovered: recovered[1],
-			WAL: w, Snapshots: snaps, Transport: network.Join(id, handler, nil), Machine: machine,
-			Logger: quiet, Clock: g.clock, TickInterval: fakeTick,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		handler.node.Store(n)
-		t.Cleanup(n.Stop)
-		g.nodes = append(g.nodes, n)
+		g.nodes = append(g.nodes, startMember(t, member{network: network, id: id, size: uint64(size), fs: vfs.NewMem(), segmentSize: 1 << 20,
+			config: Config{Machine: machine, Clock: g.clock, TickInterval: fakeTick}}))
 		g.machines = append(g.machines, machine)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -2,25 +2,56 @@
 // go.etcd.io/raft/v3 Node of the group and the goroutine that handles its
 // Ready batches.
 //
-// The Ready loop keeps the library's documented order, which is where
-// durability lives:
+// The node runs raft with asynchronous storage writes
+// (raft.Config.AsyncStorageWrites): raft does not wait for an Advance, it
+// hands the writes to local "threads" as messages and learns that they are
+// done from the responses those deliver back. Two goroutines share the work,
+// and durability lives in what each does before it answers:
 //
-//  1. If this node leads, MsgApp and MsgHeartbeat go to the transport first,
-//     so followers write in parallel with the leader's own fsync (Raft thesis
-//     §10.2.1). This is safe because raft counts the leader's own copy toward
-//     the commit quorum only after Advance, that is after step 2.
-//  2. HardState, entries and any snapshot marker are appended to the WAL with
-//     ONE fsync (wal.Save). Nothing that promises durability leaves before it:
-//     votes, MsgAppResp and every other message are sent only after it.
-//     A Ready whose hard state moved only the commit index, with no entries
-//     and no snapshot, writes and fsyncs nothing (raft.MustSync): the commit
-//     index is relearned from the leader after a restart.
-//  3. A received snapshot is installed (raft storage, then the state machine);
-//     new entries go to the in-memory raft log.
-//  4. Committed entries are applied in order through StateMachine.Apply, conf
-//     changes through ApplyConfChange. An entry is applied only after it is
-//     durable locally (it was persisted by this or an earlier Ready).
-//  5. Advance.
+//  1. The Ready loop sends every message addressed to peers at once. None of
+//     these promises durability: a leader's MsgApp and heartbeats (followers
+//     write in parallel with the leader's own fsync, Raft thesis §10.2.1), a
+//     follower's forwarded proposals, heartbeat responses. raft keeps back
+//     every message that does (votes, MsgAppResp) as a response of the
+//     Ready's MsgStorageAppend.
+//  2. It queues the MsgStorageAppend (hard state, entries) for the append
+//     goroutine and goes on. The append goroutine (append.go) takes every
+//     queued message, writes them to the WAL with ONE wal.Save (one fsync),
+//     appends them to the in-memory raft log, and only then delivers their
+//     responses: MsgAppResp and votes to peers, and to raft itself its own
+//     MsgStorageAppendResp (and, leading, its MsgAppResp to itself). So an
+//     entry counts toward a commit, on the leader too, only once it is
+//     durable where it is counted. A message that only moves the commit
+//     index is not written (raft.MustSync): a restarted node learns the
+//     commit index again from the leader.
+//  3. A MsgStorageAppend carrying a snapshot is stored by the Ready loop
+//     itself once the append goroutine has finished every earlier one (it
+//     replaces the state machine): WAL marker, snapshot installed in the
+//     state machine and the raft log, then its responses.
+//  4. The MsgStorageApply's committed entries are applied in order through
+//     StateMachine.Apply (conf changes through ApplyConfChange) on the Ready
+//     loop, and its response is stepped back into raft. raft gives an entry
+//     to apply only once it is committed and durable locally (its
+//     MsgStorageAppendResp was stepped), so nothing is applied, and no
+//     client answered, before a quorum including this member has it on disk
+//     (TestApplyOnlyAfterQuorumFsync checks this at every apply).
+//
+// # Pipeline
+//
+// While a save runs, the Ready loop replicates and applies. It takes no new
+// Ready while appends already wait for the save under way: proposals and
+// acknowledgements arriving during one fsync then leave together in the
+// next Ready (one MsgApp per follower, one save), so a batch's fsync
+// overlaps the next batch's replication and the previous batch's apply
+// without splitting the work into more, smaller Readys.
+//
+// # A stalled disk
+//
+// A save that has lasted longer than a tick interval stalls the Ready loop
+// as a loop that fsyncs itself would be: it neither ticks raft (LastTick
+// stands still; the tick is taken once the save returns) nor takes Readys,
+// so a leader with a stuck disk stops heartbeating and the others elect a
+// leader that can commit.
 //
 // Every SnapshotEvery applied entries, and at the first chance after a conf
 // change (so a snapshot sent to a new member names it), the state machine is
@@ -35,19 +66,20 @@
 // # A full disk
 //
 // Except a full filesystem met before anything was written. wal.ErrNoSpace
-// (no segment space; nothing of the Ready was written) holds the Ready in
-// step 2 and persists it again every 250ms until it succeeds or the node
-// stops: nothing after the leader's early appends is sent, nothing is
-// applied, raft is not ticked, so the member acknowledges nothing and a
-// leader loses its followers to an election. snap.ErrNoSpace (the
-// snapshot's temporary file removed) or no WAL space for the snapshot's
-// marker skips that snapshot, keeping every WAL entry, and tries again after
-// 2s (on ticks too). Hooks.StorageFull reports each part full and writing
-// again. A snapshot result received while a Ready waits for space is
-// finished after that Ready. So is an
-// error from the state machine's Apply or ApplyConfChange (a committed entry
-// this binary cannot decode): skipping it would let replicas diverge, so the
-// node stops before applying anything after it.
+// (no segment space; nothing of the save was written) holds the save and
+// makes it again every 250ms until it succeeds or the node stops: none of
+// its responses is delivered, so nothing after it is acknowledged or
+// applied, and the Ready loop, seeing the WAL full, neither ticks raft nor
+// takes Readys, so a leader loses its followers to an election.
+// snap.ErrNoSpace (the snapshot's temporary file removed) or no WAL space
+// for the snapshot's marker skips that snapshot, keeping every WAL entry,
+// and tries again after 2s (on ticks too). Hooks.StorageFull reports each
+// part full and writing again. A snapshot result received while the Ready
+// loop itself waits for space (storing a snapshot from the leader) is
+// finished after that Ready. So is an error from the state machine's Apply
+// or ApplyConfChange (a committed entry this binary cannot decode):
+// skipping it would let replicas diverge, so the node stops before applying
+// anything after it.
 //
 // The node reads time only through Config.Clock (internal/clock): the
 // ticker that ticks raft every TickInterval (or the process's one shared

@@ -12,10 +12,13 @@ import (
 )
 
 // run is the Ready loop: the only goroutine that touches the node's
-// Loop-owned fields, the raft storage writes, and the state machine.
+// Loop-owned fields and the state machine. Entries are made durable by the
+// append goroutine (append.go), which it starts and outlives.
 func (n *Node) run() {
 	defer close(n.donec)
 	defer n.raft.Stop()
+	go n.appender.run()
+	defer n.stopAppender()
 	// Exactly one of the two tick channels is set: the shared Ticks' or a
 	// ticker of the node's own.
 	var ownTicks <-chan time.Time
@@ -30,17 +33,22 @@ func (n *Node) run() {
 		ownTicks = ticker.C()
 	}
 	for {
+		readyc := n.raft.Ready()
+		if n.storageStalled() || n.appender.backlogged() {
+			readyc = nil // see "Pipeline" in the package comment
+		}
 		select {
 		case <-ownTicks:
 			n.tick()
 		case <-sharedTicks:
 			n.tick()
-		case rd := <-n.raft.Ready():
+		case <-n.progress:
+			if n.tickPending && !n.storageStalled() {
+				n.tick()
+			}
+		case rd := <-readyc:
 			if err := n.handleReady(rd); err != nil {
-				if !errors.Is(err, errStopping) {
-					n.fail(err)
-				}
-				n.drainSnapshot()
+				n.stopOn(err)
 				return
 			}
 			if res := n.parkedSnapshot; res != nil {
@@ -50,6 +58,9 @@ func (n *Node) run() {
 					return
 				}
 			}
+		case <-n.appender.done:
+			n.stopOn(n.appender.err)
+			return
 		case res := <-n.snapDone:
 			if err := n.finishSnapshot(res); err != nil {
 				n.fail(err)
@@ -62,9 +73,48 @@ func (n *Node) run() {
 	}
 }
 
+// stopOn ends the loop on err: a failure unless Stop was called.
+func (n *Node) stopOn(err error) {
+	if !errors.Is(err, errStopping) {
+		n.fail(err)
+	}
+	n.drainSnapshot()
+}
+
+// stopAppender stops the append goroutine and waits for it: a save under
+// way finishes first, and a response it is stepping into raft is dropped.
+func (n *Node) stopAppender() {
+	close(n.appendStop)
+	n.stepCancel()
+	<-n.appender.done
+}
+
+// storageStalled reports whether the WAL cannot get space or a save has
+// been under way for longer than a tick interval. The loop then neither
+// ticks raft nor takes Readys, as a loop that fsyncs itself would not.
+func (n *Node) storageStalled() bool {
+	return n.walFull.Load() || n.appender.busyFor() > n.cfg.TickInterval
+}
+
+// storageProgressed is called by whoever saved to the WAL, after each save:
+// it wakes the loop if it is waiting for storage.
+func (n *Node) storageProgressed() {
+	select {
+	case n.progress <- struct{}{}:
+	default:
+	}
+}
+
 // tick advances raft's logical clock and, every walCheckElections
 // election timeouts, snapshots the group if it holds back the WAL.
+// While storage is stalled the tick is kept for when it resumes, as a
+// ticker's one buffered tick waits for a loop stuck in an fsync.
 func (n *Node) tick() {
+	if n.storageStalled() {
+		n.tickPending = true
+		return
+	}
+	n.tickPending = false
 	n.raft.Tick()
 	n.lastTick.Store(int64(n.cfg.Clock.Since(n.started)))
 	n.ticks++
@@ -94,28 +144,60 @@ func (n *Node) snapshotIfPinning() {
 }
 
 // handleReady processes one Ready in the order the package comment gives.
+// raft's Advance is not called: with asynchronous storage writes, raft
+// learns of durable entries and applied ones from the responses that
+// deliver steps back into it.
 func (n *Node) handleReady(rd raft.Ready) error {
 	n.observe(rd)
-	early, late := splitMessages(rd.Messages, n.leader.Load() == n.cfg.ID)
-	n.send(early)
-	if err := n.persistWhenSpace(rd); err != nil {
-		return err
-	}
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		if err := n.installSnapshot(rd.Snapshot); err != nil {
-			return err
+	peers, local := splitLocal(rd.Messages)
+	n.send(peers)
+	for i := range local {
+		m := &local[i]
+		switch m.To {
+		case raft.LocalAppendThread:
+			if err := n.queueAppend(*m); err != nil {
+				return err
+			}
+		case raft.LocalApplyThread:
+			if err := n.apply(m.Entries); err != nil {
+				return err
+			}
+			if err := n.deliver(m.Responses); err != nil {
+				return err
+			}
+		default:
+			n.send(local[i : i+1])
 		}
 	}
-	if err := n.storage.Append(rd.Entries); err != nil {
-		return fmt.Errorf("raftnode: group %d: append to raft log: %w", n.cfg.Group, err)
+	n.maybeSnapshot()
+	return nil
+}
+
+// splitLocal cuts a Ready's messages before the first one to a local
+// storage thread: raft appends MsgStorageAppend and MsgStorageApply after
+// every message to peers, so peers can be sent as they are, without a copy.
+// (handleReady still sends any peer message found among local.)
+func splitLocal(msgs []raftpb.Message) (peers, local []raftpb.Message) {
+	for i := range msgs {
+		if to := msgs[i].To; to == raft.LocalAppendThread || to == raft.LocalApplyThread {
+			return msgs[:i], msgs[i:]
+		}
 	}
-	n.send(late)
-	if err := n.apply(rd.CommittedEntries); err != nil {
+	return msgs, nil
+}
+
+// queueAppend hands m to the append goroutine, except a message carrying a
+// snapshot: the loop waits until every earlier append is done and stores
+// that one itself, since installing it replaces the state machine.
+func (n *Node) queueAppend(m raftpb.Message) error {
+	if m.Snapshot == nil || raft.IsEmptySnap(*m.Snapshot) {
+		n.appender.enqueue(appendWork{message: m})
+		return nil
+	}
+	if err := n.appender.flush(); err != nil {
 		return err
 	}
-	n.maybeSnapshot()
-	n.raft.Advance()
-	return nil
+	return n.storeAppends([]raftpb.Message{m}, n.snapDone)
 }
 
 // observe passes leader changes and read states to the observer.
@@ -134,57 +216,53 @@ func (n *Node) observe(rd raft.Ready) {
 	}
 }
 
-// splitMessages returns the messages a leader may send before its own fsync
-// (appends and heartbeats to followers) and those that must wait for it.
-func splitMessages(msgs []raftpb.Message, leading bool) (early, late []raftpb.Message) {
-	if !leading {
-		return nil, msgs
-	}
-	for _, m := range msgs {
-		switch m.Type {
-		case raftpb.MsgApp, raftpb.MsgHeartbeat:
-			early = append(early, m)
-		default:
-			late = append(late, m)
-		}
-	}
-	return early, late
-}
-
 func (n *Node) send(msgs []raftpb.Message) {
 	if len(msgs) > 0 {
 		n.cfg.Transport.Send(n.cfg.Group, msgs)
 	}
 }
 
-// persist writes the Ready's hard state, entries and snapshot marker to the
-// WAL with one fsync. A Ready that only moves the commit index writes
-// nothing: raft needs term, vote and entries durable (raft.MustSync), not
-// the commit index, which a restarted node learns again from the leader.
-// Nor does a Ready whose hard state is empty (unchanged) and that carries no
-// entries and no snapshot, such as one of messages alone.
-func (n *Node) persist(rd raft.Ready) error {
-	batch := wal.Batch{Group: n.cfg.Group, HardState: rd.HardState, Entries: rd.Entries}
-	if !raft.IsEmptySnap(rd.Snapshot) {
-		md := rd.Snapshot.Metadata
-		batch.Snapshot = &wal.SnapshotMarker{Index: md.Index, Term: md.Term, Installed: true}
+// walBatches returns the WAL batches of msgs (MsgStorageAppend, in order):
+// hard state, entries and snapshot marker of each. A message that only
+// moves the commit index, or carries nothing, writes nothing: raft needs
+// term, vote and entries durable (raft.MustSync), not the commit index,
+// which a restarted node learns again from the leader.
+func (n *Node) walBatches(msgs []raftpb.Message) []wal.Batch {
+	var batches []wal.Batch
+	for i := range msgs {
+		m := &msgs[i]
+		batch := wal.Batch{Group: n.cfg.Group, HardState: hardStateOf(m), Entries: m.Entries}
+		if m.Snapshot != nil && !raft.IsEmptySnap(*m.Snapshot) {
+			md := m.Snapshot.Metadata
+			batch.Snapshot = &wal.SnapshotMarker{Index: md.Index, Term: md.Term, Installed: true}
+		}
+		// raft.MustSync reads an empty hard state as term 0 and vote 0, a change.
+		hardStateChanged := !raft.IsEmptyHardState(batch.HardState) && raft.MustSync(batch.HardState, n.persistedHardState, 0)
+		if len(batch.Entries) == 0 && !hardStateChanged && batch.Snapshot == nil {
+			continue
+		}
+		if !raft.IsEmptyHardState(batch.HardState) {
+			n.persistedHardState = batch.HardState
+		}
+		batches = append(batches, batch)
 	}
-	// raft.MustSync reads an empty hard state as term 0 and vote 0, a change.
-	hardStateChanged := !raft.IsEmptyHardState(rd.HardState) && raft.MustSync(rd.HardState, n.persistedHardState, 0)
-	if len(rd.Entries) == 0 && !hardStateChanged && batch.Snapshot == nil {
-		return n.setHardState(rd.HardState)
-	}
+	return batches
+}
+
+// save writes batches to the WAL with one fsync.
+func (n *Node) save(batches []wal.Batch) error {
 	start := n.cfg.Clock.Now()
-	if err := n.cfg.WAL.Save(batch); err != nil {
-		return fmt.Errorf("raftnode: group %d: persist ready: %w", n.cfg.Group, err)
+	if err := n.cfg.WAL.Save(batches...); err != nil {
+		return fmt.Errorf("raftnode: group %d: persist: %w", n.cfg.Group, err)
 	}
 	if h := n.cfg.Hooks.Persisted; h != nil {
-		h(n.cfg.Clock.Since(start), len(rd.Entries))
+		entries := 0
+		for i := range batches {
+			entries += len(batches[i].Entries)
+		}
+		h(n.cfg.Clock.Since(start), entries)
 	}
-	if !raft.IsEmptyHardState(rd.HardState) {
-		n.persistedHardState = rd.HardState
-	}
-	return n.setHardState(rd.HardState)
+	return nil
 }
 
 // setHardState records a non-empty hard state in the in-memory raft log.

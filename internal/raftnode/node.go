@@ -89,7 +89,10 @@ type Config struct {
 	Hooks Hooks
 }
 
-// Hooks are optional callbacks for metrics, called from the Ready loop.
+// Hooks are optional callbacks for metrics, called from the Ready loop
+// (Applied, SnapshotSave) or from whichever goroutine saved to the WAL, the
+// append goroutine or the Ready loop (Persisted, StorageFull): they must be
+// safe for concurrent use.
 type Hooks struct {
 	Persisted    func(d time.Duration, entries int)
 	Applied      func(d time.Duration, entries int)
@@ -109,6 +112,25 @@ type Node struct {
 
 	stopc chan struct{}
 	donec chan struct{}
+
+	// appender makes entries durable on a goroutine of its own; appendStop
+	// is closed by the Ready loop when it returns, to stop it.
+	appender   *appender
+	appendStop chan struct{}
+	// stepCtx bounds the responses stepped into raft; cancelled on stop.
+	stepCtx    context.Context
+	stepCancel context.CancelFunc
+	// progress has a slot signalled after each WAL save, to wake a Ready
+	// loop that waits while storage is stalled.
+	progress chan struct{}
+	// walFull is set while the WAL finds the filesystem full; written by
+	// whichever goroutine saves.
+	walFull atomic.Bool
+	// persistedHardState is the hard state last written to the WAL; a
+	// message whose hard state differs from it only in the commit index
+	// needs no fsync. Owned by whoever stores appends: the append goroutine,
+	// or the Ready loop while the append goroutine is flushed.
+	persistedHardState raftpb.HardState
 
 	// started is the clock's reading when the node started; lastTick is
 	// when the Ready loop last ticked raft, as a duration after started (not
@@ -134,18 +156,18 @@ type Node struct {
 	// ignores a snapshot whose configuration leaves the receiver out).
 	snapshotDue bool
 	snapDone    chan snapshotResult
-	// walFull and snapshotFull are set while the WAL or the snapshot store
-	// finds the filesystem full; no snapshot starts before snapshotRetryAt.
-	walFull, snapshotFull bool
-	snapshotRetryAt       time.Time
+	// snapshotFull is set while the snapshot store finds the filesystem
+	// full; no snapshot starts before snapshotRetryAt.
+	snapshotFull    bool
+	snapshotRetryAt time.Time
+	// tickPending is a tick that came while storage was stalled, to be
+	// taken when it resumes.
+	tickPending bool
 	// parkedSnapshot is a snapshot's result received while a Ready waited
 	// for space, finished after that Ready (see parkSnapshot).
 	parkedSnapshot *snapshotResult
 	term           uint64
 	ticks          uint64 // raft ticks since the node started
-	// persistedHardState is the hard state last written to the WAL; a Ready
-	// whose hard state differs from it only in the commit index needs no fsync.
-	persistedHardState raftpb.HardState
 }
 
 // ErrStopped is returned by calls on a node that has stopped.
@@ -162,7 +184,12 @@ func Start(cfg Config) (*Node, error) {
 		stopc:    make(chan struct{}),
 		donec:    make(chan struct{}),
 		snapDone: make(chan snapshotResult, 1),
+
+		appendStop: make(chan struct{}),
+		progress:   make(chan struct{}, 1),
 	}
+	n.appender = newAppender(n)
+	n.stepCtx, n.stepCancel = context.WithCancel(context.Background())
 	restarted, err := n.recover()
 	if err != nil {
 		return nil, err
@@ -219,6 +246,7 @@ func (n *Node) raftConfig() *raft.Config {
 		MaxCommittedSizePerReady:  8 << 20,
 		MaxUncommittedEntriesSize: 64 << 20,
 		MaxInflightMsgs:           n.cfg.MaxInflightMsgs,
+		AsyncStorageWrites:        true,
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"time"
 
-	"go.etcd.io/raft/v3"
-
 	"github.com/latch-io/latch/internal/snap"
 	"github.com/latch-io/latch/internal/wal"
 )
@@ -21,24 +19,26 @@ const (
 // space: not a failure.
 var errStopping = errors.New("raftnode: stopping")
 
-// persistWhenSpace persists rd, retrying while the WAL refuses it for want
+// saveWhenSpace saves batches, retrying while the WAL refuses them for want
 // of space (wal.ErrNoSpace: nothing was written, the WAL did not fail). The
-// node stops acknowledging meanwhile: nothing of rd after the leader's early
-// appends is sent, nothing is applied, raft is not ticked. It returns once
-// rd is durable, on any other error, or with errStopping on Stop.
-func (n *Node) persistWhenSpace(rd raft.Ready) error {
+// node stops acknowledging meanwhile: nothing that waits for these batches
+// is sent or applied, and the Ready loop, seeing walFull, neither ticks raft
+// nor takes Readys. It returns once the batches are durable, on any other
+// error, or with errStopping on Stop. The Ready loop passes its snapDone
+// channel to park snapshot results meanwhile; the append goroutine, nil.
+func (n *Node) saveWhenSpace(batches []wal.Batch, snapDone <-chan snapshotResult) error {
 	for {
-		err := n.persist(rd)
+		err := n.save(batches)
 		if !errors.Is(err, wal.ErrNoSpace) {
-			if err == nil && n.walFull {
-				n.walFull = false
+			if err == nil && n.walFull.Load() {
+				n.walFull.Store(false)
 				n.log.Warn("WAL writes again: space was freed")
 				n.storageFull("wal", nil)
 			}
 			return err
 		}
-		if !n.walFull {
-			n.walFull = true
+		if !n.walFull.Load() {
+			n.walFull.Store(true)
 			n.log.Error("WAL cannot get space: this member stops acknowledging until space is freed", "err", err)
 			n.storageFull("wal", err)
 		}
@@ -47,7 +47,10 @@ func (n *Node) persistWhenSpace(rd raft.Ready) error {
 		case <-n.stopc:
 			timer.Stop()
 			return errStopping
-		case res := <-n.snapDone:
+		case <-n.appendStop:
+			timer.Stop()
+			return errStopping
+		case res := <-snapDone:
 			timer.Stop()
 			n.parkSnapshot(res)
 		case <-timer.C():

@@ -14,7 +14,6 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/latch-io/latch/internal/clock"
-	"github.com/latch-io/latch/internal/snap"
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/vfs"
 	"github.com/latch-io/latch/internal/wal"
@@ -55,29 +54,14 @@ func (e *storageEvents) saw(event string) bool {
 func TestFullDiskStallsThenRecovers(t *testing.T) {
 	fs := vfs.NewMem()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w, recovered, err := wal.Open(fs, "/wal", wal.Options{SegmentSize: 4096, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	snaps, err := snap.New(fs, "/snap", snap.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	events := &storageEvents{}
 	machine := &recordingMachine{}
 	network := transport.NewNetwork(1)
 	t.Cleanup(network.Close)
-	n, err := Start(Config{
-		ID: 1, Group: 1, Peers: []raft.Peer{{ID: 1}}, Recovered: recovered[1],
-		WAL: w, Snapshots: snaps, Transport: network.Join(1, nopHandler{}, nil), Machine: machine,
-		Logger: quiet, Clock: clock.Real(), TickInterval: 10 * time.Millisecond, SnapshotEvery: 10,
+	n := startMember(t, member{network: network, id: 1, size: 1, fs: fs, segmentSize: 4096, config: Config{
+		Machine: machine, Clock: clock.Real(), TickInterval: 10 * time.Millisecond, SnapshotEvery: 10,
 		Hooks: Hooks{StorageFull: events.hook},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Stop)
+	}})
 	waitFor(t, "a leader", func() bool { return n.Status().RaftState == raft.StateLeader })
 
 	full := fs.Inject(vfs.Fault{Ops: vfs.OpPreallocate | vfs.OpCreate, Err: syscall.ENOSPC})

@@ -14,9 +14,10 @@ import (
 	"github.com/latch-io/latch/internal/wal"
 )
 
-// TestPersistSavesWhatRaftNeedsDurable: a Ready is written to the WAL (one
-// fsync) when its term, vote or entries changed, and not when only the commit
-// index moved; the in-memory raft log gets every non-empty hard state.
+// TestPersistSavesWhatRaftNeedsDurable: a MsgStorageAppend is written to the
+// WAL (one fsync) when its term, vote or entries changed, and not when only
+// the commit index moved; the in-memory raft log gets every non-empty hard
+// state.
 func TestPersistSavesWhatRaftNeedsDurable(t *testing.T) {
 	fs := vfs.NewMem()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -32,24 +33,27 @@ func TestPersistSavesWhatRaftNeedsDurable(t *testing.T) {
 	hardState := func(term, vote, commit uint64) raftpb.HardState {
 		return raftpb.HardState{Term: term, Vote: vote, Commit: commit}
 	}
+	withHardState := func(term, vote, commit uint64) raftpb.Message {
+		return raftpb.Message{Type: raftpb.MsgStorageAppend, Term: term, Vote: vote, Commit: commit}
+	}
 	steps := []struct {
 		name      string
-		rd        raft.Ready
+		append    raftpb.Message
 		wantSaved bool
 		wantHard  raftpb.HardState // the raft log's hard state afterwards
 	}{
-		{"first vote", raft.Ready{HardState: hardState(1, 1, 0)}, true, hardState(1, 1, 0)},
-		{"commit only", raft.Ready{HardState: hardState(1, 1, 1)}, false, hardState(1, 1, 1)},
-		{"entries", raft.Ready{Entries: []raftpb.Entry{{Index: 1, Term: 1}}}, true, hardState(1, 1, 1)},
-		{"new term", raft.Ready{HardState: hardState(2, 0, 1)}, true, hardState(2, 0, 1)},
-		{"new vote", raft.Ready{HardState: hardState(2, 3, 1)}, true, hardState(2, 3, 1)},
-		{"commit only again", raft.Ready{HardState: hardState(2, 3, 2)}, false, hardState(2, 3, 2)},
-		{"empty", raft.Ready{}, false, hardState(2, 3, 2)},
+		{"first vote", withHardState(1, 1, 0), true, hardState(1, 1, 0)},
+		{"commit only", withHardState(1, 1, 1), false, hardState(1, 1, 1)},
+		{"entries", raftpb.Message{Type: raftpb.MsgStorageAppend, Entries: []raftpb.Entry{{Index: 1, Term: 1}}}, true, hardState(1, 1, 1)},
+		{"new term", withHardState(2, 0, 1), true, hardState(2, 0, 1)},
+		{"new vote", withHardState(2, 3, 1), true, hardState(2, 3, 1)},
+		{"commit only again", withHardState(2, 3, 2), false, hardState(2, 3, 2)},
+		{"empty", raftpb.Message{Type: raftpb.MsgStorageAppend}, false, hardState(2, 3, 2)},
 	}
 	for _, step := range steps {
 		t.Run(step.name, func(t *testing.T) {
 			before := saves
-			if err := n.persist(step.rd); err != nil {
+			if err := n.storeAppends([]raftpb.Message{step.append}, nil); err != nil {
 				t.Fatalf("persist: %v", err)
 			}
 			if saved := saves > before; saved != step.wantSaved {

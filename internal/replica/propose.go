@@ -88,7 +88,10 @@ func (t *waiterTable) failAll(err error) {
 	}
 }
 
-// Propose replicates cmd and waits until this server applied it. The result
+// Propose replicates cmd and waits until this server applied it. It stamps
+// cmd with this server's wall clock (Config.Clock's Wall) unless the caller
+// chose cmd.TimeMs: the state machine records that time, carried by the
+// log, as the ctime and mtime of the nodes the command writes. The result
 // may carry a deterministic refusal in Result.Err; the error is for failures
 // (overload, no quorum in time, leader change) whose outcome is unknown.
 func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result, uint64, error) {
@@ -102,6 +105,9 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 	id, ch := r.waiters.add()
 	defer r.waiters.remove(id)
 	cmd.ID = id
+	if cmd.TimeMs == 0 {
+		cmd.TimeMs = wallMs(r.cfg.Clock.Wall())
+	}
 	m.ProposalStarted()
 	defer m.ProposalEnded()
 	if err := r.proposeUntilAccepted(ctx, cmd.Marshal()); err != nil {
@@ -167,4 +173,11 @@ func (r *Replica) ProposeConfChange(ctx context.Context, change raftpb.ConfChang
 	case <-ctx.Done():
 		return 0, r.Unavailable("membership change not applied within the deadline (another change may be pending); outcome unknown")
 	}
+}
+
+// wallMs is t in milliseconds since the Unix epoch, at least 1: a clock
+// set before 1970 records the epoch rather than a wrapped time, and the
+// command is still stamped (TimeMs 0 means an older binary's entry).
+func wallMs(t time.Time) uint64 {
+	return uint64(max(t.UnixMilli(), 1))
 }

@@ -444,6 +444,10 @@ func (r *Replica) appliedChanged() <-chan struct{} {
 	return r.appliedCh
 }
 
+// StateLocked returns the state machine, for an apply listener's Locked
+// method, which runs with the write lock held; it must not be kept.
+func (r *Replica) StateLocked() *fsm.FSM { return r.fsm }
+
 // View runs fn with the state machine locked for reading and returns the
 // applied index fn saw.
 func (r *Replica) View(fn func(f *fsm.FSM)) uint64 {

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"fmt"
 
+	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/queues"
@@ -27,6 +29,17 @@ type group struct {
 	shard int
 }
 
+// Barrier is replica.Replica.Barrier with a shortcut for the commonest
+// read: a stale one whose min_index is applied here already waits for
+// nothing, so it only checks that the replica still serves, without the
+// deadline context (a timer) that Barrier sets up for its waits.
+func (g *group) Barrier(ctx context.Context, consistency string, minIndex uint64) error {
+	if consistency == api.Stale && minIndex <= g.Applied() {
+		return g.Halted()
+	}
+	return g.Replica.Barrier(ctx, consistency, minIndex)
+}
+
 // newGroup builds group id's runtime and features. The apply listeners are
 // registered in the order the replica package comment gives: the session
 // tracker and the watch registry see each applied command under the write
@@ -38,6 +51,7 @@ func (s *Server) newGroup(id uint64) (*group, error) {
 		admit: s.admit, srv: s, shard: shardOfGroup(id),
 		watches: watch.New(watch.Options{
 			MaxPerSession: s.cfg.MaxWatchesPerSession, QueueLen: s.cfg.WatchQueueLen, RequireStream: true,
+			MaxPerOwner: s.cfg.Auth.MaxUserWatches,
 		}),
 	}
 	// The features reach the runtime through g, whose Replica is set below:

@@ -29,6 +29,10 @@ var healthClient = &http.Client{Timeout: HealthProbeTimeout}
 // reports each one's role, indexes and lag behind the highest commit index
 // reported. It reads and changes nothing of the replicated state. With
 // sharding, each member's status grows a list of groups and so does this.
+// The probes carry the caller's bearer token (ctx's Credentials), which
+// every member accepts alike, so that with auth enabled the other members
+// answer them; a caller known by its client certificate alone has none to
+// pass on, and the others then show as unreachable.
 func (s *Server) ClusterHealth(ctx context.Context) api.ClusterHealth {
 	members := s.Members()
 	out := api.ClusterHealth{Answered: s.cfg.Name, Members: make([]api.MemberHealth, len(members.Members)), Index: members.Index}
@@ -43,7 +47,7 @@ func (s *Server) ClusterHealth(ctx context.Context) api.ClusterHealth {
 		wg.Add(1)
 		go func(h *api.MemberHealth) {
 			defer wg.Done()
-			st, err := probeStatus(ctx, h.ClientURL)
+			st, err := probeStatus(ctx, h.ClientURL, CredentialsFrom(ctx).Token)
 			if err != nil {
 				h.Error = err.Error()
 				return
@@ -63,8 +67,9 @@ func fillHealth(h *api.MemberHealth, st api.Status) {
 	h.CommitIndex, h.AppliedIndex = st.CommitIndex, st.AppliedIndex
 }
 
-// probeStatus fetches GET /v1/status from the member at clientURL.
-func probeStatus(ctx context.Context, clientURL string) (api.Status, error) {
+// probeStatus fetches GET /v1/status from the member at clientURL, with
+// token as its bearer token if it is not "".
+func probeStatus(ctx context.Context, clientURL, token string) (api.Status, error) {
 	if clientURL == "" {
 		return api.Status{}, fmt.Errorf("no client_url announced")
 	}
@@ -73,6 +78,9 @@ func probeStatus(ctx context.Context, clientURL string) (api.Status, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/v1/status", nil)
 	if err != nil {
 		return api.Status{}, fmt.Errorf("probe %s: %w", clientURL, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := healthClient.Do(req)
 	if err != nil {

@@ -46,6 +46,10 @@ type PutRequest struct {
 	Sequential   bool
 	SessionID    uint64
 	RequestSeq   uint64
+	// TimeMs, if not 0, is the wall-clock time (ms since the Unix epoch)
+	// the write records as the node's mtime (and ctime, if it creates it);
+	// 0: this member's clock when it proposes (replica.Replica.Propose).
+	TimeMs uint64
 }
 
 // DeleteRequest is a DELETE of docs/api.md.
@@ -89,7 +93,7 @@ func (s *Server) Put(ctx context.Context, r PutRequest) (api.Node, error) {
 		Op: command.OpPut, Path: r.Path, Value: r.Value,
 		Precondition: precondition, Version: r.Version,
 		Ephemeral: r.Ephemeral, Sequential: r.Sequential,
-		SessionID: r.SessionID, RequestSeq: r.RequestSeq,
+		SessionID: r.SessionID, RequestSeq: r.RequestSeq, TimeMs: r.TimeMs,
 	}
 	res, index, err := s.groupFor(r.Path).Propose(ctx, cmd)
 	if err != nil {
@@ -159,21 +163,29 @@ func (s *Server) Get(ctx context.Context, path string, opts ReadOptions) (api.No
 	if err != nil {
 		return api.Node{}, err
 	}
-	out := api.Node{
-		Path: node.Path, Value: string(node.Value), Version: node.Version,
-		CreatedIndex: node.CreatedIndex, ModifiedIndex: node.ModifiedIndex,
-		Ephemeral: node.Owner != 0, ChildrenCount: node.ChildrenCount, Index: index,
-	}
+	out := apiNode(node)
+	out.Index = index
 	if s.childrenElsewhere(path) && node.Owner == 0 {
 		if out.ChildrenCount, out.ChildrenIndex, err = s.childrenCount(ctx, path, opts); err != nil {
 			return api.Node{}, err
 		}
 	}
+	return out, nil
+}
+
+// apiNode is node as the API shows it, without the read's index. The
+// owner's id is its bearer secret: a read shows its handle.
+func apiNode(node fsm.Node) api.Node {
+	out := api.Node{
+		Path: node.Path, Value: string(node.Value), Version: node.Version,
+		CreatedIndex: node.CreatedIndex, ModifiedIndex: node.ModifiedIndex,
+		Ephemeral: node.Owner != 0, ChildrenCount: node.ChildrenCount,
+		CreatedAtMs: node.CreatedAtMs, ModifiedAtMs: node.ModifiedAtMs, ChildrenVersion: node.ChildrenVersion,
+	}
 	if node.Owner != 0 {
-		// The owner's id is its bearer secret: a read shows its handle.
 		out.OwnerHandle = api.FormatSessionHandle(node.Owner)
 	}
-	return out, nil
+	return out
 }
 
 // Children lists a node's children, sorted by name.

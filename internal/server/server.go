@@ -37,6 +37,8 @@ type Server struct {
 	// removedPeers are members this server applied the removal of.
 	removedPeers removedSet
 	userRates    userRateLimiter // per-user request rates (userlimits.go)
+	loginUsers   userRateLimiter // password checks per user name (userlimits.go)
+	loginSources userRateLimiter // password checks per source address
 
 	// shards places paths; groups[k] is shard k's group (consensus group
 	// k+1), each set once its raft node runs.

@@ -22,6 +22,30 @@ import (
 // knows it can act for the session. The state machine refuses an id that a
 // live session has, and then another is drawn.
 func (s *Server) CreateSession(ctx context.Context, timeoutMs uint64) (api.Session, error) {
+	return s.createSession(ctx, timeoutMs, 0)
+}
+
+// CreateSessionWithID is CreateSession with an id the caller drew with
+// NewSessionID: the ZooKeeper listener tells a client its session id at the
+// handshake, before the client's digest credentials arrive, and creates the
+// session once they do. If the id is taken the answer is
+// precondition_failed.
+func (s *Server) CreateSessionWithID(ctx context.Context, id, timeoutMs uint64) (api.Session, error) {
+	if id == 0 {
+		return api.Session{}, api.Errorf(api.CodeInvalidArgument, "session id 0 is no session")
+	}
+	return s.createSession(ctx, timeoutMs, id)
+}
+
+// ClampSessionTimeout returns timeoutMs clamped to the server's range, the
+// timeout CreateSession would give.
+func (s *Server) ClampSessionTimeout(timeoutMs uint64) uint64 {
+	timeout := time.Duration(timeoutMs) * time.Millisecond
+	return uint64(min(max(timeout, s.cfg.MinSessionTTL), s.cfg.MaxSessionTTL).Milliseconds())
+}
+
+// createSession creates a session with id, or with ids it draws if id is 0.
+func (s *Server) createSession(ctx context.Context, timeoutMs, id uint64) (api.Session, error) {
 	owner, err := s.authorize(ctx, permNone, "/") // the session belongs to the user
 	if err == nil {
 		err = s.limitUserSessions(owner)
@@ -29,19 +53,19 @@ func (s *Server) CreateSession(ctx context.Context, timeoutMs uint64) (api.Sessi
 	if err != nil {
 		return api.Session{}, err
 	}
-	timeout := time.Duration(timeoutMs) * time.Millisecond
-	timeout = min(max(timeout, s.cfg.MinSessionTTL), s.cfg.MaxSessionTTL)
+	given := id != 0
 	for attempt := 1; ; attempt++ {
-		id, err := newSessionID()
-		if err != nil {
-			return api.Session{}, err
+		if !given {
+			if id, err = NewSessionID(); err != nil {
+				return api.Session{}, err
+			}
 		}
-		cmd := &command.Command{Op: command.OpSessionCreate, SessionID: id, TimeoutMs: uint64(timeout.Milliseconds()), Path: owner}
+		cmd := &command.Command{Op: command.OpSessionCreate, SessionID: id, TimeoutMs: s.ClampSessionTimeout(timeoutMs), Path: owner}
 		res, index, err := s.metaGroup().Propose(ctx, cmd)
 		if err != nil {
 			return api.Session{}, err
 		}
-		if api.CodeOf(res.Err) == api.CodePreconditionFailed && attempt < maxSessionIDDraws {
+		if api.CodeOf(res.Err) == api.CodePreconditionFailed && attempt < maxSessionIDDraws && !given {
 			continue // the id is taken: draw again
 		}
 		if res.Err != nil {
@@ -56,9 +80,9 @@ func (s *Server) CreateSession(ctx context.Context, timeoutMs uint64) (api.Sessi
 // bits a second draw is already astronomically rare.
 const maxSessionIDDraws = 4
 
-// newSessionID returns 64 random bits from crypto/rand, never 0 (which
+// NewSessionID returns 64 random bits from crypto/rand, never 0 (which
 // means "no session" in commands).
-func newSessionID() (uint64, error) {
+func NewSessionID() (uint64, error) {
 	var b [8]byte
 	for {
 		if _, err := rand.Read(b[:]); err != nil {
@@ -107,6 +131,26 @@ func (s *Server) GetSession(ctx context.Context, id uint64, opts ReadOptions) (a
 	}
 	return api.Session{SessionID: api.FormatID(sess.ID), SessionHandle: api.FormatSessionHandle(sess.ID), TimeoutMs: sess.TimeoutMs,
 		EphemeralCount: sess.Ephemerals, Index: index}, nil
+}
+
+// ResumableSession returns the timeout of the live session id, read after a
+// linearizable barrier, without asking for credentials: the ZooKeeper
+// handshake resumes a session on the proof of its id and derived password
+// before the client's digest credentials arrive. It tells only whether the
+// session lives and its timeout; every operation with the session is then
+// authorized as usual, the session's owner checked.
+func (s *Server) ResumableSession(ctx context.Context, id uint64) (uint64, error) {
+	g := s.metaGroup()
+	if err := g.Barrier(ctx, api.Linearizable, 0); err != nil {
+		return 0, err
+	}
+	var sess fsm.Session
+	var err error
+	g.View(func(f *fsm.FSM) { sess, err = f.Session(id) })
+	if err != nil {
+		return 0, err
+	}
+	return sess.TimeoutMs, nil
 }
 
 // Heartbeat keeps sessions alive (sessions.Liveness.Heartbeat). It returns

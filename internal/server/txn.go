@@ -39,6 +39,9 @@ type TxnRequest struct {
 	Ops        []TxnOp
 	SessionID  uint64
 	RequestSeq uint64
+	// TimeMs is as PutRequest's: the time the transaction's writes record
+	// (0: this member's clock).
+	TimeMs uint64
 }
 
 // TxnOpResult is the node an operation left, right after it (see
@@ -93,7 +96,7 @@ func (s *Server) txnCommand(r TxnRequest) (*command.Command, error) {
 	if r.RequestSeq != 0 && r.SessionID == 0 {
 		return nil, api.Errorf(api.CodeInvalidArgument, "request_seq needs a session_id")
 	}
-	cmd := &command.Command{Op: command.OpTxn, SessionID: r.SessionID, RequestSeq: r.RequestSeq, Ops: make([]command.TxnOp, len(r.Ops))}
+	cmd := &command.Command{Op: command.OpTxn, SessionID: r.SessionID, RequestSeq: r.RequestSeq, TimeMs: r.TimeMs, Ops: make([]command.TxnOp, len(r.Ops))}
 	for i := range r.Ops {
 		op, err := s.txnOpCommand(&r.Ops[i], r.SessionID)
 		if err != nil {

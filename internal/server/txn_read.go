@@ -79,13 +79,5 @@ func readOne(f *fsm.FSM, read ReadOp) ReadResult {
 	if err != nil {
 		return ReadResult{Err: asAPIError(err)}
 	}
-	out := api.Node{
-		Path: node.Path, Value: string(node.Value), Version: node.Version,
-		CreatedIndex: node.CreatedIndex, ModifiedIndex: node.ModifiedIndex,
-		Ephemeral: node.Owner != 0, ChildrenCount: node.ChildrenCount,
-	}
-	if node.Owner != 0 {
-		out.OwnerHandle = api.FormatSessionHandle(node.Owner)
-	}
-	return ReadResult{Node: out}
+	return ReadResult{Node: apiNode(node)}
 }

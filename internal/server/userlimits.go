@@ -15,8 +15,9 @@ import (
 // the sessions a user holds (AuthConfig.MaxUserSessions). Both answer 429
 // overloaded, which the HTTP layer sends with Retry-After.
 
-// userRateLimiter holds one token bucket per user. Buckets are kept for
-// every user that made a request: at most the users of the auth state.
+// userRateLimiter holds one token bucket per key (a user, a user name
+// tried at login, a source address). Past maxBuckets keys, the buckets
+// that are full again are forgotten.
 type userRateLimiter struct {
 	mu      sync.Mutex
 	buckets map[string]*rateBucket
@@ -36,6 +37,9 @@ func (l *userRateLimiter) take(user string, rate, burst float64, now time.Time) 
 		l.buckets = make(map[string]*rateBucket)
 	}
 	b, ok := l.buckets[user]
+	if !ok && len(l.buckets) >= maxBuckets {
+		l.forgetFullLocked(rate, burst, now)
+	}
 	if !ok {
 		b = &rateBucket{tokens: burst, last: now}
 		l.buckets[user] = b
@@ -49,6 +53,45 @@ func (l *userRateLimiter) take(user string, rate, burst float64, now time.Time) 
 		return 0, true
 	}
 	return time.Duration((1 - b.tokens) / rate * float64(time.Second)), false
+}
+
+// maxBuckets bounds the keys a limiter tracks before it forgets full ones.
+const maxBuckets = 10000
+
+// forgetFullLocked drops the buckets refilled to burst by now; l.mu must be
+// held.
+func (l *userRateLimiter) forgetFullLocked(rate, burst float64, now time.Time) {
+	for key, b := range l.buckets {
+		if b.tokens+now.Sub(b.last).Seconds()*rate >= burst {
+			delete(l.buckets, key)
+		}
+	}
+}
+
+// limitLogin charges one password check to user and to source (see
+// AuthConfig.LoginRate).
+func (s *Server) limitLogin(user, source string) error {
+	rate, burst := s.cfg.Auth.LoginRate, float64(s.cfg.Auth.LoginBurst)
+	switch {
+	case rate < 0:
+		return nil
+	case rate == 0:
+		rate = defaultLoginRate
+	}
+	if burst <= 0 {
+		burst = defaultLoginBurst
+	}
+	now := s.cfg.Clock.Now()
+	if wait, ok := s.loginUsers.take(user, rate, burst, now); !ok {
+		return api.Errorf(api.CodeOverloaded, "too many login attempts for user %q: retry in %v", user, wait.Round(time.Millisecond))
+	}
+	if source == "" {
+		return nil
+	}
+	if wait, ok := s.loginSources.take(source, rate, burst, now); !ok {
+		return api.Errorf(api.CodeOverloaded, "too many login attempts from %s: retry in %v", source, wait.Round(time.Millisecond))
+	}
+	return nil
 }
 
 // limitUser charges one request to user; "" (auth disabled) is free.

@@ -38,10 +38,12 @@ var _ EventStream = (*watch.Stream)(nil)
 // otherwise the registration is refused with precondition_failed (it would
 // be accepted silently and its events never reach a stream open elsewhere).
 func (s *Server) Watch(ctx context.Context, session uint64, req WatchRequest) (api.Watch, error) {
-	if err := s.authorizeAs(ctx, permRead, req.Path, session); err != nil {
+	user, err := s.authorizeWatch(ctx, req.Path, session)
+	if err != nil {
 		return api.Watch{}, err
 	}
 	spec := watch.Spec{Path: req.Path, Recursive: req.Recursive, Persistent: req.Persistent, KnownIndex: req.KnownIndex}
+	spec.Allow, spec.Owner = s.watchAllow(ctx, user), user
 	if err := api.ValidatePath(spec.Path); err != nil {
 		return api.Watch{}, err
 	}
@@ -55,7 +57,6 @@ func (s *Server) Watch(ctx context.Context, session uint64, req WatchRequest) (a
 	var (
 		current watch.Current
 		id      uint64
-		err     error
 	)
 	// Under the read lock: checked again under the lock that session expiry
 	// takes, so a watch is never added for a session whose end the registry

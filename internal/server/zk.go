@@ -26,6 +26,10 @@ type NodeView struct {
 	ChildrenCount int
 	Children      []string // with NodeReadOptions.Children, sorted
 	Index         uint64   // the applied index of the view
+	// CreatedAtMs, ModifiedAtMs, ChildrenVersion and ChildrenModifiedIndex
+	// are as in fsm.Node: ZooKeeper's ctime, mtime, cversion and pzxid.
+	CreatedAtMs, ModifiedAtMs              uint64
+	ChildrenVersion, ChildrenModifiedIndex uint64
 }
 
 // NodeReadOptions says what a NodeView read returns beside the node.
@@ -57,6 +61,8 @@ func (s *Server) ReadNode(ctx context.Context, path string, opts NodeReadOptions
 		out.Path, out.Value, out.Version = n.Path, n.Value, n.Version
 		out.CreatedIndex, out.ModifiedIndex = n.CreatedIndex, n.ModifiedIndex
 		out.Owner, out.ChildrenCount = n.Owner, n.ChildrenCount
+		out.CreatedAtMs, out.ModifiedAtMs = n.CreatedAtMs, n.ModifiedAtMs
+		out.ChildrenVersion, out.ChildrenModifiedIndex = n.ChildrenVersion, n.ChildrenModifiedIndex
 		if opts.Children {
 			out.Children, err = f.Children(path)
 		}
@@ -150,3 +156,12 @@ func (s *Server) SessionTimeouts() (minMs, maxMs int64) {
 
 // Name is this member's name.
 func (s *Server) Name() string { return s.cfg.Name }
+
+// WallTimeMs is this member's wall clock (Config.Clock's Wall) in
+// milliseconds since the Unix epoch, as replica.Replica.Propose stamps it:
+// the ZooKeeper listener chooses a write's TimeMs with it (PutRequest,
+// TxnRequest), so that it can report the ctime and mtime the write records
+// without reading the node again.
+func (s *Server) WallTimeMs() uint64 {
+	return uint64(max(s.cfg.Clock.Wall().UnixMilli(), 1)) // as replica's wallMs
+}

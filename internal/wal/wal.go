@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -259,6 +260,7 @@ func writesRecords(batch *Batch) bool {
 
 func encodeRequest(batches []Batch) (*saveRequest, error) {
 	request := &saveRequest{batches: batches, maxIndex: map[uint64]uint64{}, done: make(chan error, 1)}
+	request.body = make([]byte, 0, encodedSize(batches))
 	var err error
 	for i := range batches {
 		batch := &batches[i]
@@ -279,6 +281,22 @@ func encodeRequest(batches []Batch) (*saveRequest, error) {
 		return nil, fmt.Errorf("%w: %d bytes in one call", ErrInvalidBatch, len(request.body))
 	}
 	return request, nil
+}
+
+// encodedSize is an upper bound of the bytes encodeRequest writes for
+// batches, so that it encodes into one allocation.
+func encodedSize(batches []Batch) int {
+	size := 0
+	for i := range batches {
+		batch := &batches[i]
+		// Each record: header, group uvarint and, for the marker and the
+		// hard state, at most four more uvarints and a flag.
+		size += 2 * (recordHeaderSize + 5*binary.MaxVarintLen64 + 1)
+		for j := range batch.Entries {
+			size += recordHeaderSize + binary.MaxVarintLen64 + batch.Entries[j].Size()
+		}
+	}
+	return size
 }
 
 // flushPending is run by the leader: it writes every pending request as one

@@ -32,7 +32,10 @@
 //     event); persistent ones fire for every change;
 //   - a watch gets at most one event per (index, path): an entry that reports
 //     several changes of one node (a session expiry unlinking many children
-//     of one parent) notifies once.
+//     of one parent) notifies once;
+//   - a watch with Spec.Allow delivers only the events Allow passes (the
+//     server's per-event authorization); one Spec.Owner holds at most
+//     Options.MaxPerOwner watches over all its sessions.
 //
 // Invariants:
 //   - per session, queued events are in nondecreasing index order and none

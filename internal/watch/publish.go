@@ -56,7 +56,7 @@ func (r *Registry) fanOutLocked(entry []fsm.Event, position int) {
 func (r *Registry) fireListLocked(list *watchList, entry []fsm.Event, position int) {
 	event := &entry[position]
 	for _, w := range list.watches {
-		if w.removed || event.Index <= w.after {
+		if w.removed || event.Index <= w.after || (w.allow != nil && !w.allow(event.Path, event.Index)) {
 			continue
 		}
 		if w.lastIndex == event.Index && (!w.recursive || r.duplicateLocked(entry, position)) {

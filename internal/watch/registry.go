@@ -42,8 +42,11 @@ var ErrNoStream = errors.New("watch: the session has no event stream attached he
 // Options configures a Registry. Zero fields take their defaults.
 type Options struct {
 	MaxPerSession int // watches a session may hold (default 1,000); over it AddLocked returns *api.Error overloaded
-	QueueLen      int // undelivered events buffered per session (default 1,024)
-	HistoryLen    int // recent events kept for known_index checks (default 16,384)
+	// MaxPerOwner caps the watches of one Spec.Owner over all its sessions
+	// (0: no cap); over it AddLocked returns *api.Error overloaded.
+	MaxPerOwner int
+	QueueLen    int // undelivered events buffered per session (default 1,024)
+	HistoryLen  int // recent events kept for known_index checks (default 16,384)
 	// RequireStream makes AddLocked refuse, with ErrNoStream, a watch for a
 	// session without an attached stream (see Registry.Stream). A server
 	// sets it: watches are local to it, so a registration is accepted only
@@ -71,6 +74,14 @@ type Spec struct {
 	Recursive  bool
 	Persistent bool
 	KnownIndex uint64
+	// Allow, if set, says whether the watch may deliver an event on path
+	// at index (its user could read it then); PublishLocked calls it under
+	// the state machine's write lock, and skips the event if not. An event
+	// skipped does not fire a one-shot watch.
+	Allow func(path string, index uint64) bool
+	// Owner is the user the watch counts against (Options.MaxPerOwner);
+	// "" counts against no one.
+	Owner string
 }
 
 // Current is what the caller of AddLocked read from the state machine for
@@ -115,6 +126,7 @@ type Registry struct {
 	exact     map[string]*watchList // exact watches by path
 	recursive map[string]*watchList // recursive watches by their root path
 	watches   int                   // registered watches over all sessions
+	owners    map[string]int        // registered watches by Spec.Owner; none at 0
 	history   history
 	stats     Stats // the counters but EventsDelivered; the rest is computed by Stats
 
@@ -146,6 +158,7 @@ func New(opts Options) *Registry {
 		sessions:  make(map[uint64]*session),
 		exact:     make(map[string]*watchList),
 		recursive: make(map[string]*watchList),
+		owners:    make(map[string]int),
 		history:   newHistory(opts.HistoryLen),
 		nextID:    binary.LittleEndian.Uint64(seed[:]) >> 2, // room to count up without wrapping to 0
 	}
@@ -181,6 +194,10 @@ func (r *Registry) AddLocked(session uint64, spec Spec, at uint64, current Curre
 	if len(s.watches) >= r.opts.MaxPerSession {
 		return 0, api.Errorf(api.CodeOverloaded, "session %s holds %d watches, the limit", api.FormatID(session), len(s.watches))
 	}
+	if held := r.owners[spec.Owner]; spec.Owner != "" && r.opts.MaxPerOwner > 0 && held >= r.opts.MaxPerOwner {
+		r.forgetIfIdleLocked(s)
+		return 0, api.Errorf(api.CodeOverloaded, "user %q holds %d watches on this member, its limit: cancel one first", spec.Owner, held)
+	}
 	r.stats.WatchesAdded++
 	r.nextID++
 	w := &watch{
@@ -190,6 +207,8 @@ func (r *Registry) AddLocked(session uint64, spec Spec, at uint64, current Curre
 		after:      max(at, spec.KnownIndex),
 		recursive:  spec.Recursive,
 		persistent: spec.Persistent,
+		allow:      spec.Allow,
+		owner:      spec.Owner,
 	}
 	if event, fire := r.catchUpLocked(spec, at, current); fire {
 		w.lastIndex = at

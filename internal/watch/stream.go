@@ -22,6 +22,9 @@ type Stream struct {
 	// done is closed and never changes after.
 	reason string
 	closed bool
+	// received counts the events the consumer received from Events;
+	// guarded by session.mu.
+	received uint64
 }
 
 // Stream attaches session's event stream, ending any older one with the
@@ -168,10 +171,29 @@ func (s *Stream) next() (queued, uint64, pumpState) {
 	return item, sequence, eventReady
 }
 
+// Backlog returns the number of events the consumer will have received
+// from Events once it has received every event queued now: those received
+// so far and those queued (after the stream ended, those received). The
+// registry queues an event while its entry is applied, before a read can
+// see that entry, so a consumer that counts the events it has handled can
+// tell when it has handled every event of the state a read saw: once its
+// count reaches the Backlog taken after the read. The wire layer of a
+// protocol that orders notifications before later replies (ZooKeeper's)
+// waits for that before it sends a reply.
+func (s *Stream) Backlog() uint64 {
+	s.session.mu.Lock()
+	defer s.session.mu.Unlock()
+	if s.closed {
+		return s.received
+	}
+	return s.received + uint64(s.session.queue.len())
+}
+
 // delivered pops the event of sequence number sequence, which the consumer
 // has received, unless a disconnect cleared the queue meanwhile.
 func (s *Stream) delivered(sequence uint64) {
 	s.session.mu.Lock()
+	s.received++
 	popped := s.session.queue.popIf(sequence)
 	s.session.mu.Unlock()
 	if popped {

@@ -23,6 +23,9 @@ type watch struct {
 	// removed is set when the watch is dropped while Publish iterates the
 	// lists; Publish skips it and unlinks it at the end.
 	removed bool
+	// allow is Spec.Allow (nil: every event).
+	allow func(path string, index uint64) bool
+	owner string // Spec.Owner
 }
 
 // watchList is the set of watches on one path (exact or recursive). Order is
@@ -61,6 +64,9 @@ func (r *Registry) registerLocked(w *watch) {
 	list.watches = append(list.watches, w)
 	w.session.watches[w.id] = w
 	r.watches++
+	if w.owner != "" {
+		r.owners[w.owner]++
+	}
 }
 
 // removeLocked drops w from its session and from the index (at once, or at
@@ -72,6 +78,11 @@ func (r *Registry) removeLocked(w *watch) {
 	w.removed = true
 	delete(w.session.watches, w.id)
 	r.watches--
+	if w.owner != "" {
+		if r.owners[w.owner]--; r.owners[w.owner] == 0 {
+			delete(r.owners, w.owner)
+		}
+	}
 	if r.publishing {
 		r.unlinkLater = append(r.unlinkLater, w)
 		return

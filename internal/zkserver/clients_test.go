@@ -93,22 +93,22 @@ func (o *output) String() string {
 	return o.buf.String()
 }
 
-// TestZkCliSession: a scripted zkCli.sh session, each command sent once
-// the previous one answered: create (-e, -s, -c), ls -s, get -s, set -v,
-// stat, addWatch, sync, delete, deleteall (multi batches).
-func TestZkCliSession(t *testing.T) {
-	requireZkCli(t)
-	c := startZK(t, 1, Config{})
+// startZkCli runs zkCli.sh against addr for at most two minutes, ended at
+// the test's end (its output logged if the test failed), and returns its
+// stdin and output.
+func startZkCli(t *testing.T, addr string) (io.WriteCloser, *output) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, zkCliPath, "-server", c.addrs[0])
+	cmd := exec.CommandContext(ctx, zkCliPath, "-server", addr)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	out := newOutput()
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
@@ -121,6 +121,16 @@ func TestZkCliSession(t *testing.T) {
 			t.Logf("zkCli output:\n%s", out.String())
 		}
 	})
+	return stdin, out
+}
+
+// TestZkCliSession: a scripted zkCli.sh session, each command sent once
+// the previous one answered: create (-e, -s, -c), ls -s, get -s, set -v,
+// stat, addWatch, sync, delete, deleteall (multi batches).
+func TestZkCliSession(t *testing.T) {
+	requireZkCli(t)
+	c := startZK(t, 1, Config{})
+	stdin, out := startZkCli(t, c.addrs[0])
 	at := out.waitFor(t, 0, "type:None path:null", time.Minute) // connected
 	steps := []struct{ command, want string }{
 		{"create /cli hello", "Created /cli"},
@@ -162,9 +172,10 @@ func TestZkCliSession(t *testing.T) {
 }
 
 // TestKazooRecipes: kazoo's Lock, Election, Barrier, Counter, Queue,
-// Party, ChildrenWatch and DataWatch recipes, and transactions (committed,
-// refused with ZooKeeper's per-operation results), two clients on two
-// members.
+// Party, ChildrenWatch and DataWatch recipes, transactions (committed,
+// refused with ZooKeeper's per-operation results) and Stat's times and
+// child version (equal through both clients, within the script's clock
+// window), two clients on two members.
 func TestKazooRecipes(t *testing.T) {
 	requireKazoo(t)
 	c := startZK(t, 3, Config{})
@@ -175,7 +186,7 @@ func TestKazooRecipes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kazoo recipes: %v", err)
 	}
-	for _, recipe := range []string{"lock", "election", "barrier", "counter", "queue", "party", "watches", "transaction"} {
+	for _, recipe := range []string{"lock", "election", "barrier", "counter", "queue", "party", "watches", "transaction", "stat"} {
 		if !strings.Contains(string(out), "ok "+recipe+"\n") {
 			t.Fatalf("recipe %s did not report ok", recipe)
 		}

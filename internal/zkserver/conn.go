@@ -34,8 +34,23 @@ type conn struct {
 
 	session uint64
 	timeout time.Duration
-	stream  server.EventStream
+	stream  server.EventStream // set before ready is closed
 	watches *watchTable
+
+	// credsMu guards creds: what the connection proved (its verified
+	// certificate's name, the user of its digest addauth), which every
+	// request carries to the server's authorization (auth.go).
+	credsMu sync.Mutex
+	creds   server.Credentials
+	// ready is closed once the session is usable (its event stream
+	// attached): at the handshake, or for an anonymous connection with auth
+	// enabled at its first successful addauth (auth.go).
+	ready chan struct{}
+	// unborn: the session id was told to the client, and the session is
+	// created at addauth. deferredWatches are the setWatches that came
+	// before it. Both are used by the request goroutine only.
+	unborn          bool
+	deferredWatches []*zkproto.SetWatches
 
 	// seen is the highest zxid sent to the client or read on its behalf:
 	// every read waits for it, and every reply carries at least it.
@@ -48,11 +63,20 @@ type conn struct {
 	closing  atomic.Bool
 	received atomic.Uint64
 	sent     atomic.Uint64
+
+	// handled counts the events of stream that pumpEvents has dispatched
+	// (their notifications sent); progress (capacity 1) wakes
+	// awaitNotifications after each, and pumpDone is closed when
+	// pumpEvents returns.
+	handled  atomic.Uint64
+	progress chan struct{}
+	pumpDone chan struct{}
 }
 
 func newConn(l *Listener, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &conn{l: l, nc: nc, br: bufio.NewReader(nc), bw: bufio.NewWriter(nc), ctx: ctx, cancel: cancel}
+	return &conn{l: l, nc: nc, br: bufio.NewReader(nc), bw: bufio.NewWriter(nc), ctx: ctx, cancel: cancel,
+		progress: make(chan struct{}, 1), pumpDone: make(chan struct{}), ready: make(chan struct{})}
 }
 
 // close ends the connection (idempotent); the session stays.
@@ -165,7 +189,7 @@ func (c *conn) heartbeats() {
 		case <-c.ctx.Done():
 			return
 		case <-t.C:
-			if c.active.Swap(false) {
+			if c.active.Swap(false) && c.isReady() {
 				c.heartbeat()
 			}
 		}
@@ -176,7 +200,7 @@ func (c *conn) heartbeats() {
 // found dead ends the connection (the client then learns of the expiry
 // when it reconnects).
 func (c *conn) heartbeat() bool {
-	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
+	ctx, cancel := context.WithTimeout(c.requestContext(), c.timeout)
 	defer cancel()
 	_, dead, err := c.l.srv.Heartbeat(ctx, []uint64{c.session})
 	if err == nil && len(dead) > 0 {

@@ -26,6 +26,11 @@
 //     missing parent; a multi is one transaction, all or nothing, replying
 //     per operation as ZooKeeper does (OK before the refused one, its
 //     code, RuntimeInconsistency after);
+//   - every request reaches the server with the connection's credentials
+//     (auth.go: its certificate's name, its digest user), so it passes the
+//     server's one authorization check; with auth enabled, a connection
+//     that proves no user holds nothing in the replicated state until its
+//     addauth succeeds;
 //   - a connection holds only latch watches it registered, all cancelled
 //     when it closes; a one-shot ZooKeeper watch fires at most once, and
 //     only for a change applied after the read that set it.

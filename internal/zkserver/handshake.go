@@ -20,7 +20,10 @@ import (
 // unknown, expired or presented with a wrong password (answered with a
 // zero timeout, which clients report as session expiry), or a member that
 // cannot create or check a session now (no reply: the client retries; a
-// live session must never be reported expired for want of a quorum).
+// live session must never be reported expired for want of a quorum). A
+// resumed session of another user is reported expired too. With auth
+// enabled, a connection that proves no user is answered with a session
+// that becomes usable at its addauth (auth.go).
 func (c *conn) handshake(body []byte) bool {
 	var req zkproto.ConnectRequest
 	if err := zkproto.Decode(body, &req, "ConnectRequest"); err != nil {
@@ -35,12 +38,12 @@ func (c *conn) handshake(body []byte) bool {
 	ctx, cancel := context.WithTimeout(c.ctx, c.l.cfg.HandshakeTimeout)
 	defer cancel()
 	resp := zkproto.ConnectResponse{HasReadOnly: req.HasReadOnly, Passwd: make([]byte, passwordLen)}
-	id, timeoutMs, err := c.openSession(ctx, req)
-	if err == nil {
-		c.stream, _, err = c.l.srv.Events(ctx, id)
-	}
+	c.creds = server.Credentials{CertName: certificateName(c.nc), Source: sourceHost(c.nc.RemoteAddr())}
+	id, timeoutMs, anonymous, err := c.open(ctx, req)
 	switch {
-	case errors.Is(err, errSessionGone) || isCode(err, api.CodeSessionExpired) || isCode(err, api.CodeNotFound):
+	case errors.Is(err, errSessionGone) || isCode(err, api.CodeSessionExpired) || isCode(err, api.CodeNotFound) ||
+		isCode(err, api.CodePermissionDenied):
+		// (Permission denied: a resumed session of another user.)
 		// Timeout 0 and session 0: the client reports its session expired.
 		_ = c.writeConnectResponse(&resp)
 		return false
@@ -55,11 +58,33 @@ func (c *conn) handshake(body []byte) bool {
 	c.saw(uint64(max(req.LastZxidSeen, 0)))
 	resp.TimeOut, resp.SessionID, resp.Passwd = int32(timeoutMs), int64(id), sessionPassword(id)
 	if err := c.writeConnectResponse(&resp); err != nil {
-		c.stream.Close()
+		if c.stream != nil {
+			c.stream.Close()
+		}
 		return false
 	}
-	c.heartbeat()
+	if !anonymous {
+		close(c.ready)
+		c.heartbeat()
+	}
 	return true
+}
+
+// open opens the session the connect request asks for: with its event
+// stream attached, unless the connection is anonymous (auth enabled and
+// no user proved: auth.go), whose session waits for its addauth.
+func (c *conn) open(ctx context.Context, req zkproto.ConnectRequest) (id uint64, timeoutMs int64, anonymous bool, err error) {
+	if anonymous, err = c.mustAuthenticate(); err != nil {
+		return 0, 0, false, err
+	}
+	if anonymous {
+		id, timeoutMs, err = c.openAnonymous(ctx, req)
+		return id, timeoutMs, true, err
+	}
+	if id, timeoutMs, err = c.openSession(ctx, req); err == nil {
+		c.stream, _, err = c.l.srv.Events(server.WithCredentials(ctx, c.creds), id)
+	}
+	return id, timeoutMs, false, err
 }
 
 // caughtUp reports whether this member has applied zxid, waiting up to
@@ -70,10 +95,9 @@ func (c *conn) caughtUp(zxid int64) bool {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.l.cfg.ConnectCatchUp)
 	defer cancel()
-	// A stale read at min_index waits for the index to be applied here
-	// (asking the leader only whether it exists at all).
-	_, err := c.l.srv.Get(ctx, "/", server.ReadOptions{Consistency: api.Stale, MinIndex: uint64(zxid)})
-	return err == nil
+	// It waits for the index to be applied here (asking the leader only
+	// whether it exists at all).
+	return c.l.srv.WaitApplied(ctx, uint64(zxid)) == nil
 }
 
 // errSessionGone is a resumed session that does not exist for the client:
@@ -85,6 +109,7 @@ var errSessionGone = errors.New("zkserver: no such session")
 // is errSessionGone or the server's not_found or session_expired; any other
 // error means the member cannot tell now.
 func (c *conn) openSession(ctx context.Context, req zkproto.ConnectRequest) (uint64, int64, error) {
+	ctx = server.WithCredentials(ctx, c.creds)
 	if req.SessionID == 0 {
 		sess, err := c.l.srv.CreateSession(ctx, uint64(max(req.TimeOut, 0)))
 		if err != nil {

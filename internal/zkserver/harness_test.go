@@ -1,6 +1,7 @@
 package zkserver
 
 import (
+	"cmp"
 	"net"
 	"testing"
 	"time"
@@ -21,11 +22,23 @@ type zkCluster struct {
 // startZK starts n in-process members and a listener on each.
 func startZK(t testing.TB, n int, cfg Config) *zkCluster {
 	t.Helper()
-	c := &zkCluster{Cluster: testcluster.New(t, n, testcluster.Options{MinSessionTTL: time.Second, MaxSessionTTL: 30 * time.Second})}
+	return startZKWith(t, n, cfg, testcluster.Options{}, nil)
+}
+
+// startZKWith is startZK with cluster options (session bounds default to
+// 1s-30s) and, if wrap is set, each listener's net.Listener wrapped (TLS).
+func startZKWith(t testing.TB, n int, cfg Config, opts testcluster.Options, wrap func(net.Listener) net.Listener) *zkCluster {
+	t.Helper()
+	opts.MinSessionTTL = cmp.Or(opts.MinSessionTTL, time.Second)
+	opts.MaxSessionTTL = cmp.Or(opts.MaxSessionTTL, 30*time.Second)
+	c := &zkCluster{Cluster: testcluster.New(t, n, opts)}
 	for i := range c.Nodes {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatalf("listen: %v", err)
+		}
+		if wrap != nil {
+			ln = wrap(ln)
 		}
 		cfg := cfg
 		cfg.Addr = ln.Addr().String()

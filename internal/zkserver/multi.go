@@ -150,14 +150,15 @@ func (c *conn) multi(buf []byte) (zkproto.Record, zkproto.ErrCode) {
 		}
 		plan.add(i, latchOps, roles)
 	}
-	res, err := c.l.srv.Txn(c.ctx, server.TxnRequest{Ops: plan.ops, SessionID: c.session})
+	timeMs := c.l.srv.WallTimeMs()
+	res, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{Ops: plan.ops, SessionID: c.session, TimeMs: timeMs})
 	if err != nil {
 		return c.multiFailed(&plan, ops, err)
 	}
 	c.saw(res.Index)
 	entries := make([]multiEntry, len(ops))
 	for i, op := range ops {
-		entries[i] = c.multiResult(op.op, res.Ops[plan.primary[i]])
+		entries[i] = c.multiResult(op.op, res.Ops[plan.primary[i]], timeMs)
 	}
 	return &multiResponse{entries: entries}, zkproto.ErrOK
 }
@@ -167,7 +168,7 @@ func (c *conn) multi(buf []byte) (zkproto.Record, zkproto.ErrCode) {
 func (c *conn) multiRefusedAt(plan *txnPlan, at int, code zkproto.ErrCode, n int) (zkproto.Record, zkproto.ErrCode) {
 	if len(plan.ops) > 0 {
 		plan.add(at, []server.TxnOp{sentinelOp}, []opRole{roleSentinel})
-		_, err := c.l.srv.Txn(c.ctx, server.TxnRequest{Ops: plan.ops, SessionID: c.session})
+		_, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{Ops: plan.ops, SessionID: c.session})
 		var opErr *api.TxnOpError
 		if !errors.As(err, &opErr) {
 			return nil, errCode(err)
@@ -245,26 +246,34 @@ func (c *conn) classifyCreate(plan *txnPlan, k int) zkproto.ErrCode {
 }
 
 // multiResult is the reply entry of a ZooKeeper operation applied with
-// result r.
-func (c *conn) multiResult(op zkproto.OpCode, r server.TxnOpResult) multiEntry {
+// result r, of a transaction stamped with timeMs.
+func (c *conn) multiResult(op zkproto.OpCode, r server.TxnOpResult, timeMs uint64) multiEntry {
 	switch op {
 	case zkproto.OpCreate:
 		return multiEntry{op: op, body: &zkproto.CreateResponse{Path: r.Path}}
 	case zkproto.OpCreate2, zkproto.OpCreateContainer:
-		return multiEntry{op: zkproto.OpCreate2, body: &zkproto.Create2Response{Path: r.Path, Stat: c.txnStat(r)}}
+		return multiEntry{op: zkproto.OpCreate2, body: &zkproto.Create2Response{Path: r.Path, Stat: c.txnStat(r, timeMs)}}
 	case zkproto.OpSetData:
-		return multiEntry{op: op, body: &zkproto.StatResponse{Stat: c.txnStat(r)}}
+		return multiEntry{op: op, body: &zkproto.StatResponse{Stat: c.txnStat(r, timeMs)}}
 	}
 	return multiEntry{op: op} // delete, check: no body
 }
 
-// txnStat is the Stat of the node a transaction operation left.
-func (c *conn) txnStat(r server.TxnOpResult) zkproto.Stat {
-	return zkproto.Stat{
+// txnStat is the Stat of the node a transaction operation left, in a
+// transaction stamped with timeMs (TxnRequest.TimeMs): its mtime. A node
+// the transaction created has that ctime, cversion 0 and its czxid as
+// pzxid; of a node made before it, a transaction result does not tell the
+// ctime, cversion and pzxid: they are 0, 0 and the mzxid.
+func (c *conn) txnStat(r server.TxnOpResult, timeMs uint64) zkproto.Stat {
+	stat := zkproto.Stat{
 		Czxid: int64(r.CreatedIndex), Mzxid: int64(r.ModifiedIndex), Pzxid: int64(r.ModifiedIndex),
-		Version: zkVersion(r.Version), EphemeralOwner: c.ownerOf(r.Owner),
+		Mtime: int64(timeMs), Version: zkVersion(r.Version), EphemeralOwner: c.ownerOf(r.Owner),
 		DataLength: int32(r.DataLength), NumChildren: int32(r.ChildrenCount),
 	}
+	if r.CreatedIndex == r.ModifiedIndex {
+		stat.Ctime, stat.Pzxid = int64(timeMs), int64(r.CreatedIndex)
+	}
+	return stat
 }
 
 // planOp returns the latch operations of one ZooKeeper write of a multi,
@@ -377,7 +386,7 @@ func (c *conn) multiRead(buf []byte) (zkproto.Record, zkproto.ErrCode) {
 	for i, op := range ops {
 		reads[i] = server.ReadOp{Path: op.body.(*zkproto.PathWatchRequest).Path, Children: op.op == zkproto.OpGetChildren}
 	}
-	res, err := c.l.srv.ReadMany(c.ctx, reads, c.readOptions())
+	res, err := c.l.srv.ReadMany(c.requestContext(), reads, c.readOptions())
 	if err != nil {
 		return nil, errCode(err)
 	}

@@ -2,7 +2,6 @@ package zkserver
 
 import (
 	"errors"
-	"net"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/server"
@@ -59,6 +58,7 @@ func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.
 		c.l.log.Info("zk: request timed out; closing the connection", "session", c.session, "op", h.Type)
 		return true
 	}
+	c.awaitNotifications()
 	_ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp)
 	return end || code == zkproto.ErrSessionExpired
 }
@@ -122,14 +122,14 @@ func (c *conn) readOptions() server.ReadOptions {
 
 // readNode reads path at the connection's read options.
 func (c *conn) readNode(path string, children bool) (server.NodeView, error) {
-	n, err := c.l.srv.ReadNode(c.ctx, path, server.NodeReadOptions{ReadOptions: c.readOptions(), Children: children})
+	n, err := c.l.srv.ReadNode(c.requestContext(), path, server.NodeReadOptions{ReadOptions: c.readOptions(), Children: children})
 	c.saw(n.Index) // also on not_found: the index of the view that lacked the node
 	return n, err
 }
 
 // ping keeps the session alive and answers.
 func (c *conn) ping() zkproto.ErrCode {
-	if !c.heartbeat() {
+	if c.isReady() && !c.heartbeat() {
 		return zkproto.ErrSessionExpired
 	}
 	return zkproto.ErrOK
@@ -138,21 +138,15 @@ func (c *conn) ping() zkproto.ErrCode {
 // closeSession ends the session (its ephemeral nodes go) and the connection.
 func (c *conn) closeSession() (zkproto.Record, zkproto.ErrCode, bool) {
 	c.closing.Store(true) // the reply goes out before the connection closes
-	closed, err := c.l.srv.CloseSession(c.ctx, c.session)
+	if c.unborn {
+		return nil, zkproto.ErrOK, true // never created: nothing to end
+	}
+	closed, err := c.l.srv.CloseSession(c.requestContext(), c.session)
 	if err != nil && !isCode(err, api.CodeSessionExpired) && !isCode(err, api.CodeNotFound) {
 		return nil, errCode(err), true
 	}
 	c.saw(closed.Index)
 	return nil, zkproto.ErrOK, true
-}
-
-// auth accepts the digest scheme without enforcing it (latch has no auth
-// yet); any other scheme fails, and ZooKeeper then ends the connection.
-func (c *conn) auth(p *zkproto.AuthPacket) (zkproto.Record, zkproto.ErrCode, bool) {
-	if p.Scheme == "digest" {
-		return nil, zkproto.ErrOK, false
-	}
-	return nil, zkproto.ErrAuthFailed, true
 }
 
 // create serves create, create2 and createContainer: a check that the
@@ -166,7 +160,8 @@ func (c *conn) create(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Re
 	}
 	plan := txnPlan{}
 	plan.add(0, ops, roles)
-	res, err := c.l.srv.Txn(c.ctx, server.TxnRequest{Ops: plan.ops, SessionID: c.session})
+	timeMs := c.l.srv.WallTimeMs()
+	res, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{Ops: plan.ops, SessionID: c.session, TimeMs: timeMs})
 	if err != nil {
 		var opErr *api.TxnOpError
 		if errors.As(err, &opErr) && opErr.Op >= 0 && opErr.Op < len(plan.ops) {
@@ -179,7 +174,7 @@ func (c *conn) create(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Re
 	if op == zkproto.OpCreate {
 		return &zkproto.CreateResponse{Path: created.Path}, zkproto.ErrOK
 	}
-	return &zkproto.Create2Response{Path: created.Path, Stat: c.txnStat(created)}, zkproto.ErrOK
+	return &zkproto.Create2Response{Path: created.Path, Stat: c.txnStat(created, timeMs)}, zkproto.ErrOK
 }
 
 // delete serves delete. latch refuses to delete another session's
@@ -195,7 +190,7 @@ func (c *conn) delete(req *zkproto.DeleteRequest) (zkproto.Record, zkproto.ErrCo
 		}
 		dr.Precondition, dr.Version = server.AtVersion, latchVersion(req.Version)
 	}
-	deleted, err := c.l.srv.Delete(c.ctx, dr)
+	deleted, err := c.l.srv.Delete(c.requestContext(), dr)
 	if isCode(err, api.CodePreconditionFailed) {
 		return nil, c.classifyDelete(req)
 	}
@@ -236,7 +231,7 @@ func (c *conn) read(op zkproto.OpCode, req *zkproto.PathWatchRequest) (zkproto.R
 	var entry *watchEntry
 	if req.Watch {
 		var err error
-		if entry, err = c.watches.prepare(c.ctx, req.Path, kind, 0); err != nil {
+		if entry, err = c.watches.prepare(c.requestContext(), req.Path, kind, 0); err != nil {
 			return nil, errCode(err)
 		}
 	}
@@ -288,8 +283,9 @@ func (c *conn) setData(req *zkproto.SetDataRequest) (zkproto.Record, zkproto.Err
 			}
 			expected = latchVersion(req.Version)
 		}
-		put, err := c.l.srv.Put(c.ctx, server.PutRequest{
-			Path: req.Path, Value: req.Data, Precondition: server.AtVersion, Version: expected, SessionID: c.session,
+		timeMs := c.l.srv.WallTimeMs()
+		put, err := c.l.srv.Put(c.requestContext(), server.PutRequest{
+			Path: req.Path, Value: req.Data, Precondition: server.AtVersion, Version: expected, SessionID: c.session, TimeMs: timeMs,
 		})
 		if isCode(err, api.CodePreconditionFailed) {
 			continue // changed or deleted meanwhile: read again
@@ -298,7 +294,7 @@ func (c *conn) setData(req *zkproto.SetDataRequest) (zkproto.Record, zkproto.Err
 			return nil, errCode(err)
 		}
 		c.saw(put.Index)
-		n.Value, n.Version, n.ModifiedIndex = req.Data, put.Version, put.ModifiedIndex
+		n.Value, n.Version, n.ModifiedIndex, n.ModifiedAtMs = req.Data, put.Version, put.ModifiedIndex, timeMs
 		return &zkproto.StatResponse{Stat: c.statOf(n)}, zkproto.ErrOK
 	}
 	return nil, zkproto.ErrBadVersion
@@ -316,13 +312,9 @@ func (c *conn) pathOp(op zkproto.OpCode, path string) (zkproto.Record, zkproto.E
 	case zkproto.OpSync:
 		return c.sync(path)
 	case zkproto.OpGetACL:
-		n, err := c.readNode(path, false)
-		if err != nil {
-			return nil, errCode(err)
-		}
-		return &zkproto.GetACLResponse{ACL: worldAnyone, Stat: c.statOf(n)}, zkproto.ErrOK
+		return c.getACL(path)
 	case zkproto.OpGetAllChildrenNumber:
-		count, index, err := c.l.srv.CountDescendants(c.ctx, path, c.readOptions())
+		count, index, err := c.l.srv.CountDescendants(c.requestContext(), path, c.readOptions())
 		if err != nil {
 			return nil, errCode(err)
 		}
@@ -336,18 +328,18 @@ func (c *conn) pathOp(op zkproto.OpCode, path string) (zkproto.Record, zkproto.E
 // it waits for a linearizable barrier and raises the connection's floor to
 // its index.
 func (c *conn) sync(path string) (zkproto.Record, zkproto.ErrCode) {
-	n, err := c.l.srv.Get(c.ctx, "/", server.ReadOptions{Consistency: api.Linearizable})
+	index, err := c.l.srv.Sync(c.requestContext(), path)
 	if err != nil {
 		return nil, errCode(err)
 	}
-	c.saw(n.Index)
+	c.saw(index)
 	return &zkproto.PathRequest{Path: path}, zkproto.ErrOK
 }
 
 // ephemerals serves getEphemerals: the session's ephemeral nodes whose
 // path starts with prefix ("/" or "": all).
 func (c *conn) ephemerals(prefix string) (zkproto.Record, zkproto.ErrCode) {
-	paths, index, err := c.l.srv.SessionEphemerals(c.ctx, c.session, prefix, c.readOptions())
+	paths, index, err := c.l.srv.SessionEphemerals(c.requestContext(), c.session, prefix, c.readOptions())
 	if err != nil {
 		return nil, errCode(err)
 	}
@@ -355,13 +347,22 @@ func (c *conn) ephemerals(prefix string) (zkproto.Record, zkproto.ErrCode) {
 	return &zkproto.GetChildrenResponse{Children: paths}, zkproto.ErrOK
 }
 
-// setACL accepts any non-empty ACL and reports it set; latch keeps
-// world:anyone until it has auth.
+// setACL, with auth disabled, accepts any non-empty ACL and reports it
+// set (nodes stay world:anyone). With auth enabled it needs admin on the
+// path (else NoAuth) and is refused with InvalidACL: access is granted
+// with latch's roles, never per node, and reporting an ACL set that
+// latch does not enforce would mislead.
 func (c *conn) setACL(req *zkproto.SetACLRequest) (zkproto.Record, zkproto.ErrCode) {
 	if err := api.ValidatePath(req.Path); err != nil {
 		return nil, zkproto.ErrBadArguments
 	}
 	if len(req.ACL) == 0 {
+		return nil, zkproto.ErrInvalidACL
+	}
+	if c.l.srv.AuthEnabled() {
+		if err := c.l.srv.AuthorizeAdmin(c.requestContext(), req.Path); err != nil {
+			return nil, errCode(err)
+		}
 		return nil, zkproto.ErrInvalidACL
 	}
 	n, err := c.readNode(req.Path, false)
@@ -414,7 +415,7 @@ func (c *conn) watchOp(op zkproto.OpCode, req *zkproto.PathTypeRequest) (zkproto
 	default:
 		return nil, zkproto.ErrBadArguments
 	}
-	e, err := c.watches.prepare(c.ctx, req.Path, kind, 0)
+	e, err := c.watches.prepare(c.requestContext(), req.Path, kind, 0)
 	if err != nil {
 		return nil, errCode(err)
 	}
@@ -427,6 +428,16 @@ func (c *conn) watchOp(op zkproto.OpCode, req *zkproto.PathTypeRequest) (zkproto
 // setWatches sets again, after a reconnect, the watches the client held,
 // each reporting at once the latest change it missed after relativeZxid.
 func (c *conn) setWatches(req *zkproto.SetWatches) zkproto.ErrCode {
+	if !c.isReady() {
+		// An anonymous connection: set them once addauth attaches the
+		// session (a client resends its credentials and its watches at
+		// once after a reconnect, in either order).
+		if len(c.deferredWatches) < maxDeferredSetWatches {
+			c.deferredWatches = append(c.deferredWatches, req)
+			return zkproto.ErrOK
+		}
+		return zkproto.ErrNoAuth
+	}
 	known := uint64(max(req.RelativeZxid, 1))
 	lists := []struct {
 		paths []string
@@ -440,7 +451,7 @@ func (c *conn) setWatches(req *zkproto.SetWatches) zkproto.ErrCode {
 			if api.ValidatePath(path) != nil {
 				continue // never a watch of a latch client
 			}
-			e, err := c.watches.prepare(c.ctx, path, list.kind, known)
+			e, err := c.watches.prepare(c.requestContext(), path, list.kind, known)
 			if err != nil {
 				return errCode(err)
 			}
@@ -450,6 +461,36 @@ func (c *conn) setWatches(req *zkproto.SetWatches) zkproto.ErrCode {
 		}
 	}
 	return zkproto.ErrOK
+}
+
+// maxDeferredSetWatches bounds the setWatches an anonymous connection may
+// send before its addauth.
+const maxDeferredSetWatches = 4
+
+// getACL reports, as the node's ACL, one world:anyone entry with the
+// permissions the connection's user has on it (ZooKeeper's bits: read;
+// write, create and delete with write; admin with admin).
+func (c *conn) getACL(path string) (zkproto.Record, zkproto.ErrCode) {
+	n, err := c.readNode(path, false)
+	if err != nil {
+		return nil, errCode(err)
+	}
+	access, err := c.l.srv.AccessOn(c.requestContext(), path)
+	if err != nil {
+		return nil, errCode(err)
+	}
+	var perms int32
+	if access.Read {
+		perms |= zkproto.PermRead
+	}
+	if access.Write {
+		perms |= zkproto.PermWrite | zkproto.PermCreate | zkproto.PermDelete
+	}
+	if access.Admin {
+		perms |= zkproto.PermAdmin
+	}
+	acl := []zkproto.ACL{{Perms: perms, ID: zkproto.ID{Scheme: "world", ID: "anyone"}}}
+	return &zkproto.GetACLResponse{ACL: acl, Stat: c.statOf(n)}, zkproto.ErrOK
 }
 
 // clientInfo is one entry of whoAmI's reply.
@@ -469,15 +510,6 @@ func (r *whoAmIResponse) Encode(w *zkproto.Writer) {
 
 // Decode implements zkproto.Record (replies are never decoded here).
 func (r *whoAmIResponse) Decode(*zkproto.Reader) {}
-
-// whoAmI reports the client as ZooKeeper does without auth: its address.
-func (c *conn) whoAmI() zkproto.Record {
-	host, _, err := net.SplitHostPort(c.nc.RemoteAddr().String())
-	if err != nil {
-		host = c.nc.RemoteAddr().String()
-	}
-	return &whoAmIResponse{infos: []clientInfo{{"ip", host}}}
-}
 
 // nonNil returns b, or an empty slice for nil.
 func nonNil(b []byte) []byte {

@@ -24,15 +24,22 @@ func zkVersion(v uint64) int32 {
 // latchVersion is the latch version a ZooKeeper version names.
 func latchVersion(v int32) uint64 { return uint64(v) + 1 }
 
-// statOf maps a node onto ZooKeeper's Stat. latch keeps no times and no
-// child version: ctime, mtime, cversion and aversion are 0, and pzxid is
-// the node's mzxid. The owner of an ephemeral node is shown as the
+// statOf maps a node onto ZooKeeper's Stat: ctime and mtime are the times
+// the log recorded for the node's create and latest write, cversion counts
+// its children's creates and deletes and pzxid is the index of the latest
+// (the node's mzxid for a node of a binary that kept none); latch keeps no
+// ACL version (aversion 0). The owner of an ephemeral node is shown as the
 // session id to that session only; to others as its handle (an id is a
 // bearer secret), which is never 0 and never the reader's own id.
 func (c *conn) statOf(n server.NodeView) zkproto.Stat {
+	pzxid := n.ChildrenModifiedIndex
+	if pzxid == 0 {
+		pzxid = n.ModifiedIndex
+	}
 	return zkproto.Stat{
-		Czxid: int64(n.CreatedIndex), Mzxid: int64(n.ModifiedIndex), Pzxid: int64(n.ModifiedIndex),
-		Version: zkVersion(n.Version), EphemeralOwner: c.ownerOf(n.Owner),
+		Czxid: int64(n.CreatedIndex), Mzxid: int64(n.ModifiedIndex), Pzxid: int64(pzxid),
+		Ctime: int64(n.CreatedAtMs), Mtime: int64(n.ModifiedAtMs),
+		Version: zkVersion(n.Version), Cversion: int32(n.ChildrenVersion), EphemeralOwner: c.ownerOf(n.Owner),
 		DataLength: int32(len(n.Value)), NumChildren: int32(n.ChildrenCount),
 	}
 }
@@ -73,6 +80,8 @@ func errCode(err error) zkproto.ErrCode {
 		return zkproto.ErrOperationTimeout
 	case api.CodeUnauthenticated, api.CodePermissionDenied:
 		return zkproto.ErrNoAuth
+	case api.CodeQuotaExceeded:
+		return zkproto.ErrQuotaExceeded
 	}
 	return zkproto.ErrSystemError
 }

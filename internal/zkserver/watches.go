@@ -3,6 +3,7 @@ package zkserver
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/server"
@@ -318,13 +319,20 @@ func (t *watchTable) cancelAll() {
 	}
 }
 
-// pumpEvents hands the session's events to the watch table until the
+// pumpEvents waits for the session to be ready (auth.go), then hands the
+// session's events to the watch table until the
 // stream ends, then ends the connection: the session ended (the client
 // learns it when it reconnects), another connection took the stream, or
 // the connection fell too far behind; the client reconnects and sets its
 // watches again. After a closeSession on this connection the pipeline
 // closes it instead, once the reply is sent.
 func (c *conn) pumpEvents() {
+	defer close(c.pumpDone)
+	select {
+	case <-c.ready:
+	case <-c.ctx.Done():
+		return
+	}
 	events := c.stream.Events()
 	for {
 		select {
@@ -339,6 +347,51 @@ func (c *conn) pumpEvents() {
 				return
 			}
 			c.watches.dispatch(ev)
+			c.handled.Add(1)
+			select {
+			case c.progress <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// backlogger is the part of an event stream that tells how many events it
+// will have handed over once it has handed over those queued now
+// (watch.Stream's Backlog).
+type backlogger interface{ Backlog() uint64 }
+
+// awaitNotifications waits until the connection has sent the notification
+// of every change its member had applied when it was called, so that a
+// reply sent after it never overtakes the notification of a change the
+// request could see, as ZooKeeper orders them: the registry queues a
+// change's events while it applies the change, before any read sees it,
+// so once pumpEvents has dispatched as many events as the stream's Backlog
+// counts now, every such notification is on the wire. It gives up when the
+// stream or the connection ends (the client then reconnects and sets its
+// watches again) or after the session timeout (a stream stuck that long is
+// a bug; the reply is sent then rather than never).
+func (c *conn) awaitNotifications() {
+	b, ok := c.stream.(backlogger)
+	if !ok {
+		return
+	}
+	target := b.Backlog()
+	if c.handled.Load() >= target {
+		return
+	}
+	timer := time.NewTimer(c.timeout)
+	defer timer.Stop()
+	for c.handled.Load() < target {
+		select {
+		case <-c.progress:
+		case <-c.pumpDone:
+			return
+		case <-c.ctx.Done():
+			return
+		case <-timer.C:
+			c.l.log.Warn("zk: notifications not sent within the session timeout; replying anyway", "session", c.session)
+			return
 		}
 	}
 }

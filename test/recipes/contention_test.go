@@ -72,7 +72,10 @@ func TestLockContention(t *testing.T) {
 	// keeps every wait far longer than the run, which ends by cancel.
 	ctx, cancel := context.WithTimeout(context.Background(), contentionTime+time.Minute)
 	defer cancel()
-	stop := time.AfterFunc(contentionTime, cancel)
+	stop := time.AfterFunc(contentionTime, func() {
+		counter.ended.Store(true)
+		cancel()
+	})
 	defer stop.Stop()
 	started := time.Now()
 	results := make([][]tenure, contenders)
@@ -222,11 +225,15 @@ type acquireCounter struct {
 	base    http.RoundTripper
 	held    atomic.Int64
 	notHeld atomic.Int64
+	// ended is set when the run ends: the replies after it answer acquires
+	// being given up (the recipe keeps them in flight and releases their
+	// places, which the server answers 409), so they are not counted.
+	ended atomic.Bool
 }
 
 func (a *acquireCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := a.base.RoundTrip(req)
-	if err != nil || req.URL.Path != "/v1/lock/acquire" {
+	if err != nil || req.URL.Path != "/v1/lock/acquire" || a.ended.Load() {
 		return resp, err
 	}
 	switch resp.StatusCode {

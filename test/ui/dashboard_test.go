@@ -123,9 +123,15 @@ func (s pageState) electionToken(role string) (token, value string) {
 // waitFor reads the page until ok holds of it or within passes, and
 // returns the last state read.
 func waitFor(b *browser, within time.Duration, ok func(pageState) bool) (pageState, bool) {
+	return readUntil(b, stateScript, within, ok)
+}
+
+// readUntil evaluates script, which reads a T from the page, until ok
+// holds of it or within passes, and returns the last T read.
+func readUntil[T any](b *browser, script string, within time.Duration, ok func(T) bool) (T, bool) {
 	deadline := time.Now().Add(within)
 	for {
-		s, err := eval[pageState](b, stateScript)
+		s, err := eval[T](b, script)
 		if err == nil && ok(s) {
 			return s, true
 		}

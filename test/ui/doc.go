@@ -21,6 +21,14 @@
 //   - screenshots of each step are saved to the directory the test logs
 //     (LATCH_UI_SCREENSHOTS, or the test's temporary directory).
 //
+// What TestDashboardLoginAndShards shows, on a cluster with auth enabled
+// and two shards: the page opens on its login form and shows no data; a
+// wrong password is refused on the form; signed in, it shows the members
+// (all up, the leader the members name) and one row per shard with the
+// leader the members name and its term, commit and applied index; the
+// sign-in survives a reload; sign out hides and clears everything and the
+// token no longer works.
+//
 // Chromium is found as LATCH_CHROMIUM or chromium, chromium-browser or
 // google-chrome on PATH. Without one the test skips with a message, unless
 // LATCH_REQUIRE_BROWSER is set (.ci/run installs Chromium and sets it), when

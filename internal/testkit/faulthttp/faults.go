@@ -34,6 +34,12 @@ const (
 	ForwardThenDrop
 	// Hang waits until the client gives up and answers nothing.
 	Hang
+	// Late holds the request until the fault's Gate is closed, whether or
+	// not the client gives up meanwhile, and then forwards it detached from
+	// the client: a request held up on its way reaches the member after its
+	// client stopped waiting. The member's reply reaches the client if it
+	// still waits.
+	Late
 )
 
 // Fault is one rule of a Proxy.
@@ -46,8 +52,9 @@ type Fault struct {
 	// means every one until Clear.
 	Times int
 	Kind  Kind
-	Err   api.Error     // for Reply
-	Delay time.Duration // for Delay
+	Err   api.Error       // for Reply
+	Delay time.Duration   // for Delay
+	Gate  <-chan struct{} // for Late
 }
 
 func (f *Fault) matches(r *http.Request) bool {
@@ -79,6 +86,9 @@ func (f *Fault) apply(p *Proxy, w *recorder, r *http.Request) bool {
 		hangUp(w)
 	case Hang:
 		<-r.Context().Done()
+	case Late:
+		<-f.Gate
+		p.rp.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
 	}
 	return true
 }

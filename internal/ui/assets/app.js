@@ -1,6 +1,12 @@
 // latch dashboard: polls the serving member's own endpoints and draws them.
 // No framework, no build step, nothing fetched from anywhere else. Every
 // piece of data is put in the page as text (textContent), never as HTML.
+//
+// Auth: the page starts locked (nothing shown). Any answer unlocks it; a 401
+// (auth enabled, no or an expired token) locks it again, clears every table
+// and shows the login form. The token from POST /v1/auth/login is kept in
+// this tab's sessionStorage only (gone when the tab closes) and sent as
+// "Authorization: Bearer"; sign out revokes it (POST /v1/auth/logout).
 "use strict";
 
 const POLL_MS = 1000;        // members, locks, elections, sessions
@@ -25,47 +31,149 @@ const LATENCY_ROUTES = new Set(["PUT /v1/kv/{path...}", "DELETE /v1/kv/{path...}
 
 const $ = (id) => document.getElementById(id);
 
+// ---- auth ----
+
+const TOKEN_KEY = "latch.token";
+const USER_KEY = "latch.user";
+
+function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+// lock hides and clears every piece of data and shows the login form.
+function lock() {
+  document.body.classList.add("locked");
+  for (const body of document.querySelectorAll("main tbody")) body.replaceChildren();
+  for (const b of document.querySelectorAll("main b, header .summary b")) b.textContent = "—";
+  for (const svg of document.querySelectorAll("main svg")) svg.replaceChildren();
+  $("kv-node").replaceChildren();
+  $("shards-box").hidden = true;
+  errors.clear();
+  setError("", null);
+  heldSince.clear();
+  history.last = null;
+  history.writes.length = history.reads.length = history.latency.length = 0;
+  $("login").hidden = false;
+  $("signed-in").hidden = true;
+}
+
+function unlock() {
+  if (!document.body.classList.contains("locked")) return;
+  document.body.classList.remove("locked");
+  $("login").hidden = true;
+  const user = sessionStorage.getItem(USER_KEY);
+  $("signed-in").hidden = !token();
+  $("user-name").textContent = user || "";
+}
+
+// forgetToken drops the tab's token and locks the page.
+function forgetToken() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem(USER_KEY);
+  lock();
+}
+
+async function login(event) {
+  event.preventDefault();
+  const user = $("login-user").value;
+  const failure = $("login-error");
+  failure.hidden = true;
+  let resp, body;
+  try {
+    resp = await fetch("/v1/auth/login", {
+      method: "POST", cache: "no-store", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ user, password: $("login-password").value }),
+    });
+    body = await resp.json().catch(() => null);
+  } catch (e) {
+    resp = null;
+    body = { error: { message: e.message } };
+  }
+  $("login-password").value = "";
+  if (!resp || !resp.ok || !body || !body.token) {
+    failure.textContent = resp && resp.status === 401 ? "wrong user or password"
+      : "sign-in failed: " + (body && body.error ? body.error.message : "HTTP " + (resp ? resp.status : "?"));
+    failure.hidden = false;
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, body.token);
+  sessionStorage.setItem(USER_KEY, body.user);
+  pollNow();
+}
+
+async function logout() {
+  const current = token();
+  forgetToken();
+  if (!current) return;
+  try {
+    await fetch("/v1/auth/logout", { method: "POST", cache: "no-store", headers: { Authorization: "Bearer " + current } });
+  } catch (e) {
+    console.error(e); // the token is gone from the tab either way; it expires on its own
+  }
+}
+
 // ---- fetching ----
 
-async function getJSON(path) {
+// request fetches path with the tab's token: a 401 locks the page, any
+// other answer unlocks it. An answer to a request sent with a token the tab
+// no longer holds (signed out meanwhile) is dropped, never shown.
+async function request(path) {
   const ctl = new AbortController();
   const timer = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
+  const sent = token();
+  const headers = {};
+  if (sent) headers.Authorization = "Bearer " + sent;
   try {
-    const resp = await fetch(path, { signal: ctl.signal, cache: "no-store" });
-    const body = await resp.json().catch(() => null);
-    if (!resp.ok) {
-      const msg = body && body.error ? body.error.code + ": " + body.error.message : "HTTP " + resp.status;
-      throw new Error(path + ": " + msg);
+    const resp = await fetch(path, { signal: ctl.signal, cache: "no-store", headers });
+    if (token() !== sent) throw new Error(path + ": signed out meanwhile");
+    if (resp.status === 401) {
+      if (token()) forgetToken(); else lock();
+      throw new Error(path + ": sign in to see this cluster");
     }
-    return body;
+    unlock();
+    return resp;
   } finally {
     clearTimeout(timer);
   }
+}
+
+async function getJSON(path) {
+  const resp = await request(path);
+  const body = await resp.json().catch(() => null);
+  if (!resp.ok) {
+    const msg = body && body.error ? body.error.code + ": " + body.error.message : "HTTP " + resp.status;
+    throw new Error(path + ": " + msg);
+  }
+  return body;
 }
 
 async function getText(path) {
-  const ctl = new AbortController();
-  const timer = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
-  try {
-    const resp = await fetch(path, { signal: ctl.signal, cache: "no-store" });
-    if (!resp.ok) throw new Error(path + ": HTTP " + resp.status);
-    return await resp.text();
-  } finally {
-    clearTimeout(timer);
-  }
+  const resp = await request(path);
+  if (!resp.ok) throw new Error(path + ": HTTP " + resp.status);
+  return await resp.text();
 }
 
-// every runs fn now and then again ms after each run ends (never two at once).
+// every runs fn now and then again ms after each run ends (never two at
+// once); pollNow runs every such fn at once (after a sign-in) instead of at
+// its next turn.
+const pollers = [];
 function every(ms, fn) {
+  let timer = null;
+  let running = false;
   const run = async () => {
+    clearTimeout(timer);
+    if (running) return;
+    running = true;
     try { await fn(); } catch (e) { console.error(e); }
-    setTimeout(run, ms);
+    running = false;
+    timer = setTimeout(run, ms);
   };
+  pollers.push(run);
   run();
 }
+function pollNow() { for (const run of pollers) run(); }
 
 const errors = new Map(); // source -> message
 function setError(source, err) {
+  if (document.body.classList.contains("locked")) err = null; // nothing shows while locked
   if (err) errors.set(source, err.message || String(err)); else errors.delete(source);
   const box = $("error");
   box.hidden = errors.size === 0;
@@ -146,6 +254,32 @@ async function pollHealth() {
       td(m.client_url || "", "mono"));
   });
   fillBody("members", rows, "no members", 7);
+  await pollShards(members);
+}
+
+// pollShards shows, with more than one shard, each shard's leader, term,
+// commit and applied index as the serving member sees them (/v1/status).
+async function pollShards(members) {
+  let st;
+  try {
+    st = await getJSON("/v1/status");
+    setError("status", null);
+  } catch (e) {
+    setError("status", e);
+    return;
+  }
+  const shards = st.shards || [];
+  $("shards-box").hidden = shards.length < 2;
+  if (shards.length < 2) return;
+  const names = new Map(members.map((m) => [m.id, m.name]));
+  const rows = shards.map((s) => el("tr", { "data-shard": String(s.shard), "data-leader": names.get(s.leader_id) || "" },
+    td(s.shard, "num"),
+    td(s.leader_id ? names.get(s.leader_id) || s.leader_id : "none", s.leader_id ? "" : "empty"),
+    td(s.term, "num"),
+    td(s.commit_index, "num"),
+    td(s.applied_index, "num"),
+    el("td", {}, el("span", { class: "badge " + s.role }, s.role))));
+  fillBody("shards", rows, "no shards", 6);
 }
 
 // ---- locks, elections, sessions ----
@@ -410,11 +544,12 @@ async function selectNode(path) {
     $("kv-node").replaceChildren(el("p", { class: "muted" }, e.message));
     return;
   }
+  const at = (ms) => (ms ? " at " + new Date(ms).toLocaleString() : "");
   const dl = el("dl", {},
     el("dt", {}, "path"), el("dd", { class: "mono" }, n.path),
     el("dt", {}, "version"), el("dd", {}, n.version),
-    el("dt", {}, "created"), el("dd", {}, "index " + n.created_index),
-    el("dt", {}, "modified"), el("dd", {}, "index " + n.modified_index),
+    el("dt", {}, "created"), el("dd", {}, "index " + n.created_index + at(n.created_at_ms)),
+    el("dt", {}, "modified"), el("dd", {}, "index " + n.modified_index + at(n.modified_at_ms)),
     el("dt", {}, "owner"), el("dd", { class: "mono" }, n.ephemeral ? n.owner_handle + " (ephemeral)" : "persistent"),
     el("dt", {}, "children"), el("dd", {}, n.children_count));
   $("kv-node").replaceChildren(dl, el("pre", {}, n.value === "" ? "(empty value)" : n.value));
@@ -423,6 +558,8 @@ async function selectNode(path) {
 // ---- start ----
 
 document.addEventListener("DOMContentLoaded", () => {
+  $("login-form").addEventListener("submit", login);
+  $("logout").addEventListener("click", logout);
   showNodeHint();
   every(POLL_MS, pollHealth);
   every(POLL_MS, pollLocks);

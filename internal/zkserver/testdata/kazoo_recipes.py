@@ -5,6 +5,7 @@ Exits 0 when every recipe behaved, 1 with the failure otherwise.
 """
 import sys
 import threading
+import time
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (BadVersionError, LockTimeout, NoNodeError,
@@ -165,10 +166,33 @@ def transaction(a, b):
     check(a.exists("/k/none") is None, "the missing parent was not made")
 
 
+def stat(a, b):
+    """ctime, mtime, cversion and pzxid: within the script's clock window,
+    the same through both clients (after a sync), moved by the writes."""
+    before = int(time.time() * 1000)
+    a.create("/k/stat", b"x")
+    a.create("/k/stat/c1")
+    a.create("/k/stat/c2")
+    a.delete("/k/stat/c1")
+    set_stat = a.set("/k/stat", b"y")
+    after = int(time.time() * 1000)
+    a.sync("/k/stat")
+    b.sync("/k/stat")
+    sa, sb = a.exists("/k/stat"), b.exists("/k/stat")
+    check(sa == sb, "stats differ between clients: %r %r" % (sa, sb))
+    check(before <= sa.ctime <= sa.mtime <= after,
+          "ctime %d, mtime %d outside [%d, %d]" % (sa.ctime, sa.mtime, before, after))
+    check(set_stat == sa, "setData replied %r, exists shows %r" % (set_stat, sa))
+    check(sa.cversion == 3 and sa.numChildren == 1, "cversion %d, numChildren %d" % (sa.cversion, sa.numChildren))
+    check(sa.czxid < sa.pzxid < sa.mzxid, "pzxid %d not between czxid %d and mzxid %d" % (sa.pzxid, sa.czxid, sa.mzxid))
+    child = b.exists("/k/stat/c2")
+    check(sa.ctime <= child.ctime == child.mtime <= sa.mtime, "child times %r" % (child,))
+
+
 def main():
     a, b = client(), client()
     a.ensure_path("/k")
-    for recipe in (lock, election, barrier, counter, queue, party, watches, transaction):
+    for recipe in (lock, election, barrier, counter, queue, party, watches, transaction, stat):
         try:
             recipe(a, b)
         except Exception as e:  # report which recipe, then fail
