@@ -23,8 +23,8 @@ var (
 	tlsFlag      = flag.Bool("chaos.tls", false, "TLS on both ports of every member, client certificates required")
 	authFlag     = flag.Bool("chaos.auth", false, "auth on (implies -chaos.tls): every kind of client logs in as its own non-root user")
 	zkFlag       = flag.Bool("chaos.zk", false, "ZooKeeper listeners and the zk workload (go-zookeeper's lock recipe, fenced)")
-	zkAuthFlag   = flag.Bool("chaos.zkauth", false, "with -chaos.auth and -chaos.zk: ZooKeeper clients send digest credentials in the same runs; "+
-		"without it (the ZooKeeper port refuses clients once auth is on) TestSoak alternates runs with auth and runs of the zk workload without auth")
+	zkAuthFlag   = flag.Bool("chaos.zkauth", true, "with -chaos.auth and -chaos.zk: ZooKeeper clients log in as their own user (a certificate naming it and digest credentials); "+
+		"=false (for a latchd whose ZooKeeper port refuses clients once auth is on) makes TestSoak alternate runs with auth and runs of the zk workload without auth")
 	zkShardedFlag = flag.Bool("chaos.zksharded", false, "ZooKeeper clients on a sharded cluster in the same runs; without it (the ZooKeeper port "+
 		"refuses creates below the top level and watches outside shard 0 with more than one shard) the runs with ZooKeeper clients use one shard")
 	diskFlag  = flag.Bool("chaos.disk", false, "the disk-full fault: every member's data directory its own small tmpfs (needs root)")
@@ -60,12 +60,12 @@ func config(seed uint64) Config {
 	return cfg
 }
 
-// soakConfig is run k of TestSoak. ZooKeeper clients cannot log in once
-// auth is on (without -chaos.zkauth) and cannot work on a sharded cluster
-// (without -chaos.zksharded): then even runs have auth and the shards, no
-// ZooKeeper clients; odd runs the zk workload on one shard without auth
-// (and the watch workload, which one shard allows). Both keep TLS, every
-// other workload and every fault.
+// soakConfig is run k of TestSoak. ZooKeeper clients cannot work on a
+// sharded cluster (without -chaos.zksharded), nor log in with
+// -chaos.zkauth=false: then even runs have the shards and auth, no
+// ZooKeeper clients; odd runs the zk workload on one shard, with auth
+// unless -chaos.zkauth=false (and the watch workload, which one shard
+// allows). Both keep TLS, every other workload and every fault.
 func soakConfig(seed uint64, k int) Config {
 	cfg := config(seed)
 	if !cfg.ZK {

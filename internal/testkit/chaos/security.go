@@ -11,6 +11,7 @@ import (
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
 	"github.com/latch-io/latch/internal/check"
+	"github.com/latch-io/latch/internal/testkit/testcerts"
 )
 
 // Security of a run (Config.TLS, Config.Auth). With TLS every member serves
@@ -146,4 +147,20 @@ func (r *run) login(user string) (string, error) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return "", fmt.Errorf("login %s: %w", user, err)
+}
+
+// userTLS is the harness's TLS configuration with a client certificate
+// naming user instead of the harness: a ZooKeeper connection's certificate
+// names its user, and its digest credentials must name the same one.
+func (r *run) userTLS(user string) *tls.Config {
+	sec := r.cluster.Security
+	cert := sec.ClientCA.Issue(r.t, user, testcerts.Client, testcerts.Options{})
+	pair, err := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
+	if err != nil {
+		r.Anomaly("config: certificate of %s: %v", user, err)
+		return r.tlsConfig
+	}
+	config := r.tlsConfig.Clone()
+	config.Certificates = []tls.Certificate{pair}
+	return config
 }

@@ -81,6 +81,7 @@ func (w *zkLocks) start(r *run) {
 	w.tls = r.tlsConfig
 	if r.cfg.Auth && r.cfg.ZKAuth {
 		w.auth = zkUser.name + ":" + authPassword
+		w.tls = r.userTLS(zkUser.name)
 	}
 	r.Workers.Add(1)
 	go func() {
