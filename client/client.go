@@ -44,7 +44,11 @@ type Client struct {
 // New returns a Client for the cluster at cfg.Endpoints. It does not contact
 // the cluster: the first request picks a reachable server.
 func New(cfg Config) (*Client, error) {
-	return newClient(cfg, realClock{}, rand.IntN)
+	var clk clock = realClock{}
+	if cfg.Clock != nil {
+		clk = cfg.Clock
+	}
+	return newClient(cfg, clk, rand.IntN)
 }
 
 // newClient is New with the clock and the choice of first endpoint injected.
@@ -409,11 +413,14 @@ func drainAndClose(body io.ReadCloser) {
 	_ = body.Close()
 }
 
-// clock is the time source of session keepalives; tests inject a fake.
-type clock interface {
+// Clock is the time source of session keepalives (Config.Clock).
+type Clock interface {
 	Now() time.Time
 	After(d time.Duration) <-chan time.Time
 }
+
+// clock is Clock as the package's tests inject a fake.
+type clock = Clock
 
 type realClock struct{}
 

@@ -50,6 +50,10 @@ type Config struct {
 	// Transport, when set, replaces the client's own tuned transport; share
 	// one between many Clients to share their connection pools.
 	Transport http.RoundTripper
+	// Clock, when set, paces session keepalives and judges their answers
+	// in place of the real clock: fault tests give a client a clock that
+	// runs slow or fast (request timeouts and retries keep real time).
+	Clock Clock
 }
 
 // Defaults of Config.

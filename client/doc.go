@@ -21,6 +21,8 @@
 //     after switching servers.
 //   - Sessions (NewSession): a keepalive goroutine heartbeats every timeout/3
 //     through any reachable server; Done is closed when the session ends.
+//     The keepalives run on Config.Clock when set (fault tests give a client
+//     a clock that runs slow or fast), else on the real clock.
 //     Session.ID is a bearer secret (whoever knows it acts as the session);
 //     reads name sessions by their public handle instead (a node's
 //     OwnerHandle, a lock holder's or an election leader's SessionHandle),

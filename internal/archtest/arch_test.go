@@ -148,7 +148,7 @@ var allowed = map[string]rule{
 	},
 	testkit + "faulthttp": {imports: []string{"api", testkit + "testcluster"}},
 	testkit + "chaos": {
-		imports: []string{"api", "client", "client/recipe", "fencing", "internal/check", "internal/placement", testkit + "proccluster"},
+		imports: []string{"api", "client", "client/recipe", "fencing", "internal/check", "internal/clock", "internal/placement", testkit + "proccluster", testkit + "testcerts"},
 	},
 
 	// The system tests (test files only) and this check.

@@ -39,7 +39,7 @@ func (w *sessions) client(r *Run, worker int) {
 		}
 		path := r.Key(fmt.Sprintf("/eph/c%d-r%d", worker, round))
 		ctx, cancel := RequestContext()
-		err := CallKV(ctx, http.MethodPut, r.Node(), path, url.Values{"ephemeral": {"true"}, "session_id": {s.ID}, "request_seq": {"1"}}, &api.PutRequest{Value: s.ID}, nil)
+		err := r.CallKV(ctx, http.MethodPut, r.Node(), path, url.Values{"ephemeral": {"true"}, "session_id": {s.ID}, "request_seq": {"1"}}, &api.PutRequest{Value: s.ID}, nil)
 		cancel()
 		if err == nil {
 			w.watch(r, s, path)
@@ -58,7 +58,7 @@ func (w *sessions) watch(r *Run, s *Session, path string) {
 	for checks := 3 + r.Intn(10); checks > 0 && !r.Stopped() && !s.Expired(); checks-- {
 		time.Sleep(200 * time.Millisecond)
 		ctx, cancel := RequestContext()
-		err := CallKV(ctx, http.MethodGet, r.Node(), path, nil, nil, nil)
+		err := r.CallKV(ctx, http.MethodGet, r.Node(), path, nil, nil, nil)
 		cancel()
 		if Code(err) != api.CodeNotFound {
 			continue
@@ -68,7 +68,7 @@ func (w *sessions) watch(r *Run, s *Session, path string) {
 		// success proves the session alive after the read missed the node.
 		ctx, cancel = RequestContext()
 		probe := path + "-probe"
-		err = CallKV(ctx, http.MethodPut, r.Node(), probe, url.Values{"ephemeral": {"true"}, "session_id": {s.ID}, "request_seq": {"2"}}, &api.PutRequest{Value: s.ID}, nil)
+		err = r.CallKV(ctx, http.MethodPut, r.Node(), probe, url.Values{"ephemeral": {"true"}, "session_id": {s.ID}, "request_seq": {"2"}}, &api.PutRequest{Value: s.ID}, nil)
 		cancel()
 		if err == nil {
 			r.Anomaly("S: ephemeral %s gone while session %s still alive (a later session write succeeded)", path, s.ID)
@@ -91,7 +91,7 @@ func (w *sessions) Check(r *Run) error {
 		for i, m := range r.Members() {
 			for {
 				ctx, cancel := RequestContext()
-				err := CallKV(ctx, http.MethodGet, m.ClientURL, path, url.Values{"consistency": {api.Stale}}, nil, nil)
+				err := r.CallKV(ctx, http.MethodGet, m.ClientURL, path, url.Values{"consistency": {api.Stale}}, nil, nil)
 				cancel()
 				if Code(err) == api.CodeNotFound {
 					break

@@ -3,6 +3,7 @@ package check
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,10 +30,15 @@ var ErrTransport = errors.New("check: no reply")
 // certainly reached no server.
 var ErrNotSent = errors.New("check: not sent")
 
-// Call sends one JSON request to base+path and decodes a 200 reply into
-// out. An error reply comes back as *api.Error; a lost request wraps
-// ErrTransport.
+// Call sends one JSON request to base+path with HTTPClient and decodes a
+// 200 reply into out. An error reply comes back as *api.Error; a lost
+// request wraps ErrTransport.
 func Call(ctx context.Context, method, base, path string, query url.Values, in, out any) error {
+	return CallWith(ctx, HTTPClient, method, base, path, query, in, out)
+}
+
+// CallWith is Call sent with client.
+func CallWith(ctx context.Context, client *http.Client, method, base, path string, query url.Values, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		data, err := json.Marshal(in)
@@ -50,7 +56,7 @@ func Call(ctx context.Context, method, base, path string, query url.Values, in, 
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := HTTPClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		var opErr *net.OpError
 		if errors.As(err, &opErr) && opErr.Op == "dial" {
@@ -83,4 +89,28 @@ func Code(err error) api.Code {
 		return e.Code
 	}
 	return ""
+}
+
+// NewHTTPClient returns a client like HTTPClient that uses tlsConfig for
+// https members (nil: the system's roots) and, when token is not "",
+// sends it as "Authorization: Bearer" on every request: how a Run checks
+// a cluster with TLS and auth on (Options.HTTP).
+func NewHTTPClient(tlsConfig *tls.Config, token string) *http.Client {
+	var transport http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second, TLSClientConfig: tlsConfig}
+	if token != "" {
+		transport = bearer{token: token, next: transport}
+	}
+	return &http.Client{Transport: transport}
+}
+
+// bearer adds a bearer token to every request it sends.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(req)
 }

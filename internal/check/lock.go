@@ -170,7 +170,7 @@ func (w *locks) round(r *Run, s *Session, worker int) {
 	ctx, cancel := RequestContext()
 	defer cancel()
 	var held api.Lock
-	err := Call(ctx, http.MethodPost, r.Node(), "/v1/lock/acquire", nil,
+	err := r.Call(ctx, http.MethodPost, r.Node(), "/v1/lock/acquire", nil,
 		&api.LockRequest{Name: r.LockName, SessionID: s.ID, WaitMs: 1000}, &held)
 	if err != nil || !held.Held {
 		if Code(err) == api.CodeSessionExpired {
@@ -190,7 +190,7 @@ func (w *locks) round(r *Run, s *Session, worker int) {
 	}
 	ctx2, cancel2 := RequestContext()
 	defer cancel2()
-	_ = Call(ctx2, http.MethodPost, r.Node(), "/v1/lock/release", nil,
+	_ = r.Call(ctx2, http.MethodPost, r.Node(), "/v1/lock/release", nil,
 		&api.LockRequest{Name: r.LockName, SessionID: s.ID, FencingToken: held.FencingToken}, nil)
 }
 

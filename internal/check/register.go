@@ -110,15 +110,15 @@ func (w *registers) do(r *Run, id int, in linearize.Input) (linearize.Output, ou
 	var err error
 	switch in.Kind {
 	case linearize.Get:
-		err = CallKV(ctx, http.MethodGet, base, in.Key, url.Values{"consistency": {api.Linearizable}}, nil, &node)
+		err = r.CallKV(ctx, http.MethodGet, base, in.Key, url.Values{"consistency": {api.Linearizable}}, nil, &node)
 	case linearize.Put:
-		err = CallKV(ctx, http.MethodPut, base, in.Key, nil, &api.PutRequest{Value: in.Value}, &node)
+		err = r.CallKV(ctx, http.MethodPut, base, in.Key, nil, &api.PutRequest{Value: in.Value}, &node)
 	case linearize.CAS:
 		prev := "none"
 		if in.Expect > 0 {
 			prev = strconv.FormatUint(in.Expect, 10)
 		}
-		err = CallKV(ctx, http.MethodPut, base, in.Key, url.Values{"prev_version": {prev}}, &api.PutRequest{Value: in.Value}, &node)
+		err = r.CallKV(ctx, http.MethodPut, base, in.Key, url.Values{"prev_version": {prev}}, &api.PutRequest{Value: in.Value}, &node)
 	}
 	switch {
 	case err == nil && in.Kind == linearize.Get:
@@ -147,6 +147,11 @@ func (w *registers) do(r *Run, id int, in linearize.Input) (linearize.Output, ou
 // CallKV is Call on the key-value path of key.
 func CallKV(ctx context.Context, method, base, key string, query url.Values, in, out any) error {
 	return Call(ctx, method, base, "/v1/kv"+key, query, in, out)
+}
+
+// CallKV is the package's CallKV sent with the run's client.
+func (r *Run) CallKV(ctx context.Context, method, base, key string, query url.Values, in, out any) error {
+	return r.Call(ctx, method, base, "/v1/kv"+key, query, in, out)
 }
 
 // finalReads reads every key once more, now that the clients stopped and

@@ -27,6 +27,9 @@ type Report struct {
 	// the lock moved on: how many, once resumed, wrote again with their old
 	// token, and how many of those writes the guard refused.
 	ResumedStaleWrites, ResumedRefused int
+	// ZKEntries are the fenced writes of ZooKeeper lock holders checked in
+	// the log's order (the fault suite's zk workload).
+	ZKEntries int
 	// Under clock faults (and any fault that cuts a client off): session
 	// expiries the client did not cause (it kept heartbeating on a real
 	// clock), lock tenures that overlapped in real time (the holder wrote
@@ -70,6 +73,7 @@ func (r *Report) Merge(other Report) {
 	r.WatchUncommitted += other.WatchUncommitted
 	r.ResumedStaleWrites += other.ResumedStaleWrites
 	r.ResumedRefused += other.ResumedRefused
+	r.ZKEntries += other.ZKEntries
 	r.SpuriousExpiries += other.SpuriousExpiries
 	r.OverlappingTenures += other.OverlappingTenures
 	r.SkewedLockHolds += other.SkewedLockHolds
@@ -95,16 +99,16 @@ func (r *Report) Summary() string {
 	partitions := r.faultsNamed("partition-")
 	return fmt.Sprintf("seed %d: %d operations checked over %d runs: %s (%d Unknown), under %d partitions, "+
 		"%d kill -9 (%d losing unsynced data, %d members crashed so: %d bytes and %d files dropped), %d SIGSTOPs (%d of the leader, %d of lock-holding client processes), %d membership changes (%d leader transfers, %d members replaced), "+
-		"%d clock faults (%d member clocks at 0.5x or 2x, %d wall-clock jumps, %d lock clients skewed: %d tenures on a skewed clock); "+
-		"%d acknowledged writes lost of %d; %d stale-token writes accepted (%d overlapping holders caught by fencing; %d of %d resumed holder processes' stale writes refused; %d lock tenures overlapping in real time); "+
+		"%d clock faults (%d member clocks at 0.5x or 2x, %d wall-clock jumps, %d lock clients skewed: %d tenures on a skewed clock), %d full disks; "+
+		"%d acknowledged writes lost of %d; %d stale-token writes accepted (%d overlapping holders caught by fencing; %d of %d resumed holder processes' stale writes refused; %d lock tenures overlapping in real time; %d ZooKeeper lock holders' fenced writes in log order); "+
 		"%d watch gaps, %d duplicates, %d reorders, %d uncommitted (%d events checked over %d watcher sessions, %d reconnects with known_index); "+
 		"%d ephemeral nodes leaked, %d deleted early; %d spurious session expiries; %d liveness failures; faults %v",
 		r.Seed, r.Operations, r.Runs, verdict, r.Unknown, partitions, kills,
 		r.faultsNamed("crash-unsynced-"), r.UnsyncedCrashes, r.UnsyncedBytes, r.UnsyncedFiles,
 		r.faultsNamed("pause-"), r.Faults["pause-leader"], r.Faults["pause-lock-holder"],
 		r.faultsNamed("transfer-leader", "replace-member"), r.Faults["transfer-leader"], r.Faults["replace-member"],
-		r.faultsNamed("clock-"), r.faultsNamed("clock-fast-", "clock-slow-"), r.faultsNamed("clock-jump"), r.Faults["clock-skew-lock-client"], r.SkewedLockHolds,
-		r.Lost, r.Acked, r.StaleWrites, r.Overlaps, r.ResumedRefused, r.ResumedStaleWrites, r.OverlappingTenures,
+		r.faultsNamed("clock-"), r.faultsNamed("clock-fast-", "clock-slow-"), r.faultsNamed("clock-jump"), r.faultsNamed("clock-skew-lock-"), r.SkewedLockHolds, r.Faults["disk-full"],
+		r.Lost, r.Acked, r.StaleWrites, r.Overlaps, r.ResumedRefused, r.ResumedStaleWrites, r.OverlappingTenures, r.ZKEntries,
 		r.WatchGaps, r.WatchDuplicates, r.WatchReorders, r.WatchUncommitted, r.WatchEvents, r.WatchSessions, r.WatchReconnects,
 		r.Leaked, r.Early, r.SpuriousExpiries, liveness, r.Faults)
 }

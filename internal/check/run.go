@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -62,6 +64,9 @@ type Options struct {
 	OutDir string
 	// Logf logs progress; default: nothing.
 	Logf func(format string, args ...any)
+	// HTTP sends every request of the workloads and checks; default
+	// HTTPClient. NewHTTPClient makes one for TLS and a login token.
+	HTTP *http.Client
 }
 
 // Run is one run of workloads against a Target: the workloads' shared
@@ -93,6 +98,9 @@ func NewRun(opts Options, report *Report) *Run {
 	}
 	if opts.OutDir == "" {
 		opts.OutDir = os.TempDir()
+	}
+	if opts.HTTP == nil {
+		opts.HTTP = HTTPClient
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
@@ -135,6 +143,11 @@ func (r *Run) Intn(n int) int {
 func (r *Run) Node() string {
 	urls := r.Target.URLs()
 	return urls[r.Intn(len(urls))]
+}
+
+// Call is the package's Call sent with the run's client (Options.HTTP).
+func (r *Run) Call(ctx context.Context, method, base, path string, query url.Values, in, out any) error {
+	return CallWith(ctx, r.HTTP, method, base, path, query, in, out)
 }
 
 // Members are the members the final checks read.

@@ -36,7 +36,7 @@ func newSessionOn(r *Run, timeout time.Duration, clientClock clock.Clock) *Sessi
 	ctx, cancel := RequestContext()
 	defer cancel()
 	var created api.Session
-	err := Call(ctx, http.MethodPost, r.Node(), "/v1/session/create", nil,
+	err := r.Call(ctx, http.MethodPost, r.Node(), "/v1/session/create", nil,
 		&api.SessionCreateRequest{TimeoutMs: uint64(timeout / time.Millisecond)}, &created)
 	if err != nil {
 		return nil
@@ -80,7 +80,7 @@ func (s *Session) heartbeats(r *Run) {
 			continue
 		}
 		ctx, cancel := RequestContext()
-		err := Call(ctx, http.MethodPost, r.Node(), "/v1/session/heartbeat", nil, &api.SessionRequest{SessionID: s.ID}, nil)
+		err := r.Call(ctx, http.MethodPost, r.Node(), "/v1/session/heartbeat", nil, &api.SessionRequest{SessionID: s.ID}, nil)
 		cancel()
 		if Code(err) == api.CodeSessionExpired {
 			s.SawExpired(r)
@@ -138,5 +138,5 @@ func (s *Session) Stop() { s.once.Do(func() { close(s.done) }) }
 func (s *Session) Close(r *Run) {
 	ctx, cancel := RequestContext()
 	defer cancel()
-	_ = Call(ctx, http.MethodPost, r.Node(), "/v1/session/close", nil, &api.SessionRequest{SessionID: s.ID}, nil)
+	_ = r.Call(ctx, http.MethodPost, r.Node(), "/v1/session/close", nil, &api.SessionRequest{SessionID: s.ID}, nil)
 }

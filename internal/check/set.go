@@ -71,7 +71,7 @@ func (w *sequences) create(r *Run, s *Session, parent string, seq uint64) (api.N
 	for attempt := 0; attempt < 20 && !r.Stopped(); attempt++ {
 		ctx, cancel := RequestContext()
 		var node api.Node
-		err := CallKV(ctx, http.MethodPut, r.Node(), parent+"/item-", query, &api.PutRequest{Value: fmt.Sprintf("%s/%d", s.ID, seq)}, &node)
+		err := r.CallKV(ctx, http.MethodPut, r.Node(), parent+"/item-", query, &api.PutRequest{Value: fmt.Sprintf("%s/%d", s.ID, seq)}, &node)
 		cancel()
 		switch {
 		case err == nil:
@@ -116,7 +116,7 @@ func (w *sequences) checkIdentity(r *Run, nodes []api.Node) {
 		for _, m := range r.Members() {
 			ctx, cancel := RequestContext()
 			var got api.Node
-			err := CallKV(ctx, http.MethodGet, m.ClientURL, want.Path, url.Values{"consistency": {api.Stale}}, nil, &got)
+			err := r.CallKV(ctx, http.MethodGet, m.ClientURL, want.Path, url.Values{"consistency": {api.Stale}}, nil, &got)
 			cancel()
 			if err != nil || got.CreatedIndex == want.CreatedIndex {
 				continue // a missing node is checkPresent's finding
@@ -164,7 +164,7 @@ func (w *sequences) checkPresent(r *Run, parent string, nodes []api.Node) error 
 	}
 	var first []string
 	for i, m := range r.Members() {
-		children, err := listChildren(m, parent, newest)
+		children, err := listChildren(r, m, parent, newest)
 		if err != nil {
 			return err
 		}
@@ -201,16 +201,16 @@ func (w *sequences) checkPresent(r *Run, parent string, nodes []api.Node) error 
 // children: a cluster that lost every create under it (all of them
 // acknowledged but never made durable) removed the parent too, and that is
 // D's finding, not a reason the check cannot run.
-func listChildren(m Member, parent string, newest uint64) (api.Children, error) {
+func listChildren(r *Run, m Member, parent string, newest uint64) (api.Children, error) {
 	var children api.Children
 	query := url.Values{"children": {"true"}, "consistency": {api.Stale}, "min_index": {strconv.FormatUint(newest, 10)}}
 	ctx, cancel := RequestContext()
-	err := CallKV(ctx, http.MethodGet, m.ClientURL, parent, query, nil, &children)
+	err := r.CallKV(ctx, http.MethodGet, m.ClientURL, parent, query, nil, &children)
 	cancel()
 	if err != nil && Code(err) != api.CodeNotFound {
 		delete(query, "min_index")
 		ctx, cancel := RequestContext()
-		err = CallKV(ctx, http.MethodGet, m.ClientURL, parent, query, nil, &children)
+		err = r.CallKV(ctx, http.MethodGet, m.ClientURL, parent, query, nil, &children)
 		cancel()
 	}
 	switch {

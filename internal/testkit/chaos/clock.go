@@ -36,6 +36,9 @@ func (r *run) clockFaults() []fault {
 	if r.lockSkewer != nil {
 		out = append(out, fault{"clock-skew-lock-client", (*run).skewLockClient})
 	}
+	if r.lockHolders != nil {
+		out = append(out, fault{"clock-skew-lock-proc", (*run).skewLockProc})
+	}
 	return out
 }
 

@@ -39,6 +39,9 @@ func (r *run) faultKinds() []fault {
 		out = append(out, fault{"pause-lock-holder", (*run).pauseLockHolder})
 	}
 	out = append(out, r.clockFaults()...)
+	if r.cfg.DiskFaults {
+		out = append(out, fault{"disk-full", (*run).fillDisk})
+	}
 	if r.cfg.Partitions && r.cluster.Netns() {
 		out = append(out,
 			fault{"partition-leader", func(r *run) (func() error, error) {
@@ -314,7 +317,7 @@ func (r *run) transferLeader(leader int) (func() error, error) {
 	to := (leader + 1 + r.faults.IntN(n-1)) % n
 	ctx, cancel := check.RequestContext()
 	defer cancel()
-	err := check.Call(ctx, http.MethodPost, r.cluster.Members[leader].ClientURL, "/v1/cluster/leader", nil,
+	err := check.CallWith(ctx, r.harness, http.MethodPost, r.cluster.Members[leader].ClientURL, "/v1/cluster/leader", nil,
 		&api.LeaderTransferRequest{To: r.cluster.Members[to].Name}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("transfer leadership from %s to %s: %w", r.cluster.Members[leader].Name, r.cluster.Members[to].Name, err)

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
 	"github.com/latch-io/latch/client/recipe"
+	"github.com/latch-io/latch/internal/clock"
 )
 
 // lockClientEnv carries a lock client process's configuration, a JSON
@@ -24,8 +26,12 @@ import (
 const lockClientEnv = "LATCH_CHAOS_LOCK_CLIENT"
 
 // writerPIDHeader names, on every write to the guarded resource, the
-// process that sent it.
-const writerPIDHeader = "Latch-Chaos-Writer-Pid"
+// process that sent it; skewedHeader is "1" on the writes of a tenure
+// during which the process's clock was skewed.
+const (
+	writerPIDHeader = "Latch-Chaos-Writer-Pid"
+	skewedHeader    = "Latch-Chaos-Skewed"
+)
 
 // lockClientConfig is what a lock client process needs to know.
 type lockClientConfig struct {
@@ -37,7 +43,15 @@ type lockClientConfig struct {
 	// Lifetime bounds the process: it exits after this long even if its
 	// parent, which ends it by closing its stdin, did not.
 	Lifetime time.Duration `json:"lifetime"`
+	// TLS and Token are how it reaches a cluster with TLS and auth on: the
+	// CA of the members' certificates, a client certificate, a login token.
+	TLS   client.TLSFiles `json:"tls"`
+	Token string          `json:"token"`
 }
+
+// Lines the parent writes to a lock client's stdin: "rate R" runs the
+// client's clock (its keepalives and its work) at R times real time.
+const rateCommand = "rate"
 
 // errStaleRefused is a write the resource refused as stale (409): the lock
 // has a newer holder.
@@ -52,7 +66,8 @@ func lockClientMain(encoded string) int {
 		fmt.Fprintf(os.Stderr, "lock client: bad %s: %v\n", lockClientEnv, err)
 		return 2
 	}
-	c, err := client.New(client.Config{Endpoints: cfg.Endpoints})
+	skewed := clock.NewSkewed(clock.Real())
+	c, err := newLockClientClient(cfg, skewed)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "lock client: %v\n", err)
 		return 2
@@ -61,11 +76,11 @@ func lockClientMain(encoded string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lifetime)
 	defer cancel()
 	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin) // returns when the parent closes the pipe or dies
+		followCommands(os.Stdin, skewed) // returns when the parent closes the pipe or dies
 		cancel()
 	}()
 	lc := &lockClient{
-		cfg: cfg, client: c, http: &http.Client{},
+		cfg: cfg, client: c, http: &http.Client{}, clock: skewed,
 		random: rand.New(rand.NewPCG(cfg.Seed, uint64(os.Getpid()))), pid: strconv.Itoa(os.Getpid()),
 	}
 	fmt.Fprintf(os.Stderr, "lock client %s: seed %d, lock %s, session timeout %v\n", lc.pid, cfg.Seed, cfg.Lock, cfg.SessionTimeout)
@@ -74,11 +89,44 @@ func lockClientMain(encoded string) int {
 	return 0
 }
 
+// newLockClientClient returns the client of a lock client process, its
+// keepalives paced by clk.
+func newLockClientClient(cfg lockClientConfig, clk client.Clock) (*client.Client, error) {
+	config := client.Config{Endpoints: cfg.Endpoints, Token: cfg.Token, Clock: clk}
+	if cfg.TLS != (client.TLSFiles{}) {
+		tlsConfig, err := client.LoadTLS(cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		config.TLS = tlsConfig
+	}
+	return client.New(config)
+}
+
+// followCommands applies the parent's commands read from in to clk until
+// in ends.
+func followCommands(in io.Reader, clk *clock.Skewed) {
+	lines := bufio.NewScanner(in)
+	for lines.Scan() {
+		var rate float64
+		if _, err := fmt.Sscanf(lines.Text(), rateCommand+" %g", &rate); err != nil {
+			fmt.Fprintf(os.Stderr, "lock client: bad command %q: %v\n", lines.Text(), err)
+			continue
+		}
+		if err := clk.SetRate(rate); err != nil {
+			fmt.Fprintf(os.Stderr, "lock client: %v\n", err)
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "lock client %d: clock at %vx\n", os.Getpid(), rate)
+	}
+}
+
 // lockClient is the loop of one lock client process; one goroutine runs it.
 type lockClient struct {
 	cfg     lockClientConfig
 	client  *client.Client
 	http    *http.Client
+	clock   *clock.Skewed // of its keepalives and its work; the parent skews it
 	random  *rand.Rand
 	pid     string          // this process's, sent with every write
 	session *client.Session // nil until opened, and after it ended
@@ -121,10 +169,11 @@ func (lc *lockClient) round(ctx context.Context) error {
 		return err
 	}
 	lc.held++
-	err = lc.write(ctx, token)
+	skewed := lc.clock.Rate() != 1
+	err = lc.write(ctx, token, skewed)
 	if err == nil {
 		lc.wait(ctx, time.Duration(100+lc.random.IntN(300))*time.Millisecond) // the work
-		err = lc.write(ctx, token)
+		err = lc.write(ctx, token, skewed || lc.clock.Rate() != 1)
 	}
 	releaseCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -157,9 +206,10 @@ func (lc *lockClient) liveSession(ctx context.Context) (*client.Session, error) 
 	return s, nil
 }
 
-// write sends one write to the resource with token. It returns
-// errStaleRefused when the resource refused the token as stale.
-func (lc *lockClient) write(ctx context.Context, token uint64) error {
+// write sends one write to the resource with token, marked as a skewed
+// tenure's if skewed. It returns errStaleRefused when the resource refused
+// the token as stale.
+func (lc *lockClient) write(ctx context.Context, token uint64, skewed bool) error {
 	writeCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(writeCtx, http.MethodPost, lc.cfg.Resource, nil)
@@ -168,6 +218,9 @@ func (lc *lockClient) write(ctx context.Context, token uint64) error {
 	}
 	req.Header.Set(api.HeaderFencingToken, strconv.FormatUint(token, 10))
 	req.Header.Set(writerPIDHeader, lc.pid)
+	if skewed {
+		req.Header.Set(skewedHeader, "1")
+	}
 	resp, err := lc.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("write with token %d: %w", token, err)
@@ -184,12 +237,12 @@ func (lc *lockClient) write(ctx context.Context, token uint64) error {
 	return fmt.Errorf("write with token %d: status %d", token, resp.StatusCode)
 }
 
-// wait waits d or until ctx ends.
+// wait waits d by the client's clock or until ctx ends.
 func (lc *lockClient) wait(ctx context.Context, d time.Duration) {
-	timer := time.NewTimer(d)
+	timer := lc.clock.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
-	case <-timer.C:
+	case <-timer.C():
 	}
 }

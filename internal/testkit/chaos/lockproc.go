@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/client"
 	"github.com/latch-io/latch/fencing"
 	"github.com/latch-io/latch/internal/check"
 )
@@ -59,6 +60,7 @@ type procWrite struct {
 	token   uint64
 	status  int       // 200: accepted; 409: refused as stale
 	arrived time.Time // when the request reached the resource
+	skewed  bool      // of a tenure that began on a skewed clock
 }
 
 func (w procWrite) accepted() bool { return w.status == http.StatusOK }
@@ -78,7 +80,7 @@ type holderPause struct {
 type lockClientProcess struct {
 	cmd    *exec.Cmd
 	pid    int
-	stdin  io.Closer // closing it tells the client to exit
+	stdin  io.WriteCloser // takes commands (rateCommand); closing it tells the client to exit
 	output *tailBuffer
 	exited chan struct{} // closed once the process was reaped
 	err    error         // how it exited; set before exited closes
@@ -142,7 +144,8 @@ func (w *lockProcs) record(next http.Handler) http.Handler {
 		next.ServeHTTP(recorder, req)
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		w.writes = append(w.writes, procWrite{pid: pid, token: token, status: recorder.status, arrived: arrived})
+		skewed := req.Header.Get(skewedHeader) == "1"
+		w.writes = append(w.writes, procWrite{pid: pid, token: token, status: recorder.status, arrived: arrived, skewed: skewed})
 		close(w.changed)
 		w.changed = make(chan struct{})
 	})
@@ -158,6 +161,10 @@ func (w *lockProcs) startClient(r *run, i int) (*lockClientProcess, error) {
 	cfg := lockClientConfig{
 		Endpoints: r.cluster.URLs(), Resource: w.url, Lock: lockProcName, SessionTimeout: sessionTimeout,
 		Seed: r.cfg.Seed*lockProcClients + uint64(i), Lifetime: r.cfg.Duration + 10*time.Minute,
+		Token: r.tokens[lockProcUser.name],
+	}
+	if sec := r.cluster.Security; sec != nil {
+		cfg.TLS = client.TLSFiles{CAFile: sec.ClientCAFile, CertFile: sec.UserCertFile, KeyFile: sec.UserKeyFile}
 	}
 	encoded, err := json.Marshal(cfg)
 	if err != nil {
@@ -289,6 +296,20 @@ func (w *lockProcs) newestAcceptedLocked() (newest procWrite, first, ok bool) {
 	return newest, true, true
 }
 
+// processAtWork waits up to 2s for a holder at work (holderAtWork) and
+// returns its process, its newest write and the number of writes so far.
+func (w *lockProcs) processAtWork() (*lockClientProcess, procWrite, int, error) {
+	holder, from, ok := w.holderAtWork(2 * time.Second)
+	if !ok {
+		return nil, procWrite{}, 0, errors.New("no lock holder at work (a first write with a new token) within 2s")
+	}
+	p := w.client(holder.pid)
+	if p == nil {
+		return nil, procWrite{}, 0, fmt.Errorf("pid %d is no lock client", holder.pid)
+	}
+	return p, holder, from, nil
+}
+
 // pauseLockHolder is the pause-lock-holder fault: SIGSTOP the lock client
 // that made the newest accepted write, waiting for one at work (see
 // holderAtWork) so that it has a write left to make with its token. The heal waits until its session expired and the lock
@@ -296,13 +317,9 @@ func (w *lockProcs) newestAcceptedLocked() (newest procWrite, first, ok bool) {
 // to 4 session timeouts and 5s, then SIGCONTs it.
 func (r *run) pauseLockHolder() (func() error, error) {
 	w := r.lockHolders
-	holder, from, ok := w.holderAtWork(2 * time.Second)
-	if !ok {
-		return nil, errors.New("no lock holder at work (a first write with a new token) within 2s")
-	}
-	p := w.client(holder.pid)
-	if p == nil {
-		return nil, fmt.Errorf("pid %d is no lock client", holder.pid)
+	p, holder, from, err := w.processAtWork()
+	if err != nil {
+		return nil, err
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("SIGSTOP lock client %d: %w", p.pid, err)
@@ -342,15 +359,19 @@ func (w *lockProcs) check(r *run) error {
 	defer w.mu.Unlock()
 	refused, writers := w.checkWritersLocked(r)
 	resumedStale, resumedRefused := w.checkPausesLocked(r)
+	overlapping, skewed := w.tenuresLocked()
 	r.Update(func(report *Report) {
 		report.Operations += len(w.writes)
 		report.Overlaps += refused
+		report.OverlappingTenures += overlapping
+		report.SkewedLockHolds += skewed
 		report.ResumedStaleWrites += resumedStale
 		report.ResumedRefused += resumedRefused
 	})
 	r.Logf("chaos lockproc: %d writes accepted from %d client processes, %d stale writes refused by the guard; "+
-		"%d holders stopped, %d wrote again with their old token once resumed, %d of those refused; %d stale accepted",
-		accepted, writers, refused, len(w.pauses), resumedStale, resumedRefused, stale)
+		"%d holders stopped, %d wrote again with their old token once resumed, %d of those refused; "+
+		"%d tenures on a skewed clock, %d tenures overlapping in real time; %d stale accepted",
+		accepted, writers, refused, len(w.pauses), resumedStale, resumedRefused, skewed, overlapping, stale)
 	if writers < 2 {
 		r.Anomaly("liveness: lockproc: writes accepted from %d client processes, want at least 2", writers)
 	}
@@ -417,6 +438,47 @@ func (w *lockProcs) checkPausesLocked(r *run) (stale, refused int) {
 		refused++
 	}
 	return stale, refused
+}
+
+// tenuresLocked counts the tenures (tokens) that overlapped a later one in
+// real time (a write with the token arrived after the guard had accepted a
+// higher one: the guard refused it) and those that began on a skewed
+// clock. w.mu must be held.
+func (w *lockProcs) tenuresLocked() (overlapping, skewed int) {
+	overlapped, onSkew := map[uint64]bool{}, map[uint64]bool{}
+	for _, write := range w.writes {
+		if write.status == http.StatusConflict {
+			overlapped[write.token] = true
+		}
+		if write.skewed {
+			onSkew[write.token] = true
+		}
+	}
+	return len(overlapped), len(onSkew)
+}
+
+// skewLockProc is the clock-skew-lock-proc fault: the clock (keepalives and
+// work) of the lock client process that holds the lock and works (see
+// holderAtWork) runs at slowClient until healed, so its session expires
+// while it believes it holds the lock and works on.
+func (r *run) skewLockProc() (func() error, error) {
+	p, _, _, err := r.lockHolders.processAtWork()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.setRate(slowClient); err != nil {
+		return nil, err
+	}
+	r.Logf("chaos lockproc: lock client %d's clock runs at %vx", p.pid, slowClient)
+	return func() error { return p.setRate(1) }, nil
+}
+
+// setRate tells the client process to run its clock at rate.
+func (p *lockClientProcess) setRate(rate float64) error {
+	if _, err := fmt.Fprintf(p.stdin, "%s %g\n", rateCommand, rate); err != nil {
+		return fmt.Errorf("lock client %d: set its clock rate: %w", p.pid, err)
+	}
+	return nil
 }
 
 // firstWriteLocked returns the first write of pid that arrived after

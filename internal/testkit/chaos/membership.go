@@ -67,7 +67,7 @@ func (r *run) addMember(admin *client.Client, slot int, name string) error {
 // admin is a client of every member, for membership calls (it follows the
 // leader and fails over as any client does).
 func (r *run) admin() (*client.Client, error) {
-	c, err := client.New(client.Config{Endpoints: r.cluster.URLs()})
+	c, err := client.New(client.Config{Endpoints: r.cluster.URLs(), TLS: r.harnessTLS()})
 	if err != nil {
 		return nil, fmt.Errorf("membership client: %w", err)
 	}

@@ -47,6 +47,13 @@ func TestPlantedBugs(t *testing.T) {
 			expect: "F: lock client",
 		},
 		{
+			// The same bug under ZooKeeper clients: a holder whose session
+			// ended writes with its old token once the fence moved on.
+			name:   "c-fencing-check-skipped-zookeeper",
+			cfg:    Config{Seed: fixedSeed, UncheckedGuard: true, ZK: true, Workloads: []string{"zk"}, Faults: []string{"kill-one"}},
+			expect: "F: zk: entry",
+		},
+		{
 			name:   "w-watch-event-lost",
 			cfg:    Config{Seed: fixedSeed, DropWatchEvent: true, Workloads: []string{"watch"}},
 			expect: "W: session",

@@ -1,8 +1,10 @@
 package chaos
 
 import (
+	"crypto/tls"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -59,6 +61,10 @@ type Config struct {
 	// the data directory cut back to its last fsync, by a sync journal each
 	// member keeps) of the leader and of all members at once.
 	UnsyncedCrashes bool
+	// DiskFaults adds the disk-full fault (disk.go): every member's data
+	// directory is its own small tmpfs, which the fault fills. It needs
+	// root.
+	DiskFaults bool
 	// ClockFaults adds the clock faults (clock.go): a leader's clock at 2x
 	// or 0.5x, a member's wall clock jumping an hour, the lock workload's
 	// clients on a slow clock.
@@ -69,6 +75,20 @@ type Config struct {
 	// Faults are the fault kinds the nemesis draws from; all of the run's
 	// when empty (see faultKinds for the names).
 	Faults []string
+	// TLS serves both ports of every member over TLS, client certificates
+	// required (proccluster Options.TLS); the workloads use TLS too.
+	TLS bool
+	// Auth enables auth before the workloads start (security.go): each kind
+	// of client logs in as its own non-root user with grants on its
+	// prefixes only. It needs TLS.
+	Auth bool
+	// ZK gives every member a ZooKeeper listener and adds the zk workload
+	// (zk.go): go-zookeeper's lock recipe, fenced.
+	ZK bool
+	// ZKAuth makes the zk workload's clients send digest credentials (its
+	// own user) under Auth; without it, a run with Auth and ZK leaves the
+	// zk workload out (see TestSoak).
+	ZKAuth bool
 }
 
 const (
@@ -88,6 +108,15 @@ type run struct {
 	*check.Run
 	cfg     Config
 	cluster *proccluster.Cluster
+	t       testing.TB
+
+	// tokens are the login tokens of the workloads' users (Config.Auth),
+	// by user name; set before the workloads start, read-only after.
+	tokens map[string]string
+	// tlsConfig is the harness's TLS configuration (Config.TLS), else nil;
+	// harness is its client for admin calls (test-user's certificate).
+	tlsConfig *tls.Config
+	harness   *http.Client
 
 	faults *rand.Rand // the fault schedule: used by the nemesis goroutine only, so a seed gives one schedule
 
@@ -138,17 +167,23 @@ func Run(t testing.TB, cfg Config) Report {
 		cfg.FaultEvery = 3 * time.Second
 	}
 	report := Report{Seed: cfg.Seed, Runs: 1, Faults: map[string]int{}}
+	if cfg.DiskFaults {
+		cfg.ExtraFlags = append(slices.Clone(cfg.ExtraFlags), diskFlags()...)
+	}
 	cluster := proccluster.Start(t, proccluster.Options{
 		Nodes: cfg.Nodes, Tick: tick, ElectionTicks: electionTicks, MinSessionTimeout: time.Second,
 		SnapshotCount: 500, Shards: cfg.Shards, ExtraFlags: cfg.ExtraFlags, Netns: cfg.Partitions, SyncJournal: cfg.UnsyncedCrashes,
-		ClockControl: cfg.ClockFaults,
+		ClockControl: cfg.ClockFaults, TLS: cfg.TLS || cfg.Auth, ZK: cfg.ZK, DiskSize: diskSizeOf(cfg),
 	})
 	r := &run{
 		Run: check.NewRun(check.Options{Seed: cfg.Seed, Target: target{cluster}, Logf: t.Logf}, &report),
-		cfg: cfg, cluster: cluster,
+		cfg: cfg, cluster: cluster, t: t,
 		faults: rand.New(rand.NewPCG(cfg.Seed, 0x6661756c74)),
 	}
 	cluster.WaitLeader(60 * time.Second)
+	if err := r.secure(); err != nil {
+		t.Fatalf("chaos: set up TLS and auth: %v", err)
+	}
 	workloads := r.workloads()
 	for _, w := range workloads {
 		w.start(r)
@@ -164,13 +199,20 @@ func Run(t testing.TB, cfg Config) Report {
 	return report
 }
 
-// workloadNames are the suite's workloads: internal/check's and its own.
+// workloadNames are the suite's workloads: internal/check's and its own
+// (zk only with Config.ZK).
 var workloadNames = append(slices.Clone(check.WorkloadNames), "lockproc", "watch")
 
 func (r *run) workloads() []workload {
 	names := r.cfg.Workloads
 	if len(names) == 0 {
 		names = workloadNames
+		if r.cfg.ZK {
+			names = append(slices.Clone(names), "zk")
+		}
+	}
+	if !r.cfg.ZK || (r.cfg.Auth && !r.cfg.ZKAuth) { // no ZooKeeper port, or one that refuses them
+		names = slices.DeleteFunc(slices.Clone(names), func(name string) bool { return name == "zk" })
 	}
 	var out []workload
 	for _, name := range names {
@@ -179,6 +221,8 @@ func (r *run) workloads() []workload {
 			out = append(out, &lockProcs{unchecked: r.cfg.UncheckedGuard})
 		case "watch":
 			out = append(out, newWatches(r.cfg))
+		case "zk":
+			out = append(out, &zkLocks{unchecked: r.cfg.UncheckedGuard})
 		default:
 			w, err := check.NewWorkload(name, r.cfg.UncheckedGuard)
 			if err != nil {

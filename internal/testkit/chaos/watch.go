@@ -93,7 +93,7 @@ func (w *watches) writer(r *run) {
 		path := watchKey(r.Intn(watchKeys))
 		ctx, cancel := check.RequestContext()
 		var node api.Node
-		err := check.CallKV(ctx, http.MethodPut, r.Node(), path, nil, &api.PutRequest{Value: fmt.Sprintf("w%d", seq)}, &node)
+		err := r.CallKV(ctx, http.MethodPut, r.Node(), path, nil, &api.PutRequest{Value: fmt.Sprintf("w%d", seq)}, &node)
 		cancel()
 		if err == nil {
 			w.mu.Lock()
@@ -260,7 +260,7 @@ func (wt *watcher) leave(r *run, ws *watchSession) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_ = check.Call(ctx, http.MethodDelete, conn.member, "/v1/watch/"+conn.watchID, url.Values{"session_id": {ws.s.ID}}, nil, nil)
+	_ = r.Call(ctx, http.MethodDelete, conn.member, "/v1/watch/"+conn.watchID, url.Values{"session_id": {ws.s.ID}}, nil, nil)
 	wt.reconnects++
 }
 
@@ -276,7 +276,7 @@ func (wt *watcher) leave(r *run, ws *watchSession) {
 func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	for _, id := range ws.byMember[member] {
 		ctx, cancel := check.RequestContext()
-		_ = check.Call(ctx, http.MethodDelete, member, "/v1/watch/"+id, url.Values{"session_id": {ws.s.ID}}, nil, nil)
+		_ = r.Call(ctx, http.MethodDelete, member, "/v1/watch/"+id, url.Values{"session_id": {ws.s.ID}}, nil, nil)
 		cancel()
 	}
 	ws.byMember[member] = nil
@@ -291,7 +291,7 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	if len(ws.registrations) == 0 {
 		known = 0
 	}
-	conn, err := openEvents(member, ws.s.ID)
+	conn, err := openEvents(r.HTTP, member, ws.s.ID)
 	if check.Code(err) == api.CodeSessionExpired {
 		ws.ended = true
 	}
@@ -300,7 +300,7 @@ func (wt *watcher) connect(r *run, ws *watchSession, member string) error {
 	}
 	ctx, cancel := check.RequestContext()
 	var reply api.Watch
-	err = check.Call(ctx, http.MethodPost, member, "/v1/watch", nil, wt.request(ws.s.ID, known), &reply)
+	err = r.Call(ctx, http.MethodPost, member, "/v1/watch", nil, wt.request(ws.s.ID, known), &reply)
 	cancel()
 	switch check.Code(err) {
 	case api.CodeSessionExpired:
@@ -344,7 +344,7 @@ func (wt *watcher) request(session string, known uint64) *api.WatchRequest {
 
 // openEvents opens GET /v1/session/{id}/events on member; a goroutine
 // parses it into the returned conn's items.
-func openEvents(member, session string) (*eventConn, error) {
+func openEvents(client *http.Client, member, session string) (*eventConn, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, member+"/v1/session/"+session+"/events", nil)
 	if err != nil {
@@ -352,7 +352,7 @@ func openEvents(member, session string) (*eventConn, error) {
 		return nil, err
 	}
 	timer := time.AfterFunc(3*time.Second, cancel) // bounds the wait for the headers only
-	resp, err := check.HTTPClient.Do(req)
+	resp, err := client.Do(req)
 	if !timer.Stop() || err != nil {
 		cancel()
 		if err == nil {
@@ -465,7 +465,7 @@ func (w *watches) check(r *run) error {
 	for k := range watchKeys {
 		ctx, cancel := check.RequestContext()
 		var node api.Node
-		err := check.CallKV(ctx, http.MethodGet, r.cluster.Members[0].ClientURL, watchKey(k), url.Values{"consistency": {api.Stale}}, nil, &node)
+		err := r.CallKV(ctx, http.MethodGet, r.cluster.Members[0].ClientURL, watchKey(k), url.Values{"consistency": {api.Stale}}, nil, &node)
 		cancel()
 		switch {
 		case err == nil:

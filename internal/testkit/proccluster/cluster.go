@@ -48,8 +48,13 @@ type Options struct {
 	// members on non-loopback addresses (Netns) get --insecure-listen.
 	TLS bool
 	// ZK gives every member a ZooKeeper-protocol listener (--listen-zk) on a
-	// free loopback port, in Member.ZKAddr.
+	// free loopback port (with Netns, port 2181 of its namespace's address),
+	// in Member.ZKAddr.
 	ZK bool
+	// DiskSize, when set (mount's size= syntax, "64m"), makes every
+	// member's data directory its own tmpfs of that size, so that FillDisk
+	// can fill it. It needs root.
+	DiskSize string
 	// ClockControl starts every member with --unsafe-clock-control, its
 	// control file beside its data directory (<dir>/<name>.clock), so that
 	// SetClock can skew its clock.
@@ -108,12 +113,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	for i := range opts.Nodes {
 		initial = append(initial, fmt.Sprintf("n%d=%s", i+1, peerAddrs[i]))
 	}
-	var zkAddrs []string
-	if opts.ZK {
-		for _, port := range freePorts(t, opts.Nodes) {
-			zkAddrs = append(zkAddrs, fmt.Sprintf("127.0.0.1:%d", port))
-		}
-	}
+	zkAddrs := c.zkAddresses(opts)
 	for i := range opts.Nodes {
 		scheme := "http://"
 		if opts.TLS {
@@ -124,7 +124,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 			m.ZKAddr = zkAddrs[i]
 		}
 		c.Members = append(c.Members, m)
-		c.name(i, fmt.Sprintf("n%d", i+1), strings.Join(initial, ","))
+		if err := c.name(i, fmt.Sprintf("n%d", i+1), strings.Join(initial, ",")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(c.cleanup)
 	if opts.RestoreFrom != "" {
@@ -164,15 +166,40 @@ func (c *Cluster) addresses(opts Options) (clients, peers []string) {
 	return clients, peers
 }
 
-// name gives member i its name, data directory, log and flags; initial is
-// the --initial-cluster list and extra flags follow the options' flags.
-func (c *Cluster) name(i int, name, initial string, extra ...string) {
+// zkAddresses picks the members' ZooKeeper addresses (Options.ZK): free
+// loopback ports, or a fixed port on each namespace's own address.
+func (c *Cluster) zkAddresses(opts Options) []string {
+	if !opts.ZK {
+		return nil
+	}
+	var out []string
+	if c.network != nil {
+		for i := range opts.Nodes {
+			out = append(out, c.network.address(i)+":2181")
+		}
+		return out
+	}
+	for _, port := range freePorts(c.t, opts.Nodes) {
+		out = append(out, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	return out
+}
+
+// name gives member i its name, data directory (its own tmpfs with
+// Options.DiskSize), log and flags; initial is the --initial-cluster list
+// and extra flags follow the options' flags.
+func (c *Cluster) name(i int, name, initial string, extra ...string) error {
 	m := c.Members[i]
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.Name = name
 	m.DataDir = filepath.Join(c.dir, name)
 	m.LogPath = filepath.Join(c.dir, name+".log")
+	if c.opts.DiskSize != "" {
+		if err := c.mountDataDirLocked(m, c.opts.DiskSize); err != nil {
+			return err
+		}
+	}
 	m.args = append(memberFlagsLocked(c.opts, m, initial), extra...)
 	switch {
 	case c.Security != nil:
@@ -184,6 +211,7 @@ func (c *Cluster) name(i int, name, initial string, extra ...string) {
 	if c.network != nil {
 		m.args = append([]string{"netns", "exec", c.network.namespace(i), c.bin}, m.args...)
 	}
+	return nil
 }
 
 func withDefaults(opts Options) Options {

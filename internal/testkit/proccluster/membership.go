@@ -21,7 +21,9 @@ func (c *Cluster) Replace(i int, name string, others []int) error {
 		}
 	}
 	initial = append(initial, name+"="+c.Members[i].PeerAddr)
-	c.name(i, name, strings.Join(initial, ","), "--initial-cluster-state", "existing")
+	if err := c.name(i, name, strings.Join(initial, ","), "--initial-cluster-state", "existing"); err != nil {
+		return fmt.Errorf("replace slot %d by %s: %w", i, name, err)
+	}
 	if err := c.start(i); err != nil {
 		return fmt.Errorf("replace slot %d by %s: %w", i, name, err)
 	}
