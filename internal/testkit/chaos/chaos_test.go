@@ -28,7 +28,7 @@ var (
 	zkShardedFlag = flag.Bool("chaos.zksharded", false, "ZooKeeper clients on a sharded cluster in the same runs; without it (the ZooKeeper port "+
 		"refuses creates below the top level and watches outside shard 0 with more than one shard) the runs with ZooKeeper clients use one shard")
 	diskFlag  = flag.Bool("chaos.disk", false, "the disk-full fault: every member's data directory its own small tmpfs (needs root)")
-	watchFlag = flag.String("chaos.watch", "auto", "the watch workload: on, off, or auto (on with one shard only: it needs watches across shards)")
+	watchFlag = flag.String("chaos.watch", "auto", "the watch workload: on, off, or auto (on: watches work across shards)")
 )
 
 func TestMain(m *testing.M) {
@@ -88,15 +88,9 @@ func soakConfig(seed uint64, k int) Config {
 }
 
 // watchesOn says whether the watch workload runs on a cluster of shards
-// (-chaos.watch): its recursive watches need watches across shards.
+// (-chaos.watch): by default it does, whatever the number of shards.
 func watchesOn(shards int) bool {
-	switch *watchFlag {
-	case "on":
-		return true
-	case "off":
-		return false
-	}
-	return shards <= 1
+	return *watchFlag != "off"
 }
 
 // withoutWatch is every workload but watch.

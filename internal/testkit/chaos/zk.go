@@ -174,9 +174,19 @@ func (w *zkLocks) client(r *run, worker int) {
 	}
 }
 
+// zkConnectAttempts bounds the connects of one reconnect: a member killed
+// or replaced while a new connection's addauth is in flight closes it
+// (go-zookeeper's ErrConnectionClosed), which a client meets by connecting
+// anew, as an application would.
+const zkConnectAttempts = 20
+
 // reconnect gives c a new connection, closed when the run stops.
 func (w *zkLocks) reconnect(c *zkClient) error {
 	conn, err := w.connect()
+	for attempt := 1; err != nil && errors.Is(err, zk.ErrConnectionClosed) && attempt < zkConnectAttempts; attempt++ {
+		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond) // back off before the next connect
+		conn, err = w.connect()
+	}
 	if err != nil {
 		return err
 	}
