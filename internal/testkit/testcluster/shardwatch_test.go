@@ -18,12 +18,6 @@ import (
 // with each shard's known index catches up per shard; an integer
 // known_index for a watch over several shards is refused.
 
-// shardEvent is an event's position: its shard and that shard's index.
-type shardEvent struct {
-	shard int
-	index uint64
-}
-
 // watchCrossShardDirs makes, under parent, a directory whose children live
 // in each shard but one (crossShardDirs), each with a child, and a session
 // whose stream is open on base with a persistent recursive watch on parent.
