@@ -91,7 +91,7 @@ func (c *conn) operation(op zkproto.OpCode, body zkproto.Record) (zkproto.Record
 // each shard has its own log, and an index the connection saw in one says
 // nothing of another's: there reads are linearizable, which is stronger.
 func (c *conn) readOptions() server.ReadOptions {
-	if c.l.srv.Config().Shards > 1 {
+	if c.l.sharded {
 		return server.ReadOptions{Consistency: api.Linearizable}
 	}
 	return server.ReadOptions{Consistency: api.Stale, MinIndex: c.seen.Load()}
@@ -131,7 +131,7 @@ func (c *conn) closeSession() (zkproto.Record, zkproto.ErrCode, bool) {
 // deleted meanwhile is never made again by the create (latch's put would
 // make it).
 func (c *conn) create(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Record, zkproto.ErrCode) {
-	if c.l.srv.Config().Shards > 1 {
+	if c.l.sharded {
 		return c.createSharded(op, req)
 	}
 	ops, roles, code := planCreate(req)
