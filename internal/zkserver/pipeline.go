@@ -17,8 +17,9 @@ import (
 //     the watch operations, whoAmI, any other opcode) waits for every
 //     request before it, and every request after it waits for it;
 //   - a read waits for every earlier write of the connection (so it sees
-//     them: a write raises the connection's floor before it completes)
-//     and for the barriers;
+//     them: a write raises the connection's floor before it completes),
+//     for the barriers, and, if it sets a watch, for the earlier reads
+//     that set one on the same path;
 //   - a write waits for the barriers, and for the earlier reads and
 //     writes of a related path (the same path, an ancestor or a
 //     descendant): writes of one path, and a create under a node created
@@ -47,6 +48,7 @@ type pending struct {
 	rest  []byte         // the bytes after the header (multi, multiRead)
 	class reqClass
 	path  string // the path it reads or writes (read and write classes)
+	watch bool   // a read that sets a watch
 	deps  []*pending
 
 	// Set before done is closed.
@@ -78,8 +80,16 @@ func newPending(frame []byte) *pending {
 		}
 		p.body = rec
 	}
-	p.class, p.path = classOf(p.h.Type, p.body)
+	p.classify()
 	return p
+}
+
+// classify sets p's class, path and watch from its opcode and body.
+func (p *pending) classify() {
+	p.class, p.path = classOf(p.h.Type, p.body)
+	if req, ok := p.body.(*zkproto.PathWatchRequest); ok {
+		p.watch = req.Watch
+	}
 }
 
 // classOf returns the class of a request and the path it touches.
@@ -141,6 +151,10 @@ func (p *pending) mustWait(q *pending) bool {
 		return true
 	case p.class == classPing || q.class == classPing:
 		return false
+	case p.class == classRead && q.class == classRead:
+		// Two watches of one path are set one after the other (the
+		// connection holds one watch per path and type).
+		return p.watch && q.watch && p.path == q.path
 	case p.class == classRead:
 		return q.class == classWrite
 	}

@@ -110,7 +110,7 @@ func TestPipelinedRequestsKeepTheirOrder(t *testing.T) {
 func TestPipelineDependencies(t *testing.T) {
 	p := func(op zkproto.OpCode, body zkproto.Record) *pending {
 		q := &pending{h: zkproto.RequestHeader{Type: op}, body: body}
-		q.class, q.path = classOf(op, body)
+		q.classify()
 		return q
 	}
 	setA := p(zkproto.OpSetData, &zkproto.SetDataRequest{Path: "/a"})
@@ -121,6 +121,8 @@ func TestPipelineDependencies(t *testing.T) {
 	createAbc := p(zkproto.OpCreate, &zkproto.CreateRequest{Path: "/ab/c"})
 	getB := p(zkproto.OpGetData, &zkproto.PathWatchRequest{Path: "/b"})
 	getA := p(zkproto.OpGetData, &zkproto.PathWatchRequest{Path: "/a"})
+	watchA := p(zkproto.OpGetData, &zkproto.PathWatchRequest{Path: "/a", Watch: true})
+	watchA2 := p(zkproto.OpExists, &zkproto.PathWatchRequest{Path: "/a", Watch: true})
 	ping := p(zkproto.OpPing, nil)
 	sync := p(zkproto.OpSync, &zkproto.PathRequest{Path: "/"})
 	auth := p(zkproto.OpAuth, &zkproto.AuthPacket{})
@@ -137,6 +139,8 @@ func TestPipelineDependencies(t *testing.T) {
 		{"a prefix that is not a parent", createAbc, setA, false},
 		{"read after an unrelated write", getB, setA, true},
 		{"read after a read", getB, getA, false},
+		{"watch after a watch of the same path", watchA, watchA2, true},
+		{"watch after a read of the same path", watchA, getA, false},
 		{"write after a read of its path", setA, getA, true},
 		{"write after a read of another path", setB, getA, false},
 		{"ping after a write", ping, setA, false},
