@@ -167,7 +167,11 @@ func (c *conn) run() {
 			c.l.log.Debug("zk: bad request", "session", c.session, "op", p.h.Type)
 			continue
 		}
-		flight.admit(p)
+		if flight.admit(p) && (p.class == classRead || p.class == classPing) {
+			// Alone in flight, and quick: run it here, without a hand-off.
+			c.runPending(p)
+			continue
+		}
 		requests.Add(1)
 		go func() { defer requests.Done(); c.runPending(p) }()
 	}

@@ -165,8 +165,9 @@ func (p *pending) mustWait(q *pending) bool {
 // request order, to find a new request's dependencies.
 type inFlight struct{ list []*pending }
 
-// admit gives p its dependencies among the uncompleted earlier requests.
-func (f *inFlight) admit(p *pending) {
+// admit gives p its dependencies among the uncompleted earlier requests,
+// and reports whether none is in flight.
+func (f *inFlight) admit(p *pending) bool {
 	kept := f.list[:0]
 	for _, q := range f.list {
 		if q.answered() {
@@ -179,6 +180,7 @@ func (f *inFlight) admit(p *pending) {
 	}
 	clear(f.list[len(kept):])
 	f.list = append(kept, p)
+	return len(kept) == 0
 }
 
 // answered reports whether p was answered as it was read (a frame that
