@@ -28,6 +28,9 @@ import (
 //     sequence numbers follow the order of the requests;
 //   - a ping waits for the barriers only.
 //
+// A read or ping with nothing in flight before it runs on the reader's
+// goroutine (it is quick, and that saves a hand-off).
+//
 // Writes of unrelated paths run concurrently, so they may apply in
 // another order than sent (docs/zookeeper.md).
 
