@@ -20,19 +20,18 @@ import (
 //     them: a write raises the connection's floor before it completes),
 //     for the barriers, and, if it sets a watch, for the earlier reads
 //     that set one on the same path;
-//   - a write waits for the barriers, and for the earlier reads and
-//     writes of a related path (the same path, an ancestor or a
-//     descendant): writes of one path, and a create under a node created
-//     by the same connection, apply in the order they were sent. A
-//     sequential create counts its parent as its path, so that the
-//     sequence numbers follow the order of the requests;
+//   - a write waits for every request before it but pings: a connection's
+//     writes take effect in the order they were sent, and none before an
+//     earlier read was answered (ZooKeeper's FIFO client order: another
+//     client that sees a later write never sees an earlier one missing,
+//     and a read never sees a write sent after it, nor what follows it);
 //   - a ping waits for the barriers only.
 //
 // A read or ping with nothing in flight before it runs on the reader's
 // goroutine (it is quick, and that saves a hand-off).
 //
-// Writes of unrelated paths run concurrently, so they may apply in
-// another order than sent (docs/zookeeper.md).
+// So reads pipeline with reads, and a connection has one write in flight
+// at a time: its requests take effect in the order it sent them.
 
 // reqClass is how a request is ordered against the requests before it.
 type reqClass uint8
@@ -135,18 +134,6 @@ func parentOf(path string) string {
 	return path[:i]
 }
 
-// related reports whether a and b are the same path or one is an ancestor
-// of the other.
-func related(a, b string) bool {
-	if len(a) > len(b) {
-		a, b = b, a
-	}
-	if !strings.HasPrefix(b, a) {
-		return false
-	}
-	return len(a) == len(b) || a == "/" || b[len(a)] == '/'
-}
-
 // mustWait reports whether p, coming later, waits for the earlier q.
 func (p *pending) mustWait(q *pending) bool {
 	switch {
@@ -161,7 +148,7 @@ func (p *pending) mustWait(q *pending) bool {
 	case p.class == classRead:
 		return q.class == classWrite
 	}
-	return related(p.path, q.path) // p writes; q reads or writes
+	return true // p writes: after every earlier read and write
 }
 
 // inFlight is the reader's view of the requests not yet completed, in
