@@ -50,6 +50,12 @@ type PutRequest struct {
 	// the write records as the node's mtime (and ctime, if it creates it);
 	// 0: this member's clock when it proposes (replica.Replica.Propose).
 	TimeMs uint64
+	// ExactParent, with more than one shard, makes a missing parent a
+	// not_found refusal instead of creating it (mkdir -p, the HTTP API's
+	// rule): ZooKeeper's create. With one shard it is refused: there a
+	// transaction (a check of the parent and the create) does the same in
+	// one entry.
+	ExactParent bool
 }
 
 // DeleteRequest is a DELETE of docs/api.md.
@@ -108,6 +114,12 @@ func (s *Server) Put(ctx context.Context, r PutRequest) (api.Node, error) {
 	precondition, err := r.Precondition.command()
 	if err != nil {
 		return api.Node{}, err
+	}
+	if r.ExactParent {
+		if s.cfg.Shards == 1 {
+			return api.Node{}, api.Errorf(api.CodeInvalidArgument, "exact_parent is for a cluster of several shards; use a transaction")
+		}
+		ctx = withExactParent(ctx)
 	}
 	cmd := &command.Command{
 		Op: command.OpPut, Path: r.Path, Value: r.Value,

@@ -88,6 +88,9 @@ func (s *Server) proposeInShard(ctx context.Context, g *group, cmd *command.Comm
 			// Again from the barrier: a close or a session end applied
 			// since this attempt observed the shard.
 		case fsm.RedoCreateParent:
+			if exactParent(ctx) {
+				return fsm.Result{Err: missingParent(api.Parent(cmd.Path))}, 0, nil
+			}
 			if err := s.makeDirectory(ctx, api.Parent(cmd.Path), depth+1); err != nil {
 				return fsm.Result{Err: err}, 0, nil
 			}
@@ -151,6 +154,8 @@ func (s *Server) readParentForOpen(ctx context.Context, dir string, depth int) (
 		mark = f.ClosingMark(dir)
 	})
 	switch {
+	case api.CodeOf(err) == api.CodeNotFound && exactParent(ctx):
+		return 0, false, missingParent(dir)
 	case api.CodeOf(err) == api.CodeNotFound:
 		return 0, true, s.makeDirectory(ctx, dir, depth+1)
 	case err != nil:
@@ -183,6 +188,27 @@ func (s *Server) makeDirectory(ctx context.Context, dir string, depth int) error
 		return res.Err
 	}
 	return nil
+}
+
+// exactParentKey marks the context of a write whose missing parent is
+// refused rather than made (PutRequest.ExactParent).
+type exactParentKey struct{}
+
+// withExactParent returns ctx marked with exactParentKey.
+func withExactParent(ctx context.Context) context.Context {
+	return context.WithValue(ctx, exactParentKey{}, true)
+}
+
+// exactParent reports whether ctx carries exactParentKey.
+func exactParent(ctx context.Context) bool {
+	v, _ := ctx.Value(exactParentKey{}).(bool)
+	return v
+}
+
+// missingParent is the refusal of an exact-parent create whose parent is
+// missing.
+func missingParent(dir string) error {
+	return api.Errorf(api.CodeNotFound, "parent %s does not exist", dir)
 }
 
 // pauseCtx waits d on the server's clock; false if ctx ended or the server

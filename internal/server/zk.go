@@ -67,7 +67,33 @@ func (s *Server) ReadNode(ctx context.Context, path string, opts NodeReadOptions
 			out.Children, err = f.Children(path)
 		}
 	})
-	return out, err
+	if err != nil || out.Owner != 0 || !s.childrenElsewhere(path) {
+		return out, err
+	}
+	return out, s.readForeignChildren(ctx, path, opts, &out)
+}
+
+// readForeignChildren fills out's children count (and, if asked, its
+// children) from path's children's shard, when they live in another shard
+// than its node: from its directory record, at the read's consistency.
+// The node's cversion stays its own shard's (docs/zookeeper.md).
+func (s *Server) readForeignChildren(ctx context.Context, path string, opts NodeReadOptions, out *NodeView) error {
+	g := s.childGroup(path)
+	if err := g.Barrier(ctx, opts.Consistency, 0); err != nil {
+		return err
+	}
+	var err error
+	g.View(func(f *fsm.FSM) {
+		var dir fsm.Directory
+		if dir, err = f.Directory(path); err != nil {
+			return
+		}
+		out.ChildrenCount = dir.ChildrenCount
+		if opts.Children {
+			out.Children, err = f.Children(path)
+		}
+	})
+	return err
 }
 
 // CountDescendants returns how many nodes lie below path (not counting

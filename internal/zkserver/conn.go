@@ -60,7 +60,10 @@ type conn struct {
 	// the end of the session's event stream does not close the connection
 	// before closeSession's reply is sent (the request pipeline closes it
 	// after the reply).
-	closing  atomic.Bool
+	closing atomic.Bool
+	// ending is set once a request that ends the connection has run: the
+	// requests after it are not run.
+	ending   atomic.Bool
 	received atomic.Uint64
 	sent     atomic.Uint64
 
@@ -126,17 +129,21 @@ func readBody(r io.Reader, head [4]byte) ([]byte, error) {
 	return body, nil
 }
 
-// run starts the event pump and the heartbeat loop, then reads requests
-// and hands them, in order, to the one goroutine that executes them.
+// run starts the event pump, the heartbeat loop and the reply sender, then
+// reads requests and starts each once the requests it depends on are done
+// (pipeline.go).
 func (c *conn) run() {
-	requests := make(chan []byte, requestQueueLen)
-	var workers sync.WaitGroup
+	order := make(chan *pending, requestQueueLen)
+	slots := make(chan struct{}, requestQueueLen)
+	var workers, requests sync.WaitGroup
 	workers.Add(3)
-	go func() { defer workers.Done(); c.execute(requests) }()
+	go func() { defer workers.Done(); c.sendReplies(order, slots) }()
 	go func() { defer workers.Done(); c.pumpEvents() }()
 	go func() { defer workers.Done(); c.heartbeats() }()
 	defer workers.Wait()
-	defer close(requests)
+	defer close(order)
+	defer requests.Wait()
+	var flight inFlight
 	for {
 		frame, err := zkproto.ReadFrame(c.br, zkproto.MaxPacket)
 		if err != nil {
@@ -150,22 +157,23 @@ func (c *conn) run() {
 		c.l.received.Add(1)
 		c.active.Store(true)
 		select {
-		case requests <- frame:
+		case slots <- struct{}{}:
 		case <-c.ctx.Done():
 			return
 		}
-	}
-}
-
-// execute answers the requests one at a time, in the order they came.
-func (c *conn) execute(requests <-chan []byte) {
-	for frame := range requests {
-		if c.ctx.Err() != nil {
-			continue // drain: the connection is closing
+		p := newPending(frame)
+		order <- p // never blocks: a slot is held
+		if p.answered() {
+			c.l.log.Debug("zk: bad request", "session", c.session, "op", p.h.Type)
+			continue
 		}
-		if end := c.handle(frame); end {
-			c.close()
+		if flight.admit(p) && (p.class == classRead || p.class == classPing) {
+			// Alone in flight, and quick: run it here, without a hand-off.
+			c.runPending(p)
+			continue
 		}
+		requests.Add(1)
+		go func() { defer requests.Done(); c.runPending(p) }()
 	}
 }
 

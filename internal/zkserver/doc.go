@@ -14,7 +14,10 @@
 // Invariants:
 //   - replies leave a connection in the order its requests came, each with
 //     the zxid (a raft index) the member had applied when it was sent, never
-//     below a zxid the connection sent before;
+//     below a zxid the connection sent before; requests of a connection run
+//     concurrently, but a read only after the connection's earlier writes,
+//     a write only after the earlier requests on a related path, and
+//     session, auth, watch and sync requests alone (pipeline.go);
 //   - a read on a connection never sees state older than the last zxid the
 //     client saw (given at connect as lastZxidSeen, or sent since), on any
 //     member: a connect whose lastZxidSeen the member has not applied is
@@ -22,8 +25,9 @@
 //   - bad input (a frame, a record, a path) gets a ZooKeeper error code or
 //     closes that connection; it never panics and never changes state;
 //   - a create (plain or in a multi) is one replicated transaction of a
-//     check that the parent exists and the create: it never makes a
-//     missing parent; a multi is one transaction, all or nothing, replying
+//     check that the parent exists and the create (with several shards, a
+//     plain create is a put with the server's exact-parent rule): it never
+//     makes a missing parent; a multi is one transaction, all or nothing, replying
 //     per operation as ZooKeeper does (OK before the refused one, its
 //     code, RuntimeInconsistency after);
 //   - every request reaches the server with the connection's credentials

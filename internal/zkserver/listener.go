@@ -64,6 +64,8 @@ type Listener struct {
 	log     *slog.Logger
 	allowed map[string]bool
 	started time.Time
+	// sharded: the cluster has more than one shard (each with its own log).
+	sharded bool
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -89,7 +91,8 @@ func New(srv *server.Server, cfg Config) *Listener {
 	for _, w := range cfg.FourLetterWords {
 		allowed[w] = true
 	}
-	return &Listener{srv: srv, cfg: cfg, log: cfg.Logger, allowed: allowed, started: time.Now(), conns: map[*conn]struct{}{}}
+	return &Listener{srv: srv, cfg: cfg, log: cfg.Logger, allowed: allowed, started: time.Now(), conns: map[*conn]struct{}{},
+		sharded: srv.Config().Shards > 1}
 }
 
 // ErrClosed is returned by Serve once Close was called.

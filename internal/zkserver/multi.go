@@ -239,10 +239,16 @@ func (c *conn) classifyCreate(plan *txnPlan, k int) zkproto.ErrCode {
 			return zkproto.ErrNoChildrenForEphemerals
 		}
 	}
-	if n, err := c.readNode(parent, false); err == nil && n.Owner != 0 {
+	if c.ephemeralNode(parent) {
 		return zkproto.ErrNoChildrenForEphemerals
 	}
 	return zkproto.ErrBadArguments
+}
+
+// ephemeralNode reports whether path is, as read now, an ephemeral node.
+func (c *conn) ephemeralNode(path string) bool {
+	n, err := c.readNode(path, false)
+	return err == nil && n.Owner != 0
 }
 
 // multiResult is the reply entry of a ZooKeeper operation applied with

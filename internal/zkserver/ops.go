@@ -8,34 +8,6 @@ import (
 	"github.com/latch-io/latch/internal/zkproto"
 )
 
-// handle answers one request frame and reports whether the connection
-// must end after it (closeSession, an expired session, a frame without a
-// header, failed auth).
-func (c *conn) handle(frame []byte) bool {
-	r := zkproto.NewReader(frame)
-	var h zkproto.RequestHeader
-	h.Decode(r)
-	if r.Err() != nil {
-		return true // not even a header: nothing to answer
-	}
-	rest := frame[r.Offset():]
-	if h.Type == zkproto.OpMulti || h.Type == zkproto.OpMultiRead {
-		resp, code, end := c.multiOp(h.Type, rest)
-		return c.reply(h, resp, code, end)
-	}
-	var body zkproto.Record
-	if rec, ok := zkproto.NewRequestBody(h.Type); ok {
-		if err := zkproto.Decode(rest, rec, "request"); err != nil {
-			c.l.log.Debug("zk: bad request body", "session", c.session, "op", h.Type, "err", err)
-			_ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: zkproto.ErrMarshallingError}, nil)
-			return false
-		}
-		body = rec
-	}
-	resp, code, end := c.dispatch(h, body)
-	return c.reply(h, resp, code, end)
-}
-
 // multiOp serves multi or multiRead from the bytes after the header.
 func (c *conn) multiOp(op zkproto.OpCode, rest []byte) (zkproto.Record, zkproto.ErrCode, bool) {
 	if op == zkproto.OpMulti {
@@ -115,8 +87,13 @@ func (c *conn) operation(op zkproto.OpCode, body zkproto.Record) (zkproto.Record
 }
 
 // readOptions is how fresh a read on this connection must be: at least
-// what the client has seen, from this member's state.
+// what the client has seen, from this member's state. With several shards
+// each shard has its own log, and an index the connection saw in one says
+// nothing of another's: there reads are linearizable, which is stronger.
 func (c *conn) readOptions() server.ReadOptions {
+	if c.l.sharded {
+		return server.ReadOptions{Consistency: api.Linearizable}
+	}
 	return server.ReadOptions{Consistency: api.Stale, MinIndex: c.seen.Load()}
 }
 
@@ -154,6 +131,9 @@ func (c *conn) closeSession() (zkproto.Record, zkproto.ErrCode, bool) {
 // deleted meanwhile is never made again by the create (latch's put would
 // make it).
 func (c *conn) create(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Record, zkproto.ErrCode) {
+	if c.l.sharded {
+		return c.createSharded(op, req)
+	}
 	ops, roles, code := planCreate(req)
 	if code != zkproto.ErrOK {
 		return nil, code
@@ -175,6 +155,49 @@ func (c *conn) create(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Re
 		return &zkproto.CreateResponse{Path: created.Path}, zkproto.ErrOK
 	}
 	return &zkproto.Create2Response{Path: created.Path, Stat: c.txnStat(created, timeMs)}, zkproto.ErrOK
+}
+
+// createSharded serves a create on a cluster of several shards, where a
+// node and its parent may live in different shards and so cannot share a
+// transaction: a put that must not find the node, with the server's exact
+// parent rule (the sharded write path checks the parent in its shard and
+// refuses a missing one, never making it).
+func (c *conn) createSharded(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Record, zkproto.ErrCode) {
+	ephemeral, sequential, code := createMode(req)
+	if code != zkproto.ErrOK {
+		return nil, code
+	}
+	timeMs := c.l.srv.WallTimeMs()
+	put, err := c.l.srv.Put(c.requestContext(), server.PutRequest{
+		Path: req.Path, Value: req.Data, Precondition: server.NoNode, Ephemeral: ephemeral, Sequential: sequential,
+		SessionID: c.session, TimeMs: timeMs, ExactParent: true,
+	})
+	if err != nil {
+		return nil, c.classifyShardedCreate(req.Path, err)
+	}
+	c.saw(put.Index)
+	if op == zkproto.OpCreate {
+		return &zkproto.CreateResponse{Path: put.Path}, zkproto.ErrOK
+	}
+	created := server.TxnOpResult{Path: put.Path, Version: put.Version, CreatedIndex: put.CreatedIndex,
+		ModifiedIndex: put.ModifiedIndex, DataLength: len(req.Data)}
+	if ephemeral {
+		created.Owner = c.session
+	}
+	return &zkproto.Create2Response{Path: put.Path, Stat: c.txnStat(created, timeMs)}, zkproto.ErrOK
+}
+
+// classifyShardedCreate maps the refusal of a sharded create onto ZooKeeper's
+// codes: the node exists, the parent is missing, or the parent is
+// ephemeral (an invalid_argument of the server).
+func (c *conn) classifyShardedCreate(path string, err error) zkproto.ErrCode {
+	switch {
+	case isCode(err, api.CodePreconditionFailed):
+		return zkproto.ErrNodeExists
+	case isCode(err, api.CodeInvalidArgument) && c.ephemeralNode(api.Parent(path)):
+		return zkproto.ErrNoChildrenForEphemerals
+	}
+	return errCode(err)
 }
 
 // delete serves delete. latch refuses to delete another session's

@@ -1,0 +1,226 @@
+package zkserver
+
+import (
+	"strings"
+
+	"github.com/latch-io/latch/internal/zkproto"
+)
+
+// The request pipeline of a connection: the reader decodes each request
+// and gives it the requests before it that it must wait for (its
+// dependencies); it then runs on its own goroutine, and one sender writes
+// the replies in the order the requests came. Up to requestQueueLen
+// requests of a connection are read and not yet answered.
+//
+// Which earlier requests a request waits for (its class, classOf):
+//   - a barrier (closeSession, auth, setWatches, sync, multi, multiRead,
+//     the watch operations, whoAmI, any other opcode) waits for every
+//     request before it, and every request after it waits for it;
+//   - a read waits for every earlier write of the connection (so it sees
+//     them: a write raises the connection's floor before it completes),
+//     for the barriers, and, if it sets a watch, for the earlier reads
+//     that set one on the same path;
+//   - a write waits for every request before it but pings: a connection's
+//     writes take effect in the order they were sent, and none before an
+//     earlier read was answered (ZooKeeper's FIFO client order: another
+//     client that sees a later write never sees an earlier one missing,
+//     and a read never sees a write sent after it, nor what follows it);
+//   - a ping waits for the barriers only.
+//
+// A read or ping with nothing in flight before it runs on the reader's
+// goroutine (it is quick, and that saves a hand-off).
+//
+// So reads pipeline with reads, and a connection has one write in flight
+// at a time: its requests take effect in the order it sent them.
+
+// reqClass is how a request is ordered against the requests before it.
+type reqClass uint8
+
+const (
+	classBarrier reqClass = iota
+	classRead
+	classWrite
+	classPing
+)
+
+// pending is one request between its read and its reply.
+type pending struct {
+	h     zkproto.RequestHeader
+	body  zkproto.Record // the decoded body, nil for none
+	rest  []byte         // the bytes after the header (multi, multiRead)
+	class reqClass
+	path  string // the path it reads or writes (read and write classes)
+	watch bool   // a read that sets a watch
+	deps  []*pending
+
+	// Set before done is closed.
+	resp zkproto.Record
+	code zkproto.ErrCode
+	end  bool // end the connection after the reply
+	mute bool // send no reply (a frame without a header)
+	done chan struct{}
+}
+
+// newPending decodes frame into a pending request with its class. A body
+// that does not decode is answered MarshallingError at once.
+func newPending(frame []byte) *pending {
+	p := &pending{done: make(chan struct{})}
+	r := zkproto.NewReader(frame)
+	p.h.Decode(r)
+	if r.Err() != nil {
+		p.mute, p.end = true, true // not even a header: nothing to answer
+		close(p.done)
+		return p
+	}
+	p.rest = frame[r.Offset():]
+	if rec, ok := zkproto.NewRequestBody(p.h.Type); ok && p.h.Type != zkproto.OpMulti && p.h.Type != zkproto.OpMultiRead {
+		if err := zkproto.Decode(p.rest, rec, "request"); err != nil {
+			p.code = zkproto.ErrMarshallingError
+			p.class = classPing
+			close(p.done)
+			return p
+		}
+		p.body = rec
+	}
+	p.classify()
+	return p
+}
+
+// classify sets p's class, path and watch from its opcode and body.
+func (p *pending) classify() {
+	p.class, p.path = classOf(p.h.Type, p.body)
+	if req, ok := p.body.(*zkproto.PathWatchRequest); ok {
+		p.watch = req.Watch
+	}
+}
+
+// classOf returns the class of a request and the path it touches.
+func classOf(op zkproto.OpCode, body zkproto.Record) (reqClass, string) {
+	switch req := body.(type) {
+	case *zkproto.CreateRequest:
+		if mode := req.Flags; mode == zkproto.ModePersistentSequential || mode == zkproto.ModeEphemeralSequential {
+			return classWrite, parentOf(req.Path)
+		}
+		return classWrite, req.Path
+	case *zkproto.DeleteRequest:
+		return classWrite, req.Path
+	case *zkproto.SetDataRequest:
+		return classWrite, req.Path
+	case *zkproto.PathWatchRequest:
+		return classRead, req.Path
+	case *zkproto.CheckVersionRequest:
+		return classRead, req.Path
+	case *zkproto.SetACLRequest:
+		return classRead, req.Path
+	case *zkproto.PathRequest:
+		if op == zkproto.OpGetACL || op == zkproto.OpGetAllChildrenNumber || op == zkproto.OpGetEphemerals {
+			return classRead, req.Path
+		}
+	case nil:
+		if op == zkproto.OpPing {
+			return classPing, ""
+		}
+	}
+	return classBarrier, ""
+}
+
+// parentOf returns the parent of a path ("/" for a top-level one; the path
+// itself if it has no slash, which the operation refuses anyway).
+func parentOf(path string) string {
+	i := strings.LastIndexByte(path, '/')
+	if i <= 0 {
+		return "/"
+	}
+	return path[:i]
+}
+
+// mustWait reports whether p, coming later, waits for the earlier q.
+func (p *pending) mustWait(q *pending) bool {
+	switch {
+	case p.class == classBarrier || q.class == classBarrier:
+		return true
+	case p.class == classPing || q.class == classPing:
+		return false
+	case p.class == classRead && q.class == classRead:
+		// Two watches of one path are set one after the other (the
+		// connection holds one watch per path and type).
+		return p.watch && q.watch && p.path == q.path
+	case p.class == classRead:
+		return q.class == classWrite
+	}
+	return true // p writes: after every earlier read and write
+}
+
+// inFlight is the reader's view of the requests not yet completed, in
+// request order, to find a new request's dependencies.
+type inFlight struct{ list []*pending }
+
+// admit gives p its dependencies among the uncompleted earlier requests,
+// and reports whether none is in flight.
+func (f *inFlight) admit(p *pending) bool {
+	kept := f.list[:0]
+	for _, q := range f.list {
+		if q.answered() {
+			continue
+		}
+		kept = append(kept, q)
+		if p.mustWait(q) {
+			p.deps = append(p.deps, q)
+		}
+	}
+	clear(f.list[len(kept):])
+	f.list = append(kept, p)
+	return len(kept) == 0
+}
+
+// answered reports whether p was answered as it was read (a frame that
+// does not decode).
+func (p *pending) answered() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// runPending waits for p's dependencies, runs it (unless the connection is
+// closing or an earlier request ends it) and marks it done.
+func (c *conn) runPending(p *pending) {
+	defer close(p.done)
+	for _, q := range p.deps {
+		<-q.done
+	}
+	if c.ctx.Err() != nil || c.ending.Load() {
+		p.mute = true
+		return
+	}
+	defer func() {
+		if p.end || p.code == zkproto.ErrSessionExpired || p.code == zkproto.ErrOperationTimeout {
+			c.ending.Store(true)
+		}
+	}()
+	if p.h.Type == zkproto.OpMulti || p.h.Type == zkproto.OpMultiRead {
+		p.resp, p.code, p.end = c.multiOp(p.h.Type, p.rest)
+		return
+	}
+	p.resp, p.code, p.end = c.dispatch(p.h, p.body)
+}
+
+// sendReplies writes the replies in request order as the requests
+// complete, and frees their slots.
+func (c *conn) sendReplies(order <-chan *pending, slots <-chan struct{}) {
+	for p := range order {
+		<-p.done
+		if c.ctx.Err() == nil {
+			if p.mute {
+				if p.end {
+					c.close()
+				}
+			} else if c.reply(p.h, p.resp, p.code, p.end) {
+				c.close()
+			}
+		}
+		<-slots
+	}
+}
