@@ -1,6 +1,7 @@
 package zkserver
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -174,4 +175,49 @@ func shardZeroDir(t *testing.T, parent string) string {
 	}
 	t.Fatal("no directory with its children in shard 0")
 	return ""
+}
+
+// TestWatchesOutsideShardZeroRefused: on a sharded cluster the ZooKeeper
+// port refuses a watch whose changes come from another shard than 0 (a
+// session's zxid follows shard 0's indexes) with BadArguments, and serves
+// a data watch on a node of shard 0: its change is notified.
+func TestWatchesOutsideShardZeroRefused(t *testing.T) {
+	c := startZKWith(t, 1, Config{}, testcluster.Options{Shards: zkShards}, nil)
+	conn, _ := connect(t, c.addrs, 10*time.Second)
+	m, err := placement.New(zkShards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inZero, elsewhere string // a node's shard is its parent's children's
+	for i := 0; i < 256 && (inZero == "" || elsewhere == ""); i++ {
+		p := fmt.Sprintf("/w%d/n", i)
+		switch {
+		case m.Shard(p) == 0 && inZero == "":
+			inZero = p
+		case m.Shard(p) != 0 && elsewhere == "":
+			elsewhere = p
+		default:
+			continue
+		}
+		mustCreate(t, conn, fmt.Sprintf("/w%d", i), "")
+		mustCreate(t, conn, p, "a")
+	}
+	if _, _, _, err := conn.GetW(elsewhere); !errors.Is(err, zk.ErrBadArguments) {
+		t.Fatalf("getData with a watch on %s (shard %d): %v, want BadArguments", elsewhere, m.Shard(elsewhere), err)
+	}
+	_, _, events, err := conn.GetW(inZero)
+	if err != nil {
+		t.Fatalf("getData with a watch on %s (shard 0): %v", inZero, err)
+	}
+	if _, err := conn.Set(inZero, []byte("b"), -1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if ev.Type != zk.EventNodeDataChanged || ev.Path != inZero {
+			t.Fatalf("event %+v, want NodeDataChanged on %s", ev, inZero)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no notification of %s's change", inZero)
+	}
 }

@@ -108,6 +108,10 @@ func (t *watchTable) prepare(ctx context.Context, path string, kind watchKind, k
 	if t.byKey[key] != nil {
 		return nil, nil
 	}
+	if t.c.l.sharded && !servedInShardZero(t.c.l.srv, path, kind) {
+		return nil, api.Errorf(api.CodeInvalidArgument,
+			"with several shards the ZooKeeper port serves watches on nodes of shard 0 only; %s is elsewhere (docs/zookeeper.md)", path)
+	}
 	w, err := t.c.l.srv.Watch(ctx, t.c.session, server.WatchRequest{
 		Path: path, Recursive: kind == kindRecursive, Persistent: true, KnownIndex: known,
 	})
@@ -121,6 +125,21 @@ func (t *watchTable) prepare(ctx context.Context, path string, kind watchKind, k
 	e := &watchEntry{key: key, id: id, at: w.Index, after: w.Index, catchUp: known > 0}
 	t.byKey[key], t.byID[id] = e, e
 	return e, nil
+}
+
+// servedInShardZero reports whether a ZooKeeper watch of kind on path sees
+// only changes of shard 0, the one whose indexes a session's zxid follows
+// on a sharded cluster: a data or exist watch needs the node's shard, a
+// child watch the children's too; persistent and recursive watches span
+// more and are never served there.
+func servedInShardZero(srv *server.Server, path string, kind watchKind) bool {
+	switch kind {
+	case kindData, kindExist:
+		return srv.ShardOf(path) == 0
+	case kindChild:
+		return srv.ShardOf(path) == 0 && srv.ChildShardOf(path) == 0
+	}
+	return false
 }
 
 // arm starts reporting the changes after index after, beginning with those
