@@ -108,7 +108,7 @@ var allowed = map[string]rule{
 	// The ZooKeeper-protocol listener: the server's API over zkproto's codec.
 	"internal/zkserver": {
 		imports: []string{"api", "internal/server", "internal/tlsconfig", "internal/zkproto"},
-		tests:   []string{testkit + "testcluster", testkit + "proccluster", testkit + "testcerts"},
+		tests:   []string{"internal/clock", "internal/placement", testkit + "testcluster", testkit + "proccluster", testkit + "testcerts"},
 	},
 
 	// The public Go API: nothing internal; its tests run against the
@@ -159,7 +159,7 @@ var allowed = map[string]rule{
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
 	"test/membership":   {tests: []string{"api", "client", "internal/check/linearize", testkit + "proccluster", testkit + "testcluster"}},
 	"test/process":      {tests: []string{"api", "client", "internal/placement", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcerts", testkit + "testcluster"}},
-	"test/ui":           {tests: []string{testkit + "proccluster"}},
+	"test/ui":           {tests: []string{"api", testkit + "proccluster"}},
 	"test/recipes":      {tests: []string{"api", "client", "client/recipe", "fencing", testkit + "proccluster", testkit + "testcluster"}},
 	"internal/archtest": {stdlibOnly: true},
 }
