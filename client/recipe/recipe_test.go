@@ -386,8 +386,8 @@ func TestObserveOrder(t *testing.T) {
 				t.Fatal("Observe ended")
 			}
 			return info
-		case <-time.After(10 * time.Second):
-			t.Fatal("no leader change observed within 10s")
+		case <-time.After(30 * time.Second):
+			t.Fatal("no leader change observed within 30s")
 		}
 		return LeaderInfo{}
 	}
