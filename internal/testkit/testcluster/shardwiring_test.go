@@ -319,18 +319,26 @@ func TestShardsCreateRacingSessionEndNeverLeaks(t *testing.T) {
 	}
 }
 
+// namesInEveryShard returns, by shard, a name made by format from a
+// number whose node under parent has its children in that shard (a lock's
+// or an election's queue lives in its node's children shard).
+func namesInEveryShard(parent, format string) map[int]string {
+	m, _ := placement.New(wiringShards)
+	names := map[int]string{}
+	for i := 0; len(names) < wiringShards && i < 10000; i++ {
+		name := fmt.Sprintf(format, i)
+		if k := m.ChildShard(parent + name); names[k] == "" {
+			names[k] = name
+		}
+	}
+	return names
+}
+
 func TestShardsLocksInSeveralShards(t *testing.T) {
 	c := newShardedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	m, _ := placement.New(wiringShards)
-	locks := map[int]string{}
-	for i := 0; len(locks) < wiringShards && i < 10000; i++ {
-		name := fmt.Sprintf("job-%d", i)
-		if k := m.ChildShard("/locks/" + name); locks[k] == "" {
-			locks[k] = name
-		}
-	}
+	locks := namesInEveryShard("/locks/", "job-%d")
 	for shard, name := range locks {
 		if _, err := lockState(ctx, c.URL(shard%3), name); api.CodeOf(err) != api.CodeNotFound {
 			t.Fatalf("state of the never used lock %s (shard %d): %v, want not_found", name, shard, err)
@@ -501,14 +509,7 @@ func TestShardsElectionsInSeveralShards(t *testing.T) {
 	c := newShardedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	m, _ := placement.New(wiringShards)
-	roles := map[int]string{}
-	for i := 0; len(roles) < wiringShards && i < 10000; i++ {
-		role := fmt.Sprintf("svc-%d", i)
-		if k := m.ChildShard("/elections/" + role); roles[k] == "" {
-			roles[k] = role
-		}
-	}
+	roles := namesInEveryShard("/elections/", "svc-%d")
 	a, err := newSession(ctx, c.URL(0), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
