@@ -1,10 +1,6 @@
 package zkserver
 
-import (
-	"strings"
-
-	"github.com/latch-io/latch/internal/zkproto"
-)
+import "github.com/latch-io/latch/internal/zkproto"
 
 // The request pipeline of a connection: the reader decodes each request
 // and gives it the requests before it that it must wait for (its
@@ -49,7 +45,7 @@ type pending struct {
 	body  zkproto.Record // the decoded body, nil for none
 	rest  []byte         // the bytes after the header (multi, multiRead)
 	class reqClass
-	path  string // the path it reads or writes (read and write classes)
+	path  string // the path it reads (read class)
 	watch bool   // a read that sets a watch
 	deps  []*pending
 
@@ -94,18 +90,12 @@ func (p *pending) classify() {
 	}
 }
 
-// classOf returns the class of a request and the path it touches.
+// classOf returns the class of a request and, for a read, the path it
+// reads (a write waits for every earlier request whatever its path).
 func classOf(op zkproto.OpCode, body zkproto.Record) (reqClass, string) {
 	switch req := body.(type) {
-	case *zkproto.CreateRequest:
-		if mode := req.Flags; mode == zkproto.ModePersistentSequential || mode == zkproto.ModeEphemeralSequential {
-			return classWrite, parentOf(req.Path)
-		}
-		return classWrite, req.Path
-	case *zkproto.DeleteRequest:
-		return classWrite, req.Path
-	case *zkproto.SetDataRequest:
-		return classWrite, req.Path
+	case *zkproto.CreateRequest, *zkproto.DeleteRequest, *zkproto.SetDataRequest:
+		return classWrite, ""
 	case *zkproto.PathWatchRequest:
 		return classRead, req.Path
 	case *zkproto.CheckVersionRequest:
@@ -122,16 +112,6 @@ func classOf(op zkproto.OpCode, body zkproto.Record) (reqClass, string) {
 		}
 	}
 	return classBarrier, ""
-}
-
-// parentOf returns the parent of a path ("/" for a top-level one; the path
-// itself if it has no slash, which the operation refuses anyway).
-func parentOf(path string) string {
-	i := strings.LastIndexByte(path, '/')
-	if i <= 0 {
-		return "/"
-	}
-	return path[:i]
 }
 
 // mustWait reports whether p, coming later, waits for the earlier q.
