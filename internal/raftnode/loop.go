@@ -285,6 +285,10 @@ func (n *Node) installSnapshot(s raftpb.Snapshot) error {
 	if err := n.cfg.WAL.Release(n.cfg.Group, s.Metadata.Index); err != nil {
 		return fmt.Errorf("raftnode: group %d: release WAL after snapshot: %w", n.cfg.Group, err)
 	}
+	// The leader's snapshot was written here and recorded in the WAL, and
+	// it covers everything applied: nothing is left for a retry of a
+	// snapshot refused for want of space, which would never come.
+	n.snapshotWritten()
 	n.log.Info("installed snapshot from leader", "index", s.Metadata.Index, "term", s.Metadata.Term)
 	return nil
 }

@@ -59,7 +59,8 @@ func (n *Node) finishSnapshot(res snapshotResult) error {
 	}
 	index := res.meta.Index
 	if index <= n.snapshotIndex {
-		return nil // a snapshot from the leader overtook this one
+		n.snapshotWritten() // its file was written; the leader's covers it
+		return nil          // a snapshot from the leader overtook this one
 	}
 	marker := &wal.SnapshotMarker{Index: index, Term: res.meta.Term}
 	if err := n.cfg.WAL.Save(wal.Batch{Group: n.cfg.Group, Snapshot: marker}); errors.Is(err, wal.ErrNoSpace) {
