@@ -201,7 +201,7 @@ func (c *conn) attach(ctx context.Context) error {
 	deferred := c.deferredWatches
 	c.deferredWatches = nil
 	for _, req := range deferred {
-		if code := c.setWatches(req); code != zkproto.ErrOK {
+		if code := c.setWatches(nil, req); code != zkproto.ErrOK {
 			c.l.log.Info("zk: setWatches after addauth refused", "session", c.session, "code", code)
 		}
 	}

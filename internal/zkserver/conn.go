@@ -143,7 +143,7 @@ func (c *conn) run() {
 	defer workers.Wait()
 	defer close(order)
 	defer requests.Wait()
-	var flight inFlight
+	flight := inFlight{sharded: c.l.sharded}
 	for {
 		frame, err := zkproto.ReadFrame(c.br, zkproto.MaxPacket)
 		if err != nil {

@@ -74,6 +74,10 @@ type Listener struct {
 	wg     sync.WaitGroup
 
 	received, sent atomic.Uint64 // packets, for srvr and mntr
+
+	// beforeRead, if set (by tests), runs before each read of a read
+	// request: it delays some to reorder concurrent reads.
+	beforeRead atomic.Pointer[func()]
 }
 
 // New returns a listener serving srv.

@@ -221,7 +221,7 @@ func (c *conn) classify(plan *txnPlan, opErr *api.TxnOpError) zkproto.ErrCode {
 	case plan.roles[opErr.Op] == roleDelete && code == api.CodePreconditionFailed:
 		// The version was checked before: the node has children, or is
 		// another session's ephemeral node (which has none).
-		if n, err := c.readNode(op.Path, false); err == nil && n.Owner != 0 && n.Owner != c.session {
+		if n, err := c.readNode(nil, op.Path, false); err == nil && n.Owner != 0 && n.Owner != c.session {
 			return zkproto.ErrNoAuth
 		}
 		return zkproto.ErrNotEmpty
@@ -247,7 +247,7 @@ func (c *conn) classifyCreate(plan *txnPlan, k int) zkproto.ErrCode {
 
 // ephemeralNode reports whether path is, as read now, an ephemeral node.
 func (c *conn) ephemeralNode(path string) bool {
-	n, err := c.readNode(path, false)
+	n, err := c.readNode(nil, path, false)
 	return err == nil && n.Owner != 0
 }
 

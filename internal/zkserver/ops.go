@@ -19,8 +19,10 @@ func (c *conn) multiOp(op zkproto.OpCode, rest []byte) (zkproto.Record, zkproto.
 }
 
 // reply sends the answer to the request h and reports whether the
-// connection must end after it.
-func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.ErrCode, end bool) bool {
+// connection must end after it, and an index through which every change
+// has been dispatched to the watch table (0 if unknown): see
+// awaitNotifications.
+func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.ErrCode, end bool) (closeConn bool, through uint64) {
 	if code == zkproto.ErrOperationTimeout {
 		// The member could not answer in time (no leader, no quorum): end
 		// the connection unanswered, as a ZooKeeper server that lost its
@@ -28,15 +30,16 @@ func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.
 		// elsewhere) with its session, and its recipes recover as they do
 		// from ZooKeeper; a write's outcome is then unknown to it, as there.
 		c.l.log.Info("zk: request timed out; closing the connection", "session", c.session, "op", h.Type)
-		return true
+		return true, 0
 	}
-	c.awaitNotifications()
+	through = c.awaitNotifications()
 	_ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp)
-	return end || code == zkproto.ErrSessionExpired
+	return end || code == zkproto.ErrSessionExpired, through
 }
 
 // dispatch runs one decoded request.
-func (c *conn) dispatch(h zkproto.RequestHeader, body zkproto.Record) (zkproto.Record, zkproto.ErrCode, bool) {
+func (c *conn) dispatch(p *pending) (zkproto.Record, zkproto.ErrCode, bool) {
+	h, body := p.h, p.body
 	switch h.Type {
 	case zkproto.OpPing:
 		return nil, c.ping(), false
@@ -52,12 +55,12 @@ func (c *conn) dispatch(h zkproto.RequestHeader, body zkproto.Record) (zkproto.R
 		// handshake, and any opcode latch does not know.
 		return nil, zkproto.ErrUnimplemented, false
 	}
-	resp, code := c.operation(h.Type, body)
+	resp, code := c.operation(p, h.Type, body)
 	return resp, code, false
 }
 
-// operation runs a request with a body.
-func (c *conn) operation(op zkproto.OpCode, body zkproto.Record) (zkproto.Record, zkproto.ErrCode) {
+// operation runs request p, opcode op with a body.
+func (c *conn) operation(p *pending, op zkproto.OpCode, body zkproto.Record) (zkproto.Record, zkproto.ErrCode) {
 	switch req := body.(type) {
 	case *zkproto.CreateRequest:
 		return c.create(op, req)
@@ -69,19 +72,19 @@ func (c *conn) operation(op zkproto.OpCode, body zkproto.Record) (zkproto.Record
 		}
 		return c.delete(req)
 	case *zkproto.PathWatchRequest:
-		return c.read(op, req)
+		return c.read(p, op, req)
 	case *zkproto.SetDataRequest:
 		return c.setData(req)
 	case *zkproto.PathRequest:
-		return c.pathOp(op, req.Path)
+		return c.pathOp(p, op, req.Path)
 	case *zkproto.SetACLRequest:
-		return c.setACL(req)
+		return c.setACL(p, req)
 	case *zkproto.CheckVersionRequest:
-		return c.check(req)
+		return c.check(p, req)
 	case *zkproto.PathTypeRequest:
-		return c.watchOp(op, req)
+		return c.watchOp(p, op, req)
 	case *zkproto.SetWatches:
-		return nil, c.setWatches(req)
+		return nil, c.setWatches(p, req)
 	}
 	return nil, zkproto.ErrUnimplemented
 }
@@ -97,11 +100,38 @@ func (c *conn) readOptions() server.ReadOptions {
 	return server.ReadOptions{Consistency: api.Stale, MinIndex: c.seen.Load()}
 }
 
-// readNode reads path at the connection's read options.
-func (c *conn) readNode(path string, children bool) (server.NodeView, error) {
-	n, err := c.l.srv.ReadNode(c.requestContext(), path, server.NodeReadOptions{ReadOptions: c.readOptions(), Children: children})
-	c.saw(n.Index) // also on not_found: the index of the view that lacked the node
+// readNode reads path at the connection's read options, for request p
+// (nil for a write: see readInOrder).
+func (c *conn) readNode(p *pending, path string, children bool) (server.NodeView, error) {
+	var n server.NodeView
+	err := c.readInOrder(p, func(opts server.ReadOptions) (uint64, error) {
+		var err error
+		n, err = c.l.srv.ReadNode(c.requestContext(), path, server.NodeReadOptions{ReadOptions: opts, Children: children})
+		return n.Index, err // also on not_found: the index of the view that lacked the node
+	})
 	return n, err
+}
+
+// readInOrder runs read, which reads at the options it is given and
+// returns the index it saw, for request p, so that p never sees an older
+// state than the requests of the connection before it, though reads run
+// concurrently: once the read before p (in request order) is done, a read
+// that saw less than the connection has seen reads again from there (a
+// local read, the member has applied it). A write (p nil) runs after every
+// earlier request anyway.
+func (c *conn) readInOrder(p *pending, read func(server.ReadOptions) (uint64, error)) error {
+	if h := c.l.beforeRead.Load(); h != nil && p != nil {
+		(*h)()
+	}
+	index, err := read(c.readOptions())
+	if p != nil && p.prevRead != nil {
+		<-p.prevRead.done
+		if seen := c.seen.Load(); index < seen && !c.l.sharded {
+			index, err = read(server.ReadOptions{Consistency: api.Stale, MinIndex: seen})
+		}
+	}
+	c.saw(index)
+	return err
 }
 
 // ping keeps the session alive and answers.
@@ -226,7 +256,7 @@ func (c *conn) delete(req *zkproto.DeleteRequest) (zkproto.Record, zkproto.ErrCo
 
 // classifyDelete says why a delete was refused, from the node as it is now.
 func (c *conn) classifyDelete(req *zkproto.DeleteRequest) zkproto.ErrCode {
-	n, err := c.readNode(req.Path, false)
+	n, err := c.readNode(nil, req.Path, false)
 	switch {
 	case err != nil:
 		return errCode(err)
@@ -242,8 +272,9 @@ func (c *conn) classifyDelete(req *zkproto.DeleteRequest) zkproto.ErrCode {
 }
 
 // read serves exists, getData, getChildren and getChildren2, setting the
-// watch first when asked, so that no change after the read is missed.
-func (c *conn) read(op zkproto.OpCode, req *zkproto.PathWatchRequest) (zkproto.Record, zkproto.ErrCode) {
+// watch first when asked, so that no change after the read is missed. The
+// watch's notifications wait for p's reply (watchGen).
+func (c *conn) read(p *pending, op zkproto.OpCode, req *zkproto.PathWatchRequest) (zkproto.Record, zkproto.ErrCode) {
 	if err := api.ValidatePath(req.Path); err != nil {
 		return nil, zkproto.ErrBadArguments
 	}
@@ -251,14 +282,15 @@ func (c *conn) read(op zkproto.OpCode, req *zkproto.PathWatchRequest) (zkproto.R
 	if op == zkproto.OpGetChildren || op == zkproto.OpGetChildren2 {
 		kind = kindChild
 	}
-	var entry *watchEntry
+	var entry *watchGen
 	if req.Watch {
 		var err error
-		if entry, err = c.watches.prepare(c.requestContext(), req.Path, kind, 0); err != nil {
+		if entry, err = c.watches.prepare(c.requestContext(), req.Path, kind, 0, true); err != nil {
 			return nil, errCode(err)
 		}
+		p.hold(entry)
 	}
-	n, err := c.readNode(req.Path, kind == kindChild)
+	n, err := c.readNode(p, req.Path, kind == kindChild)
 	if err != nil {
 		if op == zkproto.OpExists && isCode(err, api.CodeNotFound) {
 			// exists on a missing node still sets its watch.
@@ -284,49 +316,56 @@ func (c *conn) read(op zkproto.OpCode, req *zkproto.PathWatchRequest) (zkproto.R
 	return &zkproto.GetChildren2Response{Children: n.Children, Stat: stat}, zkproto.ErrOK
 }
 
-// setDataRetries bounds the attempts of a setData with version -1 that
-// loses races to other writers (each attempt is a compare-and-set at the
-// version it read, so that it never creates the node).
-const setDataRetries = 16
-
-// setData serves setData.
+// setData serves setData. With version -1 it is first a compare-and-set
+// at the version read (latch's put would make a missing node; this one
+// never does); if another writer won the race, an unconditional set of
+// the existing node (a one-operation transaction), which never fails for
+// a version, as ZooKeeper's does not.
 func (c *conn) setData(req *zkproto.SetDataRequest) (zkproto.Record, zkproto.ErrCode) {
 	if err := api.ValidatePath(req.Path); err != nil {
 		return nil, zkproto.ErrBadArguments
 	}
-	for range setDataRetries {
-		n, err := c.readNode(req.Path, false)
-		if err != nil {
-			return nil, errCode(err)
+	n, err := c.readNode(nil, req.Path, false)
+	if err != nil {
+		return nil, errCode(err)
+	}
+	expected := n.Version
+	if req.Version != -1 {
+		if zkVersion(n.Version) != req.Version {
+			return nil, zkproto.ErrBadVersion
 		}
-		expected := n.Version
-		if req.Version != -1 {
-			if zkVersion(n.Version) != req.Version {
-				return nil, zkproto.ErrBadVersion
-			}
-			expected = latchVersion(req.Version)
-		}
-		timeMs := c.l.srv.WallTimeMs()
-		put, err := c.l.srv.Put(c.requestContext(), server.PutRequest{
-			Path: req.Path, Value: req.Data, Precondition: server.AtVersion, Version: expected, SessionID: c.session, TimeMs: timeMs,
-		})
-		if isCode(err, api.CodePreconditionFailed) {
-			continue // changed or deleted meanwhile: read again
-		}
-		if err != nil {
-			return nil, errCode(err)
-		}
+		expected = latchVersion(req.Version)
+	}
+	timeMs := c.l.srv.WallTimeMs()
+	put, err := c.l.srv.Put(c.requestContext(), server.PutRequest{
+		Path: req.Path, Value: req.Data, Precondition: server.AtVersion, Version: expected, SessionID: c.session, TimeMs: timeMs,
+	})
+	if err == nil {
 		c.saw(put.Index)
 		n.Value, n.Version, n.ModifiedIndex, n.ModifiedAtMs = req.Data, put.Version, put.ModifiedIndex, timeMs
 		return &zkproto.StatResponse{Stat: c.statOf(n)}, zkproto.ErrOK
 	}
-	return nil, zkproto.ErrBadVersion
+	if req.Version != -1 || !isCode(err, api.CodePreconditionFailed) {
+		return nil, errCode(err)
+	}
+	res, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{
+		Ops:       []server.TxnOp{{Kind: server.TxnSet, Path: req.Path, Value: req.Data, Precondition: server.AnyVersion}},
+		SessionID: c.session, TimeMs: timeMs,
+	})
+	if err != nil {
+		return nil, errCode(err)
+	}
+	c.saw(res.Index)
+	set := res.Ops[0]
+	n.Value, n.Version, n.ModifiedIndex, n.ModifiedAtMs = req.Data, set.Version, set.ModifiedIndex, timeMs
+	n.ChildrenCount = set.ChildrenCount
+	return &zkproto.StatResponse{Stat: c.statOf(n)}, zkproto.ErrOK
 }
 
 // pathOp serves the requests whose body is a path alone.
-func (c *conn) pathOp(op zkproto.OpCode, path string) (zkproto.Record, zkproto.ErrCode) {
+func (c *conn) pathOp(p *pending, op zkproto.OpCode, path string) (zkproto.Record, zkproto.ErrCode) {
 	if op == zkproto.OpGetEphemerals {
-		return c.ephemerals(path)
+		return c.ephemerals(p, path)
 	}
 	if err := api.ValidatePath(path); err != nil {
 		return nil, zkproto.ErrBadArguments
@@ -335,13 +374,16 @@ func (c *conn) pathOp(op zkproto.OpCode, path string) (zkproto.Record, zkproto.E
 	case zkproto.OpSync:
 		return c.sync(path)
 	case zkproto.OpGetACL:
-		return c.getACL(path)
+		return c.getACL(p, path)
 	case zkproto.OpGetAllChildrenNumber:
-		count, index, err := c.l.srv.CountDescendants(c.requestContext(), path, c.readOptions())
+		var count int
+		err := c.readInOrder(p, func(opts server.ReadOptions) (index uint64, err error) {
+			count, index, err = c.l.srv.CountDescendants(c.requestContext(), path, opts)
+			return index, err
+		})
 		if err != nil {
 			return nil, errCode(err)
 		}
-		c.saw(index)
 		return &zkproto.IntResponse{Value: int32(min(count, 1<<31-1))}, zkproto.ErrOK
 	}
 	return nil, zkproto.ErrUnimplemented
@@ -361,12 +403,15 @@ func (c *conn) sync(path string) (zkproto.Record, zkproto.ErrCode) {
 
 // ephemerals serves getEphemerals: the session's ephemeral nodes whose
 // path starts with prefix ("/" or "": all).
-func (c *conn) ephemerals(prefix string) (zkproto.Record, zkproto.ErrCode) {
-	paths, index, err := c.l.srv.SessionEphemerals(c.requestContext(), c.session, prefix, c.readOptions())
+func (c *conn) ephemerals(p *pending, prefix string) (zkproto.Record, zkproto.ErrCode) {
+	var paths []string
+	err := c.readInOrder(p, func(opts server.ReadOptions) (index uint64, err error) {
+		paths, index, err = c.l.srv.SessionEphemerals(c.requestContext(), c.session, prefix, opts)
+		return index, err
+	})
 	if err != nil {
 		return nil, errCode(err)
 	}
-	c.saw(index)
 	return &zkproto.GetChildrenResponse{Children: paths}, zkproto.ErrOK
 }
 
@@ -375,7 +420,7 @@ func (c *conn) ephemerals(prefix string) (zkproto.Record, zkproto.ErrCode) {
 // path (else NoAuth) and is refused with InvalidACL: access is granted
 // with latch's roles, never per node, and reporting an ACL set that
 // latch does not enforce would mislead.
-func (c *conn) setACL(req *zkproto.SetACLRequest) (zkproto.Record, zkproto.ErrCode) {
+func (c *conn) setACL(p *pending, req *zkproto.SetACLRequest) (zkproto.Record, zkproto.ErrCode) {
 	if err := api.ValidatePath(req.Path); err != nil {
 		return nil, zkproto.ErrBadArguments
 	}
@@ -388,7 +433,7 @@ func (c *conn) setACL(req *zkproto.SetACLRequest) (zkproto.Record, zkproto.ErrCo
 		}
 		return nil, zkproto.ErrInvalidACL
 	}
-	n, err := c.readNode(req.Path, false)
+	n, err := c.readNode(p, req.Path, false)
 	if err != nil {
 		return nil, errCode(err)
 	}
@@ -399,11 +444,11 @@ func (c *conn) setACL(req *zkproto.SetACLRequest) (zkproto.Record, zkproto.ErrCo
 }
 
 // check serves a standalone version check.
-func (c *conn) check(req *zkproto.CheckVersionRequest) (zkproto.Record, zkproto.ErrCode) {
+func (c *conn) check(p *pending, req *zkproto.CheckVersionRequest) (zkproto.Record, zkproto.ErrCode) {
 	if err := api.ValidatePath(req.Path); err != nil {
 		return nil, zkproto.ErrBadArguments
 	}
-	n, err := c.readNode(req.Path, false)
+	n, err := c.readNode(p, req.Path, false)
 	if err != nil {
 		return nil, errCode(err)
 	}
@@ -414,7 +459,7 @@ func (c *conn) check(req *zkproto.CheckVersionRequest) (zkproto.Record, zkproto.
 }
 
 // watchOp serves checkWatches, removeWatches and addWatch.
-func (c *conn) watchOp(op zkproto.OpCode, req *zkproto.PathTypeRequest) (zkproto.Record, zkproto.ErrCode) {
+func (c *conn) watchOp(p *pending, op zkproto.OpCode, req *zkproto.PathTypeRequest) (zkproto.Record, zkproto.ErrCode) {
 	if err := api.ValidatePath(req.Path); err != nil {
 		return nil, zkproto.ErrBadArguments
 	}
@@ -438,19 +483,22 @@ func (c *conn) watchOp(op zkproto.OpCode, req *zkproto.PathTypeRequest) (zkproto
 	default:
 		return nil, zkproto.ErrBadArguments
 	}
-	e, err := c.watches.prepare(c.requestContext(), req.Path, kind, 0)
+	g, err := c.watches.prepare(c.requestContext(), req.Path, kind, 0, true)
 	if err != nil {
 		return nil, errCode(err)
 	}
-	if e != nil {
-		c.watches.arm(e, e.at)
+	if g != nil {
+		p.hold(g)
+		c.watches.arm(g, g.e.at)
 	}
 	return &zkproto.ErrorResponse{Err: zkproto.ErrOK}, zkproto.ErrOK
 }
 
 // setWatches sets again, after a reconnect, the watches the client held,
 // each reporting at once the latest change it missed after relativeZxid.
-func (c *conn) setWatches(req *zkproto.SetWatches) zkproto.ErrCode {
+// p is nil for the setWatches deferred to an addauth: the client holds
+// those watches already, so their notifications need not wait for a reply.
+func (c *conn) setWatches(p *pending, req *zkproto.SetWatches) zkproto.ErrCode {
 	if !c.isReady() {
 		// An anonymous connection: set them once addauth attaches the
 		// session (a client resends its credentials and its watches at
@@ -474,12 +522,13 @@ func (c *conn) setWatches(req *zkproto.SetWatches) zkproto.ErrCode {
 			if api.ValidatePath(path) != nil {
 				continue // never a watch of a latch client
 			}
-			e, err := c.watches.prepare(c.requestContext(), path, list.kind, known)
+			g, err := c.watches.prepare(c.requestContext(), path, list.kind, known, p != nil)
 			if err != nil {
 				return errCode(err)
 			}
-			if e != nil {
-				c.watches.arm(e, e.at)
+			if g != nil {
+				p.hold(g)
+				c.watches.arm(g, g.e.at)
 			}
 		}
 	}
@@ -493,8 +542,8 @@ const maxDeferredSetWatches = 4
 // getACL reports, as the node's ACL, one world:anyone entry with the
 // permissions the connection's user has on it (ZooKeeper's bits: read;
 // write, create and delete with write; admin with admin).
-func (c *conn) getACL(path string) (zkproto.Record, zkproto.ErrCode) {
-	n, err := c.readNode(path, false)
+func (c *conn) getACL(p *pending, path string) (zkproto.Record, zkproto.ErrCode) {
+	n, err := c.readNode(p, path, false)
 	if err != nil {
 		return nil, errCode(err)
 	}

@@ -48,6 +48,13 @@ type pending struct {
 	path  string // the path it reads (read class)
 	watch bool   // a read that sets a watch
 	deps  []*pending
+	// prevRead is the read before this one (read class), whose end this
+	// one's waits for before it answers (readInOrder); the request's own
+	// goroutine clears it when done, so that no chain of requests is kept.
+	prevRead *pending
+	// holds are the watches the request set: their notifications wait for
+	// its reply (watchGen).
+	holds []*watchGen
 
 	// Set before done is closed.
 	resp zkproto.Record
@@ -131,9 +138,24 @@ func (p *pending) mustWait(q *pending) bool {
 	return true // p writes: after every earlier read and write
 }
 
+// hold records that p set watch g (none if p or g is nil).
+func (p *pending) hold(g *watchGen) {
+	if p != nil && g != nil {
+		p.holds = append(p.holds, g)
+	}
+}
+
 // inFlight is the reader's view of the requests not yet completed, in
-// request order, to find a new request's dependencies.
-type inFlight struct{ list []*pending }
+// request order, to find a new request's dependencies. With several shards
+// a read also waits for the earlier reads: its linearizable read of one
+// shard says nothing of what an earlier read of another shard saw, so
+// they are not run concurrently (readInOrder's catch-up compares indexes of
+// one log).
+type inFlight struct {
+	list     []*pending
+	lastRead *pending
+	sharded  bool
+}
 
 // admit gives p its dependencies among the uncompleted earlier requests,
 // and reports whether none is in flight.
@@ -144,9 +166,12 @@ func (f *inFlight) admit(p *pending) bool {
 			continue
 		}
 		kept = append(kept, q)
-		if p.mustWait(q) {
+		if p.mustWait(q) || f.sharded && p.class == classRead && q.class == classRead {
 			p.deps = append(p.deps, q)
 		}
+	}
+	if p.class == classRead {
+		p.prevRead, f.lastRead = f.lastRead, p
 	}
 	clear(f.list[len(kept):])
 	f.list = append(kept, p)
@@ -168,6 +193,7 @@ func (p *pending) answered() bool {
 // closing or an earlier request ends it) and marks it done.
 func (c *conn) runPending(p *pending) {
 	defer close(p.done)
+	defer func() { p.prevRead = nil }()
 	for _, q := range p.deps {
 		<-q.done
 	}
@@ -184,7 +210,7 @@ func (c *conn) runPending(p *pending) {
 		p.resp, p.code, p.end = c.multiOp(p.h.Type, p.rest)
 		return
 	}
-	p.resp, p.code, p.end = c.dispatch(p.h, p.body)
+	p.resp, p.code, p.end = c.dispatch(p)
 }
 
 // sendReplies writes the replies in request order as the requests
@@ -197,8 +223,12 @@ func (c *conn) sendReplies(order <-chan *pending, slots <-chan struct{}) {
 				if p.end {
 					c.close()
 				}
-			} else if c.reply(p.h, p.resp, p.code, p.end) {
-				c.close()
+			} else {
+				end, through := c.reply(p.h, p.resp, p.code, p.end)
+				c.watches.release(p.holds, through)
+				if end {
+					c.close()
+				}
 			}
 		}
 		<-slots

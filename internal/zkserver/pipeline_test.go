@@ -3,7 +3,9 @@ package zkserver
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/latch-io/latch/internal/zkproto"
 )
@@ -151,6 +153,95 @@ func TestPipelineDependencies(t *testing.T) {
 	for _, tc := range cases {
 		if got := tc.later.mustWait(tc.early); got != tc.wait {
 			t.Errorf("%s: waits = %v, want %v", tc.name, got, tc.wait)
+		}
+	}
+}
+
+// TestPipelinedReadsNeverGoBack: reads pipelined on one connection run
+// concurrently, yet none answers from an older state than a read before
+// it, as ZooKeeper's in-order processing guarantees: while another client
+// writes a node again and again, the mzxids of the node in the replies of
+// many pipelined getData never decrease.
+func TestPipelinedReadsNeverGoBack(t *testing.T) {
+	c := startZK(t, 1, Config{})
+	writer, _ := connect(t, c.addrs[:1], 5*time.Second)
+	for _, path := range []string{"/x", "/y"} {
+		if _, err := writer.Create(path, []byte("0"), 0, openACL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Writers on connections of their own, so that the member applies
+	// writes while the reads run.
+	const writers = 8
+	stop := make(chan struct{})
+	writes := make(chan error, writers)
+	for w := range writers {
+		conn := writer
+		if w > 0 {
+			conn, _ = connect(t, c.addrs[:1], 5*time.Second)
+		}
+		go func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					writes <- nil
+					return
+				default:
+				}
+				if _, err := conn.Set("/x", []byte(fmt.Sprint(i)), -1); err != nil {
+					writes <- err
+					return
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		for range writers {
+			if err := <-writes; err != nil {
+				t.Errorf("writer: %v", err)
+			}
+		}
+	}()
+	// Every other read waits a little before it reads: the read after it
+	// then reads first, from an older state, unless reads are put in
+	// order.
+	var reads atomic.Uint64
+	delay := func() {
+		if reads.Add(1)%2 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	c.listeners[0].beforeRead.Store(&delay)
+	r := dialRaw(t, c.addrs[0])
+	r.session()
+	var last int64
+	for batch := range 40 {
+		// A write first: the reads after it wait for it, then run at once
+		// (a read alone in flight runs on the reader's goroutine, in turn).
+		xids := []int32{r.send(zkproto.OpSetData, &zkproto.SetDataRequest{Path: "/y", Data: []byte("y"), Version: -1})}
+		for range 100 {
+			xids = append(xids, r.send(zkproto.OpGetData, &zkproto.PathWatchRequest{Path: "/x", Watch: batch%2 == 0}))
+		}
+		for i := 0; i < len(xids); {
+			h, rest := r.reply()
+			if h.Xid == zkproto.XidNotification {
+				continue
+			}
+			if h.Xid != xids[i] || h.Err != zkproto.ErrOK {
+				t.Fatalf("batch %d reply %d: xid %d err %d, want xid %d ok", batch, i, h.Xid, h.Err, xids[i])
+			}
+			if i++; i == 1 {
+				continue // the write
+			}
+			var resp zkproto.GetDataResponse
+			if err := zkproto.Decode(rest, &resp, "GetDataResponse"); err != nil {
+				t.Fatal(err)
+			}
+			if resp.Stat.Mzxid < last {
+				t.Fatalf("batch %d reply %d read /x at mzxid %d after a reply before it read mzxid %d", batch, i, resp.Stat.Mzxid, last)
+			}
+			last = resp.Stat.Mzxid
 		}
 	}
 }

@@ -52,26 +52,59 @@ func (k watchKind) matches(t int32) bool {
 
 type watchKey struct {
 	path string
-	kind watchKind
+	kind watchKind // kindData for data and exist watches, which share one
 }
 
-// watchEntry is one ZooKeeper watch, kept over one persistent latch watch
-// of the session (exact, or recursive for kindRecursive): the latch watch
-// reports every change, and the entry applies ZooKeeper's trigger rules.
+// keyKind is the kind of the entry that keeps watches of kind k: data and
+// exist watches see the same changes of one node.
+func keyKind(k watchKind) watchKind {
+	if k == kindExist {
+		return kindData
+	}
+	return k
+}
+
+// watchEntry is one persistent latch watch of the session (exact, or
+// recursive for kindRecursive) over which the connection keeps its
+// ZooKeeper watches of one path and kind: the latch watch reports every
+// change, and each generation (one per request that set the watch) applies
+// ZooKeeper's trigger rules from the read of that request. The entry and
+// its latch watch go when no generation is left.
 type watchEntry struct {
-	key   watchKey
-	id    uint64 // the latch watch
-	at    uint64 // the applied index the latch watch was added at
-	after uint64 // changes at or below this index are not reported
+	key  watchKey
+	id   uint64 // the latch watch
+	at   uint64 // the applied index the latch watch was added at
+	gens []*watchGen
+}
+
+// watchGen is the watch one request set: it fires on the first change
+// after the state its read saw (after). Its notifications are held until
+// that request's reply is on the wire: a client registers a watch when the
+// reply comes, and drops a notification for a watch it does not hold yet.
+type watchGen struct {
+	e     *watchEntry
+	kind  watchKind // kindData or kindExist in a data entry, else the entry's kind
+	after uint64    // changes at or below this index are not reported
 	armed bool
-	// pending holds the events that came before the entry was armed (the
-	// latch watch is added before the read that sets a ZooKeeper watch, so
-	// that no change between the two is lost).
+	// pending holds the events that came before the generation was armed
+	// (the latch watch is added before the read that sets a ZooKeeper
+	// watch, so that no change between the two is lost).
 	pending []api.Event
-	// catchUp: added by setWatches with a relativeZxid: an event at index
-	// at is the latch registry's report that the node changed while the
-	// client was away (its latest change), not a change at that index.
+	// catchUp: set by setWatches with a relativeZxid: an event at the
+	// entry's index at is the latch registry's report that the node changed
+	// while the client was away (its latest change), not a change at that
+	// index.
 	catchUp bool
+	fired   bool // a one-shot watch that triggered
+	held    bool // until the reply of the request that set it is sent
+	notes   []heldNote
+}
+
+// heldNote is a notification a held generation owes its client.
+type heldNote struct {
+	typ   zkproto.EventType
+	path  string
+	index uint64
 }
 
 // notified identifies a notification already sent, so that one change is
@@ -84,7 +117,9 @@ type notified struct {
 
 // watchTable is a connection's ZooKeeper watches.
 type watchTable struct {
-	c *conn
+	c      *conn
+	notify func(zkproto.EventType, string) // sends a notification
+	cancel func(id uint64)                 // cancels a latch watch
 
 	mu      sync.Mutex
 	byKey   map[watchKey]*watchEntry
@@ -94,26 +129,56 @@ type watchTable struct {
 }
 
 func newWatchTable(c *conn) *watchTable {
-	return &watchTable{c: c, byKey: map[watchKey]*watchEntry{}, byID: map[uint64]*watchEntry{}, sentAt: map[notified]bool{}}
+	t := newTableWith(c.notify, func(id uint64) { _ = c.l.srv.CancelWatch(c.session, id) })
+	t.c = c
+	return t
 }
 
-// prepare adds the latch watch for a ZooKeeper watch of kind on path and
-// returns its entry, not yet armed: the caller reads, then arms it with the
-// read's index (or drops it). It returns nil and no error if the connection
-// already holds that watch: ZooKeeper keeps one watch per path and type.
-func (t *watchTable) prepare(ctx context.Context, path string, kind watchKind, known uint64) (*watchEntry, error) {
+// newTableWith is a table without a connection (prepare needs one), which
+// sends its notifications with notify and cancels latch watches with
+// cancel.
+func newTableWith(notify func(zkproto.EventType, string), cancel func(uint64)) *watchTable {
+	return &watchTable{notify: notify, cancel: cancel,
+		byKey: map[watchKey]*watchEntry{}, byID: map[uint64]*watchEntry{}, sentAt: map[notified]bool{}}
+}
+
+// prepare adds a ZooKeeper watch of kind on path, not yet armed: the
+// caller reads, then arms it with the read's index (or drops it). The
+// latch watch of the path and kind is added first if the connection holds
+// none. A persistent watch the connection holds already is not set again
+// (nil, no error). With hold, the watch's notifications wait for release.
+func (t *watchTable) prepare(ctx context.Context, path string, kind watchKind, known uint64, hold bool) (*watchGen, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	key := watchKey{path, kind}
-	if t.byKey[key] != nil {
+	key := watchKey{path, keyKind(kind)}
+	e := t.byKey[key]
+	switch {
+	case e != nil && !kind.oneShot():
 		return nil, nil
+	case e == nil:
+		var err error
+		if e, err = t.addEntryLocked(ctx, key, known); err != nil {
+			return nil, err
+		}
 	}
-	if t.c.l.sharded && !servedInShardZero(t.c.l.srv, path, kind) {
+	return addGenLocked(e, kind, known > 0, hold), nil
+}
+
+// addGenLocked adds a generation of kind to e, not yet armed.
+func addGenLocked(e *watchEntry, kind watchKind, catchUp, hold bool) *watchGen {
+	g := &watchGen{e: e, kind: kind, after: e.at, catchUp: catchUp, held: hold}
+	e.gens = append(e.gens, g)
+	return g
+}
+
+// addEntryLocked adds the latch watch of key and its entry.
+func (t *watchTable) addEntryLocked(ctx context.Context, key watchKey, known uint64) (*watchEntry, error) {
+	if t.c.l.sharded && !servedInShardZero(t.c.l.srv, key.path, key.kind) {
 		return nil, api.Errorf(api.CodeInvalidArgument,
-			"with several shards the ZooKeeper port serves watches on nodes of shard 0 only; %s is elsewhere (docs/zookeeper.md)", path)
+			"with several shards the ZooKeeper port serves watches on nodes of shard 0 only; %s is elsewhere (docs/zookeeper.md)", key.path)
 	}
 	w, err := t.c.l.srv.Watch(ctx, t.c.session, server.WatchRequest{
-		Path: path, Recursive: kind == kindRecursive, Persistent: true, KnownIndex: known,
+		Path: key.path, Recursive: key.kind == kindRecursive, Persistent: true, KnownIndex: known,
 	})
 	if err != nil {
 		return nil, err
@@ -122,7 +187,7 @@ func (t *watchTable) prepare(ctx context.Context, path string, kind watchKind, k
 	if err != nil {
 		return nil, err
 	}
-	e := &watchEntry{key: key, id: id, at: w.Index, after: w.Index, catchUp: known > 0}
+	e := &watchEntry{key: key, id: id, at: w.Index}
 	t.byKey[key], t.byID[id] = e, e
 	return e, nil
 }
@@ -143,63 +208,46 @@ func servedInShardZero(srv *server.Server, path string, kind watchKind) bool {
 }
 
 // arm starts reporting the changes after index after, beginning with those
-// that came while the entry was prepared.
-func (t *watchTable) arm(e *watchEntry, after uint64) {
-	if e == nil {
+// that came while the watch was prepared.
+func (t *watchTable) arm(g *watchGen, after uint64) {
+	if g == nil {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.byID[e.id] != e {
-		return
-	}
-	e.after, e.armed = after, true
-	pending := e.pending
-	e.pending = nil
+	g.after, g.armed = after, true
+	pending := g.pending
+	g.pending = nil
 	for _, ev := range pending {
-		if t.byID[e.id] != e {
-			return // a one-shot watch fired
-		}
-		t.handleLocked(e, ev)
+		t.fireLocked(g, ev)
 	}
+	t.pruneLocked(g.e)
 }
 
-// armAs arms e as a watch of kind (exists learns only from its read
-// whether it sets a data or an exist watch); if the connection holds that
-// watch already, e is dropped.
-func (t *watchTable) armAs(e *watchEntry, kind watchKind, after uint64) {
-	if e == nil {
+// armAs arms g as a watch of kind: exists learns only from its read
+// whether it sets a data or an exist watch (one entry keeps both).
+func (t *watchTable) armAs(g *watchGen, kind watchKind, after uint64) {
+	if g == nil {
 		return
 	}
 	t.mu.Lock()
-	if t.byID[e.id] == e && e.key.kind != kind {
-		key := watchKey{e.key.path, kind}
-		if t.byKey[key] != nil {
-			t.removeLocked(e)
-			t.mu.Unlock()
-			return
-		}
-		delete(t.byKey, e.key)
-		e.key = key
-		t.byKey[key] = e
-	}
+	g.kind = kind
 	t.mu.Unlock()
-	t.arm(e, after)
+	t.arm(g, after)
 }
 
-// drop removes an entry that must not be set (its read failed).
-func (t *watchTable) drop(e *watchEntry) {
-	if e == nil {
+// drop removes a watch that must not be set (its read failed).
+func (t *watchTable) drop(g *watchGen) {
+	if g == nil {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.byID[e.id] == e {
-		t.removeLocked(e)
-	}
+	g.fired = true // never reports
+	t.pruneLocked(g.e)
 }
 
-// dispatch routes one latch event to the entry of its watch.
+// dispatch routes one latch event to the watches of its latch watch.
 func (t *watchTable) dispatch(ev api.Event) {
 	id, err := api.ParseID(ev.WatchID)
 	if err != nil {
@@ -208,30 +256,111 @@ func (t *watchTable) dispatch(ev api.Event) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.byID[id]
-	switch {
-	case e == nil:
+	if e == nil {
 		return // a watch that fired or was removed
-	case !e.armed:
-		e.pending = append(e.pending, ev)
-	default:
-		t.handleLocked(e, ev)
 	}
+	for _, g := range e.gens {
+		if !g.armed {
+			g.pending = append(g.pending, ev)
+			continue
+		}
+		t.fireLocked(g, ev)
+	}
+	t.pruneLocked(e)
 }
 
-// handleLocked applies ZooKeeper's trigger rules to one change.
-func (t *watchTable) handleLocked(e *watchEntry, ev api.Event) {
-	catchUp := e.catchUp && ev.Index == e.at
-	if ev.Index <= e.after && !catchUp {
+// fireLocked applies ZooKeeper's trigger rules to one change.
+func (t *watchTable) fireLocked(g *watchGen, ev api.Event) {
+	if g.fired {
 		return
 	}
-	typ, ok := eventType(e.key.kind, ev.Event, catchUp)
+	catchUp := g.catchUp && ev.Index == g.e.at
+	if ev.Index <= g.after && !catchUp {
+		return
+	}
+	typ, ok := eventType(g.kind, ev.Event, catchUp)
 	if !ok {
 		return
 	}
-	if e.key.kind.oneShot() {
-		t.removeLocked(e)
+	g.fired = g.kind.oneShot()
+	if g.held {
+		g.notes = append(g.notes, heldNote{typ, ev.Path, ev.Index})
+		return
 	}
 	t.notifyLocked(typ, ev.Path, ev.Index)
+}
+
+// pruneLocked forgets the generations of e that fired, and e with its
+// latch watch once none is left.
+func (t *watchTable) pruneLocked(e *watchEntry) {
+	live := e.gens[:0]
+	for _, g := range e.gens {
+		if !g.fired {
+			live = append(live, g)
+		}
+	}
+	clear(e.gens[len(live):])
+	e.gens = live
+	if len(live) == 0 && t.byID[e.id] == e {
+		t.removeLocked(e)
+	}
+}
+
+// release sends the notifications held by the watches a request set, now
+// that its reply is on the wire, and lets them notify directly from now
+// on. through, if not 0, is an index through which every change has been
+// dispatched to the table: the watches of one path and kind that wait,
+// released, for a change after an index at or below it wait for the same
+// next change, and are kept as one (so a client that sets one watch again
+// and again on a node that does not change holds one, as in ZooKeeper).
+func (t *watchTable) release(gens []*watchGen, through uint64) {
+	if len(gens) == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sent := map[heldNote]bool{}
+	for _, g := range gens {
+		g.held = false
+		for _, n := range g.notes {
+			// Not deduplicated against notifications sent before the
+			// reply: the client did not hold this watch then.
+			if !sent[n] {
+				sent[n] = true
+				t.notify(n.typ, n.path)
+			}
+		}
+		g.notes = nil
+	}
+	if through == 0 {
+		return
+	}
+	for _, g := range gens {
+		if t.byID[g.e.id] == g.e {
+			t.mergeLocked(g.e, through)
+		}
+	}
+}
+
+// mergeLocked keeps one of e's released one-shot generations waiting for a
+// change after an index at or below through (see release).
+func (t *watchTable) mergeLocked(e *watchEntry, through uint64) {
+	var keep *watchGen
+	for _, g := range e.gens {
+		if mergeable(g, through) && (keep == nil || g.after > keep.after) {
+			keep = g
+		}
+	}
+	for _, g := range e.gens {
+		if g != keep && mergeable(g, through) {
+			g.fired = true
+		}
+	}
+	t.pruneLocked(e)
+}
+
+func mergeable(g *watchGen, through uint64) bool {
+	return g.armed && !g.held && !g.fired && !g.catchUp && g.kind.oneShot() && g.after <= through
 }
 
 // eventType maps a latch event on a watch of kind to the ZooKeeper event
@@ -288,14 +417,14 @@ func (t *watchTable) notifyLocked(typ zkproto.EventType, path string, index uint
 		return
 	}
 	t.sentAt[n] = true
-	t.c.notify(typ, path)
+	t.notify(typ, path)
 }
 
 // removeLocked forgets an entry and cancels its latch watch.
 func (t *watchTable) removeLocked(e *watchEntry) {
 	delete(t.byKey, e.key)
 	delete(t.byID, e.id)
-	_ = t.c.l.srv.CancelWatch(t.c.session, e.id)
+	t.cancel(e.id)
 }
 
 // has reports whether the connection holds a watch on path of WatcherType
@@ -386,18 +515,22 @@ type backlogger interface{ Backlog() uint64 }
 // request could see, as ZooKeeper orders them: the registry queues a
 // change's events while it applies the change, before any read sees it,
 // so once pumpEvents has dispatched as many events as the stream's Backlog
-// counts now, every such notification is on the wire. It gives up when the
-// stream or the connection ends (the client then reconnects and sets its
-// watches again) or after the session timeout (a stream stuck that long is
-// a bug; the reply is sent then rather than never).
-func (c *conn) awaitNotifications() {
+// counts now, every such notification is on the wire (or held by a watch
+// whose request's reply is not sent yet). It returns the applied index it
+// waited for: every change at or below it has been dispatched to the watch
+// table. It gives up, returning 0, when the stream or the connection ends
+// (the client then reconnects and sets its watches again) or after the
+// session timeout (a stream stuck that long is a bug; the reply is sent
+// then rather than never).
+func (c *conn) awaitNotifications() uint64 {
 	b, ok := c.stream.(backlogger)
 	if !ok {
-		return
+		return 0
 	}
+	applied := c.l.srv.AppliedIndex()
 	target := b.Backlog()
 	if c.handled.Load() >= target {
-		return
+		return applied
 	}
 	timer := time.NewTimer(c.timeout)
 	defer timer.Stop()
@@ -405,14 +538,15 @@ func (c *conn) awaitNotifications() {
 		select {
 		case <-c.progress:
 		case <-c.pumpDone:
-			return
+			return 0
 		case <-c.ctx.Done():
-			return
+			return 0
 		case <-timer.C:
 			c.l.log.Warn("zk: notifications not sent within the session timeout; replying anyway", "session", c.session)
-			return
+			return 0
 		}
 	}
+	return applied
 }
 
 // notify sends a watch notification (xid -1).
