@@ -3,6 +3,8 @@ package zkserver
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,5 +134,47 @@ func TestSequentialAndEphemeral(t *testing.T) {
 	}
 	if ok, _, err := conn.Exists(p); ok || err != nil {
 		t.Fatalf("exists %s after its session closed = %v, %v", p, ok, err)
+	}
+}
+
+// TestSetDataAnyVersionUnderContention: setData with version -1 never
+// fails for a version, however many writers race on the node (it was a
+// compare-and-set retried 16 times, and 16 writers made it fail with
+// BadVersion), and every write counts once in the node's version.
+func TestSetDataAnyVersionUnderContention(t *testing.T) {
+	c := startZK(t, 1, Config{})
+	const writers, each = 16, 60
+	conns := make([]*zk.Conn, writers)
+	for i := range conns {
+		conns[i], _ = connect(t, c.addrs, 5*time.Second)
+	}
+	if _, err := conns[0].Create("/contended", nil, 0, openACL); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for _, conn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range each {
+				if _, err := conn.Set("/contended", []byte(fmt.Sprint(j)), -1); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("setData -1: %v", err)
+	}
+	_, stat, err := conns[0].Get("/contended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stat.Version != writers*each {
+		t.Fatalf("version %d after %d writes", stat.Version, writers*each)
 	}
 }
