@@ -62,7 +62,7 @@ var allowed = map[string]rule{
 		tests:   []string{testkit + "testseed"},
 		never:   []string{"net", "os", "time", "math/rand", "go.etcd.io/raft"},
 	},
-	"internal/watch": {imports: []string{"api", "internal/fsm"}, tests: []string{testkit + "testseed"}},
+	"internal/watch": {imports: []string{"api", "internal/clock", "internal/fsm"}, tests: []string{testkit + "testseed"}},
 	// The backup file: a format over the state machine's snapshot encoding.
 	"internal/backup": {
 		imports: []string{"internal/fsm"},

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"sync"
+	"time"
 
 	"github.com/latch-io/latch/internal/fsm"
 )
@@ -31,6 +32,9 @@ type queued struct {
 	watchID uint64
 	shard   int // whose log event.Index is of
 	event   fsm.Event
+	// expires is the Spec.Expires of the watch that fired it: the pump
+	// drops the event, unsent, from then on.
+	expires time.Time
 }
 
 // eventQueue is a growable ring of queued events. Its capacity grows by

@@ -131,6 +131,10 @@ func (s *Stream) pump() {
 			}
 			continue
 		}
+		if expiredAt(item.expires, s.registry.opts.Clock.Now()) {
+			s.dropExpired(sequence)
+			continue
+		}
 		select {
 		case s.events <- toAPI(item):
 			s.delivered(sequence)
@@ -199,6 +203,17 @@ func (s *Stream) delivered(sequence uint64) {
 	if popped {
 		s.registry.queuedEvents.Add(-1)
 		s.registry.deliveredEvents.Add(1)
+	}
+}
+
+// dropExpired pops, unsent, the event of sequence number sequence, fired by
+// a watch whose credential has expired since.
+func (s *Stream) dropExpired(sequence uint64) {
+	s.session.mu.Lock()
+	popped := s.session.queue.popIf(sequence)
+	s.session.mu.Unlock()
+	if popped {
+		s.registry.queuedEvents.Add(-1)
 	}
 }
 
