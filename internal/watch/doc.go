@@ -35,7 +35,12 @@
 //     of one parent) notifies once;
 //   - a watch with Spec.Allow delivers only the events Allow passes (the
 //     server's per-event authorization); one Spec.Owner holds at most
-//     Options.MaxPerOwner watches over all its sessions.
+//     Options.MaxPerOwner watches over all its sessions;
+//   - a watch with Spec.Expires (its token's expiry) ends then, by
+//     Options.Clock: one timer per Spec.Credential drops the credential's
+//     watches and ends their sessions' streams (ReasonTokenExpired); past
+//     the expiry the watch fires nothing, and a pump drops its queued
+//     events unsent (expiry.go).
 //
 // Invariants:
 //   - per session, queued events are in nondecreasing index order and none
