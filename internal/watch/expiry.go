@@ -87,6 +87,12 @@ func (r *Registry) expire(c *credential) {
 	if r.credentials[c.key] != c {
 		return // its last watch went meanwhile, and the timer's Stop came too late
 	}
+	if left := r.opts.Clock.Until(c.expires); left > 0 {
+		// Early by the reading expiry is judged by (a token's expiry is
+		// civil time, and the timer runs on elapsed time): wait on.
+		c.timer = r.opts.Clock.AfterFunc(left, func() { r.expire(c) })
+		return
+	}
 	delete(r.credentials, c.key)
 	sessions := make(map[*session]struct{})
 	for w := range c.watches {

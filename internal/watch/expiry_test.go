@@ -61,7 +61,7 @@ func TestTokenExpiryEndsItsWatches(t *testing.T) {
 	got = receive(t, next, 2)
 	for _, e := range got {
 		if e.WatchID != api.FormatID(kept) {
-			t.Errorf("next stream delivered %+v; want only watch %d's (the expired %d's are never sent)", e, kept, expiring)
+			t.Errorf("next stream delivered %+v; want only watch %s's (the expired %s's are never sent)", e, api.FormatID(kept), api.FormatID(expiring))
 		}
 	}
 	if indexes(got)[0] != 3 || indexes(got)[1] != 4 {
@@ -91,5 +91,34 @@ func TestTokenExpiryTimerStopsWithLastWatch(t *testing.T) {
 	case <-stream.Done():
 		t.Fatalf("stream ended (%q) at the expiry of a token with no watch", stream.Reason())
 	default:
+	}
+}
+
+// TestTokenExpiryEndsEveryShardsRecord: a watch with records in two shards
+// ends in both at its token's expiry: past it, neither shard's events fire it.
+func TestTokenExpiryEndsEveryShardsRecord(t *testing.T) {
+	fake := clock.NewFake(time.Unix(1_800_000_000, 0))
+	r := New(Options{Clock: fake, Shards: 2})
+	stream := r.Stream(1)
+	spec := Spec{Path: "/app", Recursive: true, Persistent: true, Expires: fake.Now().Add(time.Second), Credential: "d"}
+	id, err := r.Shard(0).AddLocked(1, spec, 1, Current{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Shard(1).ExtendLocked(1, id, spec, 1, Current{Elsewhere: true}) {
+		t.Fatal("ExtendLocked: the watch is gone")
+	}
+	r.Shard(1).PublishLocked([]fsm.Event{changed("/app/b", 2)})
+	receive(t, stream, 1)
+	fake.Advance(time.Second)
+	if reason := waitDone(t, stream); reason != ReasonTokenExpired {
+		t.Fatalf("stream ended with %q, want %q", reason, ReasonTokenExpired)
+	}
+	next := r.Stream(1)
+	defer next.Close()
+	r.Shard(0).PublishLocked([]fsm.Event{changed("/app/a", 3)})
+	r.Shard(1).PublishLocked([]fsm.Event{changed("/app/b", 3)})
+	if s := r.Stats(); s.Watches != 0 || s.Queued != 0 {
+		t.Fatalf("after the expiry: stats %+v, want no watch and nothing queued", s)
 	}
 }
