@@ -52,9 +52,10 @@
 //     its queue is emptied; the client re-registers with known_index;
 //   - an event leaves a session's queue only once a stream's consumer has
 //     received it, so replacing a stream loses and duplicates nothing;
-//   - memory per watch is a small constant (about 115 bytes of heap plus its
-//     path, see BenchmarkAdd), per session it is bounded by MaxPerSession
-//     watches and QueueLen events (48 bytes each), and the history ring holds
+//   - memory per watch is a small constant (about 155 bytes of heap plus its
+//     path and, registered with a token, its 32-byte digest, see
+//     BenchmarkAdd), per session it is bounded by MaxPerSession watches and
+//     QueueLen events (64 bytes each), and the history ring holds
 //     HistoryLen events (40 bytes each, 640 KiB by default).
 //
 // Locks: Registry.mu guards the watch index, the sessions and the history;

@@ -413,7 +413,11 @@ func (r *Registry) enqueueLocked(w *watch, shard int, event fsm.Event) bool {
 		r.disconnectLocked(s, slowConsumerReason(length+1))
 		return false
 	}
-	s.queue.push(queued{watchID: w.id, shard: shard, event: event, expires: w.expires})
+	item := queued{watchID: w.id, shard: shard, event: event}
+	if !w.expires.IsZero() {
+		item.expires = &w.expires
+	}
+	s.queue.push(item)
 	if s.stream != nil {
 		s.stream.wakeUp()
 	}

@@ -131,7 +131,7 @@ func (s *Stream) pump() {
 			}
 			continue
 		}
-		if expiredAt(item.expires, s.registry.opts.Clock.Now()) {
+		if item.expires != nil && expiredAt(*item.expires, s.registry.opts.Clock.Now()) {
 			s.dropExpired(sequence)
 			continue
 		}

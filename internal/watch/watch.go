@@ -25,7 +25,8 @@ type watch struct {
 	// allow is Spec.Allow (nil: every event).
 	allow func(shard int, path string, index uint64) bool
 	owner string // Spec.Owner
-	// expires and credential are Spec.Expires and Spec.Credential.
+	// expires and credential are Spec.Expires and Spec.Credential, never
+	// changed after registration (queued events point to expires).
 	expires    time.Time
 	credential string
 }
