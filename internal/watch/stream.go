@@ -69,8 +69,9 @@ func (s *Stream) Events() <-chan api.Event { return s.events }
 func (s *Stream) Done() <-chan struct{} { return s.done }
 
 // Reason says why the stream ended: ReasonReplaced, ReasonSessionEnded,
-// ReasonClosed, ReasonRestored, ReasonTokenExpired or "slow consumer: N events undelivered;
-// re-register with known_index". It is "" while the stream is open.
+// ReasonClosed, ReasonRestored, ReasonTokenExpired or "slow consumer: N
+// events undelivered; re-register with known_index". It is "" while the
+// stream is open.
 func (s *Stream) Reason() string {
 	s.session.mu.Lock()
 	defer s.session.mu.Unlock()
