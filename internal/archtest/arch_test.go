@@ -62,7 +62,7 @@ var allowed = map[string]rule{
 		tests:   []string{testkit + "testseed"},
 		never:   []string{"net", "os", "time", "math/rand", "go.etcd.io/raft"},
 	},
-	"internal/watch": {imports: []string{"api", "internal/fsm"}, tests: []string{testkit + "testseed"}},
+	"internal/watch": {imports: []string{"api", "internal/clock", "internal/fsm"}, tests: []string{testkit + "testseed"}},
 	// The backup file: a format over the state machine's snapshot encoding.
 	"internal/backup": {
 		imports: []string{"internal/fsm"},
@@ -102,7 +102,7 @@ var allowed = map[string]rule{
 		"internal/replica", "internal/sessions", "internal/snap", "internal/transport", "internal/vfs",
 		"internal/wal", "internal/watch",
 	}},
-	"internal/httpapi": {imports: []string{"api", "internal/server", "internal/tlsconfig", "internal/ui"}, tests: []string{testkit + "testcluster", testkit + "testcerts"}},
+	"internal/httpapi": {imports: []string{"api", "internal/server", "internal/tlsconfig", "internal/ui"}, tests: []string{"internal/clock", testkit + "testcluster", testkit + "testcerts"}},
 	// The dashboard's embedded assets and their handler.
 	"internal/ui": {stdlibOnly: true},
 	// The ZooKeeper-protocol listener: the server's API over zkproto's codec.
@@ -320,7 +320,7 @@ func findCycle(rules map[string]rule) []string {
 
 // httpapiTestImports are the module imports of httpapi's tests as they are.
 func httpapiTestImports() []string {
-	return []string{module + "internal/testkit/testcluster", module + "internal/testkit/testcerts"}
+	return []string{module + "internal/clock", module + "internal/testkit/testcluster", module + "internal/testkit/testcerts"}
 }
 
 // TestCheckCatchesPlanted shows check and findCycle refusing planted

@@ -488,6 +488,13 @@ func (f *FSM) TokenUser(digest []byte, nowMs uint64) (string, bool) {
 	return t.user, true
 }
 
+// TokenExpires returns the expiry, in Unix milliseconds of the issuing
+// member's clock, of the token whose SHA-256 is digest, if it is recorded.
+func (f *FSM) TokenExpires(digest []byte) (uint64, bool) {
+	t, ok := f.auth.tokens.Get(authToken{digest: string(digest)})
+	return t.expires, ok
+}
+
 // Users lists the users by name, without their password hashes.
 func (f *FSM) Users() []UserInfo {
 	var list []UserInfo

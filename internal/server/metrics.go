@@ -196,6 +196,8 @@ var (
 		"Watch registrations this member refused, by reason (no_stream: the session had no event stream open here).", []string{"reason"}, nil)
 	watchesDroppedDesc = prometheus.NewDesc("latch_watches_dropped_total",
 		"Watches dropped with their session's queue because the session fell behind (slow consumer) or the state was restored from a snapshot; clients re-register them.", nil, nil)
+	watchesExpiredDesc = prometheus.NewDesc("latch_watches_expired_total",
+		"Watches ended by the expiry, by this member's clock, of the token that registered them.", nil, nil)
 	watchDisconnectsDesc = prometheus.NewDesc("latch_watch_sessions_disconnected_total",
 		"Sessions whose watches and queued events were dropped (slow consumer or snapshot restore).", nil, nil)
 	watchFiredDesc = prometheus.NewDesc("latch_watch_events_fired_total",
@@ -210,7 +212,7 @@ var (
 
 func (c watchCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{watchesRegisteredDesc, watchRegistrationsDesc, watchRefusalsDesc, watchesDroppedDesc,
-		watchDisconnectsDesc, watchFiredDesc, watchDeliveredDesc, watchQueuedDesc, streamsOpenDesc} {
+		watchesExpiredDesc, watchDisconnectsDesc, watchFiredDesc, watchDeliveredDesc, watchQueuedDesc, streamsOpenDesc} {
 		ch <- d
 	}
 }
@@ -225,6 +227,7 @@ func (c watchCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(watchRegistrationsDesc, counter, float64(st.WatchesAdded))
 	ch <- prometheus.MustNewConstMetric(watchRefusalsDesc, counter, float64(st.RefusedNoStream), "no_stream")
 	ch <- prometheus.MustNewConstMetric(watchesDroppedDesc, counter, float64(st.WatchesDropped))
+	ch <- prometheus.MustNewConstMetric(watchesExpiredDesc, counter, float64(st.WatchesExpired))
 	ch <- prometheus.MustNewConstMetric(watchDisconnectsDesc, counter, float64(st.SessionsDisconnected))
 	ch <- prometheus.MustNewConstMetric(watchFiredDesc, counter, float64(st.EventsFired))
 	ch <- prometheus.MustNewConstMetric(watchDeliveredDesc, counter, float64(st.EventsDelivered))

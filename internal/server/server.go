@@ -96,7 +96,7 @@ func New(cfg Config) (*Server, error) {
 	s.groups = make([]atomic.Pointer[group], cfg.Shards)
 	s.watches = watch.New(watch.Options{
 		MaxPerSession: cfg.MaxWatchesPerSession, QueueLen: cfg.WatchQueueLen, RequireStream: true, Shards: cfg.Shards,
-		MaxPerOwner: cfg.Auth.MaxUserWatches,
+		MaxPerOwner: cfg.Auth.MaxUserWatches, Clock: cfg.Clock,
 	})
 	s.ticker = raftnode.NewTicks(cfg.Clock, cfg.TickInterval)
 	s.metrics = newMetrics(s)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/replica"
@@ -48,6 +49,30 @@ func (s *Server) watchAllow(ctx context.Context, user string) func(shard int, pa
 		view := s.authView.Load()
 		return view == nil || view.Readable(user, digest, path)
 	}
+}
+
+// watchExpiry returns when the bearer token of ctx, which registers a
+// watch for user, expires by this member's clock, the instant from which
+// authorize refuses it, and the token's digest, which groups the watches of
+// one token under one timer (watch.Spec.Expires). A watch registered with
+// no token (a certificate's user, or auth disabled: user "") has no expiry.
+// The expiry is read as authorize reads it: Unix milliseconds of the
+// issuing member's clock, compared with this member's.
+func (s *Server) watchExpiry(ctx context.Context, user string) (time.Time, string) {
+	token := CredentialsFrom(ctx).Token
+	if token == "" || user == "" {
+		return time.Time{}, ""
+	}
+	digest := tokenDigest(token)
+	var expiresMs uint64
+	var known bool
+	s.metaGroup().View(func(f *fsm.FSM) { expiresMs, known = f.TokenExpires(digest) })
+	if !known {
+		// Revoked since authorize: the per-event check stops the watch;
+		// expire it at once as well.
+		return s.cfg.Clock.Now(), string(digest)
+	}
+	return time.UnixMilli(int64(expiresMs)), string(digest)
 }
 
 // authViewListener keeps Server.authView current: a copy of the meta

@@ -68,6 +68,7 @@ func (s *Server) Watch(ctx context.Context, session uint64, req WatchRequest) (a
 	}
 	spec := watch.Spec{Path: req.Path, Recursive: req.Recursive, Persistent: req.Persistent, KnownIndex: known[shards[0]]}
 	spec.Allow, spec.Owner = s.watchAllow(ctx, user), user
+	spec.Expires, spec.Credential = s.watchExpiry(ctx, user)
 	out, id, err := s.addWatch(session, spec, shards[0])
 	if err != nil {
 		return api.Watch{}, err

@@ -35,7 +35,12 @@
 //     of one parent) notifies once;
 //   - a watch with Spec.Allow delivers only the events Allow passes (the
 //     server's per-event authorization); one Spec.Owner holds at most
-//     Options.MaxPerOwner watches over all its sessions.
+//     Options.MaxPerOwner watches over all its sessions;
+//   - a watch with Spec.Expires (its token's expiry) ends then, by
+//     Options.Clock: one timer per Spec.Credential drops the credential's
+//     watches and ends their sessions' streams (ReasonTokenExpired); past
+//     the expiry the watch fires nothing, and a pump drops its queued
+//     events unsent (expiry.go).
 //
 // Invariants:
 //   - per session, queued events are in nondecreasing index order and none
@@ -47,9 +52,10 @@
 //     its queue is emptied; the client re-registers with known_index;
 //   - an event leaves a session's queue only once a stream's consumer has
 //     received it, so replacing a stream loses and duplicates nothing;
-//   - memory per watch is a small constant (about 115 bytes of heap plus its
-//     path, see BenchmarkAdd), per session it is bounded by MaxPerSession
-//     watches and QueueLen events (48 bytes each), and the history ring holds
+//   - memory per watch is a small constant (about 155 bytes of heap plus its
+//     path and, registered with a token, its 32-byte digest, see
+//     BenchmarkAdd), per session it is bounded by MaxPerSession watches and
+//     QueueLen events (64 bytes each), and the history ring holds
 //     HistoryLen events (40 bytes each, 640 KiB by default).
 //
 // Locks: Registry.mu guards the watch index, the sessions and the history;

@@ -64,6 +64,9 @@ func (r *Registry) fireListLocked(list *watchList, shard int, entry []fsm.Event,
 		if w.removed || event.Index <= p.after || (w.allow != nil && !w.allow(shard, event.Path, event.Index)) {
 			continue
 		}
+		if r.expiredLocked(w) {
+			continue // its credential's timer is due and ends it
+		}
 		if p.lastIndex == event.Index && (!w.recursive || r.duplicateLocked(entry, position)) {
 			continue // this entry already fired w for this path
 		}
@@ -71,7 +74,7 @@ func (r *Registry) fireListLocked(list *watchList, shard int, entry []fsm.Event,
 		if !w.persistent {
 			r.removeLocked(w)
 		}
-		r.enqueueLocked(w.session, w.id, shard, *event)
+		r.enqueueLocked(w, shard, *event)
 	}
 }
 

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/clock"
 	"github.com/latch-io/latch/internal/fsm"
 )
 
@@ -25,6 +27,10 @@ const (
 	ReasonSessionEnded = "session ended"
 	ReasonClosed       = "closed"
 	ReasonRestored     = "state restored from a snapshot; re-register with known_index"
+	// ReasonTokenExpired ends a session's stream when the token that
+	// registered some of its watches expired: those watches are gone, the
+	// session's others stay for its next stream.
+	ReasonTokenExpired = "unauthenticated: token expired; log in again and re-register with known_index"
 )
 
 // slowConsumerReason is the reason of a stream closed because its session's
@@ -56,6 +62,9 @@ type Options struct {
 	// Shards is how many shards publish into the registry (default 1):
 	// each has its own index, history and index numbers (Shard).
 	Shards int
+	// Clock tells the time Spec.Expires is checked against and runs the
+	// timers that end expired watches (default clock.Real()).
+	Clock clock.Clock
 }
 
 func (o Options) withDefaults() Options {
@@ -70,6 +79,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Shards <= 0 {
 		o.Shards = 1
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real()
 	}
 	return o
 }
@@ -98,6 +110,14 @@ type Spec struct {
 	// Owner is the user the watch counts against (Options.MaxPerOwner);
 	// "" counts against no one.
 	Owner string
+	// Expires, if set, is when the credential that registered the watch
+	// (a login token) expires, a reading of Options.Clock: from then on the
+	// watch delivers nothing, and it ends (see ReasonTokenExpired).
+	// Credential identifies that credential (the token's digest): the
+	// watches of one credential share one timer. A registration already
+	// past Expires is refused with *api.Error unauthenticated.
+	Expires    time.Time
+	Credential string
 }
 
 // Current is what the caller of AddLocked read from the state machine for
@@ -124,6 +144,7 @@ type Stats struct {
 	SessionsDisconnected uint64 // slow consumers (and snapshot restores) that lost their watches
 	WatchesAdded         uint64 // registrations accepted since New
 	WatchesDropped       uint64 // watches dropped with a disconnected session since New
+	WatchesExpired       uint64 // watches ended by their token's expiry since New
 	RefusedNoStream      uint64 // registrations refused with ErrNoStream since New
 }
 
@@ -146,7 +167,10 @@ type Registry struct {
 	shards   []shardState        // by shard number
 	watches  int                 // registered watches over all sessions
 	owners   map[string]int      // registered watches by Spec.Owner; none at 0
-	stats    Stats               // the counters but EventsDelivered; the rest is computed by Stats
+	// credentials are the registered watches with a Spec.Expires, by
+	// Spec.Credential; none without a watch.
+	credentials map[string]*credential
+	stats       Stats // the counters but EventsDelivered; the rest is computed by Stats
 
 	// queuedEvents and deliveredEvents are counted by pumps too, which do
 	// not take mu.
@@ -178,6 +202,7 @@ func New(opts Options) *Registry {
 		owners:   make(map[string]int),
 		nextID:   binary.LittleEndian.Uint64(seed[:]) >> 2, // room to count up without wrapping to 0
 	}
+	r.credentials = make(map[string]*credential)
 	for k := range r.shards {
 		r.shards[k] = newShardState(opts.shardHistoryLen())
 	}
@@ -197,6 +222,9 @@ func (r *Registry) addLocked(shard int, session uint64, spec Spec, at uint64, cu
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.checkExpiryLocked(spec); err != nil {
+		return 0, err
+	}
 	if r.opts.RequireStream && !r.attachedLocked(session) {
 		r.stats.RefusedNoStream++
 		return 0, ErrNoStream
@@ -219,6 +247,8 @@ func (r *Registry) addLocked(shard int, session uint64, spec Spec, at uint64, cu
 		persistent: spec.Persistent,
 		allow:      spec.Allow,
 		owner:      spec.Owner,
+		expires:    spec.Expires,
+		credential: spec.Credential,
 	}
 	w.home = part{watch: w, shard: shard, after: max(at, spec.KnownIndex)}
 	if !r.catchUpPartLocked(&w.home, spec, at, current) {
@@ -238,7 +268,7 @@ func (r *Registry) catchUpPartLocked(p *part, spec Spec, at uint64, current Curr
 		return true
 	}
 	p.lastIndex = at
-	queued := r.enqueueLocked(p.watch.session, p.watch.id, p.shard, event)
+	queued := r.enqueueLocked(p.watch, p.shard, event)
 	return queued && spec.Persistent
 }
 
@@ -373,16 +403,21 @@ func (r *Registry) forgetIfIdleLocked(s *session) {
 	}
 }
 
-// enqueueLocked queues event for s's stream, from watch id, or, if s's
-// queue is full, disconnects s and returns false.
-func (r *Registry) enqueueLocked(s *session, id uint64, shard int, event fsm.Event) bool {
+// enqueueLocked queues event for the stream of w's session, or, if the
+// session's queue is full, disconnects the session and returns false.
+func (r *Registry) enqueueLocked(w *watch, shard int, event fsm.Event) bool {
+	s := w.session
 	s.mu.Lock()
 	if length := s.queue.len(); length >= r.opts.QueueLen {
 		s.mu.Unlock()
 		r.disconnectLocked(s, slowConsumerReason(length+1))
 		return false
 	}
-	s.queue.push(queued{watchID: id, shard: shard, event: event})
+	item := queued{watchID: w.id, shard: shard, event: event}
+	if !w.expires.IsZero() {
+		item.expires = &w.expires
+	}
+	s.queue.push(item)
 	if s.stream != nil {
 		s.stream.wakeUp()
 	}

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"sync"
+	"time"
 
 	"github.com/latch-io/latch/internal/fsm"
 )
@@ -31,6 +32,11 @@ type queued struct {
 	watchID uint64
 	shard   int // whose log event.Index is of
 	event   fsm.Event
+	// expires points to the Spec.Expires of the watch that fired it (nil
+	// without one): the pump drops the event, unsent, from then on. The
+	// watch's field is set at registration and never changed after, so
+	// the pump reads it without Registry.mu.
+	expires *time.Time
 }
 
 // eventQueue is a growable ring of queued events. Its capacity grows by

@@ -69,8 +69,9 @@ func (s *Stream) Events() <-chan api.Event { return s.events }
 func (s *Stream) Done() <-chan struct{} { return s.done }
 
 // Reason says why the stream ended: ReasonReplaced, ReasonSessionEnded,
-// ReasonClosed, ReasonRestored or "slow consumer: N events undelivered;
-// re-register with known_index". It is "" while the stream is open.
+// ReasonClosed, ReasonRestored, ReasonTokenExpired or "slow consumer: N
+// events undelivered; re-register with known_index". It is "" while the
+// stream is open.
 func (s *Stream) Reason() string {
 	s.session.mu.Lock()
 	defer s.session.mu.Unlock()
@@ -129,6 +130,10 @@ func (s *Stream) pump() {
 			case <-s.done:
 				return
 			}
+			continue
+		}
+		if item.expires != nil && expiredAt(*item.expires, s.registry.opts.Clock.Now()) {
+			s.dropExpired(sequence)
 			continue
 		}
 		select {
@@ -199,6 +204,17 @@ func (s *Stream) delivered(sequence uint64) {
 	if popped {
 		s.registry.queuedEvents.Add(-1)
 		s.registry.deliveredEvents.Add(1)
+	}
+}
+
+// dropExpired pops, unsent, the event of sequence number sequence, fired by
+// a watch whose credential has expired since.
+func (s *Stream) dropExpired(sequence uint64) {
+	s.session.mu.Lock()
+	popped := s.session.queue.popIf(sequence)
+	s.session.mu.Unlock()
+	if popped {
+		s.registry.queuedEvents.Add(-1)
 	}
 }
 

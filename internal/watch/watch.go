@@ -2,6 +2,7 @@ package watch
 
 import (
 	"strings"
+	"time"
 
 	"github.com/latch-io/latch/internal/fsm"
 )
@@ -24,6 +25,10 @@ type watch struct {
 	// allow is Spec.Allow (nil: every event).
 	allow func(shard int, path string, index uint64) bool
 	owner string // Spec.Owner
+	// expires and credential are Spec.Expires and Spec.Credential, never
+	// changed after registration (queued events point to expires).
+	expires    time.Time
+	credential string
 }
 
 // part is a watch's record in one shard's index: the events of that shard
@@ -91,6 +96,7 @@ func (r *Registry) registerLocked(w *watch) {
 	if w.owner != "" {
 		r.owners[w.owner]++
 	}
+	r.trackLocked(w)
 }
 
 // removeLocked drops w from its session and from the index (at once, or at
@@ -100,6 +106,7 @@ func (r *Registry) removeLocked(w *watch) {
 		return
 	}
 	w.removed = true
+	r.untrackLocked(w)
 	delete(w.session.watches, w.id)
 	r.watches--
 	if w.owner != "" {
