@@ -76,8 +76,9 @@
 // The server is the transport's Handler and Snapshots (peers.go): it steps
 // raft messages into their group's node, hands heartbeat relays and their
 // acknowledgements to the group's sessions.Liveness, keeps the members'
-// status reports, and answers members it saw removed with a removal notice. It is the replica runtime's Membership
-// (routes for new peers, removed members, its own removal) and Metrics.
+// status reports, and answers members it saw removed with a removal
+// notice. It is the replica runtime's Membership (routes for new peers,
+// removed members, its own removal) and Metrics.
 //
 // Backups (backup.go): TakeBackup clones every group's state machine
 // (copy-on-write, under the apply lock for O(1)) after a barrier, and the

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -63,19 +64,10 @@ func (p *peerReports) keepOnly(members []uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for id := range p.heard {
-		if !containsID(members, id) {
+		if !slices.Contains(members, id) {
 			delete(p.heard, id)
 		}
 	}
-}
-
-func containsID(ids []uint64, id uint64) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
 
 // runStatusReports sends this member's status report to every other member
