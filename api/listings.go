@@ -68,9 +68,11 @@ type SessionList struct {
 }
 
 // MemberHealth is one member of GET /v1/cluster/health: the member object
-// and what its own GET /v1/status answered, asked by the replying server
-// over the member's client_url. Reachable false (with Error) means it did
-// not answer within the probe timeout; the status fields are then zero.
+// and the role and indexes it last reported of itself to the replying
+// server over the peer transport (the top-level fields are its meta group's,
+// as its GET /v1/status has them). Reachable false (with Error) means no
+// report of it arrived within the last few seconds; the status fields are
+// then zero.
 // Lag is how far its applied index trails the highest commit index any
 // member reported.
 type MemberHealth struct {
@@ -83,11 +85,14 @@ type MemberHealth struct {
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
 	Lag          uint64 `json:"lag"`
+	// Shards, with more than one shard, are the member's role and indexes
+	// in each shard's group, as its GET /v1/status reports them.
+	Shards []ShardStatus `json:"shards,omitempty"`
 }
 
 // ClusterHealth is the reply to GET /v1/cluster/health. LeaderID is the
 // leader that the reachable members with the highest term agree on ("" if
-// none is agreed). Answered is the name of the member that probed.
+// none is agreed). Answered is the name of the member that replied.
 type ClusterHealth struct {
 	Answered string         `json:"answered_by"`
 	LeaderID string         `json:"leader_id"`

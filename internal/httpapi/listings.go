@@ -46,7 +46,7 @@ func (h *Handler) clusterHealth(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, p.err)
 		return
 	}
-	out := h.server.ClusterHealth(r.Context())
+	out := h.server.ClusterHealth()
 	h.writeJSON(w, out.Index, out)
 }
 

@@ -237,8 +237,9 @@ func TestListingQueries(t *testing.T) {
 }
 
 // TestClusterHealth: GET /v1/cluster/health on any member reports every
-// member's role and indexes as it answers them, one leader, and a member
-// that does not answer as unreachable.
+// member's role and indexes as it reports them, one leader, a stopped
+// member as unreachable within seconds, and that member reachable again
+// once it restarts.
 func TestClusterHealth(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.Options{})
 	leader := c.WaitLeader(10 * time.Second)
@@ -287,9 +288,18 @@ func TestClusterHealth(t *testing.T) {
 		t.Fatalf("the stopped member never showed unreachable: %+v", h)
 	}
 	for _, m := range h.Members {
-		if m.ID == downID && (m.Reachable || m.Error == "" || m.Role != "" || m.Lag != 0) {
-			t.Fatalf("stopped member %+v: want unreachable with an error and no status", m)
+		if m.ID == downID && (m.Reachable || !strings.HasPrefix(m.Error, "no status report for ") || m.Role != "" || m.Lag != 0) {
+			t.Fatalf("stopped member %+v: want unreachable, an error saying for how long it was not heard from, and no status", m)
 		}
+	}
+
+	c.Restart(down)
+	back := testcluster.WaitFor(10*time.Second, func() bool {
+		h, _ = getJSON[api.ClusterHealth](t, ctx, c.URL(viewer)+"/v1/cluster/health")
+		return reachable(h) == 3 && h.LeaderID != ""
+	})
+	if !back {
+		t.Fatalf("the restarted member never showed reachable again: %+v", h)
 	}
 }
 

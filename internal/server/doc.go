@@ -61,9 +61,13 @@
 // balances the shard leaderships over the voters.
 //
 // The listings (listings.go: every lock, election and live session, a page
-// at a time) and ClusterHealth (health.go: each member's GET /v1/status,
-// probed over its client_url) are read-only views for operators and the
-// dashboard; ClusterHealth is the server's one outgoing HTTP request.
+// at a time) and ClusterHealth (health.go) are read-only views for
+// operators and the dashboard. ClusterHealth makes no request: every member
+// sends its role and indexes in every group to every other member once a
+// second over the peer transport (statusreports.go, transport.StatusReport),
+// and each answers from the latest report it heard from each member, so
+// client-port TLS and auth do not bear on it. The server makes no outgoing
+// HTTP request.
 //
 // A transaction (Txn) and a multi-read (ReadMany) must lie in one group:
 // oneGroup checks every path through groupFor before anything is proposed or
@@ -71,9 +75,10 @@
 //
 // The server is the transport's Handler and Snapshots (peers.go): it steps
 // raft messages into their group's node, hands heartbeat relays and their
-// acknowledgements to the group's sessions.Liveness, and answers members it
-// saw removed with a removal notice. It is the replica runtime's Membership
-// (routes for new peers, removed members, its own removal) and Metrics.
+// acknowledgements to the group's sessions.Liveness, keeps the members'
+// status reports, and answers members it saw removed with a removal
+// notice. It is the replica runtime's Membership (routes for new peers,
+// removed members, its own removal) and Metrics.
 //
 // Backups (backup.go): TakeBackup clones every group's state machine
 // (copy-on-write, under the apply lock for O(1)) after a barrier, and the

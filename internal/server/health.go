@@ -1,100 +1,87 @@
 package server
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"sync"
 	"time"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/transport"
 )
 
-// HealthProbeTimeout bounds each member's probe in ClusterHealth: a member
-// that has not answered its GET /v1/status within it is unreachable.
-const HealthProbeTimeout = time.Second
+// ClusterHealth answers from the status reports the members send each other
+// over the peer transport (statusreports.go), never from a request of its
+// own: the peer connections are authenticated between members (mutual TLS
+// when peer TLS is on) whatever the client port asks of its callers (TLS
+// with a private CA, client certificates, auth), so the answer is the same
+// for a caller known by a bearer token, by a client certificate or by
+// nothing.
 
-// maxStatusReply bounds the body of a probed member's status reply.
-const maxStatusReply = 1 << 20
-
-// healthClient probes members' client ports; it is shared so that
-// connections are reused between the dashboard's polls.
-var healthClient = &http.Client{Timeout: HealthProbeTimeout}
-
-// ClusterHealth asks every member in this server's member table for its
-// GET /v1/status over its client_url (this server answers for itself
-// without a request), all at once, each within HealthProbeTimeout, and
-// reports each one's role, indexes and lag behind the highest commit index
-// reported. It reads and changes nothing of the replicated state. With
-// sharding, each member's status grows a list of groups and so does this.
-// The probes carry the caller's bearer token (ctx's Credentials), which
-// every member accepts alike, so that with auth enabled the other members
-// answer them; a caller known by its client certificate alone has none to
-// pass on, and the others then show as unreachable.
-func (s *Server) ClusterHealth(ctx context.Context) api.ClusterHealth {
-	members := s.Members()
-	out := api.ClusterHealth{Answered: s.cfg.Name, Members: make([]api.MemberHealth, len(members.Members)), Index: members.Index}
-	self := api.FormatID(s.id)
-	var wg sync.WaitGroup
-	for i, m := range members.Members {
+// ClusterHealth reports every member in this server's member table: this
+// server itself as it is now, every other member as its latest status
+// report says if that report arrived within statusReportStaleness
+// (reachable), else unreachable with an error saying for how long it has
+// not been heard from. It also reports each reachable member's lag behind
+// the highest commit index reported, and the leader the reachable members
+// agree on. It reads and changes nothing of the replicated state, and waits
+// for nobody: a member cut off from the others answers at once, with them
+// unreachable.
+func (s *Server) ClusterHealth() api.ClusterHealth {
+	var members []command.Member
+	index := s.metaGroup().View(func(f *fsm.FSM) { members = f.Members() })
+	out := api.ClusterHealth{Answered: s.cfg.Name, Members: make([]api.MemberHealth, len(members)), Index: index}
+	now := s.cfg.Clock.Now()
+	for i, m := range toAPIMembers(members) {
 		out.Members[i].Member = m
-		if m.ID == self {
-			fillHealth(&out.Members[i], s.Status())
-			continue
+		if id := members[i].ID; id == s.id {
+			fillHealth(&out.Members[i], s.statusReport())
+		} else {
+			s.fillHeard(&out.Members[i], id, now)
 		}
-		wg.Add(1)
-		go func(h *api.MemberHealth) {
-			defer wg.Done()
-			st, err := probeStatus(ctx, h.ClientURL, CredentialsFrom(ctx).Token)
-			if err != nil {
-				h.Error = err.Error()
-				return
-			}
-			fillHealth(h, st)
-		}(&out.Members[i])
 	}
-	wg.Wait()
 	out.LeaderID = agreedLeader(out.Members)
 	setLag(out.Members)
 	return out
 }
 
-// fillHealth records the status a member answered.
-func fillHealth(h *api.MemberHealth, st api.Status) {
-	h.Reachable, h.Role, h.Term, h.LeaderID = true, st.Role, st.Term, st.LeaderID
-	h.CommitIndex, h.AppliedIndex = st.CommitIndex, st.AppliedIndex
+// fillHeard fills h from the latest status report member id sent, if it
+// arrived within statusReportStaleness of now, or says why not.
+func (s *Server) fillHeard(h *api.MemberHealth, id uint64, now time.Time) {
+	heard, ok := s.peerReports.latest(id)
+	if !ok {
+		h.Error = "never heard from: no status report since this member started"
+		return
+	}
+	if age := now.Sub(heard.at); age > statusReportStaleness {
+		h.Error = fmt.Sprintf("no status report for %s", age.Truncate(100*time.Millisecond))
+		return
+	}
+	fillHealth(h, heard.report)
 }
 
-// probeStatus fetches GET /v1/status from the member at clientURL, with
-// token as its bearer token if it is not "".
-func probeStatus(ctx context.Context, clientURL, token string) (api.Status, error) {
-	if clientURL == "" {
-		return api.Status{}, fmt.Errorf("no client_url announced")
+// fillHealth records what a member reported of itself.
+func fillHealth(h *api.MemberHealth, r transport.StatusReport) {
+	h.Reachable = true
+	h.Role, h.Term, h.LeaderID = roleName(r.Main.Role), r.Main.Term, formatLeader(r.Main.Leader)
+	h.CommitIndex, h.AppliedIndex = r.Main.CommitIndex, r.Main.AppliedIndex
+	if len(r.Shards) > 1 {
+		h.Shards = make([]api.ShardStatus, len(r.Shards))
+		for i, shard := range r.Shards {
+			h.Shards[i] = api.ShardStatus{
+				Shard: int(shard.Shard), Role: roleName(shard.Role), LeaderID: formatLeader(shard.Leader),
+				Term: shard.Term, CommitIndex: shard.CommitIndex, AppliedIndex: shard.AppliedIndex,
+			}
+		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, HealthProbeTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/v1/status", nil)
-	if err != nil {
-		return api.Status{}, fmt.Errorf("probe %s: %w", clientURL, err)
+}
+
+// formatLeader formats a reported leader's id, "" for none.
+func formatLeader(id uint64) string {
+	if id == 0 {
+		return ""
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := healthClient.Do(req)
-	if err != nil {
-		return api.Status{}, fmt.Errorf("probe %s: %w", clientURL, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return api.Status{}, fmt.Errorf("probe %s: status %d", clientURL, resp.StatusCode)
-	}
-	var st api.Status
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatusReply)).Decode(&st); err != nil {
-		return api.Status{}, fmt.Errorf("probe %s: bad status reply: %w", clientURL, err)
-	}
-	return st, nil
+	return api.FormatID(id)
 }
 
 // agreedLeader is the id of the member that reports itself leader in the

@@ -37,6 +37,9 @@ type Server struct {
 	storage   storageState // what the WAL and snapshot store report of the disk
 	// removedPeers are members this server applied the removal of.
 	removedPeers removedSet
+	// peerReports are the latest status reports heard from the other
+	// members (statusreports.go), what ClusterHealth answers from.
+	peerReports  peerReports
 	userRates    userRateLimiter // per-user request rates (userlimits.go)
 	loginUsers   userRateLimiter // password checks per user name (userlimits.go)
 	loginSources userRateLimiter // password checks per source address
@@ -105,6 +108,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.startShardCoordination()
+	s.goBackground(s.runStatusReports)
 	return s, nil
 }
 

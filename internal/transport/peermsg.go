@@ -9,8 +9,8 @@ import (
 
 // Peer messages are the server's own protocols between members, carried on
 // the message connections beside raft's frames but never handed to raft:
-// the heartbeat relay (SessionRelay, answered by SessionRelayAck) and the
-// removal notice. Each is a typed value; the transport encodes it in a peer
+// the heartbeat relay (SessionRelay, answered by SessionRelayAck), the
+// removal notice and the status report. Each is a typed value; the transport encodes it in a peer
 // frame of its own (see frame.go), so neither side reads it as a raft message.
 //
 // Wire form of a peer frame, after its length word (see frame.go):
@@ -23,13 +23,15 @@ import (
 //	SessionRelay:    count uvarint | count session ids, each uvarint
 //	SessionRelayAck: (none)
 //	RemovalNotice:   (none)
+//	StatusReport:    group | count uvarint | count times (shard uvarint | group)
+//	group:           role u8 | term uvarint | leader uvarint | commit uvarint | applied uvarint
 //
 // A frame whose checksum, version, type or fields do not decode is dropped
 // and counted in Stats.PeerFramesDropped; the stream carrying it, which also
 // carries replication, stays up.
 
 // PeerMessage is one typed message between members: SessionRelay,
-// SessionRelayAck or RemovalNotice. The set is closed.
+// SessionRelayAck, RemovalNotice or StatusReport. The set is closed.
 type PeerMessage interface {
 	peerType() peerType
 }
@@ -50,9 +52,46 @@ type SessionRelayAck struct{}
 // removal from the cluster: the receiver is no longer a member.
 type RemovalNotice struct{}
 
+// StatusReport is a member's own view of its consensus groups, sent to
+// every other member about once a second so that each can answer GET
+// /v1/cluster/health without asking anyone: the peer connections are
+// already authenticated, whatever the client port asks of its callers.
+type StatusReport struct {
+	Main   GroupStatus   // the meta group (shard 0), as GET /v1/status's top level
+	Shards []ShardStatus // every running shard's, shard 0 included; at most MaxReportShards
+}
+
+// GroupStatus is a member's role and indexes in one consensus group.
+type GroupStatus struct {
+	Role         MemberRole
+	Term         uint64
+	Leader       uint64 // raft id of the leader the member follows; 0 if none known
+	CommitIndex  uint64
+	AppliedIndex uint64
+}
+
+// ShardStatus is a member's GroupStatus in the consensus group of one shard.
+type ShardStatus struct {
+	Shard uint32 // below MaxReportShards
+	GroupStatus
+}
+
+// MemberRole is a member's role in a consensus group, as a StatusReport
+// carries it. The zero value is no role and does not decode.
+type MemberRole uint8
+
+// The roles a StatusReport carries.
+const (
+	RoleFollower  MemberRole = 1
+	RoleCandidate MemberRole = 2 // pre-candidates included
+	RoleLeader    MemberRole = 3
+	RoleLearner   MemberRole = 4
+)
+
 func (SessionRelay) peerType() peerType    { return peerSessionRelay }
 func (SessionRelayAck) peerType() peerType { return peerSessionRelayAck }
 func (RemovalNotice) peerType() peerType   { return peerRemovalNotice }
+func (StatusReport) peerType() peerType    { return peerStatusReport }
 
 // peerType is the type byte of a peer frame's body.
 type peerType uint8
@@ -61,6 +100,7 @@ const (
 	peerSessionRelay    peerType = 1
 	peerSessionRelayAck peerType = 2
 	peerRemovalNotice   peerType = 3
+	peerStatusReport    peerType = 4
 )
 
 const (
@@ -69,8 +109,14 @@ const (
 	// MaxRelayIDs bounds the session ids in one SessionRelay; a sender with
 	// more sends several relays.
 	MaxRelayIDs = 8192
+	// MaxReportShards bounds the shards of one StatusReport, and each shard
+	// number in it: the largest shard count a cluster may have
+	// (placement.MaxShards).
+	MaxReportShards = 1024
 	// maxPeerFrame bounds a peer frame's length word: the largest relay
-	// (MaxRelayIDs ids of at most 10 bytes each) with room to spare.
+	// (MaxRelayIDs ids of at most 10 bytes each) with room to spare, which
+	// also holds the largest status report (MaxReportShards+1 groups of at
+	// most 46 bytes each).
 	maxPeerFrame = 1 << 20
 	// peerHeaderSize is the checksum, version and type before a body's fields.
 	peerHeaderSize = 4 + 2
@@ -95,6 +141,11 @@ func appendPeerMessage(buf []byte, m PeerMessage) ([]byte, error) {
 			buf = binary.AppendUvarint(buf, id)
 		}
 	case SessionRelayAck, RemovalNotice:
+	case StatusReport:
+		var err error
+		if buf, err = appendStatusReport(buf, m); err != nil {
+			return buf[:start], err
+		}
 	default:
 		return buf[:start], fmt.Errorf("peer message %T: %w", m, errBadPeerMessage)
 	}
@@ -127,6 +178,8 @@ func decodePeerMessage(data []byte) (PeerMessage, error) {
 		m = SessionRelayAck{}
 	case peerRemovalNotice:
 		m = RemovalNotice{}
+	case peerStatusReport:
+		return decodeStatusReport(fields)
 	default:
 		return nil, fmt.Errorf("peer frame type %d: %w", data[5], errBadPeerMessage)
 	}

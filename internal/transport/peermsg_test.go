@@ -21,6 +21,20 @@ func manyIDs(n int) []uint64 {
 	return ids
 }
 
+// fullReport returns a status report of shards shards, every index as
+// large as it gets in the last one.
+func fullReport(shards int) StatusReport {
+	r := StatusReport{Main: GroupStatus{Role: RoleLeader, Term: 7, Leader: 0xd3de779081154aa0, CommitIndex: 90, AppliedIndex: 88}}
+	for i := range shards {
+		g := GroupStatus{Role: MemberRole(1 + i%4), Term: uint64(i), Leader: uint64(i) * 3, CommitIndex: uint64(i) << 20, AppliedIndex: uint64(i) << 19}
+		if i == shards-1 {
+			g = GroupStatus{Role: RoleLearner, Term: math.MaxUint64, Leader: math.MaxUint64, CommitIndex: math.MaxUint64, AppliedIndex: math.MaxUint64}
+		}
+		r.Shards = append(r.Shards, ShardStatus{Shard: uint32(MaxReportShards - shards + i), GroupStatus: g})
+	}
+	return r
+}
+
 // TestPeerMessageRoundTrip encodes each kind of peer message and decodes it back.
 func TestPeerMessageRoundTrip(t *testing.T) {
 	tests := []struct {
@@ -32,6 +46,9 @@ func TestPeerMessageRoundTrip(t *testing.T) {
 		{name: "largest relay", message: SessionRelay{SessionIDs: manyIDs(MaxRelayIDs)}},
 		{name: "relay ack", message: SessionRelayAck{}},
 		{name: "removal notice", message: RemovalNotice{}},
+		{name: "status report, one shard", message: fullReport(1)},
+		{name: "status report of a follower without a leader", message: StatusReport{Main: GroupStatus{Role: RoleFollower}}},
+		{name: "largest status report", message: fullReport(MaxReportShards)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,6 +76,35 @@ func TestPeerMessageTooLargeRefused(t *testing.T) {
 	buf, err := appendPeerFrame([]byte("x"), SessionRelay{SessionIDs: manyIDs(MaxRelayIDs + 1)})
 	if !errors.Is(err, errBadPeerMessage) || string(buf) != "x" {
 		t.Fatalf("encode of %d ids: %q, %v; want the buffer untouched and errBadPeerMessage", MaxRelayIDs+1, buf, err)
+	}
+}
+
+// TestStatusReportRefused: a status report that could not decode is not
+// encoded: too many shards, a shard number out of range, no role.
+func TestStatusReportRefused(t *testing.T) {
+	tooMany := fullReport(MaxReportShards)
+	tooMany.Shards = append(tooMany.Shards, tooMany.Shards[0])
+	badShard := fullReport(1)
+	badShard.Shards[0].Shard = MaxReportShards
+	noShardRole := fullReport(2)
+	noShardRole.Shards[1].Role = 0
+	tests := []struct {
+		name   string
+		report StatusReport
+	}{
+		{name: "too many shards", report: tooMany},
+		{name: "shard number out of range", report: badShard},
+		{name: "no role", report: StatusReport{}},
+		{name: "unknown role", report: StatusReport{Main: GroupStatus{Role: RoleLearner + 1}}},
+		{name: "shard without a role", report: noShardRole},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			buf, err := appendPeerFrame([]byte("x"), tt.report)
+			if !errors.Is(err, errBadPeerMessage) || string(buf) != "x" {
+				t.Fatalf("encode: %q, %v; want the buffer untouched and errBadPeerMessage", buf, err)
+			}
+		})
 	}
 }
 
@@ -91,6 +137,16 @@ func TestDecodePeerMessageRejects(t *testing.T) {
 		{name: "relay missing ids", body: peerBody(peerVersion, byte(peerSessionRelay), 3, 1, 2)},
 		{name: "relay truncated id", body: peerBody(peerVersion, byte(peerSessionRelay), 1, 0x80)},
 		{name: "relay with trailing bytes", body: peerBody(peerVersion, byte(peerSessionRelay), 1, 7, 7)},
+		{name: "report without fields", body: peerBody(peerVersion, byte(peerStatusReport))},
+		{name: "report role zero", body: peerBody(peerVersion, byte(peerStatusReport), 0, 1, 1, 1, 1, 0)},
+		{name: "report unknown role", body: peerBody(peerVersion, byte(peerStatusReport), 5, 1, 1, 1, 1, 0)},
+		{name: "report truncated index", body: peerBody(peerVersion, byte(peerStatusReport), 3, 1, 1, 0x80)},
+		{name: "report without shard count", body: peerBody(peerVersion, byte(peerStatusReport), 3, 1, 1, 1, 1)},
+		{name: "report shard count over the limit", body: peerBody(peerVersion, byte(peerStatusReport), append([]byte{3, 1, 1, 1, 1}, binary.AppendUvarint(nil, MaxReportShards+1)...)...)},
+		{name: "report missing shards", body: peerBody(peerVersion, byte(peerStatusReport), 3, 1, 1, 1, 1, 2, 0, 1, 1, 1, 1, 1)},
+		{name: "report shard number out of range", body: peerBody(peerVersion, byte(peerStatusReport), append(append([]byte{3, 1, 1, 1, 1, 1}, binary.AppendUvarint(nil, MaxReportShards)...), 1, 1, 1, 1, 1)...)},
+		{name: "report shard without role", body: peerBody(peerVersion, byte(peerStatusReport), 3, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1)},
+		{name: "report with trailing bytes", body: peerBody(peerVersion, byte(peerStatusReport), 3, 1, 1, 1, 1, 0, 9)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,7 +161,7 @@ func TestDecodePeerMessageRejects(t *testing.T) {
 // FuzzDecodePeerMessage: decoding never panics, and what decodes encodes
 // back to a body that decodes to the same message.
 func FuzzDecodePeerMessage(f *testing.F) {
-	for _, m := range []PeerMessage{SessionRelay{}, SessionRelay{SessionIDs: []uint64{1, 1 << 40}}, SessionRelayAck{}, RemovalNotice{}} {
+	for _, m := range []PeerMessage{SessionRelay{}, SessionRelay{SessionIDs: []uint64{1, 1 << 40}}, SessionRelayAck{}, RemovalNotice{}, fullReport(3)} {
 		body, err := appendPeerMessage(nil, m)
 		if err != nil {
 			f.Fatal(err)
@@ -145,6 +201,7 @@ func TestTCPPeerMessages(t *testing.T) {
 		RemovalNotice{},
 		SessionRelay{SessionIDs: manyIDs(MaxRelayIDs)},
 		SessionRelayAck{},
+		fullReport(MaxReportShards),
 		SessionRelay{},
 	}
 	for i, m := range want {
@@ -205,6 +262,7 @@ func TestTCPDropsMalformedPeerFrame(t *testing.T) {
 		peerBody(peerVersion, 77),
 		peerBody(peerVersion+1, byte(peerSessionRelayAck)),
 		peerBody(peerVersion, byte(peerSessionRelay), 2, 1),
+		peerBody(peerVersion, byte(peerStatusReport), 3, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1),
 	} {
 		stream = append(stream, frame(bad)...)
 	}
@@ -219,8 +277,8 @@ func TestTCPDropsMalformedPeerFrame(t *testing.T) {
 	if got := receiver.handler.peerMessages()[0]; got.from != 1 || !reflect.DeepEqual(got.message, SessionRelay{SessionIDs: []uint64{42}}) {
 		t.Fatalf("peer message from %d %#v, want the relay of 42 from 1", got.from, got.message)
 	}
-	if stats := receiver.transport.Stats(); stats.PeerFramesDropped != 4 || stats.FramesRejected != 0 {
-		t.Fatalf("receiver stats %+v: want 4 peer frames dropped and no connection rejected", stats)
+	if stats := receiver.transport.Stats(); stats.PeerFramesDropped != 5 || stats.FramesRejected != 0 {
+		t.Fatalf("receiver stats %+v: want 5 peer frames dropped and no connection rejected", stats)
 	}
 }
 

@@ -3,7 +3,9 @@ package process
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
 	"github.com/latch-io/latch/internal/testkit/proccluster"
 	"github.com/latch-io/latch/internal/testkit/testcerts"
@@ -21,6 +24,8 @@ import (
 // ports (mutual TLS between members, client certificates required) elect a
 // leader, replicate every write to every member, and keep serving after
 // kill -9 of the leader; the killed member comes back and catches up.
+// Cluster health, asked with the client certificate, shows every member
+// reachable, the killed one unreachable, then reachable again.
 func TestTLSClusterSurvivesLeaderKill(t *testing.T) {
 	cluster := proccluster.Start(t, proccluster.Options{TLS: true})
 	leader := cluster.WaitLeader(30 * time.Second)
@@ -38,6 +43,8 @@ func TestTLSClusterSurvivesLeaderKill(t *testing.T) {
 	for i := range cluster.Members {
 		waitStale(t, cluster, i, "/tls/before", "1")
 	}
+	viewer := (leader + 1) % len(cluster.Members)
+	waitHealth(t, cluster, viewer, len(cluster.Members))
 
 	cluster.Kill(leader)
 	others := []int{}
@@ -55,10 +62,57 @@ func TestTLSClusterSurvivesLeaderKill(t *testing.T) {
 	if node, err := c.Get(ctx, "/tls/before"); err != nil || node.Value != "1" {
 		t.Fatalf("get of the write before the kill = %+v, %v", node, err)
 	}
+	waitHealth(t, cluster, viewer, len(cluster.Members)-1)
 	if err := cluster.Restart(leader); err != nil {
 		t.Fatal(err)
 	}
 	waitStale(t, cluster, leader, "/tls/after", "2")
+	waitHealth(t, cluster, viewer, len(cluster.Members))
+}
+
+// waitHealth waits until member i's GET /v1/cluster/health, asked with the
+// test's client certificate, shows reachable members reachable and a leader.
+func waitHealth(t *testing.T, cluster *proccluster.Cluster, i, reachable int) {
+	t.Helper()
+	var health api.ClusterHealth
+	var err error
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		health, err = clusterHealth(cluster, i)
+		if err == nil && health.LeaderID != "" && countReachable(health) == reachable {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's cluster health never showed %d members reachable and a leader: %+v, %v", cluster.Members[i].Name, reachable, health, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// clusterHealth asks member i for GET /v1/cluster/health with the test's
+// client certificate.
+func clusterHealth(cluster *proccluster.Cluster, i int) (api.ClusterHealth, error) {
+	var health api.ClusterHealth
+	resp, err := cluster.HTTPClient().Get(cluster.Members[i].ClientURL + "/v1/cluster/health")
+	if err != nil {
+		return health, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return health, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&health)
+	return health, err
+}
+
+func countReachable(health api.ClusterHealth) int {
+	n := 0
+	for _, m := range health.Members {
+		if m.Reachable {
+			n++
+		}
+	}
+	return n
 }
 
 // TestTLSCertificateRotation: certificates written over a running member's

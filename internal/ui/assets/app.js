@@ -248,7 +248,7 @@ async function pollHealth() {
       td(m.name),
       el("td", {}, el("span", { class: "badge " + role }, role)),
       td(m.learner ? "learner" : "voter"),
-      el("td", { class: "health " + (m.reachable ? "up" : "down"), title: m.error || "answered" }, m.reachable ? "up" : "down"),
+      el("td", { class: "health " + (m.reachable ? "up" : "down"), title: m.error || "status report heard within 3 s" }, m.reachable ? "up" : "down"),
       td(m.reachable ? m.applied_index : "—", "num"),
       td(m.reachable ? m.lag : "—", "num"),
       td(m.client_url || "", "mono"));
