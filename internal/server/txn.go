@@ -61,6 +61,7 @@ type TxnOpResult struct {
 type TxnResult struct {
 	Ops   []TxnOpResult
 	Index uint64
+	Shard int // the shard whose log Index is of: every operation's
 }
 
 // Txn applies a transaction once a quorum has it and this server applied
@@ -84,7 +85,9 @@ func (s *Server) Txn(ctx context.Context, r TxnRequest) (TxnResult, error) {
 	if err != nil {
 		return TxnResult{}, err
 	}
-	return txnResult(res, index)
+	out, err := txnResult(res, index)
+	out.Shard = g.shard
+	return out, err
 }
 
 // txnCommand validates r as far as it can without the state and builds its

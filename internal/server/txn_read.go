@@ -27,6 +27,7 @@ type ReadResult struct {
 type ReadManyResult struct {
 	Results []ReadResult
 	Index   uint64
+	Shard   int // the shard whose log Index is of: every read's
 }
 
 // ReadMany reads several nodes or children lists at one index, as
@@ -54,7 +55,7 @@ func (s *Server) ReadMany(ctx context.Context, reads []ReadOp, opts ReadOptions)
 	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
 		return ReadManyResult{}, err
 	}
-	out := ReadManyResult{Results: make([]ReadResult, len(reads))}
+	out := ReadManyResult{Results: make([]ReadResult, len(reads)), Shard: g.shard}
 	out.Index = g.View(func(f *fsm.FSM) {
 		for i, read := range reads {
 			out.Results[i] = readOne(f, read)
