@@ -15,8 +15,8 @@ const (
 	// cluster of several shards, the cluster's shard count; absent with one.
 	HeaderShards = "X-Latch-Shards"
 	// HeaderShard names, beside HeaderShards, the shard whose log
-	// HeaderIndex is of, on the replies that know it (docs/api.md,
-	// "Consistency").
+	// HeaderIndex is of, on every successful reply whose index is of one
+	// shard (docs/api.md, "Sharded clusters").
 	HeaderShard = "X-Latch-Shard"
 	// HeaderFencingToken is read by the fencing middleware on protected writes.
 	HeaderFencingToken = "Latch-Fencing-Token"

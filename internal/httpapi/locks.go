@@ -26,7 +26,6 @@ func (h *Handler) acquireLock(w http.ResponseWriter, r *http.Request) {
 	wait := time.Duration(req.WaitMs) * time.Millisecond
 	lock, err := h.server.AcquireLock(r.Context(), req.Name, session, wait)
 	if err == nil && !lock.Held {
-		h.nameShard(w, lock.Shard)
 		h.writeLockNotHeld(w, req.Name, lock)
 		return
 	}
@@ -36,9 +35,10 @@ func (h *Handler) acquireLock(w http.ResponseWriter, r *http.Request) {
 // writeLockNotHeld answers an acquire that gave up after wait_ms (a reply
 // with Held false) as docs/api.md's 409: the lock_not_held error envelope
 // plus held:false, the session's handle, its position in the queue, the
-// queue node, the index and (in a cluster of several shards) its shard, in
-// the body and as X-Latch-Shard: the queue node is in the log at that
-// index, and a read of it elsewhere may wait for it.
+// queue node, the index and (in a cluster of several shards) its shard:
+// the queue node is in that shard's log at that index, and a read of it
+// elsewhere may wait for it. As an error reply it carries no index header,
+// so no shard header either.
 func (h *Handler) writeLockNotHeld(w http.ResponseWriter, name string, lock api.Lock) {
 	e := &api.Error{Code: api.CodeLockNotHeld, Message: "lock " + name + " not acquired within wait_ms"}
 	w.Header().Set("Content-Type", "application/json")
