@@ -48,7 +48,7 @@ func (s *Server) ReadMany(ctx context.Context, reads []ReadOp, opts ReadOptions)
 	for i := range reads {
 		paths[i] = reads[i].Path
 	}
-	if _, err := oneGroup(paths, func(path string) uint64 { return s.groupFor(path).Group() }); err != nil {
+	if _, err := oneGroup(paths, func(path string) uint64 { return uint64(s.groupFor(path).shard) }); err != nil {
 		return ReadManyResult{}, err
 	}
 	g := s.groupFor(paths[0])
