@@ -169,6 +169,19 @@ func TestShardsRepliesNameTheirShard(t *testing.T) {
 		}
 	})
 
+	t.Run("txn spanning shards", func(t *testing.T) {
+		names := namesInEveryShard("/span/", "d%d")
+		a, b := "/span/"+names[1]+"/x", "/span/"+names[2]+"/x"
+		value := "1"
+		err := Do(ctx, http.MethodPost, c.URL(0), "/v1/txn", nil, api.TxnRequest{Ops: []api.TxnOp{
+			{Op: "create", Path: a, Value: &value}, {Op: "create", Path: b, Value: &value}}}, nil)
+		want := fmt.Sprintf("transaction spans shards %d and %d (%q is in shard %d, %q in shard %d)",
+			srv.ShardOf(a), srv.ShardOf(b), a, srv.ShardOf(a), b, srv.ShardOf(b))
+		if api.CodeOf(err) != api.CodeInvalidArgument || !strings.HasPrefix(err.(*api.Error).Message, want) {
+			t.Errorf("txn over %s and %s: %v, want invalid_argument %q", a, b, err, want)
+		}
+	})
+
 	t.Run("session close", func(t *testing.T) {
 		if len(ephemerals) != wiringShards {
 			t.Skip("the ephemeral nodes were not made")
@@ -362,4 +375,3 @@ func slowDown(c *Cluster, i int) {
 		c.Net.SetDelay(c.Nodes[other].ID, c.Nodes[i].ID, 300*time.Millisecond)
 	}
 }
-
