@@ -15,8 +15,8 @@ const (
 	// cluster of several shards, the cluster's shard count; absent with one.
 	HeaderShards = "X-Latch-Shards"
 	// HeaderShard names, beside HeaderShards, the shard whose log
-	// HeaderIndex is of, on the replies that know it (docs/api.md,
-	// "Consistency").
+	// HeaderIndex is of, on every successful reply whose index is of one
+	// shard (docs/api.md, "Sharded clusters").
 	HeaderShard = "X-Latch-Shard"
 	// HeaderFencingToken is read by the fencing middleware on protected writes.
 	HeaderFencingToken = "Latch-Fencing-Token"
@@ -145,6 +145,10 @@ type Heartbeat struct {
 type Closed struct {
 	Closed bool   `json:"closed"`
 	Index  uint64 `json:"index"`
+	// Indexes, in a cluster of several shards, is each shard's index at
+	// which the session's cleanup there is applied (Index is shard 0's,
+	// the close's own entry); absent with one shard.
+	Indexes map[int]uint64 `json:"indexes,omitempty"`
 }
 
 // WatchRequest is the body of POST /v1/watch.
@@ -204,12 +208,20 @@ type Lock struct {
 	Path          string `json:"path,omitempty"`
 	Position      int    `json:"position,omitempty"`
 	Index         uint64 `json:"index"`
+	// Shard is the shard of the lock's queue, whose log Index (and
+	// FencingToken) is of, in a cluster of several shards; absent (0) for
+	// shard 0, and always with one shard.
+	Shard int `json:"shard,omitempty"`
 }
 
 // Released is the reply to POST /v1/lock/release.
 type Released struct {
 	Released bool   `json:"released"`
 	Index    uint64 `json:"index"`
+	// Shard is the shard of the lock's queue, whose log Index (and
+	// FencingToken) is of, in a cluster of several shards; absent (0) for
+	// shard 0, and always with one shard.
+	Shard int `json:"shard,omitempty"`
 }
 
 // Holder is a lock's current holder, named by its session's handle
@@ -225,6 +237,10 @@ type LockState struct {
 	Holder  *Holder `json:"holder"`
 	Waiters int     `json:"waiters"`
 	Index   uint64  `json:"index"`
+	// Shard is the shard of the lock's queue, whose log Index (and
+	// FencingToken) is of, in a cluster of several shards; absent (0) for
+	// shard 0, and always with one shard.
+	Shard int `json:"shard,omitempty"`
 }
 
 // ElectionRequest is the body of POST /v1/election/join and /resign.
@@ -242,12 +258,20 @@ type Candidacy struct {
 	FencingToken  uint64 `json:"fencing_token"`
 	Watching      string `json:"watching,omitempty"`
 	Index         uint64 `json:"index"`
+	// Shard is the shard of the election's candidate queue, whose log Index (and
+	// FencingToken) is of, in a cluster of several shards; absent (0) for
+	// shard 0, and always with one shard.
+	Shard int `json:"shard,omitempty"`
 }
 
 // Resigned is the reply to POST /v1/election/resign.
 type Resigned struct {
 	Resigned bool   `json:"resigned"`
 	Index    uint64 `json:"index"`
+	// Shard is the shard of the election's candidate queue, whose log Index (and
+	// FencingToken) is of, in a cluster of several shards; absent (0) for
+	// shard 0, and always with one shard.
+	Shard int `json:"shard,omitempty"`
 }
 
 // Leader is an election's current leader, named by its session's handle
@@ -263,6 +287,10 @@ type ElectionState struct {
 	Leader     *Leader `json:"leader"`
 	Candidates int     `json:"candidates"`
 	Index      uint64  `json:"index"`
+	// Shard is the shard of the election's candidate queue, whose log Index (and
+	// FencingToken) is of, in a cluster of several shards; absent (0) for
+	// shard 0, and always with one shard.
+	Shard int `json:"shard,omitempty"`
 }
 
 // Member is one server of the cluster. Voter and Learner are always both

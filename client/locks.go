@@ -37,6 +37,11 @@ func (s *Session) AcquireLock(ctx context.Context, name string, wait time.Durati
 	if err != nil {
 		if api.CodeOf(err) == api.CodeLockNotHeld {
 			reply.Held = false
+			if reply.Index > 0 {
+				// The 409 of an acquire that gave up waiting: the
+				// session's queue node is in the log of reply.Shard.
+				s.client.observeShardIndex(reply.Shard, reply.Index)
+			}
 			return &reply, err
 		}
 		return nil, err

@@ -152,10 +152,17 @@ func (s *Session) nextSeq() uint64 { return s.seq.Add(1) }
 
 // Close ends the session on the server, which deletes its ephemeral nodes,
 // and stops the keepalive. Done is closed even if the server cannot be
-// reached; the error then says so.
+// reached; the error then says so. On a cluster of several shards the
+// reply's position in every shard is recorded, so that a later read
+// through any member finds the session's nodes gone.
 func (s *Session) Close(ctx context.Context) error {
 	s.end(ErrSessionClosed)
-	_, err := postSafe[api.Closed](ctx, s.client, "/v1/session/close", api.SessionRequest{SessionID: s.id})
+	closed, err := postSafe[api.Closed](ctx, s.client, "/v1/session/close", api.SessionRequest{SessionID: s.id})
+	if err == nil {
+		for shard, index := range closed.Indexes {
+			s.client.observeShardIndex(shard, index)
+		}
+	}
 	if errors.Is(err, &api.Error{Code: api.CodeSessionExpired}) || errors.Is(err, &api.Error{Code: api.CodeNotFound}) {
 		return nil
 	}

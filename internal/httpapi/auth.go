@@ -53,17 +53,17 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.server.Login(r.Context(), req.User, req.Password)
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, metaShard, out, out.Index, err)
 }
 
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 	index, err := h.server.Logout(r.Context())
-	h.reply(w, api.AuthChanged{Index: index}, index, err)
+	h.replyIn(w, metaShard, api.AuthChanged{Index: index}, index, err)
 }
 
 func (h *Handler) authStatus(w http.ResponseWriter, r *http.Request) {
 	out, err := h.server.AuthState(r.Context())
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, metaShard, out, out.Index, err)
 }
 
 func (h *Handler) changeAuth(w http.ResponseWriter, r *http.Request) {
@@ -73,7 +73,7 @@ func (h *Handler) changeAuth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	index, err := h.server.ChangeAuth(r.Context(), req)
-	h.reply(w, api.AuthChanged{Index: index}, index, err)
+	h.replyIn(w, metaShard, api.AuthChanged{Index: index}, index, err)
 }
 
 // gated wraps an endpoint that has no server method of its own (status,

@@ -3,7 +3,9 @@
 // It holds no consensus logic and no state of its own beyond open streams.
 //
 // Every reply to a request that reached the state machine carries the
-// X-Latch-Index header. Bad input (unknown parameters or fields, malformed
+// X-Latch-Index header; in a cluster of several shards, every successful
+// one whose index is of one shard's log also names that shard
+// (X-Latch-Shard, set by replyIn and writeJSONIn through nameShard). Bad input (unknown parameters or fields, malformed
 // or loosely spelled JSON, numbers over 2^53-1, oversized bodies, wrong
 // methods) is refused with docs/api.md's error codes before anything is
 // proposed, so it changes nothing. A lock acquire that gave up after

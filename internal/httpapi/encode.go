@@ -27,11 +27,11 @@ func appendReply(dst []byte, v any) ([]byte, bool) {
 	case api.Written:
 		return appendWritten(dst, &v), true
 	case api.Deleted:
-		return appendOutcome(dst, `{"deleted":`, v.Deleted, v.Index), true
+		return appendOutcome(dst, `{"deleted":`, v.Deleted, v.Index, 0), true
 	case api.Lock:
 		return appendLock(dst, &v), true
 	case api.Released:
-		return appendOutcome(dst, `{"released":`, v.Released, v.Index), true
+		return appendOutcome(dst, `{"released":`, v.Released, v.Index, v.Shard), true
 	}
 	return dst, false
 }
@@ -75,12 +75,23 @@ func appendWritten(b []byte, w *api.Written) []byte {
 	return append(b, "}\n"...)
 }
 
-// appendOutcome appends the reply of a delete or a release: a flag and an
-// index.
-func appendOutcome(b []byte, flag string, done bool, index uint64) []byte {
+// appendOutcome appends the reply of a delete or a release: a flag, an
+// index and the index's shard (left out while 0, as a release's omitempty
+// field; a delete has none).
+func appendOutcome(b []byte, flag string, done bool, index uint64, shard int) []byte {
 	b = appendBoolField(b, flag, done)
 	b = appendUintField(b, `,"index":`, index)
+	b = appendShardField(b, shard)
 	return append(b, "}\n"...)
+}
+
+// appendShardField appends a "shard" field unless shard is 0 (omitempty).
+func appendShardField(b []byte, shard int) []byte {
+	if shard == 0 {
+		return b
+	}
+	b = append(b, `,"shard":`...)
+	return strconv.AppendInt(b, int64(shard), 10)
 }
 
 func appendLock(b []byte, l *api.Lock) []byte {
@@ -99,6 +110,7 @@ func appendLock(b []byte, l *api.Lock) []byte {
 		b = strconv.AppendInt(b, int64(l.Position), 10)
 	}
 	b = appendUintField(b, `,"index":`, l.Index)
+	b = appendShardField(b, l.Shard)
 	return append(b, "}\n"...)
 }
 

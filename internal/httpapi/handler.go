@@ -194,7 +194,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 
 func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
 	st := h.server.Status()
-	h.writeJSON(w, st.AppliedIndex, st)
+	h.writeJSONIn(w, metaShard, st.AppliedIndex, st)
 }
 
 func (h *Handler) members(w http.ResponseWriter, r *http.Request) {
@@ -204,11 +204,11 @@ func (h *Handler) members(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := h.server.ReadMembers(r.Context(), opts)
-	h.reply(w, m, m.Index, err)
+	h.replyIn(w, metaShard, m, m.Index, err)
 }
 
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
-	h.writeJSON(w, h.server.AppliedIndex(), map[string]bool{"ok": true})
+	h.writeJSONIn(w, metaShard, h.server.AppliedIndex(), map[string]bool{"ok": true})
 }
 
 func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
@@ -216,7 +216,7 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, api.Errorf(api.CodeUnavailable, "no leader known or log not applied up to the commit index"))
 		return
 	}
-	h.writeJSON(w, h.server.AppliedIndex(), map[string]bool{"ready": true})
+	h.writeJSONIn(w, metaShard, h.server.AppliedIndex(), map[string]bool{"ready": true})
 }
 
 // reply writes v, whose applied index is index, or err if it is not nil.
@@ -249,8 +249,30 @@ func readOnlyOptions(r *http.Request) (server.ReadOptions, error) {
 
 // nameShard says, in a cluster of several shards, that the reply's index is
 // of shard's log (api.HeaderShard); the handler calls it before replying.
+// Every reply whose index is of one shard names it, so that a client can
+// place the index among its per-shard positions (docs/api.md, "Sharded
+// clusters"); a reply spanning shards names none.
 func (h *Handler) nameShard(w http.ResponseWriter, shard int) {
 	if h.server.Shards() > 1 {
 		w.Header().Set(api.HeaderShard, strconv.Itoa(shard))
 	}
+}
+
+// metaShard is the shard of the replies about sessions, membership, auth
+// and status: their index is of the meta group's log.
+const metaShard = server.MetaShard
+
+// replyIn is reply for a reply whose index is of shard's log: a success
+// names the shard (nameShard); an error carries no index, so no shard.
+func (h *Handler) replyIn(w http.ResponseWriter, shard int, v any, index uint64, err error) {
+	if err == nil {
+		h.nameShard(w, shard)
+	}
+	h.reply(w, v, index, err)
+}
+
+// writeJSONIn is writeJSON for a reply whose index is of shard's log.
+func (h *Handler) writeJSONIn(w http.ResponseWriter, shard int, index uint64, v any) {
+	h.nameShard(w, shard)
+	h.writeJSON(w, index, v)
 }

@@ -50,8 +50,7 @@ func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, path string) {
 	}
 	req.Value = []byte(*body.Value)
 	node, err := h.server.Put(r.Context(), req)
-	h.nameShard(w, h.server.ShardOf(path))
-	h.reply(w, api.Written{Path: node.Path, Version: node.Version, CreatedIndex: node.CreatedIndex,
+	h.replyIn(w, h.server.ShardOf(path), api.Written{Path: node.Path, Version: node.Version, CreatedIndex: node.CreatedIndex,
 		ModifiedIndex: node.ModifiedIndex, Index: node.Index}, node.Index, err)
 }
 
@@ -65,13 +64,11 @@ func (h *Handler) getNode(w http.ResponseWriter, r *http.Request, path string) {
 	}
 	if children {
 		list, err := h.server.Children(r.Context(), path, opts)
-		h.nameShard(w, h.server.ChildShardOf(path))
-		h.reply(w, list, list.Index, err)
+		h.replyIn(w, h.server.ChildShardOf(path), list, list.Index, err)
 		return
 	}
 	node, err := h.server.Get(r.Context(), path, opts)
-	h.nameShard(w, h.server.ShardOf(path))
-	h.reply(w, node, node.Index, err)
+	h.replyIn(w, h.server.ShardOf(path), node, node.Index, err)
 }
 
 func (h *Handler) deleteNode(w http.ResponseWriter, r *http.Request, path string) {
@@ -85,6 +82,5 @@ func (h *Handler) deleteNode(w http.ResponseWriter, r *http.Request, path string
 		return
 	}
 	out, err := h.server.Delete(r.Context(), req)
-	h.nameShard(w, h.server.ShardOf(path))
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, h.server.ShardOf(path), out, out.Index, err)
 }

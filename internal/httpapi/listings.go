@@ -38,7 +38,7 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.server.ListSessions(r.Context(), page, opts)
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, metaShard, out, out.Index, err)
 }
 
 func (h *Handler) clusterHealth(w http.ResponseWriter, r *http.Request) {
@@ -47,7 +47,7 @@ func (h *Handler) clusterHealth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := h.server.ClusterHealth()
-	h.writeJSON(w, out.Index, out)
+	h.writeJSONIn(w, metaShard, out.Index, out)
 }
 
 // listOptions reads a listing's query: limit (1 to api.MaxListLimit,

@@ -29,13 +29,16 @@ func (h *Handler) acquireLock(w http.ResponseWriter, r *http.Request) {
 		h.writeLockNotHeld(w, req.Name, lock)
 		return
 	}
-	h.reply(w, lock, lock.Index, err)
+	h.replyIn(w, lock.Shard, lock, lock.Index, err)
 }
 
 // writeLockNotHeld answers an acquire that gave up after wait_ms (a reply
 // with Held false) as docs/api.md's 409: the lock_not_held error envelope
 // plus held:false, the session's handle, its position in the queue, the
-// queue node and the index.
+// queue node, the index and (in a cluster of several shards) its shard:
+// the queue node is in that shard's log at that index, and a read of it
+// elsewhere may wait for it. As an error reply it carries no index header,
+// so no shard header either.
 func (h *Handler) writeLockNotHeld(w http.ResponseWriter, name string, lock api.Lock) {
 	e := &api.Error{Code: api.CodeLockNotHeld, Message: "lock " + name + " not acquired within wait_ms"}
 	w.Header().Set("Content-Type", "application/json")
@@ -47,7 +50,8 @@ func (h *Handler) writeLockNotHeld(w http.ResponseWriter, name string, lock api.
 		Position      int       `json:"position"`
 		Path          string    `json:"path,omitempty"`
 		Index         uint64    `json:"index"`
-	}{*e, false, lock.SessionHandle, lock.Position, lock.Path, lock.Index})
+		Shard         int       `json:"shard,omitempty"`
+	}{*e, false, lock.SessionHandle, lock.Position, lock.Path, lock.Index, lock.Shard})
 }
 
 func (h *Handler) releaseLock(w http.ResponseWriter, r *http.Request) {
@@ -57,7 +61,7 @@ func (h *Handler) releaseLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.server.ReleaseLock(r.Context(), req.Name, session, req.FencingToken)
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, out.Shard, out, out.Index, err)
 }
 
 func (h *Handler) lockState(w http.ResponseWriter, r *http.Request) {
@@ -67,7 +71,7 @@ func (h *Handler) lockState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.server.LockState(r.Context(), r.PathValue("name"), opts)
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, out.Shard, out, out.Index, err)
 }
 
 func (h *Handler) joinElection(w http.ResponseWriter, r *http.Request) {
@@ -77,7 +81,7 @@ func (h *Handler) joinElection(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.server.JoinElection(r.Context(), req.Role, session, []byte(req.Value))
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, out.Shard, out, out.Index, err)
 }
 
 func (h *Handler) resignElection(w http.ResponseWriter, r *http.Request) {
@@ -87,7 +91,7 @@ func (h *Handler) resignElection(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.server.ResignElection(r.Context(), req.Role, session)
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, out.Shard, out, out.Index, err)
 }
 
 func (h *Handler) electionState(w http.ResponseWriter, r *http.Request) {
@@ -97,5 +101,5 @@ func (h *Handler) electionState(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.server.ElectionState(r.Context(), r.PathValue("role"), opts)
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, out.Shard, out, out.Index, err)
 }

@@ -23,12 +23,12 @@ func (h *Handler) addMember(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := h.server.AddMember(r.Context(), api.Member{Name: req.Name, PeerURL: req.PeerURL, ClientURL: req.ClientURL}, !req.Learner)
-	h.reply(w, m, h.server.AppliedIndex(), err)
+	h.replyIn(w, metaShard, m, h.server.AppliedIndex(), err)
 }
 
 func (h *Handler) removeMember(w http.ResponseWriter, r *http.Request) {
 	err := h.server.RemoveMemberNamed(r.Context(), r.PathValue("id"))
-	h.reply(w, map[string]bool{"removed": true}, h.server.AppliedIndex(), err)
+	h.replyIn(w, metaShard, map[string]bool{"removed": true}, h.server.AppliedIndex(), err)
 }
 
 func (h *Handler) promoteMember(w http.ResponseWriter, r *http.Request) {
@@ -38,7 +38,7 @@ func (h *Handler) promoteMember(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := h.server.PromoteMember(r.Context(), id)
-	h.reply(w, m, h.server.AppliedIndex(), err)
+	h.replyIn(w, metaShard, m, h.server.AppliedIndex(), err)
 }
 
 func (h *Handler) transferLeader(w http.ResponseWriter, r *http.Request) {
@@ -56,5 +56,5 @@ func (h *Handler) transferLeader(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := h.server.Status()
-	h.writeJSON(w, st.AppliedIndex, st)
+	h.writeJSONIn(w, metaShard, st.AppliedIndex, st)
 }

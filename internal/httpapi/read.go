@@ -71,7 +71,7 @@ func (h *Handler) readMany(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, err)
 		return
 	}
-	h.writeJSON(w, result.Index, readManyReply(reads, result))
+	h.writeJSONIn(w, result.Shard, result.Index, readManyReply(reads, result))
 }
 
 func readManyReply(reads []server.ReadOp, result server.ReadManyResult) api.ReadResults {

@@ -19,7 +19,7 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 	// on its way to being clamped (the decoder bounds it by api.MaxInteger).
 	timeoutMs := min(req.TimeoutMs, uint64(h.server.Config().MaxSessionTTL.Milliseconds()))
 	out, err := h.server.CreateSession(r.Context(), timeoutMs)
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, metaShard, out, out.Index, err)
 }
 
 // sessionIDs reads the session_id or session_ids of a session request.
@@ -77,7 +77,7 @@ func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
 	for _, id := range dead {
 		out.Expired = append(out.Expired, api.FormatID(id))
 	}
-	h.writeJSON(w, index, out)
+	h.writeJSONIn(w, metaShard, index, out)
 }
 
 func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request) {
@@ -87,7 +87,7 @@ func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.server.CloseSession(r.Context(), ids[0])
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, metaShard, out, out.Index, err)
 }
 
 // getSession describes a live session. A session that is not live is 410
@@ -109,5 +109,5 @@ func (h *Handler) getSession(w http.ResponseWriter, r *http.Request) {
 	if api.CodeOf(err) == api.CodeNotFound {
 		err = api.SessionGone(id)
 	}
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, metaShard, out, out.Index, err)
 }

@@ -143,7 +143,7 @@ func (h *Handler) txn(w http.ResponseWriter, r *http.Request) {
 		h.writeTxnError(w, err)
 		return
 	}
-	h.writeJSON(w, result.Index, txnReply(req, result))
+	h.writeJSONIn(w, result.Shard, result.Index, txnReply(req, result))
 }
 
 // txnReply is the JSON reply of an applied transaction.

@@ -25,7 +25,7 @@ func (h *Handler) addWatch(w http.ResponseWriter, r *http.Request) {
 		Path: req.Path, Recursive: req.Recursive, Persistent: req.Persistent, KnownIndex: req.KnownIndex,
 		KnownIndexes: req.KnownIndexes,
 	})
-	h.reply(w, out, out.Index, err)
+	h.replyIn(w, out.Shard, out, out.Index, err)
 }
 
 func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +52,7 @@ func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, err)
 		return
 	}
-	h.writeJSON(w, h.server.AppliedIndex(), map[string]bool{"cancelled": true})
+	h.writeJSONIn(w, metaShard, h.server.AppliedIndex(), map[string]bool{"cancelled": true})
 }
 
 // events streams a session's watch events as Server-Sent Events: one JSON

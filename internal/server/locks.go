@@ -9,7 +9,9 @@ import (
 )
 
 // The lock and election calls find the group of the queue's directory and
-// hand over to its queues feature (package queues).
+// hand over to its queues feature (package queues); each reply names that
+// group's shard (its Shard field), whose log its index and fencing token
+// are of.
 
 // AcquireLock queues the session on lock name (or keeps its place) and waits
 // up to wait to hold it (queues.Queues.AcquireLock). A lock not held in time
@@ -18,7 +20,10 @@ func (s *Server) AcquireLock(ctx context.Context, name string, session uint64, w
 	if err := s.authorizeAs(ctx, permWrite, queues.LocksRoot+"/"+name, session); err != nil {
 		return api.Lock{}, err
 	}
-	return s.childGroup(queues.LocksRoot+"/"+name).queues.AcquireLock(ctx, name, session, wait)
+	g := s.childGroup(queues.LocksRoot + "/" + name)
+	lock, err := g.queues.AcquireLock(ctx, name, session, wait)
+	lock.Shard = g.shard
+	return lock, err
 }
 
 // ReleaseLock deletes the session's queue node of lock name
@@ -27,7 +32,10 @@ func (s *Server) ReleaseLock(ctx context.Context, name string, session, token ui
 	if err := s.authorizeAs(ctx, permWrite, queues.LocksRoot+"/"+name, session); err != nil {
 		return api.Released{}, err
 	}
-	return s.childGroup(queues.LocksRoot+"/"+name).queues.ReleaseLock(ctx, name, session, token)
+	g := s.childGroup(queues.LocksRoot + "/" + name)
+	out, err := g.queues.ReleaseLock(ctx, name, session, token)
+	out.Shard = g.shard
+	return out, err
 }
 
 // LockState reports a lock's holder and how many wait (queues.Queues.LockState).
@@ -36,7 +44,9 @@ func (s *Server) LockState(ctx context.Context, name string, opts ReadOptions) (
 		return api.LockState{}, err
 	}
 	g := s.childGroup(queues.LocksRoot + "/" + name)
-	return g.queues.LockState(ctx, name, opts.Consistency, opts.minIndexIn(g))
+	out, err := g.queues.LockState(ctx, name, opts.Consistency, opts.minIndexIn(g))
+	out.Shard = g.shard
+	return out, err
 }
 
 // JoinElection enters the session as a candidate for role
@@ -45,7 +55,10 @@ func (s *Server) JoinElection(ctx context.Context, role string, session uint64, 
 	if err := s.authorizeAs(ctx, permWrite, queues.ElectionsRoot+"/"+role, session); err != nil {
 		return api.Candidacy{}, err
 	}
-	return s.childGroup(queues.ElectionsRoot+"/"+role).queues.JoinElection(ctx, role, session, value)
+	g := s.childGroup(queues.ElectionsRoot + "/" + role)
+	out, err := g.queues.JoinElection(ctx, role, session, value)
+	out.Shard = g.shard
+	return out, err
 }
 
 // ResignElection withdraws the session's candidacy for role
@@ -54,7 +67,10 @@ func (s *Server) ResignElection(ctx context.Context, role string, session uint64
 	if err := s.authorizeAs(ctx, permWrite, queues.ElectionsRoot+"/"+role, session); err != nil {
 		return api.Resigned{}, err
 	}
-	return s.childGroup(queues.ElectionsRoot+"/"+role).queues.ResignElection(ctx, role, session)
+	g := s.childGroup(queues.ElectionsRoot + "/" + role)
+	out, err := g.queues.ResignElection(ctx, role, session)
+	out.Shard = g.shard
+	return out, err
 }
 
 // ElectionState reports the leader of role and how many candidates there
@@ -64,5 +80,7 @@ func (s *Server) ElectionState(ctx context.Context, role string, opts ReadOption
 		return api.ElectionState{}, err
 	}
 	g := s.childGroup(queues.ElectionsRoot + "/" + role)
-	return g.queues.ElectionState(ctx, role, opts.Consistency, opts.minIndexIn(g))
+	out, err := g.queues.ElectionState(ctx, role, opts.Consistency, opts.minIndexIn(g))
+	out.Shard = g.shard
+	return out, err
 }

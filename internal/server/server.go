@@ -368,10 +368,15 @@ func (s *Server) childGroup(dir string) *group {
 	return s.groups[s.shards.ChildShard(dir)].Load()
 }
 
+// MetaShard is the shard of the meta group: the member table, the
+// sessions and the auth store. The index of a reply about them (sessions,
+// heartbeats, membership, status, auth) is of its log.
+const MetaShard = 0
+
 // metaGroup returns the group that holds the member table and the sessions
 // (shard 0, consensus group 1), nil before it runs. Membership, sessions,
 // heartbeats and status find their group here.
-func (s *Server) metaGroup() *group { return s.groups[0].Load() }
+func (s *Server) metaGroup() *group { return s.groups[MetaShard].Load() }
 
 // allGroups returns the running groups in shard order (nil entries for
 // groups not running yet).

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"sync"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
@@ -150,4 +152,50 @@ func (s *Server) waitCleaned(ctx context.Context, id uint64) error {
 			return meta.Unavailable("session %s is closed, but the deletion of its ephemeral nodes in every shard was not confirmed in time (it completes on its own)", api.FormatID(id))
 		}
 	}
+}
+
+// cleanedIndexes returns, for the close at closeIndex of session id whose
+// cleanup every shard applied (waitCleaned), an index of each shard at
+// which that shard's cleanup is applied on this member: closeIndex for
+// shard 0, and for every other shard its applied index after a
+// linearizable barrier. The cleanup was committed in each shard before it
+// left shard 0's ending list, but this member may not have applied it yet,
+// and its applied index alone would be no position a read elsewhere can
+// wait for. The barriers run at once, one quorum round in all. Nil with
+// one shard.
+func (s *Server) cleanedIndexes(ctx context.Context, id, closeIndex uint64) (map[int]uint64, error) {
+	if s.cfg.Shards == 1 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	indexes := make([]uint64, len(s.groups))
+	errs := make([]error, len(s.groups))
+	var wg sync.WaitGroup
+	for shard := 1; shard < len(s.groups); shard++ {
+		wg.Go(func() { indexes[shard], errs[shard] = s.shardPosition(ctx, shard) })
+	}
+	wg.Wait()
+	out := map[int]uint64{0: closeIndex}
+	for shard := 1; shard < len(s.groups); shard++ {
+		if errs[shard] != nil {
+			return nil, s.metaGroup().Unavailable("session %s is closed and its ephemeral nodes deleted in every shard, but shard %d's index could not be read in time: %v",
+				api.FormatID(id), shard, errs[shard])
+		}
+		out[shard] = indexes[shard]
+	}
+	return out, nil
+}
+
+// shardPosition is shard's applied index on this member after a
+// linearizable barrier: at least every entry committed before the call.
+func (s *Server) shardPosition(ctx context.Context, shard int) (uint64, error) {
+	g := s.groups[shard].Load()
+	if g == nil {
+		return 0, fmt.Errorf("shard %d is not running yet", shard)
+	}
+	if err := g.Barrier(ctx, api.Linearizable, 0); err != nil {
+		return 0, err
+	}
+	return g.Applied(), nil
 }

@@ -96,7 +96,8 @@ func NewSessionID() (uint64, error) {
 
 // CloseSession ends a session and deletes its ephemeral nodes: in one entry
 // with one shard; with several, it answers once every shard applied the
-// session's cleanup (sessionend.go).
+// session's cleanup (sessionend.go), with each shard's index at which it
+// did (cleanedIndexes).
 func (s *Server) CloseSession(ctx context.Context, id uint64) (api.Closed, error) {
 	if err := s.authorizeSessions(ctx, id); err != nil {
 		return api.Closed{}, err
@@ -111,7 +112,11 @@ func (s *Server) CloseSession(ctx context.Context, id uint64) (api.Closed, error
 	if err := s.waitCleaned(ctx, id); err != nil {
 		return api.Closed{}, err
 	}
-	return api.Closed{Closed: true, Index: index}, nil
+	indexes, err := s.cleanedIndexes(ctx, id, index)
+	if err != nil {
+		return api.Closed{}, err
+	}
+	return api.Closed{Closed: true, Index: index, Indexes: indexes}, nil
 }
 
 // GetSession describes a live session.

@@ -61,6 +61,7 @@ type TxnOpResult struct {
 type TxnResult struct {
 	Ops   []TxnOpResult
 	Index uint64
+	Shard int // the shard whose log Index is of: every operation's
 }
 
 // Txn applies a transaction once a quorum has it and this server applied
@@ -84,7 +85,9 @@ func (s *Server) Txn(ctx context.Context, r TxnRequest) (TxnResult, error) {
 	if err != nil {
 		return TxnResult{}, err
 	}
-	return txnResult(res, index)
+	out, err := txnResult(res, index)
+	out.Shard = g.shard
+	return out, err
 }
 
 // txnCommand validates r as far as it can without the state and builds its
@@ -179,7 +182,7 @@ func (s *Server) txnGroup(ops []TxnOp) (*group, error) {
 	for i := range ops {
 		paths[i] = ops[i].Path
 	}
-	if _, err := oneGroup(paths, func(path string) uint64 { return s.groupFor(path).Group() }); err != nil {
+	if _, err := oneGroup(paths, func(path string) uint64 { return uint64(s.groupFor(path).shard) }); err != nil {
 		return nil, err
 	}
 	return s.groupFor(paths[0]), nil
@@ -188,7 +191,9 @@ func (s *Server) txnGroup(ops []TxnOp) (*group, error) {
 // oneGroup returns the group groupOf gives every path, or an
 // invalid_argument naming the first two that differ: a transaction is
 // atomic within one consensus group's log only, so it is confined to one
-// shard. paths is not empty.
+// shard. paths is not empty. The message names groupOf's numbers as
+// shards, so the callers pass the shard (not the consensus-group id,
+// which is one more).
 func oneGroup(paths []string, groupOf func(path string) uint64) (uint64, error) {
 	first := groupOf(paths[0])
 	for i, p := range paths[1:] {

@@ -27,6 +27,7 @@ type ReadResult struct {
 type ReadManyResult struct {
 	Results []ReadResult
 	Index   uint64
+	Shard   int // the shard whose log Index is of: every read's
 }
 
 // ReadMany reads several nodes or children lists at one index, as
@@ -47,14 +48,14 @@ func (s *Server) ReadMany(ctx context.Context, reads []ReadOp, opts ReadOptions)
 	for i := range reads {
 		paths[i] = reads[i].Path
 	}
-	if _, err := oneGroup(paths, func(path string) uint64 { return s.groupFor(path).Group() }); err != nil {
+	if _, err := oneGroup(paths, func(path string) uint64 { return uint64(s.groupFor(path).shard) }); err != nil {
 		return ReadManyResult{}, err
 	}
 	g := s.groupFor(paths[0])
 	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
 		return ReadManyResult{}, err
 	}
-	out := ReadManyResult{Results: make([]ReadResult, len(reads))}
+	out := ReadManyResult{Results: make([]ReadResult, len(reads)), Shard: g.shard}
 	out.Index = g.View(func(f *fsm.FSM) {
 		for i, read := range reads {
 			out.Results[i] = readOne(f, read)

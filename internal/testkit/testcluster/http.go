@@ -25,11 +25,18 @@ var httpClient = &http.Client{
 // Do sends one request to base+path with query q and JSON body in (nil for
 // none) and decodes a 200 reply into out. An error reply comes back as *api.Error.
 func Do(ctx context.Context, method, base, path string, q url.Values, in, out any) error {
+	_, err := DoHeader(ctx, method, base, path, q, in, out)
+	return err
+}
+
+// DoHeader is Do that also returns the reply's headers (nil if no reply
+// came).
+func DoHeader(ctx context.Context, method, base, path string, q url.Values, in, out any) (http.Header, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		body = bytes.NewReader(b)
 	}
@@ -39,29 +46,29 @@ func Do(ctx context.Context, method, base, path string, q url.Values, in, out an
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return resp.Header, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e api.ErrorBody
 		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
-			return fmt.Errorf("%s %s: status %d: %s", method, path, resp.StatusCode, data)
+			return resp.Header, fmt.Errorf("%s %s: status %d: %s", method, path, resp.StatusCode, data)
 		}
-		return &e.Error
+		return resp.Header, &e.Error
 	}
 	if out != nil {
-		return json.Unmarshal(data, out)
+		return resp.Header, json.Unmarshal(data, out)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // Put writes value at path on node base; prev is "", "any", "none" or a version.
