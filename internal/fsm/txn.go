@@ -27,6 +27,9 @@ type TxnOpResult struct {
 	Owner         uint64 // the owning session of an ephemeral node; 0 = persistent
 	DataLength    int
 	ChildrenCount int
+	// CreatedAtMs, ChildrenVersion and ChildrenModifiedIndex are as Node's
+	// (0 for a deleted node, and for a check of an absent one).
+	CreatedAtMs, ChildrenVersion, ChildrenModifiedIndex uint64
 }
 
 // txn applies the operations of an OpTxn in order, all or nothing at index:
@@ -157,5 +160,6 @@ func (f *FSM) txnOpResult(meta NodeMeta) TxnOpResult {
 	if !ok || e.created != meta.CreatedIndex {
 		return TxnOpResult{Node: meta}
 	}
-	return TxnOpResult{Node: meta, Owner: e.owner, DataLength: len(e.value), ChildrenCount: e.children}
+	return TxnOpResult{Node: meta, Owner: e.owner, DataLength: len(e.value), ChildrenCount: e.children,
+		CreatedAtMs: e.ctime, ChildrenVersion: e.cversion, ChildrenModifiedIndex: e.pzxid}
 }

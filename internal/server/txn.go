@@ -54,6 +54,9 @@ type TxnOpResult struct {
 	Owner         uint64 // the owning session of an ephemeral node; 0 = persistent
 	DataLength    int
 	ChildrenCount int
+	// CreatedAtMs, ChildrenVersion and ChildrenModifiedIndex are as
+	// NodeView's (0 for a deleted node).
+	CreatedAtMs, ChildrenVersion, ChildrenModifiedIndex uint64
 }
 
 // TxnResult is an applied transaction: a result per operation and the
@@ -220,6 +223,7 @@ func txnResult(res fsm.Result, index uint64) (TxnResult, error) {
 		out.Ops[i] = TxnOpResult{
 			Path: op.Node.Path, Version: op.Node.Version, CreatedIndex: op.Node.CreatedIndex, ModifiedIndex: op.Node.ModifiedIndex,
 			Owner: op.Owner, DataLength: op.DataLength, ChildrenCount: op.ChildrenCount,
+			CreatedAtMs: op.CreatedAtMs, ChildrenVersion: op.ChildrenVersion, ChildrenModifiedIndex: op.ChildrenModifiedIndex,
 		}
 	}
 	return out, nil

@@ -266,19 +266,14 @@ func (c *conn) multiResult(op zkproto.OpCode, r server.TxnOpResult, timeMs uint6
 }
 
 // txnStat is the Stat of the node a transaction operation left, in a
-// transaction stamped with timeMs (TxnRequest.TimeMs): its mtime. A node
-// the transaction created has that ctime, cversion 0 and its czxid as
-// pzxid; of a node made before it, a transaction result does not tell the
-// ctime, cversion and pzxid: they are 0, 0 and the mzxid.
+// transaction stamped with timeMs (TxnRequest.TimeMs): its mtime.
 func (c *conn) txnStat(r server.TxnOpResult, timeMs uint64) zkproto.Stat {
-	stat := zkproto.Stat{
-		Czxid: int64(r.CreatedIndex), Mzxid: int64(r.ModifiedIndex), Pzxid: int64(r.ModifiedIndex),
-		Mtime: int64(timeMs), Version: zkVersion(r.Version), EphemeralOwner: c.ownerOf(r.Owner),
-		DataLength: int32(r.DataLength), NumChildren: int32(r.ChildrenCount),
-	}
-	if r.CreatedIndex == r.ModifiedIndex {
-		stat.Ctime, stat.Pzxid = int64(timeMs), int64(r.CreatedIndex)
-	}
+	stat := c.statOf(server.NodeView{
+		Version: r.Version, CreatedIndex: r.CreatedIndex, ModifiedIndex: r.ModifiedIndex, Owner: r.Owner,
+		ChildrenCount: r.ChildrenCount, CreatedAtMs: r.CreatedAtMs, ModifiedAtMs: timeMs,
+		ChildrenVersion: r.ChildrenVersion, ChildrenModifiedIndex: r.ChildrenModifiedIndex,
+	})
+	stat.DataLength = int32(r.DataLength)
 	return stat
 }
 

@@ -358,7 +358,7 @@ func (c *conn) setData(req *zkproto.SetDataRequest) (zkproto.Record, zkproto.Err
 	c.saw(res.Index)
 	set := res.Ops[0]
 	n.Value, n.Version, n.ModifiedIndex, n.ModifiedAtMs = req.Data, set.Version, set.ModifiedIndex, timeMs
-	n.ChildrenCount = set.ChildrenCount
+	n.ChildrenCount, n.ChildrenVersion, n.ChildrenModifiedIndex = set.ChildrenCount, set.ChildrenVersion, set.ChildrenModifiedIndex
 	return &zkproto.StatResponse{Stat: c.statOf(n)}, zkproto.ErrOK
 }
 

@@ -86,6 +86,17 @@ func TestStatTimesFromTheLog(t *testing.T) {
 		t.Errorf("after n1's restart (snapshots %v): created_at_ms %d, modified_at_ms %d, cversion %d; want %d, %d, %d",
 			c.SnapshotIndexes(1), node.CreatedAtMs, node.ModifiedAtMs, node.ChildrenVersion, stat.Ctime, stat.Mtime, stat.Cversion+1)
 	}
+
+	// A multi's setData reports the whole Stat of a node made before it
+	// (ctime, cversion and pzxid too), as the members then show it (the
+	// restarted member's connection is reconnecting).
+	res, err := conns[0].Multi(&zk.SetDataRequest{Path: "/t", Data: []byte("m"), Version: -1})
+	if err != nil || len(res) != 1 || res[0].Error != nil || res[0].Stat == nil {
+		t.Fatalf("multi setData: %+v, %v", res, err)
+	}
+	if after := sameStatEverywhere(t, []*zk.Conn{conns[0], conns[2]}, "/t"); *res[0].Stat != *after {
+		t.Errorf("multi's setData replied %+v, the members show %+v", *res[0].Stat, *after)
+	}
 }
 
 func mustCreate(t *testing.T, conn *zk.Conn, path, value string) {
