@@ -160,7 +160,7 @@ func (w *zkLocks) client(r *run, worker int) {
 	c := &zkClient{worker: worker, random: rand.New(rand.NewPCG(r.cfg.Seed, uint64(worker)+0x7a6b))}
 	if err := w.reconnect(c); err != nil {
 		if !r.Stopped() {
-			r.Anomaly("zk: connect: %v", err)
+			r.Anomaly("liveness: zk: connect: %v", err)
 		}
 		return
 	}
@@ -176,14 +176,21 @@ func (w *zkLocks) client(r *run, worker int) {
 
 // zkConnectAttempts bounds the connects of one reconnect: a member killed
 // or replaced while a new connection's addauth is in flight closes it
-// (go-zookeeper's ErrConnectionClosed), which a client meets by connecting
-// anew, as an application would.
+// (go-zookeeper's ErrConnectionClosed), and every member down at once (a
+// kill-all) fails it after one try of each (ErrNoServer); a client meets
+// both by connecting anew, as an application would.
 const zkConnectAttempts = 20
+
+// retryConnect reports whether a connect that failed with err is tried
+// again.
+func retryConnect(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)
+}
 
 // reconnect gives c a new connection, closed when the run stops.
 func (w *zkLocks) reconnect(c *zkClient) error {
 	conn, err := w.connect()
-	for attempt := 1; err != nil && errors.Is(err, zk.ErrConnectionClosed) && attempt < zkConnectAttempts; attempt++ {
+	for attempt := 1; err != nil && retryConnect(err) && attempt < zkConnectAttempts; attempt++ {
 		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond) // back off before the next connect
 		conn, err = w.connect()
 	}
