@@ -23,7 +23,13 @@ type LockList struct {
 	Locks     []LockEntry `json:"locks"`
 	Truncated bool        `json:"truncated"`
 	NextAfter string      `json:"next_after,omitempty"`
-	Index     uint64      `json:"index"`
+	// Index is the applied index of the names' view: in a cluster of
+	// several shards, of the shard of /locks's children.
+	Index uint64 `json:"index"`
+	// Indexes, in a cluster of several shards, is the applied index of
+	// each shard read for the page: the names' and the queues'. Absent
+	// with one shard.
+	Indexes map[int]uint64 `json:"indexes,omitempty"`
 }
 
 // ElectionEntry is one election of GET /v1/elections: GET
@@ -39,7 +45,10 @@ type ElectionList struct {
 	Elections []ElectionEntry `json:"elections"`
 	Truncated bool            `json:"truncated"`
 	NextAfter string          `json:"next_after,omitempty"`
-	Index     uint64          `json:"index"`
+	// Index and Indexes are as in LockList, the names being those of
+	// /elections's children.
+	Index   uint64         `json:"index"`
+	Indexes map[int]uint64 `json:"indexes,omitempty"`
 }
 
 // SessionEntry is one live session of GET /v1/sessions, named by its

@@ -96,8 +96,9 @@ type ReadRequest struct {
 }
 
 // ReadResult is one read's outcome: exactly one of Node, Children (as GET
-// /v1/kv/{path} and ?children=true reply, with the multi-read's index) and
-// Error (that read's refusal; the others stand).
+// /v1/kv/{path} and ?children=true reply, with the multi-read's index, or
+// for children living in another shard, with that shard's index and
+// Children.Shard) and Error (that read's refusal; the others stand).
 type ReadResult struct {
 	Node     *Node     `json:"node,omitempty"`
 	Children *Children `json:"children,omitempty"`

@@ -96,6 +96,9 @@ type Children struct {
 	Path     string   `json:"path"`
 	Children []string `json:"children"`
 	Index    uint64   `json:"index"`
+	// Shard is set only in a result of POST /v1/read: the shard whose log
+	// Index is of (left out for shard 0, and with one shard).
+	Shard int `json:"shard,omitempty"`
 }
 
 // Deleted is the reply to DELETE /v1/kv/{path}.

@@ -81,7 +81,7 @@ func readManyReply(reads []server.ReadOp, result server.ReadManyResult) api.Read
 		case r.Err != nil:
 			out.Results[i].Error = r.Err
 		case reads[i].Children:
-			out.Results[i].Children = &api.Children{Path: reads[i].Path, Children: r.Children, Index: result.Index}
+			out.Results[i].Children = &api.Children{Path: reads[i].Path, Children: r.Children, Index: r.Index, Shard: r.Shard}
 		default:
 			node := r.Node
 			node.Index = result.Index

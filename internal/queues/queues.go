@@ -12,7 +12,10 @@
 // server.refusePlainQueueWrite) is ignored, so it can neither hold nor block.
 //
 // ListLocks and ListElections (list.go) read every queue of a kind from one
-// view of the state, a page of names at a time.
+// view of the state, a page of names at a time. In a sharded cluster the
+// queues of one page live in several groups: the server pages the names
+// with PageNames in the group of their directory's children and reads each
+// group's queues with LockEntries or ElectionEntries.
 //
 // Queues is a replica.Listener: the apply path hands it the deleted nodes
 // once the state that lacks them is visible, and a restore wakes every
