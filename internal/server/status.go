@@ -113,6 +113,10 @@ func (s *Server) Ready() bool {
 // AppliedIndex is the main group's applied index on this server.
 func (s *Server) AppliedIndex() uint64 { return s.metaGroup().Applied() }
 
+// ShardApplied is shard's applied index on this server (0 <= shard <
+// Shards()).
+func (s *Server) ShardApplied(shard int) uint64 { return s.groups[shard].Load().Applied() }
+
 // StateHash is the main group's state-machine hash and the index it covers.
 func (s *Server) StateHash() (hash, index uint64) {
 	g := s.metaGroup()

@@ -26,6 +26,10 @@ type NodeView struct {
 	ChildrenCount int
 	Children      []string // with NodeReadOptions.Children, sorted
 	Index         uint64   // the applied index of the view
+	// ChildrenIndex, when the node's children live in another shard than
+	// the node (sharded clusters), is the applied index of the view of
+	// that shard the children (and their count) were read from; else 0.
+	ChildrenIndex uint64
 	// CreatedAtMs, ModifiedAtMs, ChildrenVersion and ChildrenModifiedIndex
 	// are as in fsm.Node: ZooKeeper's ctime, mtime, cversion and pzxid.
 	CreatedAtMs, ModifiedAtMs              uint64
@@ -83,7 +87,7 @@ func (s *Server) readForeignChildren(ctx context.Context, path string, opts Node
 		return err
 	}
 	var err error
-	g.View(func(f *fsm.FSM) {
+	out.ChildrenIndex = g.View(func(f *fsm.FSM) {
 		var dir fsm.Directory
 		if dir, err = f.Directory(path); err != nil {
 			return

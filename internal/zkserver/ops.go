@@ -19,10 +19,10 @@ func (c *conn) multiOp(op zkproto.OpCode, rest []byte) (zkproto.Record, zkproto.
 }
 
 // reply sends the answer to the request h and reports whether the
-// connection must end after it, and an index through which every change
-// has been dispatched to the watch table (0 if unknown): see
-// awaitNotifications.
-func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.ErrCode, end bool) (closeConn bool, through uint64) {
+// connection must end after it. With track (the request set watches), it
+// also returns an index per shard through which every change has been
+// dispatched to the watch table (nil if unknown): see awaitNotifications.
+func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.ErrCode, end, track bool) (closeConn bool, through []uint64) {
 	if code == zkproto.ErrOperationTimeout {
 		// The member could not answer in time (no leader, no quorum): end
 		// the connection unanswered, as a ZooKeeper server that lost its
@@ -30,9 +30,9 @@ func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.
 		// elsewhere) with its session, and its recipes recover as they do
 		// from ZooKeeper; a write's outcome is then unknown to it, as there.
 		c.l.log.Info("zk: request timed out; closing the connection", "session", c.session, "op", h.Type)
-		return true, 0
+		return true, nil
 	}
-	through = c.awaitNotifications()
+	through = c.awaitNotifications(track)
 	_ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp)
 	return end || code == zkproto.ErrSessionExpired, through
 }
@@ -294,13 +294,15 @@ func (c *conn) read(p *pending, op zkproto.OpCode, req *zkproto.PathWatchRequest
 	if err != nil {
 		if op == zkproto.OpExists && isCode(err, api.CodeNotFound) {
 			// exists on a missing node still sets its watch.
-			c.watches.armAs(entry, kindExist, n.Index)
+			c.watches.armAs(entry, kindExist, shardPos{index: n.Index})
 		} else {
 			c.watches.drop(entry)
 		}
 		return nil, errCode(err)
 	}
-	c.watches.arm(entry, n.Index)
+	if entry != nil {
+		c.watches.arm(entry, posOf(n.Index, c.l.srv.ChildShardOf(req.Path), n.ChildrenIndex))
+	}
 	stat := c.statOf(n)
 	switch op {
 	case zkproto.OpExists:

@@ -224,7 +224,7 @@ func (c *conn) sendReplies(order <-chan *pending, slots <-chan struct{}) {
 					c.close()
 				}
 			} else {
-				end, through := c.reply(p.h, p.resp, p.code, p.end)
+				end, through := c.reply(p.h, p.resp, p.code, p.end, len(p.holds) > 0)
 				c.watches.release(p.holds, through)
 				if end {
 					c.close()

@@ -1,8 +1,8 @@
 package zkserver
 
 import (
-	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,7 +125,7 @@ func TestLockRecipeOnShardedCluster(t *testing.T) {
 		conns[i], _ = connect(t, c.addrs[i%len(c.addrs):i%len(c.addrs)+1], 10*time.Second)
 	}
 	mustCreate(t, conns[0], "/lk", "")
-	lockDir := shardZeroDir(t, "/lk")
+	lockDir := dirWithChildrenIn(t, "/lk", func(shard int) bool { return shard != 0 })
 	var holders, acquired atomic.Int32
 	errs := make(chan error, clients)
 	var wg sync.WaitGroup
@@ -161,63 +161,129 @@ func TestLockRecipeOnShardedCluster(t *testing.T) {
 	}
 }
 
-// shardZeroDir returns a child of parent whose own children live in shard 0.
-func shardZeroDir(t *testing.T, parent string) string {
+// dirWithChildrenIn returns a child of parent whose own children live in
+// a shard that wanted accepts.
+func dirWithChildrenIn(t *testing.T, parent string, wanted func(shard int) bool) string {
 	t.Helper()
 	m, err := placement.New(zkShards)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 256 {
-		if p := fmt.Sprintf("%s/l%d", parent, i); m.ChildShard(p) == 0 {
+		if p := fmt.Sprintf("%s/l%d", parent, i); wanted(m.ChildShard(p)) {
 			return p
 		}
 	}
-	t.Fatal("no directory with its children in shard 0")
+	t.Fatal("no directory with its children in a wanted shard")
 	return ""
 }
 
-// TestWatchesOutsideShardZeroRefused: on a sharded cluster the ZooKeeper
-// port refuses a watch whose changes come from another shard than 0 (a
-// session's zxid follows shard 0's indexes) with BadArguments, and serves
-// a data watch on a node of shard 0: its change is notified.
-func TestWatchesOutsideShardZeroRefused(t *testing.T) {
-	c := startZKWith(t, 1, Config{}, testcluster.Options{Shards: zkShards}, nil)
+// TestWatchesOnEveryShard: on a sharded cluster the ZooKeeper port serves
+// watches whatever the shards their changes come from: a data watch on a
+// node of every shard, a child watch on a directory whose children live in
+// another shard than the node (its NodeChildrenChanged comes from the
+// children's log, whose indexes are not the node's), an exist watch on a
+// missing node, and go-zookeeper's lock recipe (which waits with a watch
+// on its predecessor) on a lock directory whose children are not in shard
+// 0. After a reconnect to another member, setWatches sets the watches
+// again: each reports a change missed meanwhile.
+func TestWatchesOnEveryShard(t *testing.T) {
+	c := startZKWith(t, 3, Config{}, testcluster.Options{Shards: zkShards}, nil)
 	conn, _ := connect(t, c.addrs, 10*time.Second)
+	home := slices.Index(c.addrs, conn.Server()) // the member conn is on
+	if home < 0 {
+		t.Fatalf("connected to %q, not one of %v", conn.Server(), c.addrs)
+	}
+	writer, _ := connect(t, []string{c.addrs[(home+1)%len(c.addrs)]}, 10*time.Second)
 	m, err := placement.New(zkShards)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var inZero, elsewhere string // a node's shard is its parent's children's
-	for i := 0; i < 256 && (inZero == "" || elsewhere == ""); i++ {
+	// A node in each shard (a node's shard is its parent's children's).
+	nodes := make([]string, zkShards)
+	for i, found := 0, 0; found < zkShards; i++ {
 		p := fmt.Sprintf("/w%d/n", i)
-		switch {
-		case m.Shard(p) == 0 && inZero == "":
-			inZero = p
-		case m.Shard(p) != 0 && elsewhere == "":
-			elsewhere = p
-		default:
+		if nodes[m.Shard(p)] != "" {
 			continue
 		}
-		mustCreate(t, conn, fmt.Sprintf("/w%d", i), "")
-		mustCreate(t, conn, p, "a")
+		mustCreate(t, writer, fmt.Sprintf("/w%d", i), "")
+		mustCreate(t, writer, p, "a")
+		nodes[m.Shard(p)] = p
+		found++
 	}
-	if _, _, _, err := conn.GetW(elsewhere); !errors.Is(err, zk.ErrBadArguments) {
-		t.Fatalf("getData with a watch on %s (shard %d): %v, want BadArguments", elsewhere, m.Shard(elsewhere), err)
+	var dir string // a directory whose children are in another shard
+	for i := 0; dir == ""; i++ {
+		if p := fmt.Sprintf("/d%d", i); m.ChildShard(p) != m.Shard(p) && m.ChildShard(p) != 0 {
+			dir = p
+		}
 	}
-	_, _, events, err := conn.GetW(inZero)
+	mustCreate(t, writer, dir, "")
+	missing := nodes[zkShards-1] + "-later"
+	// The log of dir's own shard runs well ahead of its children's: a
+	// child watch that compared the children's changes with the node's
+	// index would drop them.
+	for i := range 60 {
+		if _, err := writer.Set(nodes[m.Shard(dir)], []byte(fmt.Sprint(i)), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	dataEvents := make([]<-chan zk.Event, zkShards)
+	for shard, p := range nodes {
+		if _, _, dataEvents[shard], err = conn.GetW(p); err != nil {
+			t.Fatalf("getData with a watch on %s (shard %d): %v", p, shard, err)
+		}
+	}
+	_, _, childEvents, err := conn.ChildrenW(dir)
 	if err != nil {
-		t.Fatalf("getData with a watch on %s (shard 0): %v", inZero, err)
+		t.Fatalf("getChildren with a watch on %s (children in shard %d): %v", dir, m.ChildShard(dir), err)
 	}
-	if _, err := conn.Set(inZero, []byte("b"), -1); err != nil {
+	_, _, existEvents, err := conn.ExistsW(missing)
+	if err != nil {
 		t.Fatal(err)
 	}
+	for _, p := range nodes {
+		if _, err := writer.Set(p, []byte("b"), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustCreate(t, writer, dir+"/child", "")
+	mustCreate(t, writer, missing, "")
+	for shard, p := range nodes {
+		expectEvent(t, dataEvents[shard], zk.EventNodeDataChanged, p)
+	}
+	expectEvent(t, childEvents, zk.EventNodeChildrenChanged, dir)
+	expectEvent(t, existEvents, zk.EventNodeCreated, missing)
+
+	// Set again, then the member holding the connection goes (its listener
+	// first): the client reconnects elsewhere with setWatches, and the
+	// changes made meanwhile are reported.
+	away := nodes[1]
+	if _, _, dataEvents[1], err = conn.GetW(away); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, childEvents, err = conn.ChildrenW(dir); err != nil {
+		t.Fatal(err)
+	}
+	c.listeners[home].Close() // the client reconnects to another member
+	c.Stop(home)
+	if _, err := writer.Set(away, []byte("c"), -1); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, writer, dir+"/child2", "")
+	expectEvent(t, dataEvents[1], zk.EventNodeDataChanged, away)
+	expectEvent(t, childEvents, zk.EventNodeChildrenChanged, dir)
+}
+
+// expectEvent waits for the next event on events: typ on path.
+func expectEvent(t *testing.T, events <-chan zk.Event, typ zk.EventType, path string) {
+	t.Helper()
 	select {
 	case ev := <-events:
-		if ev.Type != zk.EventNodeDataChanged || ev.Path != inZero {
-			t.Fatalf("event %+v, want NodeDataChanged on %s", ev, inZero)
+		if ev.Type != typ || ev.Path != path {
+			t.Fatalf("event %+v, want %v on %s", ev, typ, path)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("no notification of %s's change", inZero)
+		t.Fatalf("no %v notification of %s within 30s", typ, path)
 	}
 }

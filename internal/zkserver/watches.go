@@ -72,8 +72,9 @@ func keyKind(k watchKind) watchKind {
 // its latch watch go when no generation is left.
 type watchEntry struct {
 	key  watchKey
-	id   uint64 // the latch watch
-	at   uint64 // the applied index the latch watch was added at
+	id   uint64   // the latch watch
+	home int      // the shard of the path, whose index at is
+	at   shardPos // the applied indexes the latch watch was added at
 	gens []*watchGen
 }
 
@@ -84,26 +85,28 @@ type watchEntry struct {
 type watchGen struct {
 	e     *watchEntry
 	kind  watchKind // kindData or kindExist in a data entry, else the entry's kind
-	after uint64    // changes at or below this index are not reported
+	after shardPos  // changes at or below this position are not reported
 	armed bool
 	// pending holds the events that came before the generation was armed
 	// (the latch watch is added before the read that sets a ZooKeeper
 	// watch, so that no change between the two is lost).
 	pending []api.Event
 	// catchUp: set by setWatches with a relativeZxid: an event at the
-	// entry's index at is the latch registry's report that the node changed
-	// while the client was away (its latest change), not a change at that
-	// index.
+	// entry's position at (in its shard) is the latch registry's report
+	// that the node changed while the client was away (its latest change),
+	// not a change at that index.
 	catchUp bool
 	fired   bool // a one-shot watch that triggered
 	held    bool // until the reply of the request that set it is sent
 	notes   []heldNote
 }
 
-// heldNote is a notification a held generation owes its client.
+// heldNote is a notification a held generation owes its client, of the
+// change at index of shard.
 type heldNote struct {
 	typ   zkproto.EventType
 	path  string
+	shard int
 	index uint64
 }
 
@@ -124,8 +127,9 @@ type watchTable struct {
 	mu      sync.Mutex
 	byKey   map[watchKey]*watchEntry
 	byID    map[uint64]*watchEntry
+	atShard int               // the shard of atIndex
 	atIndex uint64            // the index of the notifications in sentAt
-	sentAt  map[notified]bool // notifications sent at atIndex
+	sentAt  map[notified]bool // notifications sent at atIndex of atShard
 }
 
 func newWatchTable(c *conn) *watchTable {
@@ -171,15 +175,23 @@ func addGenLocked(e *watchEntry, kind watchKind, catchUp, hold bool) *watchGen {
 	return g
 }
 
-// addEntryLocked adds the latch watch of key and its entry.
+// addEntryLocked adds the latch watch of key and its entry. With known
+// (setWatches' relativeZxid), the latch watch reports at once the latest
+// change after it. On a cluster of several shards a session's zxid is an
+// index of shard 0's log: the watch's other shards know no position of
+// the client's, and report their latest change, if any, conservatively
+// (docs/zookeeper.md).
 func (t *watchTable) addEntryLocked(ctx context.Context, key watchKey, known uint64) (*watchEntry, error) {
-	if t.c.l.sharded && !servedInShardZero(t.c.l.srv, key.path, key.kind) {
-		return nil, api.Errorf(api.CodeInvalidArgument,
-			"with several shards the ZooKeeper port serves watches on nodes of shard 0 only; %s is elsewhere (docs/zookeeper.md)", key.path)
+	srv := t.c.l.srv
+	req := server.WatchRequest{Path: key.path, Recursive: key.kind == kindRecursive, Persistent: true}
+	if known > 0 {
+		if t.c.l.sharded {
+			req.KnownIndexes = knownPerShard(srv, key, known)
+		} else {
+			req.KnownIndex = known
+		}
 	}
-	w, err := t.c.l.srv.Watch(ctx, t.c.session, server.WatchRequest{
-		Path: key.path, Recursive: key.kind == kindRecursive, Persistent: true, KnownIndex: known,
-	})
+	w, err := srv.Watch(ctx, t.c.session, req)
 	if err != nil {
 		return nil, err
 	}
@@ -187,29 +199,35 @@ func (t *watchTable) addEntryLocked(ctx context.Context, key watchKey, known uin
 	if err != nil {
 		return nil, err
 	}
-	e := &watchEntry{key: key, id: id, at: w.Index}
+	e := &watchEntry{key: key, id: id, home: w.Shard, at: watchPos(w.Shard, w.Index, w.Indexes)}
 	t.byKey[key], t.byID[id] = e, e
 	return e, nil
 }
 
-// servedInShardZero reports whether a ZooKeeper watch of kind on path sees
-// only changes of shard 0, the one whose indexes a session's zxid follows
-// on a sharded cluster: a data or exist watch needs the node's shard, a
-// child watch the children's too; persistent and recursive watches span
-// more and are never served there.
-func servedInShardZero(srv *server.Server, path string, kind watchKind) bool {
-	switch kind {
-	case kindData, kindExist:
-		return srv.ShardOf(path) == 0
-	case kindChild:
-		return srv.ShardOf(path) == 0 && srv.ChildShardOf(path) == 0
+// knownPerShard is the known index of each shard a watch of key covers,
+// for a client whose zxid is known: shard 0's, and 1 (any change there)
+// for the others.
+func knownPerShard(srv *server.Server, key watchKey, known uint64) map[int]uint64 {
+	shards := []int{srv.ShardOf(key.path), srv.ChildShardOf(key.path)}
+	if key.kind == kindRecursive {
+		shards = shards[:0]
+		for shard := range srv.Shards() {
+			shards = append(shards, shard)
+		}
 	}
-	return false
+	out := make(map[int]uint64, len(shards))
+	for _, shard := range shards {
+		out[shard] = 1
+		if shard == 0 {
+			out[shard] = known
+		}
+	}
+	return out
 }
 
-// arm starts reporting the changes after index after, beginning with those
-// that came while the watch was prepared.
-func (t *watchTable) arm(g *watchGen, after uint64) {
+// arm starts reporting the changes after position after, beginning with
+// those that came while the watch was prepared.
+func (t *watchTable) arm(g *watchGen, after shardPos) {
 	if g == nil {
 		return
 	}
@@ -226,7 +244,7 @@ func (t *watchTable) arm(g *watchGen, after uint64) {
 
 // armAs arms g as a watch of kind: exists learns only from its read
 // whether it sets a data or an exist watch (one entry keeps both).
-func (t *watchTable) armAs(g *watchGen, kind watchKind, after uint64) {
+func (t *watchTable) armAs(g *watchGen, kind watchKind, after shardPos) {
 	if g == nil {
 		return
 	}
@@ -274,8 +292,9 @@ func (t *watchTable) fireLocked(g *watchGen, ev api.Event) {
 	if g.fired {
 		return
 	}
-	catchUp := g.catchUp && ev.Index == g.e.at
-	if ev.Index <= g.after && !catchUp {
+	home := g.e.home
+	catchUp := g.catchUp && ev.Index == g.e.at.of(home, ev.Shard)
+	if ev.Index <= g.after.of(home, ev.Shard) && !catchUp {
 		return
 	}
 	typ, ok := eventType(g.kind, ev.Event, catchUp)
@@ -284,10 +303,10 @@ func (t *watchTable) fireLocked(g *watchGen, ev api.Event) {
 	}
 	g.fired = g.kind.oneShot()
 	if g.held {
-		g.notes = append(g.notes, heldNote{typ, ev.Path, ev.Index})
+		g.notes = append(g.notes, heldNote{typ, ev.Path, ev.Shard, ev.Index})
 		return
 	}
-	t.notifyLocked(typ, ev.Path, ev.Index)
+	t.notifyLocked(typ, ev.Path, ev.Shard, ev.Index)
 }
 
 // pruneLocked forgets the generations of e that fired, and e with its
@@ -308,12 +327,13 @@ func (t *watchTable) pruneLocked(e *watchEntry) {
 
 // release sends the notifications held by the watches a request set, now
 // that its reply is on the wire, and lets them notify directly from now
-// on. through, if not 0, is an index through which every change has been
-// dispatched to the table: the watches of one path and kind that wait,
-// released, for a change after an index at or below it wait for the same
-// next change, and are kept as one (so a client that sets one watch again
-// and again on a node that does not change holds one, as in ZooKeeper).
-func (t *watchTable) release(gens []*watchGen, through uint64) {
+// on. through, if not nil, is an index per shard through which every change
+// has been dispatched to the table: the watches of one path and kind that
+// wait, released, for a change after a position within it wait for the
+// same next change, and are kept as one (so a client that sets one watch
+// again and again on a node that does not change holds one, as in
+// ZooKeeper).
+func (t *watchTable) release(gens []*watchGen, through []uint64) {
 	if len(gens) == 0 {
 		return
 	}
@@ -332,7 +352,7 @@ func (t *watchTable) release(gens []*watchGen, through uint64) {
 		}
 		g.notes = nil
 	}
-	if through == 0 {
+	if through == nil {
 		return
 	}
 	for _, g := range gens {
@@ -343,24 +363,26 @@ func (t *watchTable) release(gens []*watchGen, through uint64) {
 }
 
 // mergeLocked keeps one of e's released one-shot generations waiting for a
-// change after an index at or below through (see release).
-func (t *watchTable) mergeLocked(e *watchEntry, through uint64) {
+// change after a position within through (see release): no change up to
+// through fired them, so each waits for the first change after through.
+func (t *watchTable) mergeLocked(e *watchEntry, through []uint64) {
 	var keep *watchGen
 	for _, g := range e.gens {
-		if mergeable(g, through) && (keep == nil || g.after > keep.after) {
+		if !mergeable(g, through) {
+			continue
+		}
+		if keep == nil {
 			keep = g
+			keep.after = g.after.raisedTo(e.home, through)
+			continue
 		}
-	}
-	for _, g := range e.gens {
-		if g != keep && mergeable(g, through) {
-			g.fired = true
-		}
+		g.fired = true
 	}
 	t.pruneLocked(e)
 }
 
-func mergeable(g *watchGen, through uint64) bool {
-	return g.armed && !g.held && !g.fired && !g.catchUp && g.kind.oneShot() && g.after <= through
+func mergeable(g *watchGen, through []uint64) bool {
+	return g.armed && !g.held && !g.fired && !g.catchUp && g.kind.oneShot() && g.after.within(g.e.home, through)
 }
 
 // eventType maps a latch event on a watch of kind to the ZooKeeper event
@@ -406,10 +428,11 @@ func catchUpType(kind watchKind, event string) (zkproto.EventType, bool) {
 	return eventType(kind, event, false)
 }
 
-// notifyLocked sends a notification unless the same one went at index.
-func (t *watchTable) notifyLocked(typ zkproto.EventType, path string, index uint64) {
-	if index != t.atIndex {
-		t.atIndex = index
+// notifyLocked sends a notification unless the same one went for the
+// change at index of shard.
+func (t *watchTable) notifyLocked(typ zkproto.EventType, path string, shard int, index uint64) {
+	if index != t.atIndex || shard != t.atShard {
+		t.atShard, t.atIndex = shard, index
 		clear(t.sentAt)
 	}
 	n := notified{path, typ}
@@ -516,18 +539,21 @@ type backlogger interface{ Backlog() uint64 }
 // change's events while it applies the change, before any read sees it,
 // so once pumpEvents has dispatched as many events as the stream's Backlog
 // counts now, every such notification is on the wire (or held by a watch
-// whose request's reply is not sent yet). It returns the applied index it
-// waited for: every change at or below it has been dispatched to the watch
-// table. It gives up, returning 0, when the stream or the connection ends
-// (the client then reconnects and sets its watches again) or after the
-// session timeout (a stream stuck that long is a bug; the reply is sent
-// then rather than never).
-func (c *conn) awaitNotifications() uint64 {
+// whose request's reply is not sent yet). With track it returns the
+// applied index of each shard it waited for: every change at or below
+// them has been dispatched to the watch table. It gives up, returning nil,
+// when the stream or the connection ends (the client then reconnects and
+// sets its watches again) or after the session timeout (a stream stuck
+// that long is a bug; the reply is sent then rather than never).
+func (c *conn) awaitNotifications(track bool) []uint64 {
 	b, ok := c.stream.(backlogger)
 	if !ok {
-		return 0
+		return nil
 	}
-	applied := c.l.srv.AppliedIndex()
+	var applied []uint64
+	if track {
+		applied = c.appliedIndexes()
+	}
 	target := b.Backlog()
 	if c.handled.Load() >= target {
 		return applied
@@ -538,15 +564,27 @@ func (c *conn) awaitNotifications() uint64 {
 		select {
 		case <-c.progress:
 		case <-c.pumpDone:
-			return 0
+			return nil
 		case <-c.ctx.Done():
-			return 0
+			return nil
 		case <-timer.C:
 			c.l.log.Warn("zk: notifications not sent within the session timeout; replying anyway", "session", c.session)
-			return 0
+			return nil
 		}
 	}
 	return applied
+}
+
+// appliedIndexes is the member's applied index of each shard.
+func (c *conn) appliedIndexes() []uint64 {
+	if !c.l.sharded {
+		return []uint64{c.l.srv.AppliedIndex()}
+	}
+	out := make([]uint64, c.l.srv.Shards())
+	for shard := range out {
+		out[shard] = c.l.srv.ShardApplied(shard)
+	}
+	return out
 }
 
 // notify sends a watch notification (xid -1).

@@ -27,7 +27,7 @@ func newTableRecorder() *tableRecorder {
 
 // entry adds the entry of a latch watch id on path, added at index at.
 func (r *tableRecorder) entry(id uint64, path string, kind watchKind, at uint64) *watchEntry {
-	e := &watchEntry{key: watchKey{path, keyKind(kind)}, id: id, at: at}
+	e := &watchEntry{key: watchKey{path, keyKind(kind)}, id: id, at: shardPos{index: at}}
 	r.byKey[e.key], r.byID[id] = e, e
 	return e
 }
@@ -44,6 +44,9 @@ func (r *tableRecorder) event(id uint64, path, event string, index uint64) {
 	r.dispatch(api.Event{WatchID: api.FormatID(id), Path: path, Event: event, Index: index})
 }
 
+// pos is a position in the one shard of these tests.
+func pos(index uint64) shardPos { return shardPos{index: index} }
+
 func deleted(path string) string { return fmt.Sprintf("%d %s", zkproto.EventNodeDeleted, path) }
 func changed(path string) string { return fmt.Sprintf("%d %s", zkproto.EventNodeDataChanged, path) }
 
@@ -58,12 +61,12 @@ func TestWatchNotificationWaitsForItsReply(t *testing.T) {
 	e := r.entry(1, "/lock/n1", kindData, 10)
 	g := r.set(e, kindData)
 	r.event(1, "/lock/n1", api.EventDeleted, 12) // after the read, before arm
-	r.arm(g, 11)
+	r.arm(g, pos(11))
 	r.event(1, "/lock/n1", api.EventCreated, 13) // one-shot: fired already
 	if len(r.sent) != 0 {
 		t.Fatalf("notified %v before the reply was sent", r.sent)
 	}
-	r.release([]*watchGen{g}, 13)
+	r.release([]*watchGen{g}, []uint64{13})
 	if want := []string{deleted("/lock/n1")}; !slices.Equal(r.sent, want) {
 		t.Fatalf("after the reply: notified %v, want %v", r.sent, want)
 	}
@@ -86,15 +89,15 @@ func TestWatchSetAgainAfterAChangeItsReadSaw(t *testing.T) {
 	r := newTableRecorder()
 	e := r.entry(1, "/cfg", kindData, 10)
 	first := r.set(e, kindData)
-	r.arm(first, 10)
-	r.release([]*watchGen{first}, 10)
+	r.arm(first, pos(10))
+	r.release([]*watchGen{first}, []uint64{10})
 	second := r.set(e, kindData)
-	r.arm(second, 11) // its read saw the change at 11
+	r.arm(second, pos(11)) // its read saw the change at 11
 	r.event(1, "/cfg", api.EventChanged, 11)
 	if want := []string{changed("/cfg")}; !slices.Equal(r.sent, want) {
 		t.Fatalf("the first watch: notified %v, want %v", r.sent, want)
 	}
-	r.release([]*watchGen{second}, 11)
+	r.release([]*watchGen{second}, []uint64{11})
 	r.event(1, "/cfg", api.EventChanged, 12)
 	if want := []string{changed("/cfg"), changed("/cfg")}; !slices.Equal(r.sent, want) {
 		t.Fatalf("the second watch: notified %v, want %v", r.sent, want)
@@ -112,8 +115,8 @@ func TestWatchSetAgainAndAgainKeepsOne(t *testing.T) {
 	e := r.entry(1, "/cfg", kindData, 10)
 	for i := range uint64(1000) {
 		g := r.set(e, kindData)
-		r.arm(g, 10+i)
-		r.release([]*watchGen{g}, 10+i)
+		r.arm(g, pos(10+i))
+		r.release([]*watchGen{g}, []uint64{10+i})
 	}
 	if len(e.gens) != 1 {
 		t.Fatalf("%d watches kept after 1000 sets of one, want 1", len(e.gens))
@@ -133,17 +136,17 @@ func TestHeldWatchesOfOneChange(t *testing.T) {
 	data := r.entry(1, "/a", kindData, 10)
 	child := r.entry(2, "/a", kindChild, 10)
 	old := r.set(data, kindData)
-	r.arm(old, 10)
-	r.release([]*watchGen{old}, 10)
+	r.arm(old, pos(10))
+	r.release([]*watchGen{old}, []uint64{10})
 	g1, g2 := r.set(data, kindExist), r.set(child, kindChild)
-	r.arm(g1, 11)
-	r.arm(g2, 11)
+	r.arm(g1, pos(11))
+	r.arm(g2, pos(11))
 	r.event(1, "/a", api.EventDeleted, 12)
 	r.event(2, "/a", api.EventDeleted, 12)
 	if want := []string{deleted("/a")}; !slices.Equal(r.sent, want) {
 		t.Fatalf("before the reply: notified %v, want %v", r.sent, want)
 	}
-	r.release([]*watchGen{g1, g2}, 12)
+	r.release([]*watchGen{g1, g2}, []uint64{12})
 	if want := []string{deleted("/a"), deleted("/a")}; !slices.Equal(r.sent, want) {
 		t.Fatalf("after the reply: notified %v, want %v", r.sent, want)
 	}

@@ -25,8 +25,8 @@ var (
 	zkFlag       = flag.Bool("chaos.zk", false, "ZooKeeper listeners and the zk workload (go-zookeeper's lock recipe, fenced)")
 	zkAuthFlag   = flag.Bool("chaos.zkauth", true, "with -chaos.auth and -chaos.zk: ZooKeeper clients log in as their own user (a certificate naming it and digest credentials); "+
 		"=false (for a latchd whose ZooKeeper port refuses clients once auth is on) makes TestSoak alternate runs with auth and runs of the zk workload without auth")
-	zkShardedFlag = flag.Bool("chaos.zksharded", false, "ZooKeeper clients on a sharded cluster in the same runs; without it (the ZooKeeper port "+
-		"refuses creates below the top level and watches outside shard 0 with more than one shard) the runs with ZooKeeper clients use one shard")
+	zkShardedFlag = flag.Bool("chaos.zksharded", true, "ZooKeeper clients on a sharded cluster in the same runs; =false (for a latchd whose ZooKeeper port "+
+		"refuses watches outside shard 0 with more than one shard) makes the runs with ZooKeeper clients use one shard")
 	diskFlag  = flag.Bool("chaos.disk", false, "the disk-full fault: every member's data directory its own small tmpfs (needs root)")
 	watchFlag = flag.String("chaos.watch", "auto", "the watch workload: on, off, or auto (on: watches work across shards)")
 )
@@ -60,9 +60,9 @@ func config(seed uint64) Config {
 	return cfg
 }
 
-// soakConfig is run k of TestSoak. ZooKeeper clients cannot work on a
-// sharded cluster (without -chaos.zksharded), nor log in with
-// -chaos.zkauth=false: then even runs have the shards and auth, no
+// soakConfig is run k of TestSoak. ZooKeeper clients share every run with
+// the shards and auth unless -chaos.zksharded=false or
+// -chaos.zkauth=false (for an older latchd): then even runs have the shards and auth, no
 // ZooKeeper clients; odd runs the zk workload on one shard, with auth
 // unless -chaos.zkauth=false (and the watch workload, which one shard
 // allows). Both keep TLS, every other workload and every fault.
