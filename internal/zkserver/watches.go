@@ -204,12 +204,17 @@ func (t *watchTable) addEntryLocked(ctx context.Context, key watchKey, known uin
 	return e, nil
 }
 
-// knownPerShard is the known index of each shard a watch of key covers,
-// for a client whose zxid is known: shard 0's, and 1 (any change there)
-// for the others.
+// knownPerShard is the known index of each shard whose changes a watch of
+// key reports, for a client whose zxid is known: shard 0's, and 1 (any
+// change there) for the others. A data or exist watch reports changes of
+// its node only, never its children's: the children's shard gets none, so
+// that a change of the children there is not reported as one of the node.
 func knownPerShard(srv *server.Server, key watchKey, known uint64) map[int]uint64 {
 	shards := []int{srv.ShardOf(key.path), srv.ChildShardOf(key.path)}
-	if key.kind == kindRecursive {
+	switch key.kind {
+	case kindData:
+		shards = shards[:1]
+	case kindRecursive:
 		shards = shards[:0]
 		for shard := range srv.Shards() {
 			shards = append(shards, shard)
