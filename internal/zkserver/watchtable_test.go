@@ -116,7 +116,7 @@ func TestWatchSetAgainAndAgainKeepsOne(t *testing.T) {
 	for i := range uint64(1000) {
 		g := r.set(e, kindData)
 		r.arm(g, pos(10+i))
-		r.release([]*watchGen{g}, []uint64{10+i})
+		r.release([]*watchGen{g}, []uint64{10 + i})
 	}
 	if len(e.gens) != 1 {
 		t.Fatalf("%d watches kept after 1000 sets of one, want 1", len(e.gens))
