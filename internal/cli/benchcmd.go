@@ -60,6 +60,7 @@ func (a *app) benchCommand() *cobra.Command {
 	flags.IntVar(&cfg.Keys, "keys", 1000, "distinct keys, chosen uniformly at random")
 	flags.Float64Var(&cfg.ReadFraction, "read-fraction", 0.9, "share of reads in --op mixed")
 	flags.StringVar(&cfg.Prefix, "prefix", "/bench", "parent node of the keys")
+	flags.IntVar(&cfg.Dirs, "dirs", 0, "spread the keys over this many directories under --prefix (a sharded cluster places a directory's children in one shard)")
 	flags.Uint64Var(&cfg.Seed, "seed", 0, "seed of key choice (0: from the clock; printed)")
 	flags.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator to this file")
 	return cmd

@@ -24,7 +24,12 @@ type BenchConfig struct {
 	Keys         int           `json:"keys"`
 	ReadFraction float64       `json:"read_fraction,omitempty"` // of mixed
 	Prefix       string        `json:"prefix"`
-	Seed         uint64        `json:"seed"`
+	// Dirs spreads the keys over that many directories under Prefix
+	// (PREFIX/dNNNN/kNNNNNNN, key i in directory i mod Dirs): on a sharded
+	// cluster a directory's children share one shard, so keys in one
+	// directory (Dirs 0 or 1: PREFIX/kNNNNNNN) all land in one shard.
+	Dirs int    `json:"dirs,omitempty"`
+	Seed uint64 `json:"seed"`
 }
 
 // BenchResult is the report of a run.
@@ -54,6 +59,8 @@ func (cfg *BenchConfig) Validate() error {
 		return usagef("--consistency %q: want linearizable or stale", cfg.Consistency)
 	case cfg.Clients < 1 || cfg.Keys < 1 || cfg.ValueSize < 0 || cfg.Duration <= 0:
 		return usagef("--clients and --keys must be at least 1, --duration positive, --value-size not negative")
+	case cfg.Dirs < 0 || cfg.Dirs > cfg.Keys:
+		return usagef("--dirs must be within [0, --keys]")
 	case cfg.ReadFraction < 0 || cfg.ReadFraction > 1:
 		return usagef("--read-fraction must be within [0, 1]")
 	}
@@ -76,15 +83,27 @@ type benchWorker struct {
 	errors map[api.Code]uint64
 }
 
+// benchKeys is the run's key paths: under Prefix, or spread over Dirs
+// directories under it.
+func benchKeys(cfg BenchConfig) []string {
+	keys := make([]string, cfg.Keys)
+	for i := range keys {
+		name := fmt.Sprintf("k%07d", i)
+		if cfg.Dirs > 1 {
+			keys[i] = api.Join(api.Join(cfg.Prefix, fmt.Sprintf("d%04d", i%cfg.Dirs)), name)
+		} else {
+			keys[i] = api.Join(cfg.Prefix, name)
+		}
+	}
+	return keys
+}
+
 // RunBench prepares the keys, runs the workers for cfg.Duration (or until
 // ctx ends) and merges their figures.
 func RunBench(ctx context.Context, conn client.Config, cfg BenchConfig) (*BenchResult, error) {
 	target := newBenchTarget(conn)
 	defer target.close()
-	keys := make([]string, cfg.Keys)
-	for i := range keys {
-		keys[i] = api.Join(cfg.Prefix, fmt.Sprintf("k%07d", i))
-	}
+	keys := benchKeys(cfg)
 	value := randomValue(cfg.ValueSize, cfg.Seed)
 	workers := make([]*benchWorker, 0, cfg.Clients)
 	defer func() {

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,8 @@ func TestValidateRefusesWithUsageError(t *testing.T) {
 		{"bench no clients", kv(func(c *BenchConfig) { c.Clients = 0 }), "--clients"},
 		{"bench read fraction above 1", kv(func(c *BenchConfig) { c.ReadFraction = 1.5 }), "--read-fraction"},
 		{"bench bad prefix", kv(func(c *BenchConfig) { c.Prefix = "no-slash" }), "--prefix"},
+		{"bench more dirs than keys", kv(func(c *BenchConfig) { c.Dirs = 2 }), "--dirs"},
+		{"bench negative dirs", kv(func(c *BenchConfig) { c.Dirs = -1 }), "--dirs"},
 		{"lock-bench accepts", lock(func(*LockBenchConfig) {}), ""},
 		{"lock-bench no locks", lock(func(c *LockBenchConfig) { c.Locks = 0 }), "--locks"},
 		{"lock-bench prefix with a slash", lock(func(c *LockBenchConfig) { c.Prefix = "a/b" }), "--prefix"},
@@ -71,6 +74,20 @@ func TestValidateRefusesWithUsageError(t *testing.T) {
 
 // TestValidateDropsReadFractionOutsideMixed checks that only --op mixed
 // keeps --read-fraction, so the report of put or get does not show one.
+// TestBenchKeysSpreadOverDirs: with --dirs the keys go round-robin into
+// that many directories under the prefix; without, all under it.
+func TestBenchKeysSpreadOverDirs(t *testing.T) {
+	flat := benchKeys(BenchConfig{Prefix: "/bench", Keys: 3})
+	if want := []string{"/bench/k0000000", "/bench/k0000001", "/bench/k0000002"}; !slices.Equal(flat, want) {
+		t.Errorf("keys %v, want %v", flat, want)
+	}
+	spread := benchKeys(BenchConfig{Prefix: "/bench", Keys: 5, Dirs: 2})
+	want := []string{"/bench/d0000/k0000000", "/bench/d0001/k0000001", "/bench/d0000/k0000002", "/bench/d0001/k0000003", "/bench/d0000/k0000004"}
+	if !slices.Equal(spread, want) {
+		t.Errorf("keys %v, want %v", spread, want)
+	}
+}
+
 func TestValidateDropsReadFractionOutsideMixed(t *testing.T) {
 	for _, op := range []string{"put", "get", "mixed"} {
 		cfg := BenchConfig{Op: op, Consistency: api.Stale, Clients: 1, Duration: time.Second, Keys: 1,
