@@ -108,12 +108,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 		c.Security = newSecurity(t, c.dir)
 	}
 	c.http = newHTTPClient(t, c.Security)
-	clientAddrs, peerAddrs := c.addresses(opts)
+	clientAddrs, peerAddrs, zkAddrs := c.addresses(opts)
 	var initial []string
 	for i := range opts.Nodes {
 		initial = append(initial, fmt.Sprintf("n%d=%s", i+1, peerAddrs[i]))
 	}
-	zkAddrs := c.zkAddresses(opts)
 	for i := range opts.Nodes {
 		scheme := "http://"
 		if opts.TLS {
@@ -142,16 +141,24 @@ func Start(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// addresses picks the members' client and peer addresses: free loopback
-// ports, or fixed ports on each namespace's own address.
-func (c *Cluster) addresses(opts Options) (clients, peers []string) {
+// addresses picks the members' client, peer and (Options.ZK) ZooKeeper
+// addresses: free loopback ports, all reserved at once so that no two
+// are the same, or fixed ports on each namespace's own address.
+func (c *Cluster) addresses(opts Options) (clients, peers, zks []string) {
 	if !opts.Netns {
-		ports := freePorts(c.t, 2*opts.Nodes)
+		perMember := 2
+		if opts.ZK {
+			perMember = 3
+		}
+		ports := freePorts(c.t, perMember*opts.Nodes)
 		for i := range opts.Nodes {
 			clients = append(clients, fmt.Sprintf("127.0.0.1:%d", ports[i]))
 			peers = append(peers, fmt.Sprintf("127.0.0.1:%d", ports[opts.Nodes+i]))
+			if opts.ZK {
+				zks = append(zks, fmt.Sprintf("127.0.0.1:%d", ports[2*opts.Nodes+i]))
+			}
 		}
-		return clients, peers
+		return clients, peers, zks
 	}
 	network, err := newNetwork(opts.Nodes)
 	if err != nil {
@@ -162,27 +169,11 @@ func (c *Cluster) addresses(opts Options) (clients, peers []string) {
 	for i := range opts.Nodes {
 		clients = append(clients, network.address(i)+":2379")
 		peers = append(peers, network.address(i)+":2380")
-	}
-	return clients, peers
-}
-
-// zkAddresses picks the members' ZooKeeper addresses (Options.ZK): free
-// loopback ports, or a fixed port on each namespace's own address.
-func (c *Cluster) zkAddresses(opts Options) []string {
-	if !opts.ZK {
-		return nil
-	}
-	var out []string
-	if c.network != nil {
-		for i := range opts.Nodes {
-			out = append(out, c.network.address(i)+":2181")
+		if opts.ZK {
+			zks = append(zks, network.address(i)+":2181")
 		}
-		return out
 	}
-	for _, port := range freePorts(c.t, opts.Nodes) {
-		out = append(out, fmt.Sprintf("127.0.0.1:%d", port))
-	}
-	return out
+	return clients, peers, zks
 }
 
 // name gives member i its name, data directory (its own tmpfs with
