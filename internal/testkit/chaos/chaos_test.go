@@ -172,10 +172,16 @@ func TestSoak(t *testing.T) {
 }
 
 // TestSoakSmoke is the soak's short form for CI: TestSoak's first two runs
-// (soakConfig, -chaos.shards=4 -chaos.auth -chaos.zk -chaos.disk), 12 s under faults
-// each: TLS and every fault class in both; 4 shards and auth on (each
-// kind of client its own non-root user) in the first, the ZooKeeper
-// clients in the second. Any anomaly fails it.
+// (soakConfig, -chaos.shards=4 -chaos.auth -chaos.zk -chaos.disk
+// -chaos.zksharded=false), 12 s under faults each: TLS, auth and every
+// fault class in both; 4 shards (each kind of client its own non-root
+// user) in the first, the ZooKeeper clients on one shard in the second.
+// The ZooKeeper clients are kept to one run: go-zookeeper v1.0.4 has a
+// data race of its own (Conn.lastZxid, written by recvLoop as
+// sendSetWatches reads it when a connection holding watches reconnects
+// while a reply comes), which CI's -race reports as the test's failure;
+// TestSoak (run without -race) has them in every run, and the zkserver
+// tests cover the ZooKeeper port on shards. Any anomaly fails it.
 func TestSoakSmoke(t *testing.T) {
 	seed := shortSuiteSeed(t)
 	for k, name := range []string{"auth", "zk"} {
@@ -194,9 +200,11 @@ func TestSoakSmoke(t *testing.T) {
 
 // smokeConfig is soakConfig for run k as if the soak's flags were given.
 func smokeConfig(seed uint64, k int) Config {
-	shards, auth, zk, disk := *shardsFlag, *authFlag, *zkFlag, *diskFlag
-	defer func() { *shardsFlag, *authFlag, *zkFlag, *diskFlag = shards, auth, zk, disk }()
-	*shardsFlag, *authFlag, *zkFlag, *diskFlag = 4, true, true, true
+	shards, auth, zk, disk, zkSharded := *shardsFlag, *authFlag, *zkFlag, *diskFlag, *zkShardedFlag
+	defer func() {
+		*shardsFlag, *authFlag, *zkFlag, *diskFlag, *zkShardedFlag = shards, auth, zk, disk, zkSharded
+	}()
+	*shardsFlag, *authFlag, *zkFlag, *diskFlag, *zkShardedFlag = 4, true, true, true, false
 	cfg := soakConfig(seed, k)
 	cfg.Duration = 12 * time.Second
 	return cfg
