@@ -13,9 +13,11 @@ import "github.com/latch-io/latch/internal/zkproto"
 //     the watch operations, whoAmI, any other opcode) waits for every
 //     request before it, and every request after it waits for it;
 //   - a read waits for every earlier write of the connection (so it sees
-//     them: a write raises the connection's floor before it completes),
-//     for the barriers, and, if it sets a watch, for the earlier reads
-//     that set one on the same path;
+//     them: a write raises the connection's floor before it completes)
+//     and for the barriers; it runs beside earlier reads, but answers
+//     only once the read before it is done, from a state at least as new
+//     (readInOrder), and a watch it sets is its own (watchGen), so reads
+//     of one path need no more order than that;
 //   - a write waits for every request before it but pings: a connection's
 //     writes take effect in the order they were sent, and none before an
 //     earlier read was answered (ZooKeeper's FIFO client order: another
@@ -45,8 +47,6 @@ type pending struct {
 	body  zkproto.Record // the decoded body, nil for none
 	rest  []byte         // the bytes after the header (multi, multiRead)
 	class reqClass
-	path  string // the path it reads (read class)
-	watch bool   // a read that sets a watch
 	deps  []*pending
 	// prevRead is the read before this one (read class), whose end this
 	// one's waits for before it answers (readInOrder); the request's own
@@ -85,40 +85,27 @@ func newPending(frame []byte) *pending {
 		}
 		p.body = rec
 	}
-	p.classify()
+	p.class = classOf(p.h.Type, p.body)
 	return p
 }
 
-// classify sets p's class, path and watch from its opcode and body.
-func (p *pending) classify() {
-	p.class, p.path = classOf(p.h.Type, p.body)
-	if req, ok := p.body.(*zkproto.PathWatchRequest); ok {
-		p.watch = req.Watch
-	}
-}
-
-// classOf returns the class of a request and, for a read, the path it
-// reads (a write waits for every earlier request whatever its path).
-func classOf(op zkproto.OpCode, body zkproto.Record) (reqClass, string) {
-	switch req := body.(type) {
+// classOf returns the class of a request.
+func classOf(op zkproto.OpCode, body zkproto.Record) reqClass {
+	switch body.(type) {
 	case *zkproto.CreateRequest, *zkproto.DeleteRequest, *zkproto.SetDataRequest:
-		return classWrite, ""
-	case *zkproto.PathWatchRequest:
-		return classRead, req.Path
-	case *zkproto.CheckVersionRequest:
-		return classRead, req.Path
-	case *zkproto.SetACLRequest:
-		return classRead, req.Path
+		return classWrite
+	case *zkproto.PathWatchRequest, *zkproto.CheckVersionRequest, *zkproto.SetACLRequest:
+		return classRead
 	case *zkproto.PathRequest:
 		if op == zkproto.OpGetACL || op == zkproto.OpGetAllChildrenNumber || op == zkproto.OpGetEphemerals {
-			return classRead, req.Path
+			return classRead
 		}
 	case nil:
 		if op == zkproto.OpPing {
-			return classPing, ""
+			return classPing
 		}
 	}
-	return classBarrier, ""
+	return classBarrier
 }
 
 // mustWait reports whether p, coming later, waits for the earlier q.
@@ -129,9 +116,7 @@ func (p *pending) mustWait(q *pending) bool {
 	case p.class == classPing || q.class == classPing:
 		return false
 	case p.class == classRead && q.class == classRead:
-		// Two watches of one path are set one after the other (the
-		// connection holds one watch per path and type).
-		return p.watch && q.watch && p.path == q.path
+		return false // see readInOrder and watchGen
 	case p.class == classRead:
 		return q.class == classWrite
 	}

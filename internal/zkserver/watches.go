@@ -344,12 +344,15 @@ func (t *watchTable) release(gens []*watchGen, through []uint64) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	sent := map[heldNote]bool{}
+	var sent map[heldNote]bool // made for the first held notification
 	for _, g := range gens {
 		g.held = false
 		for _, n := range g.notes {
 			// Not deduplicated against notifications sent before the
 			// reply: the client did not hold this watch then.
+			if sent == nil {
+				sent = map[heldNote]bool{}
+			}
 			if !sent[n] {
 				sent[n] = true
 				t.notify(n.typ, n.path)
