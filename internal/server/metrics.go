@@ -68,6 +68,7 @@ func newMetrics(s *Server) *metrics {
 			return float64(total)
 		})
 	m.registry.MustRegister(lockWakeups, storageFullGauge(s))
+	m.registry.MustRegister(walFlushCounters(s)...)
 	m.addSessionMetrics(s)
 	m.registry.MustRegister(watchCollector{s}, commitCollector{s})
 	m.addHTTPMetrics()
