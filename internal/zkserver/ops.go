@@ -61,6 +61,9 @@ func (c *conn) dispatch(p *pending) (zkproto.Record, zkproto.ErrCode, bool) {
 
 // operation runs request p, opcode op with a body.
 func (c *conn) operation(p *pending, op zkproto.OpCode, body zkproto.Record) (zkproto.Record, zkproto.ErrCode) {
+	if c.writes != nil && p.class == classWrite {
+		return c.orderedWrite(p, op, body)
+	}
 	switch req := body.(type) {
 	case *zkproto.CreateRequest:
 		return c.create(op, req)
