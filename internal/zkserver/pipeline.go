@@ -238,9 +238,7 @@ func (c *conn) sendReplies(order <-chan *pending, slots <-chan struct{}) {
 					c.close()
 				}
 			} else {
-				end, through := c.reply(p.h, p.resp, p.code, p.end, len(p.holds) > 0)
-				c.watches.release(p.holds, through)
-				if end {
+				if c.reply(p.h, p.resp, p.code, p.end, p.holds) {
 					c.close()
 				}
 			}
