@@ -112,6 +112,13 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 			m.ProposalFailed()
 			return fsm.Result{}, 0, r.Unavailable("the write before this one on its connection was not proposed within the deadline (not applied)")
 		}
+		if turn.stamped {
+			// A second proposal would take another seq, after writes
+			// that followed the first: the stream would refuse it.
+			m.ProposalFailed()
+			return fsm.Result{}, 0, api.Errorf(api.CodeInternal, "a write of an ordered stream proposed twice")
+		}
+		turn.stamped = true
 		turn.stamp(cmd)
 		if turn.lose {
 			m.ProposalFailed()

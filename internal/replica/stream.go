@@ -45,6 +45,8 @@ type Turn struct {
 	// lose is a test hook: the write takes its seq but its entry never
 	// reaches raft, as a proposal lost in a leader change.
 	lose bool
+	// stamped: the turn's write took its seq; a turn proposes once.
+	stamped bool
 }
 
 // Next returns the turn of the stream's next write, which proposes after
