@@ -23,7 +23,9 @@
 // sharding ops; each carries its own section after every other field, so the
 // encoding of every other op is unchanged. TimeMs (the proposer's wall
 // clock) was appended to version 3 the same way, as the last presence bit:
-// an entry without it decodes as before, with TimeMs 0.
+// an entry without it decodes as before, with TimeMs 0. The stream tag
+// (StreamID, StreamFloor, StreamSeq: the place of a write in its client
+// connection's ordered stream of writes) was appended after it the same way.
 package command
 
 import (
@@ -197,6 +199,17 @@ type Command struct {
 	// same value from the log, never its own clock. 0 in entries written
 	// before the field existed: such writes record no time.
 	TimeMs uint64
+	// StreamID, StreamFloor and StreamSeq (version 3, appended) are the
+	// ordering tag of a write of SessionID sent on one client connection
+	// with other writes in flight (the ZooKeeper listener's pipelined
+	// writes): StreamID names the connection's stream (random, non-zero),
+	// StreamFloor is an index of shard 0 read through a linearizable
+	// barrier when the connection was opened (a later connection of the
+	// session reads a higher one), and StreamSeq numbers the stream's
+	// writes proposed to this command's shard, from 1. The state machine
+	// applies the write only if it is the next of its stream (internal/fsm,
+	// stream.go); the three are all set or all zero.
+	StreamID, StreamFloor, StreamSeq uint64
 }
 
 // Errors returned (wrapped) by Unmarshal.
@@ -233,6 +246,7 @@ const (
 	hasObserved
 	hasMark
 	hasTime      // version 3, appended after sharding
+	hasStream    // version 3, appended after hasTime: StreamID, StreamFloor, StreamSeq
 	presenceMask = 1<<iota - 1
 	// presenceMaskV2 holds the fields of versions 1 and 2.
 	presenceMaskV2 = hasIncarnation - 1
@@ -273,6 +287,9 @@ func (c *Command) Size() int {
 	n += optionalUvarintLen(c.Observed)
 	n += optionalUvarintLen(c.Mark)
 	n += optionalUvarintLen(c.TimeMs)
+	if mask&hasStream != 0 {
+		n += uvarintLen(c.StreamID) + uvarintLen(c.StreamFloor) + uvarintLen(c.StreamSeq)
+	}
 	return n + c.txnSectionLen() + c.authSectionLen()
 }
 
@@ -307,6 +324,11 @@ func (c *Command) AppendMarshal(dst []byte) []byte {
 	dst = appendOptionalUvarint(dst, c.Observed)
 	dst = appendOptionalUvarint(dst, c.Mark)
 	dst = appendOptionalUvarint(dst, c.TimeMs)
+	if mask&hasStream != 0 {
+		dst = binary.AppendUvarint(dst, c.StreamID)
+		dst = binary.AppendUvarint(dst, c.StreamFloor)
+		dst = binary.AppendUvarint(dst, c.StreamSeq)
+	}
 	return c.appendAuthSection(c.appendTxnSection(dst))
 }
 
@@ -363,6 +385,7 @@ func (c *Command) presence() uint64 {
 	set(hasObserved, c.Observed != 0)
 	set(hasMark, c.Mark != 0)
 	set(hasTime, c.TimeMs != 0)
+	set(hasStream, c.StreamID != 0 || c.StreamFloor != 0 || c.StreamSeq != 0)
 	return m
 }
 
@@ -412,6 +435,14 @@ func Unmarshal(data []byte) (Command, error) {
 	c.Observed = d.optionalUvarint(mask, hasObserved, "observed index")
 	c.Mark = d.optionalUvarint(mask, hasMark, "mark")
 	c.TimeMs = d.optionalUvarint(mask, hasTime, "time")
+	if mask&hasStream != 0 {
+		c.StreamID = d.uvarint("stream id")
+		c.StreamFloor = d.uvarint("stream floor")
+		c.StreamSeq = d.uvarint("stream seq")
+		if d.err == nil && (c.StreamID == 0 || c.StreamFloor == 0 || c.StreamSeq == 0) {
+			d.fail("stream tag with a zero part (id %d, floor %d, seq %d)", c.StreamID, c.StreamFloor, c.StreamSeq)
+		}
+	}
 	if c.Op == OpTxn {
 		c.Ops = d.txnOps()
 	}

@@ -201,3 +201,36 @@ func TestTimeStamp(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamTag checks the ordering tag appended to version 3: it round
+// trips, with a transaction after it; a tag with a zero part is
+// malformed; versions 1 and 2 refuse it.
+func TestStreamTag(t *testing.T) {
+	tagged := Command{Op: OpTxn, ID: 9, SessionID: 77, TimeMs: 1_796_000_000_123,
+		StreamID: 1<<63 + 5, StreamFloor: 42, StreamSeq: 300,
+		Ops: []TxnOp{{Kind: TxnSet, Path: "/t", Value: []byte("v")}}}
+	data := tagged.Marshal()
+	if len(data) != tagged.Size() {
+		t.Fatalf("Size %d, encoding %d bytes", tagged.Size(), len(data))
+	}
+	got, err := Unmarshal(data)
+	if err != nil || !reflect.DeepEqual(got, tagged) {
+		t.Fatalf("round trip: got %+v, %v; want %+v", got, err, tagged)
+	}
+	for _, partial := range []Command{
+		{Op: OpPut, Path: "/t", StreamID: 1, StreamFloor: 1},
+		{Op: OpPut, Path: "/t", StreamFloor: 1, StreamSeq: 1},
+		{Op: OpPut, Path: "/t", StreamID: 1, StreamSeq: 1},
+	} {
+		if _, err := Unmarshal(partial.Marshal()); !errors.Is(err, ErrMalformed) {
+			t.Errorf("tag %d/%d/%d: %v, want ErrMalformed", partial.StreamID, partial.StreamFloor, partial.StreamSeq, err)
+		}
+	}
+	for _, version := range []byte{FormatV1, FormatV2} {
+		old := append([]byte(nil), data...)
+		old[0] = version
+		if _, err := Unmarshal(old); !errors.Is(err, ErrMalformed) {
+			t.Errorf("version %d with a stream tag: %v, want ErrMalformed", version, err)
+		}
+	}
+}

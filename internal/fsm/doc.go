@@ -49,6 +49,15 @@
 // (authpast.go), so that the watch registry can ask what a user could
 // read at each event's index (ReadableAt).
 //
+// A write may carry the ordering tag of a client connection's stream of
+// writes (stream.go): it applies only if it is the next write of its
+// stream in the session's position in this shard (the stream opened after
+// the position's, or the same stream's next seq), else it is refused
+// unavailable and changes nothing, so a connection's writes take effect in
+// the order sent even when several are in flight and one is lost. The
+// position is part of the session's record (its local record outside
+// shard 0) and goes with it.
+//
 // Requests the state machine refuses (a version mismatch, a missing node, an
 // expired session, an invalid path...) are results, not failures: Apply
 // returns them in Result.Err as *api.Error with the code of docs/api.md and

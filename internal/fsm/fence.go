@@ -113,12 +113,13 @@ func (f *FSM) writingSession(cmd *command.Command) (session, bool, *Result) {
 }
 
 // dropIdleSession deletes, in a shard other than 0, the local record of
-// session id if it owns no node and remembers no result.
+// session id if it owns no node, remembers no result and holds no stream
+// position.
 func (f *FSM) dropIdleSession(id uint64) {
 	if f.shard.meta() || id == 0 {
 		return
 	}
-	if s, ok := f.sessions.Get(session{id: id}); ok && s.ephemerals == 0 && s.dedup == nil {
+	if s, ok := f.sessions.Get(session{id: id}); ok && s.ephemerals == 0 && s.dedup == nil && s.stream == (streamPos{}) {
 		f.sessions.Delete(s)
 	}
 }

@@ -264,6 +264,9 @@ func refuse(err *api.Error) (Result, []Event) {
 // cmd.SessionID is set, exactly once if cmd.RequestSeq is set too.
 func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 	exactlyOnce := cmd.SessionID != 0 && cmd.RequestSeq != 0
+	if ordered(cmd) && cmd.SessionID == 0 {
+		return refuse(api.Errorf(api.CodeInvalidArgument, "a write with a stream tag needs a session"))
+	}
 	if cmd.SessionID != 0 {
 		s, ok, refusal := f.writingSession(cmd)
 		if refusal != nil {
@@ -271,6 +274,12 @@ func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 		}
 		if !ok {
 			return refuse(api.Errorf(api.CodeSessionExpired, "session %s is expired or unknown", api.FormatID(cmd.SessionID)))
+		}
+		if ordered(cmd) {
+			if err := s.stream.admits(cmd); err != nil {
+				f.dropIdleSession(cmd.SessionID)
+				return refuse(err)
+			}
 		}
 		if exactlyOnce {
 			if result, seen, err := s.dedup.lookup(cmd.RequestSeq); err != nil {
@@ -304,6 +313,9 @@ func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 	}
 	if exactlyOnce {
 		f.remember(cmd.SessionID, cmd.RequestSeq, result)
+	}
+	if ordered(cmd) && cmd.SessionID != 0 {
+		f.advanceStream(cmd)
 	}
 	f.dropIdleSession(cmd.SessionID)
 	return result, events

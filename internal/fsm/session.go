@@ -24,6 +24,9 @@ type session struct {
 	// dedup is nil until the session's first exactly-once write. It is
 	// shared with clones; see dedupTable.generation.
 	dedup *dedupTable
+	// stream is the position of the session's stream of ordered writes in
+	// this shard (stream.go); zero for none.
+	stream streamPos
 }
 
 func sessionLess(a, b session) bool { return a.id < b.id }

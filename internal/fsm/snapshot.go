@@ -104,6 +104,13 @@ import (
 // cluster that never set a quota writes what an older binary reads. Usage
 // is written in no version: it is counted from the nodes when a snapshot is
 // read.
+//
+// Versions 34 to 65 are versions 2 to 33 raised by 32, with the sessions'
+// stream positions (stream.go): each session frame ends (after its owner,
+// in the versions with auth state) with its stream's id, floor and last
+// applied seq, all 0 for none. A state is written in them only if a
+// session holds a position, so a cluster whose clients never pipelined
+// writes writes what an older binary reads.
 const (
 	snapshotMagic   = "LATCHFSM"
 	snapshotVersion = 2
@@ -125,6 +132,12 @@ const (
 	// snapshotLedgerRaise raises a sharded version (3 to 17, odd) to the
 	// one with the quota ledger (19 to 33).
 	snapshotLedgerRaise = 16
+	// snapshotStreamsRaise raises a version (2 to 33) to the one with
+	// stream positions (34 to 65).
+	snapshotStreamsRaise = 32
+	// snapshotVersionMaxNoStreams is the newest version without stream
+	// positions.
+	snapshotVersionMaxNoStreams = snapshotVersionMax + snapshotLedgerRaise
 	// maxFramePayload bounds the memory ReadSnapshot allocates for one frame.
 	maxFramePayload = 16 << 20
 )
@@ -162,12 +175,15 @@ func (f *FSM) WriteSnapshot(w io.Writer) error {
 }
 
 func (f *FSM) writeSnapshot(w *bufio.Writer) error {
-	sw := snapshotWriter{w: w, txnResults: f.holdsTxnResults(), times: f.holdsTimes()}
+	sw := snapshotWriter{w: w, txnResults: f.holdsTxnResults(), times: f.holdsTimes(), streams: f.holdsStreams()}
 	sharded := f.shard.sharded()
 	withAuth := !f.auth.empty() || f.ownedSessions()
 	sw.auth = withAuth
 	ledger := sharded && !f.ledgerEmpty()
 	version := snapshotFormat(sharded, sw.txnResults, withAuth, sw.times)
+	if sw.streams {
+		version += snapshotStreamsRaise
+	}
 	if ledger {
 		version += snapshotLedgerRaise
 	}
@@ -184,6 +200,11 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 			b = appendSession(b, s, sw.txnResults)
 			if sw.auth {
 				b = appendString(b, s.owner)
+			}
+			if sw.streams {
+				b = binary.AppendUvarint(b, s.stream.id)
+				b = binary.AppendUvarint(b, s.stream.floor)
+				b = binary.AppendUvarint(b, s.stream.seq)
 			}
 			return b
 		})
@@ -287,6 +308,9 @@ type snapshotWriter struct {
 	auth bool
 	// times says node frames end with the node's times (versions 10 to 17).
 	times bool
+	// streams says session frames end with the stream position (versions
+	// 34 to 65).
+	streams bool
 }
 
 func (sw *snapshotWriter) write(b []byte) {
@@ -417,6 +441,17 @@ func (f *FSM) holdsTimes() bool {
 	found := false
 	f.nodes.Scan(func(e entry) bool {
 		found = e.hasTimes()
+		return !found
+	})
+	return found
+}
+
+// holdsStreams reports whether a session holds a stream position, so the
+// state is written in versions 34 to 65.
+func (f *FSM) holdsStreams() bool {
+	found := false
+	f.sessions.Scan(func(s session) bool {
+		found = s.stream != streamPos{}
 		return !found
 	})
 	return found

@@ -67,6 +67,9 @@ type snapshotReader struct {
 	// ledger says the quota ledger follows the auth frames (versions 19 to
 	// 33).
 	ledger bool
+	// streams says session frames end with their stream position
+	// (versions 34 to 65).
+	streams bool
 }
 
 func corruptf(offset int64, format string, args ...any) error {
@@ -141,6 +144,10 @@ func (sr *snapshotReader) read() (*FSM, error) {
 		return nil, corruptf(0, "not a latch state machine snapshot")
 	}
 	sr.version = magic[len(snapshotMagic)]
+	if sr.version >= snapshotVersion+snapshotStreamsRaise && sr.version <= snapshotVersionMaxNoStreams+snapshotStreamsRaise {
+		sr.version -= snapshotStreamsRaise
+		sr.streams = true
+	}
 	if sr.version > snapshotVersionMax && sr.version <= snapshotVersionMax+snapshotLedgerRaise && sr.version%2 == 1 {
 		sr.version -= snapshotLedgerRaise
 		sr.ledger = true
@@ -172,6 +179,11 @@ func (sr *snapshotReader) read() (*FSM, error) {
 	}
 	if err := sr.readSessions(f, counts.sessions); err != nil {
 		return nil, err
+	}
+	if sr.streams && !f.holdsStreams() {
+		// Only a state with them is written in versions 34 to 65: the
+		// encoding of a state is unique.
+		return nil, corruptf(int64(len(snapshotMagic)), "format version %d but no session holds a stream position", magic[len(snapshotMagic)])
 	}
 	if sr.txnResults && !f.holdsTxnResults() {
 		// Only a state with them is written in version 4 or 5: the encoding
@@ -321,6 +333,9 @@ func (sr *snapshotReader) readSessions(f *FSM, count uint64) error {
 			if s.owner != "" {
 				checkSortedName(d, "user", "", s.owner)
 			}
+		}
+		if sr.streams {
+			s.stream = d.streamPos()
 		}
 		if err := d.finish(); err != nil {
 			return err
@@ -507,6 +522,17 @@ func (d *payloadDecoder) bytes() []byte {
 }
 
 func (d *payloadDecoder) string() string { return string(d.bytes()) }
+
+// streamPos decodes a session's stream position (versions 34 to 65): all
+// zero, or an id, a floor and a seq none of which is zero.
+func (d *payloadDecoder) streamPos() streamPos {
+	at := d.at()
+	pos := streamPos{id: d.uvarint(), floor: d.uvarint(), seq: d.uvarint()}
+	if d.err == nil && pos != (streamPos{}) && (pos.id == 0 || pos.floor == 0 || pos.seq == 0) {
+		d.fail(at, "stream position with a zero part (id %d, floor %d, seq %d)", pos.id, pos.floor, pos.seq)
+	}
+	return pos
+}
 
 func (d *payloadDecoder) dedupTable(generation uint64, txnResults bool) *dedupTable {
 	at := d.at()

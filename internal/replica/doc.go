@@ -15,6 +15,12 @@
 // changes while it waits (its outcome is then unknown), or by 503 at the
 // request deadline.
 //
+// A write proposed with a Turn of a Stream in its context (WithTurn,
+// stream.go) is handed to raft only after the stream's earlier turns ended
+// (their writes handed to raft, or given up), stamped with the stream's
+// tag: the writes of one client connection reach raft in the order sent,
+// and the state machine applies them only in that order.
+//
 // Linearizable reads share one ReadIndex round per batch (ReadIndex,
 // Barrier): the reads that arrive while a round is in flight wait for the
 // next one. Each then waits until the local state machine has applied the

@@ -102,6 +102,29 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
 	defer cancel()
+	turn := turnOf(ctx)
+	if turn != nil && cmd.SessionID != turn.stream.session {
+		turn = nil // not the stream's write (a step of a server protocol)
+	}
+	defer turn.End()
+	if turn != nil {
+		if err := turn.wait(ctx); err != nil {
+			m.ProposalFailed()
+			return fsm.Result{}, 0, r.Unavailable("the write before this one on its connection was not proposed within the deadline (not applied)")
+		}
+		if turn.stamped {
+			// A second proposal would take another seq, after writes
+			// that followed the first: the stream would refuse it.
+			m.ProposalFailed()
+			return fsm.Result{}, 0, api.Errorf(api.CodeInternal, "a write of an ordered stream proposed twice")
+		}
+		turn.stamped = true
+		turn.stamp(cmd)
+		if turn.lose {
+			m.ProposalFailed()
+			return fsm.Result{}, 0, r.Unavailable("proposal lost (test hook); outcome unknown")
+		}
+	}
 	id, ch := r.waiters.add()
 	defer r.waiters.remove(id)
 	cmd.ID = id
@@ -110,7 +133,9 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 	}
 	m.ProposalStarted()
 	defer m.ProposalEnded()
-	if err := r.proposeUntilAccepted(ctx, cmd.Marshal()); err != nil {
+	err := r.proposeUntilAccepted(ctx, cmd.Marshal())
+	turn.End() // the entry is with raft (or never will be): the next may go
+	if err != nil {
 		m.ProposalFailed()
 		if ctx.Err() != nil {
 			// raft may have taken it just as the deadline passed.

@@ -7,6 +7,7 @@ import (
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/replica"
 )
 
 // TxnKind is the kind of one operation of a transaction.
@@ -42,6 +43,35 @@ type TxnRequest struct {
 	// TimeMs is as PutRequest's: the time the transaction's writes record
 	// (0: this member's clock).
 	TimeMs uint64
+	// Turn, if set, is the transaction's place in an ordered stream of
+	// writes of SessionID (WriteStream): it is proposed after the stream's
+	// earlier writes, and applied only after them. Only with one shard:
+	// with several, the protocol steps of a write may propose it more than
+	// once, which a stream cannot tell from a lost write.
+	Turn *WriteTurn
+}
+
+// WriteStream is the ordered stream of writes of one client connection of
+// a session (replica.Stream): a connection that sends writes with earlier
+// ones still in flight gives each a turn (Next), and the state machine
+// applies them in the order of their turns, refusing every write after one
+// that is lost (internal/fsm, stream.go).
+type WriteStream = replica.Stream
+
+// WriteTurn is one write's place in a WriteStream; its holder ends it
+// (End) when the write is over.
+type WriteTurn = replica.Turn
+
+// NewWriteStream returns a stream of session's writes, with a random id,
+// opened at floor: an applied index read after a linearizable barrier of
+// the meta group when the connection was opened (so a later connection of
+// the session has a higher one).
+func NewWriteStream(session, floor uint64) (*WriteStream, error) {
+	id, err := NewSessionID() // 64 random bits, never 0
+	if err != nil {
+		return nil, err
+	}
+	return replica.NewStream(session, id, max(floor, 1)), nil
 }
 
 // TxnOpResult is the node an operation left, right after it (see
@@ -83,6 +113,12 @@ func (s *Server) Txn(ctx context.Context, r TxnRequest) (TxnResult, error) {
 	g, err := s.txnGroup(r.Ops)
 	if err != nil {
 		return TxnResult{}, err
+	}
+	if r.Turn != nil {
+		if s.cfg.Shards > 1 || r.SessionID == 0 {
+			return TxnResult{}, api.Errorf(api.CodeInvalidArgument, "an ordered write needs a session and a cluster of one shard")
+		}
+		ctx = replica.WithTurn(ctx, r.Turn)
 	}
 	res, index, err := g.Propose(ctx, cmd)
 	if err != nil {

@@ -36,6 +36,10 @@ type conn struct {
 	timeout time.Duration
 	stream  server.EventStream // set before ready is closed
 	watches *watchTable
+	// writes is the stream whose turns order the connection's pipelined
+	// writes (pipeline.go), made at the handshake; nil with several
+	// shards, where writes are not pipelined.
+	writes *server.WriteStream
 
 	// credsMu guards creds: what the connection proved (its verified
 	// certificate's name, the user of its digest addauth), which every
@@ -143,7 +147,7 @@ func (c *conn) run() {
 	defer workers.Wait()
 	defer close(order)
 	defer requests.Wait()
-	flight := inFlight{sharded: c.l.sharded}
+	flight := inFlight{sharded: c.l.sharded, writes: c.writes}
 	for {
 		frame, err := zkproto.ReadFrame(c.br, zkproto.MaxPacket)
 		if err != nil {

@@ -16,8 +16,15 @@
 //     the zxid (a raft index) the member had applied when it was sent, never
 //     below a zxid the connection sent before; requests of a connection run
 //     concurrently, but a read only after the connection's earlier writes,
-//     a write only after the earlier requests on a related path, and
-//     session, auth, watch and sync requests alone (pipeline.go);
+//     a write only after the earlier reads (and, with several shards, the
+//     earlier writes), and session, auth, watch and sync requests alone
+//     (pipeline.go);
+//   - a connection's writes take effect in the order sent: with one shard
+//     they are in flight together, each proposed in its turn of the
+//     connection's write stream and applied by the state machine only
+//     after the one before it (internal/fsm, stream.go); a write refused
+//     for its order, or of unknown outcome, ends the connection unanswered,
+//     and no later write of the connection is applied without it;
 //   - a read on a connection never sees state older than the last zxid the
 //     client saw (given at connect as lastZxidSeen, or sent since), on any
 //     member: a connect whose lastZxidSeen the member has not applied is

@@ -55,6 +55,19 @@ func (c *conn) handshake(body []byte) bool {
 	}
 	c.session, c.timeout = id, time.Duration(timeoutMs)*time.Millisecond
 	c.watches = newWatchTable(c)
+	if !c.l.sharded {
+		// Read after open's linearizable barrier (a resumed session's check)
+		// or its create: a later connection of the session reads a higher
+		// floor, and its stream supersedes this one's (internal/fsm,
+		// stream.go).
+		if c.writes, err = server.NewWriteStream(id, c.l.srv.AppliedIndex()); err != nil {
+			c.l.log.Info("zk: cannot open the connection's write stream; closing the connection", "remote", c.nc.RemoteAddr().String(), "err", err)
+			if c.stream != nil {
+				c.stream.Close()
+			}
+			return false
+		}
+	}
 	c.saw(uint64(max(req.LastZxidSeen, 0)))
 	resp.TimeOut, resp.SessionID, resp.Passwd = int32(timeoutMs), int64(id), sessionPassword(id)
 	if err := c.writeConnectResponse(&resp); err != nil {

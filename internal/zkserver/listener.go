@@ -78,6 +78,10 @@ type Listener struct {
 	// beforeRead, if set (by tests), runs before each read of a read
 	// request: it delays some to reorder concurrent reads.
 	beforeRead atomic.Pointer[func()]
+	// beforeWrite, if set (by tests), runs before each pipelined write is
+	// proposed, with its xid and turn: it holds writes back, or loses one
+	// (server.WriteTurn.LoseForTest).
+	beforeWrite atomic.Pointer[func(xid int32, turn *server.WriteTurn)]
 }
 
 // New returns a listener serving srv.

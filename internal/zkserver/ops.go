@@ -19,10 +19,11 @@ func (c *conn) multiOp(op zkproto.OpCode, rest []byte) (zkproto.Record, zkproto.
 }
 
 // reply sends the answer to the request h and reports whether the
-// connection must end after it. With track (the request set watches), it
-// also returns an index per shard through which every change has been
-// dispatched to the watch table (nil if unknown): see awaitNotifications.
-func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.ErrCode, end, track bool) (closeConn bool, through []uint64) {
+// connection must end after it. If the request set watches (holds), their
+// held notifications are released right after the reply, under the watch
+// table's lock (watchTable.release), so that no notification of a later
+// change goes out between the reply and a held one of an earlier change.
+func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.ErrCode, end bool, holds []*watchGen) (closeConn bool) {
 	if code == zkproto.ErrOperationTimeout {
 		// The member could not answer in time (no leader, no quorum): end
 		// the connection unanswered, as a ZooKeeper server that lost its
@@ -30,11 +31,17 @@ func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.
 		// elsewhere) with its session, and its recipes recover as they do
 		// from ZooKeeper; a write's outcome is then unknown to it, as there.
 		c.l.log.Info("zk: request timed out; closing the connection", "session", c.session, "op", h.Type)
-		return true, nil
+		c.watches.release(holds, nil, nil)
+		return true
 	}
-	through = c.awaitNotifications(track)
-	_ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp)
-	return end || code == zkproto.ErrSessionExpired, through
+	through := c.awaitNotifications(len(holds) > 0)
+	send := func() { _ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp) }
+	if len(holds) == 0 {
+		send()
+	} else {
+		c.watches.release(holds, through, send)
+	}
+	return end || code == zkproto.ErrSessionExpired
 }
 
 // dispatch runs one decoded request.
@@ -61,6 +68,9 @@ func (c *conn) dispatch(p *pending) (zkproto.Record, zkproto.ErrCode, bool) {
 
 // operation runs request p, opcode op with a body.
 func (c *conn) operation(p *pending, op zkproto.OpCode, body zkproto.Record) (zkproto.Record, zkproto.ErrCode) {
+	if c.writes != nil && p.class == classWrite {
+		return c.orderedWrite(p, op, body)
+	}
 	switch req := body.(type) {
 	case *zkproto.CreateRequest:
 		return c.create(op, req)

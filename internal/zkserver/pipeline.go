@@ -1,6 +1,9 @@
 package zkserver
 
-import "github.com/latch-io/latch/internal/zkproto"
+import (
+	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/zkproto"
+)
 
 // The request pipeline of a connection: the reader decodes each request
 // and gives it the requests before it that it must wait for (its
@@ -18,18 +21,31 @@ import "github.com/latch-io/latch/internal/zkproto"
 //     only once the read before it is done, from a state at least as new
 //     (readInOrder), and a watch it sets is its own (watchGen), so reads
 //     of one path need no more order than that;
-//   - a write waits for every request before it but pings: a connection's
-//     writes take effect in the order they were sent, and none before an
-//     earlier read was answered (ZooKeeper's FIFO client order: another
-//     client that sees a later write never sees an earlier one missing,
-//     and a read never sees a write sent after it, nor what follows it);
+//   - a write waits for every request before it but pings, and, on a
+//     cluster of one shard, but the writes: a connection's writes take
+//     effect in the order they were sent, and none before an earlier read
+//     was answered (ZooKeeper's FIFO client order: another client that
+//     sees a later write never sees an earlier one missing, and a read
+//     never sees a write sent after it, nor what follows it);
 //   - a ping waits for the barriers only.
 //
 // A read or ping with nothing in flight before it runs on the reader's
 // goroutine (it is quick, and that saves a hand-off).
 //
-// So reads pipeline with reads, and a connection has one write in flight
-// at a time: its requests take effect in the order it sent them.
+// Writes in flight together (one shard) keep their order by the state
+// machine, not by waiting: each holds a turn of the connection's write
+// stream (server.WriteStream, given in request order by admit), is
+// proposed only after the write before it was handed to raft, and is
+// applied only if the write before it was (internal/fsm, stream.go). A
+// write lost on its way to the log (a leader change) makes the state
+// machine refuse every later write of the stream, unavailable: the
+// connection ends unanswered (reply), as it does for a write whose outcome
+// is unknown, so the client sees ConnectionLoss and never a later write
+// applied without an earlier one. With several shards, whose logs cannot
+// order each other, a write still waits for every write before it.
+//
+// So reads pipeline with reads, writes with writes (one shard), and a
+// connection's requests take effect in the order it sent them.
 
 // reqClass is how a request is ordered against the requests before it.
 type reqClass uint8
@@ -48,6 +64,9 @@ type pending struct {
 	rest  []byte         // the bytes after the header (multi, multiRead)
 	class reqClass
 	deps  []*pending
+	// turn is a write's place in the connection's write stream (nil: the
+	// write waits for every earlier one instead); runPending ends it.
+	turn *server.WriteTurn
 	// prevRead is the read before this one (read class), whose end this
 	// one's waits for before it answers (readInOrder); the request's own
 	// goroutine clears it when done, so that no chain of requests is kept.
@@ -108,8 +127,9 @@ func classOf(op zkproto.OpCode, body zkproto.Record) reqClass {
 	return classBarrier
 }
 
-// mustWait reports whether p, coming later, waits for the earlier q.
-func (p *pending) mustWait(q *pending) bool {
+// mustWait reports whether p, coming later, waits for the earlier q; with
+// pipeline, a write does not wait for the earlier writes.
+func (p *pending) mustWait(q *pending, pipeline bool) bool {
 	switch {
 	case p.class == classBarrier || q.class == classBarrier:
 		return true
@@ -120,7 +140,9 @@ func (p *pending) mustWait(q *pending) bool {
 	case p.class == classRead:
 		return q.class == classWrite
 	}
-	return true // p writes: after every earlier read and write
+	// p writes: after every earlier read, and after every earlier write
+	// unless their turns order them.
+	return !pipeline || q.class != classWrite
 }
 
 // hold records that p set watch g (none if p or g is nil).
@@ -140,6 +162,9 @@ type inFlight struct {
 	list     []*pending
 	lastRead *pending
 	sharded  bool
+	// writes is the connection's write stream, nil unless its writes are
+	// pipelined (one shard): each write takes its turn in admit.
+	writes *server.WriteStream
 }
 
 // admit gives p its dependencies among the uncompleted earlier requests,
@@ -151,12 +176,15 @@ func (f *inFlight) admit(p *pending) bool {
 			continue
 		}
 		kept = append(kept, q)
-		if p.mustWait(q) || f.sharded && p.class == classRead && q.class == classRead {
+		if p.mustWait(q, f.writes != nil) || f.sharded && p.class == classRead && q.class == classRead {
 			p.deps = append(p.deps, q)
 		}
 	}
 	if p.class == classRead {
 		p.prevRead, f.lastRead = f.lastRead, p
+	}
+	if p.class == classWrite && f.writes != nil {
+		p.turn = f.writes.Next()
 	}
 	clear(f.list[len(kept):])
 	f.list = append(kept, p)
@@ -179,6 +207,7 @@ func (p *pending) answered() bool {
 func (c *conn) runPending(p *pending) {
 	defer close(p.done)
 	defer func() { p.prevRead = nil }()
+	defer p.turn.End() // if it did not propose: the next write may
 	for _, q := range p.deps {
 		<-q.done
 	}
@@ -209,9 +238,7 @@ func (c *conn) sendReplies(order <-chan *pending, slots <-chan struct{}) {
 					c.close()
 				}
 			} else {
-				end, through := c.reply(p.h, p.resp, p.code, p.end, len(p.holds) > 0)
-				c.watches.release(p.holds, through)
-				if end {
+				if c.reply(p.h, p.resp, p.code, p.end, p.holds) {
 					c.close()
 				}
 			}

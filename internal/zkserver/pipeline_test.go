@@ -151,8 +151,14 @@ func TestPipelineDependencies(t *testing.T) {
 		{"ping after auth", ping, auth, true},
 	}
 	for _, tc := range cases {
-		if got := tc.later.mustWait(tc.early); got != tc.wait {
+		if got := tc.later.mustWait(tc.early, false); got != tc.wait {
 			t.Errorf("%s: waits = %v, want %v", tc.name, got, tc.wait)
+		}
+		// With pipelined writes (one shard), a write does not wait for the
+		// earlier writes: their turns order them; nothing else changes.
+		want := tc.wait && (tc.later.class != classWrite || tc.early.class != classWrite)
+		if got := tc.later.mustWait(tc.early, true); got != want {
+			t.Errorf("%s, writes pipelined: waits = %v, want %v", tc.name, got, want)
 		}
 	}
 }

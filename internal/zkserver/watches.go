@@ -330,20 +330,28 @@ func (t *watchTable) pruneLocked(e *watchEntry) {
 	}
 }
 
-// release sends the notifications held by the watches a request set, now
-// that its reply is on the wire, and lets them notify directly from now
-// on. through, if not nil, is an index per shard through which every change
+// release sends the reply of the request that set the watches gens (the
+// function reply, unless nil: it was sent already), then the notifications
+// the watches held, all under the table's lock, so that no notification of
+// a later change goes out between the reply and the held ones, and lets
+// them notify directly from now on. through, if not nil, is an index per shard through which every change
 // has been dispatched to the table: the watches of one path and kind that
 // wait, released, for a change after a position within it wait for the
 // same next change, and are kept as one (so a client that sets one watch
 // again and again on a node that does not change holds one, as in
 // ZooKeeper).
-func (t *watchTable) release(gens []*watchGen, through []uint64) {
+func (t *watchTable) release(gens []*watchGen, through []uint64, reply func()) {
 	if len(gens) == 0 {
+		if reply != nil {
+			reply()
+		}
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if reply != nil {
+		reply() // under t.mu: no notification between it and the held ones
+	}
 	var sent map[heldNote]bool // made for the first held notification
 	for _, g := range gens {
 		g.held = false

@@ -66,7 +66,7 @@ func TestWatchNotificationWaitsForItsReply(t *testing.T) {
 	if len(r.sent) != 0 {
 		t.Fatalf("notified %v before the reply was sent", r.sent)
 	}
-	r.release([]*watchGen{g}, []uint64{13})
+	r.release([]*watchGen{g}, []uint64{13}, nil)
 	if want := []string{deleted("/lock/n1")}; !slices.Equal(r.sent, want) {
 		t.Fatalf("after the reply: notified %v, want %v", r.sent, want)
 	}
@@ -90,14 +90,14 @@ func TestWatchSetAgainAfterAChangeItsReadSaw(t *testing.T) {
 	e := r.entry(1, "/cfg", kindData, 10)
 	first := r.set(e, kindData)
 	r.arm(first, pos(10))
-	r.release([]*watchGen{first}, []uint64{10})
+	r.release([]*watchGen{first}, []uint64{10}, nil)
 	second := r.set(e, kindData)
 	r.arm(second, pos(11)) // its read saw the change at 11
 	r.event(1, "/cfg", api.EventChanged, 11)
 	if want := []string{changed("/cfg")}; !slices.Equal(r.sent, want) {
 		t.Fatalf("the first watch: notified %v, want %v", r.sent, want)
 	}
-	r.release([]*watchGen{second}, []uint64{11})
+	r.release([]*watchGen{second}, []uint64{11}, nil)
 	r.event(1, "/cfg", api.EventChanged, 12)
 	if want := []string{changed("/cfg"), changed("/cfg")}; !slices.Equal(r.sent, want) {
 		t.Fatalf("the second watch: notified %v, want %v", r.sent, want)
@@ -116,7 +116,7 @@ func TestWatchSetAgainAndAgainKeepsOne(t *testing.T) {
 	for i := range uint64(1000) {
 		g := r.set(e, kindData)
 		r.arm(g, pos(10+i))
-		r.release([]*watchGen{g}, []uint64{10 + i})
+		r.release([]*watchGen{g}, []uint64{10 + i}, nil)
 	}
 	if len(e.gens) != 1 {
 		t.Fatalf("%d watches kept after 1000 sets of one, want 1", len(e.gens))
@@ -137,7 +137,7 @@ func TestHeldWatchesOfOneChange(t *testing.T) {
 	child := r.entry(2, "/a", kindChild, 10)
 	old := r.set(data, kindData)
 	r.arm(old, pos(10))
-	r.release([]*watchGen{old}, []uint64{10})
+	r.release([]*watchGen{old}, []uint64{10}, nil)
 	g1, g2 := r.set(data, kindExist), r.set(child, kindChild)
 	r.arm(g1, pos(11))
 	r.arm(g2, pos(11))
@@ -146,7 +146,7 @@ func TestHeldWatchesOfOneChange(t *testing.T) {
 	if want := []string{deleted("/a")}; !slices.Equal(r.sent, want) {
 		t.Fatalf("before the reply: notified %v, want %v", r.sent, want)
 	}
-	r.release([]*watchGen{g1, g2}, []uint64{12})
+	r.release([]*watchGen{g1, g2}, []uint64{12}, nil)
 	if want := []string{deleted("/a"), deleted("/a")}; !slices.Equal(r.sent, want) {
 		t.Fatalf("after the reply: notified %v, want %v", r.sent, want)
 	}

@@ -1,0 +1,45 @@
+package zkserver
+
+import (
+	"errors"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/zkproto"
+)
+
+// orderedWrite serves a create, delete or setData of request p on a
+// cluster of one shard, where writes are pipelined (pipeline.go): as the
+// one-operation transaction a multi of it would be (multi.go's plan: a
+// create checks its parent, a delete or set its version), proposed in p's
+// turn of the connection's write stream. Its reply is built from the
+// transaction's result alone, never from a read before it: a read would
+// not see the writes before it still in flight.
+func (c *conn) orderedWrite(p *pending, op zkproto.OpCode, body zkproto.Record) (zkproto.Record, zkproto.ErrCode) {
+	if op == zkproto.OpDeleteContainer {
+		return nil, zkproto.ErrUnimplemented // as a plain write: docs/zookeeper.md
+	}
+	ops, roles, code := c.planOp(zkOp{op: op, body: body})
+	if code != zkproto.ErrOK {
+		return nil, code
+	}
+	var plan txnPlan
+	plan.add(0, ops, roles)
+	if h := c.l.beforeWrite.Load(); h != nil {
+		(*h)(p.h.Xid, p.turn)
+	}
+	timeMs := c.l.srv.WallTimeMs()
+	res, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{Ops: plan.ops, SessionID: c.session, TimeMs: timeMs, Turn: p.turn})
+	if err != nil {
+		var opErr *api.TxnOpError
+		if errors.As(err, &opErr) && opErr.Op >= 0 && opErr.Op < len(plan.ops) {
+			return nil, c.classify(&plan, opErr)
+		}
+		// Not the operation's fault: unavailable (an unknown outcome, or a
+		// write out of its stream's order) ends the connection unanswered
+		// (reply), an expired session ends it too.
+		return nil, errCode(err)
+	}
+	c.saw(res.Index)
+	return c.multiResult(op, res.Ops[plan.primary[0]], timeMs).body, zkproto.ErrOK
+}
