@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"fmt"
+
 	"github.com/tidwall/btree"
 
 	"github.com/latch-io/latch/api"
@@ -118,19 +120,17 @@ func (f *FSM) ledgerEmpty() bool {
 	return len(f.auth.quotas) == 0 && f.quota.peers.Len() == 0 && f.quota.out.Len() == 0 && f.quota.synced == 0
 }
 
-// share is shard index's initial share of limit among count shards.
-func share(limit uint64, index, count int) uint64 {
-	s := limit / uint64(count)
-	if index == 0 {
-		s += limit % uint64(count)
+// ownAllotment gives c, at the start of an epoch in a shard other than 0,
+// its usage here as allotment: the shard cannot grow under the quota until
+// room is moved to it, and reuses what its deletes free.
+func ownAllotment(c *quotaCount) {
+	c.allotNodes, c.allotBytes = 0, 0
+	if c.maxNodes > 0 {
+		c.allotNodes = clampInt64(c.nodes)
 	}
-	return s
-}
-
-// shareAllotment gives c this shard's initial share of its limits.
-func (f *FSM) shareAllotment(c *quotaCount) {
-	c.allotNodes = share(c.maxNodes, f.shard.index, f.shard.count())
-	c.allotBytes = share(c.maxBytes, f.shard.index, f.shard.count())
+	if c.maxBytes > 0 {
+		c.allotBytes = clampInt64(c.bytes)
+	}
 }
 
 // applyLedger applies AuthQuotaSync, AuthQuotaGive, AuthQuotaTake and
@@ -159,8 +159,10 @@ func (f *FSM) applyLedger(op *command.AuthOp) *api.Error {
 // syncQuotas applies AuthQuotaSync in a shard other than 0: the table of
 // shard 0 as of op.Epoch replaces this shard's, if op.Epoch is newer than
 // the last applied (else nothing changes). A quota whose epoch this shard
-// has keeps its count and allotment; a quota of a new epoch gets this
-// shard's initial share (its count is kept, or made by a scan if new).
+// has keeps its count and allotment and takes the table's limits (set
+// again in shard 0: only shard 0's allotment changed); a quota of a new
+// epoch gets its usage here as allotment (ownAllotment; its count is kept,
+// or made by a scan if new).
 func (f *FSM) syncQuotas(op *command.AuthOp) *api.Error {
 	if f.shard.meta() {
 		return api.Errorf(api.CodeInternal, "%s: shard 0 holds the quota table; it takes no sync", f.shard)
@@ -180,9 +182,16 @@ func (f *FSM) syncQuotas(op *command.AuthOp) *api.Error {
 			c = quotaCount{prefix: d.Prefix}
 			c.nodes, c.bytes = f.scanUsage(d.Prefix)
 		}
-		if c.epoch != d.Epoch {
-			c.maxNodes, c.maxBytes, c.epoch = d.MaxNodes, d.MaxBytes, d.Epoch
-			f.shareAllotment(&c)
+		newEpoch := c.epoch != d.Epoch
+		c.maxNodes, c.maxBytes, c.epoch = d.MaxNodes, d.MaxBytes, d.Epoch
+		if newEpoch {
+			ownAllotment(&c)
+		}
+		if c.maxNodes == 0 {
+			c.allotNodes = 0
+		}
+		if c.maxBytes == 0 {
+			c.allotBytes = 0
 		}
 		counts.Set(c)
 	}
@@ -230,8 +239,8 @@ func (f *FSM) giveRoom(op *command.AuthOp) *api.Error {
 		return api.Errorf(api.CodeQuotaExceeded, "%s has %d nodes and %d bytes of %q free, not %d and %d",
 			f.shard, free(c.allotNodes, c.nodes), free(c.allotBytes, c.bytes), op.Prefix, op.MaxNodes, op.MaxBytes)
 	}
-	c.allotNodes -= op.MaxNodes
-	c.allotBytes -= op.MaxBytes
+	c.allotNodes -= int64(op.MaxNodes)
+	c.allotBytes -= int64(op.MaxBytes)
 	f.quota.counts.Set(c)
 	p := f.quotaPeer(int(op.Shard))
 	p.given++
@@ -240,12 +249,18 @@ func (f *FSM) giveRoom(op *command.AuthOp) *api.Error {
 	return nil
 }
 
-// free is the room of an allotment beyond usage.
-func free(allot, usage uint64) uint64 {
-	if allot < usage {
+// free is the room of an allotment beyond usage (0 if the allotment is
+// below the usage: a debt).
+func free(allot int64, usage uint64) uint64 {
+	if allot <= 0 || uint64(allot) < usage {
 		return 0
 	}
-	return allot - usage
+	return uint64(allot) - usage
+}
+
+// within reports whether usage fits in allot.
+func within(usage uint64, allot int64) bool {
+	return allot >= 0 && usage <= uint64(allot)
 }
 
 // takeRoom applies AuthQuotaTake in the recipient: transfer op.Seq from
@@ -265,10 +280,10 @@ func (f *FSM) takeRoom(op *command.AuthOp) *api.Error {
 	f.quota.peers.Set(p)
 	if c, ok := f.quota.counts.Get(quotaCount{prefix: op.Prefix}); ok && c.epoch == op.Epoch {
 		if c.maxNodes > 0 {
-			c.allotNodes += op.MaxNodes
+			c.allotNodes += clampInt64(op.MaxNodes)
 		}
 		if c.maxBytes > 0 {
-			c.allotBytes += op.MaxBytes
+			c.allotBytes += clampInt64(op.MaxBytes)
 		}
 		f.quota.counts.Set(c)
 	}
@@ -305,10 +320,10 @@ func (f *FSM) quotaPeer(shard int) quotaPeer {
 	return p
 }
 
-// resetLedger gives every quota this shard's initial share again and
-// forgets every transfer and sequence number: Reseed's fresh start, the
-// same in every shard of the new cluster (room in transit in the backup is
-// void; the shares sum to the limits).
+// resetLedger starts every quota's allotments afresh from this shard's
+// usage (ownAllotment) and forgets every transfer and sequence number:
+// Reseed's fresh start. Shard 0's allotments are then set by
+// ShareRestoredQuotas, which sees every shard's state.
 func (f *FSM) resetLedger() {
 	if !f.shard.sharded() {
 		return
@@ -319,11 +334,64 @@ func (f *FSM) resetLedger() {
 		return true
 	})
 	for _, c := range counts {
-		f.shareAllotment(&c)
+		ownAllotment(&c)
 		f.quota.counts.Set(c)
 	}
 	f.quota.peers = btree.NewBTreeGOptions(quotaPeerLess, treeOptions)
 	f.quota.out = btree.NewBTreeGOptions(quotaTransferLess, treeOptions)
+}
+
+// ShareRestoredQuotas gives the reseeded states of every shard of a
+// restored cluster (shards[k] is shard k's) shard 0's quota table, each
+// shard other than 0 its usage as allotment and shard 0 each limit minus
+// the others' usage: the allotments of a new epoch, made exactly, as no
+// write runs during a restore. Room in transit in the backup is void (the
+// shards' states are of slightly different moments). With one shard it
+// does nothing.
+func ShareRestoredQuotas(shards []*FSM) error {
+	if len(shards) < 2 {
+		return nil
+	}
+	meta := shards[0]
+	if !meta.shard.meta() || meta.shard.count() != len(shards) {
+		return fmt.Errorf("fsm: share restored quotas: %d states, the first %s", len(shards), meta.shard)
+	}
+	epoch, table := meta.QuotaTable()
+	var usedNodes, usedBytes = make(map[string]uint64), make(map[string]uint64)
+	for k, f := range shards[1:] {
+		if f.shard.index != k+1 || f.shard.count() != len(shards) {
+			return fmt.Errorf("fsm: share restored quotas: state %d is %s", k+1, f.shard)
+		}
+		f.applyTable(epoch, table)
+		f.quota.counts.Scan(func(c quotaCount) bool {
+			usedNodes[c.prefix] += c.nodes
+			usedBytes[c.prefix] += c.bytes
+			return true
+		})
+	}
+	for _, d := range table {
+		c, _ := meta.quota.counts.Get(quotaCount{prefix: d.Prefix})
+		c.allotNodes, c.allotBytes = startAllotment(c.maxNodes, usedNodes[d.Prefix]), startAllotment(c.maxBytes, usedBytes[d.Prefix])
+		meta.quota.counts.Set(c)
+	}
+	return nil
+}
+
+// applyTable makes table (of table epoch epoch) this shard's quota table,
+// every quota with its usage here as allotment: a restore's start.
+func (f *FSM) applyTable(epoch uint64, table []command.QuotaDef) {
+	quotas := make([]Quota, 0, len(table))
+	counts := newQuotaCounts()
+	for _, d := range table {
+		quotas = append(quotas, Quota{Prefix: d.Prefix, MaxNodes: d.MaxNodes, MaxBytes: d.MaxBytes})
+		c := quotaCount{prefix: d.Prefix, maxNodes: d.MaxNodes, maxBytes: d.MaxBytes, epoch: d.Epoch}
+		c.nodes, c.bytes = f.scanUsage(d.Prefix)
+		ownAllotment(&c)
+		counts.Set(c)
+	}
+	f.auth.quotas = quotas
+	f.quota.counts = counts
+	f.quota.synced = epoch
 }
 
 // QuotaTransfers lists the outgoing transfers not yet settled, by
