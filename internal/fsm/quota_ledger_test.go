@@ -339,14 +339,17 @@ func TestQuotaLedgerSnapshot(t *testing.T) {
 // TestQuotaLedgerRandom plays writers under one quota spread over many
 // directories (so over every shard) and the server's room moves, with
 // transfers left unfinished at random (a crashed server) and finished
-// later by the donor, duplicate takes, and deletes; after every step the
-// allotments plus the room in transit equal the limit and usage stays
-// within it. At the end, one directory alone fills the quota exactly.
+// later by the donor, duplicate takes, deletes, and the quota set again
+// (the same limit, raised, lowered, at times below the usage); the quota
+// is first set over nodes already there. After every step the allotments
+// plus the room in transit equal the limit, and no create takes the usage
+// from within the limit past it, nor past the usage when the quota was
+// last set. At the end, one directory alone fills the quota exactly.
 func TestQuotaLedgerRandom(t *testing.T) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x2545f491))
 	c := newCluster(t)
-	const limit = 60
+	limit := uint64(60)
 	c.shards[c.m.Shard("/q")].mustApply(put("/q", ""))
 	var dirs []string
 	for i := range 8 {
@@ -355,13 +358,22 @@ func TestQuotaLedgerRandom(t *testing.T) {
 			t.Fatal(res.Err)
 		}
 	}
-	c.setQuotaEverywhere("/q", limit, 0)
 	var leaves []string
-	refused, moves, crashes := 0, 0, 0
+	for i := range rng.IntN(int(limit)) {
+		path := fmt.Sprintf("%s/old%d", dirs[rng.IntN(len(dirs))], i)
+		if res := c.create(path, ""); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		leaves = append(leaves, path)
+	}
+	c.setQuotaEverywhere("/q", limit, 0)
+	ceiling := max(limit, c.usedUnder("/q"))
+	refused, moves, crashes, resets := 0, 0, 0, 0
 	for step := 0; step < *stepsFlag; step++ {
-		switch n := rng.IntN(10); {
-		case n < 6:
+		switch n := rng.IntN(20); {
+		case n < 12:
 			path := fmt.Sprintf("%s/n%d", dirs[rng.IntN(len(dirs))], step)
+			before, debt := c.usedUnder("/q"), c.inDebt("/q")
 			res := c.create(path, "")
 			if res.Redo == RedoQuotaRoom {
 				if c.moveRoom(rng, c.m.ChildShard(api.Parent(path)), res.QuotaShort, &crashes) {
@@ -371,20 +383,39 @@ func TestQuotaLedgerRandom(t *testing.T) {
 			}
 			if res.Err == nil {
 				leaves = append(leaves, path)
+				if after := c.usedUnder("/q"); (before <= limit && after > limit && !debt) || after > ceiling {
+					t.Fatalf("seed %d, step %d: creating %s took the usage from %d to %d (limit %d, %d when set)", seed, step, path, before, after, limit, ceiling)
+				}
 			} else if codeOf(res.Err) == api.CodeQuotaExceeded {
 				refused++
 			} else {
 				t.Fatalf("create %s: %v", path, res.Err)
 			}
-		case n < 8 && len(leaves) > 0:
+		case n < 16 && len(leaves) > 0:
 			i := rng.IntN(len(leaves))
 			c.deleteNode(leaves[i])
 			leaves = slices.Delete(leaves, i, i+1)
+		case n == 16: // the quota set again: the same, raised or lowered
+			old := limit
+			limit = uint64(max(1, int64(limit)+int64(rng.IntN(21)-10)))
+			if rng.IntN(3) == 0 {
+				limit = c.usedUnder("/q") - min(c.usedUnder("/q"), uint64(rng.IntN(5)))
+				limit = max(limit, 1)
+			}
+			c.setQuotaEverywhere("/q", limit, 0)
+			if limit < old { // a new epoch
+				ceiling = max(limit, c.usedUnder("/q"))
+			} else { // the increase joins shard 0's allotment
+				ceiling += limit - old
+			}
+			resets++
+		case n == 17: // the ledger loop pays shard 0's debt
+			c.payDebt("/q")
 		default: // a donor's leader finishes what a crash left
 			donor := rng.IntN(testShards)
 			c.finish(donor, rng.IntN(testShards))
 		}
-		c.checkRoom("/q", limit)
+		c.checkRoom2("/q", limit)
 		for k, h := range c.shards {
 			if err := checkQuotaCounts(h.f); err != nil {
 				t.Fatalf("seed %d, step %d, shard %d: %v", seed, step, k, err)
@@ -396,21 +427,49 @@ func TestQuotaLedgerRandom(t *testing.T) {
 			c.finish(donor, recipient)
 		}
 	}
+	for len(leaves) > 0 && c.usedUnder("/q") > limit {
+		c.deleteNode(leaves[len(leaves)-1])
+		leaves = leaves[:len(leaves)-1]
+	}
+	c.payDebt("/q")
+	want := max(limit, c.usedUnder("/q")) // /q and its directories stay
 	dir := dirs[rng.IntN(len(dirs))]
 	for i := 0; ; i++ {
 		path := fmt.Sprintf("%s/fill%d", dir, i)
 		res := c.create(path, "")
-		if res.Redo == RedoQuotaRoom && c.moveRoom(rng, c.dir(dir).f.shard.index, res.QuotaShort, nil) {
+		for res.Redo == RedoQuotaRoom && c.moveRoom(rng, c.dir(dir).f.shard.index, res.QuotaShort, nil) {
 			res = c.create(path, "")
 		}
 		if res.Err != nil {
 			break
 		}
 	}
-	if _, _, used := c.room("/q"); used != limit {
-		t.Fatalf("seed %d: one directory filled the quota to %d of %d", seed, used, limit)
+	if _, _, used := c.room("/q"); used != want {
+		t.Fatalf("seed %d: one directory filled the quota to %d of %d (want %d)", seed, used, limit, want)
 	}
-	t.Logf("seed %d: %d refusals, %d room moves, %d left unfinished", seed, refused, moves, crashes)
+	t.Logf("seed %d: %d refusals, %d room moves, %d left unfinished, %d quota changes", seed, refused, moves, crashes, resets)
+}
+
+// inDebt reports whether shard 0's usage under prefix is above its
+// allotment (the quota was set below the usage; the other shards may reuse
+// room their deletes free until the debt is paid).
+func (c *cluster) inDebt(prefix string) bool {
+	s, _ := c.shards[0].f.QuotaShare(prefix)
+	return !within(s.Nodes, s.AllotNodes)
+}
+
+// payDebt moves free room of the other shards to shard 0 while its usage
+// under prefix is above its allotment: the server's ledger loop.
+func (c *cluster) payDebt(prefix string) {
+	for k := 1; k < testShards && c.inDebt(prefix); k++ {
+		s0, _ := c.shards[0].f.QuotaShare(prefix)
+		d, _ := c.shards[k].f.QuotaShare(prefix)
+		owed := uint64(int64(s0.Nodes) - s0.AllotNodes)
+		if amount := min(owed, free(d.AllotNodes, d.Nodes)); amount > 0 {
+			c.shards[k].mustApply(give(prefix, 0, d.Epoch, amount, 0))
+			c.finish(k, 0)
+		}
+	}
 }
 
 // moveRoom is the server's answer to a shortfall of recipient: room from
