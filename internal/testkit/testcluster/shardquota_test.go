@@ -35,8 +35,8 @@ func quotaOf(ctx context.Context, base, prefix string) (api.AuthQuota, error) {
 }
 
 // allotted sums the shards' allotments of q's nodes.
-func allotted(q api.AuthQuota) uint64 {
-	sum := uint64(0)
+func allotted(q api.AuthQuota) int64 {
+	sum := int64(0)
 	for _, s := range q.Shards {
 		sum += s.AllotNodes
 	}
