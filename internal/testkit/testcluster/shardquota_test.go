@@ -38,7 +38,7 @@ func quotaOf(ctx context.Context, base, prefix string) (api.AuthQuota, error) {
 func allotted(q api.AuthQuota) int64 {
 	sum := int64(0)
 	for _, s := range q.Shards {
-		sum += s.AllotNodes
+		sum += int64(s.AllotNodes)
 	}
 	return sum
 }
@@ -189,4 +189,107 @@ func TestShardsQuotaOneDirectoryFillsTheLimit(t *testing.T) {
 	if err != nil || q.Bytes != 98 {
 		t.Fatalf("status %+v (%v): want 98 bytes", q, err)
 	}
+}
+
+// TestShardsQuotaOverExistingNodes: a quota set over nodes already in
+// several shards counts them (each shard but 0 starts with its usage as
+// allotment, shard 0 with the rest), a retried quota_set with the same
+// limit changes no allotment, and concurrent writers on every member then
+// never take the prefix past the limit; the room left is usable from one
+// directory, to the limit exactly.
+func TestShardsQuotaOverExistingNodes(t *testing.T) {
+	seed := uint64(testSeed(t))
+	rng := rand.New(rand.NewPCG(seed, seed>>3))
+	c := newShardedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	m, _ := placement.New(wiringShards)
+	var dirs []string
+	seen := map[int]bool{}
+	for i := 0; len(dirs) < wiringShards; i++ {
+		dir := fmt.Sprintf("/q/d%d", i)
+		if shard := m.ChildShard(dir); !seen[shard] {
+			seen[shard] = true
+			dirs = append(dirs, dir)
+		}
+	}
+	existing := 1 + len(dirs) // /q and its directories
+	for i, dir := range dirs {
+		for j := range 4 + 8*i { // more in some shards than others
+			if _, err := put(ctx, c.URL(j%3), fmt.Sprintf("%s/old-%d", dir, j), "", ""); err != nil {
+				t.Fatal(err)
+			}
+			existing++
+		}
+	}
+	const room = 40
+	limit := existing + room
+	if err := setQuota(ctx, c.URL(1), "/q", uint64(limit), 0); err != nil {
+		t.Fatal(err)
+	}
+	before, err := quotaOf(ctx, c.URL(1), "/q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setQuota(ctx, c.URL(2), "/q", uint64(limit), 0); err != nil { // a retry
+		t.Fatal(err)
+	}
+	after, err := quotaOf(ctx, c.URL(1), "/q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(after.Shards) != fmt.Sprint(before.Shards) || allotted(after) != int64(limit) {
+		t.Fatalf("a retried quota_set: allotments %+v, then %+v; want them unchanged, summing to %d", before.Shards, after.Shards, limit)
+	}
+	watching, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	go func() {
+		for watching.Err() == nil {
+			if q, err := quotaOf(watching, c.URL(0), "/q"); err == nil && q.Nodes > uint64(limit) {
+				t.Errorf("/q holds %d nodes, over its quota of %d: %+v", q.Nodes, limit, q.Shards)
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	var acked atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 6 {
+		member, writerSeed := w%3, rng.Uint64()
+		wg.Go(func() {
+			wrng := rand.New(rand.NewPCG(writerSeed, 2))
+			refusals := 0
+			for n := 0; refusals < 3 && ctx.Err() == nil; n++ {
+				_, err := Put(ctx, c.URL(member), fmt.Sprintf("%s/w%d-%d", dirs[wrng.IntN(len(dirs))], w, n), "v", "")
+				switch {
+				case err == nil:
+					acked.Add(1)
+					refusals = 0
+				case api.CodeOf(err) == api.CodeQuotaExceeded:
+					refusals++
+				case api.CodeOf(err) != api.CodeUnavailable:
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stopWatching()
+	if acked.Load() > room {
+		t.Fatalf("seed %d: %d creates acknowledged over nodes that left room for %d", seed, acked.Load(), room)
+	}
+	filled := fillDir(t, ctx, c.URL(rng.IntN(3)), dirs[rng.IntN(len(dirs))], "v")
+	total := 1 + len(dirs)
+	for _, dir := range dirs {
+		n, err := Get(ctx, c.URL(0), dir, "linearizable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += int(n.ChildrenCount)
+	}
+	if total != limit {
+		t.Fatalf("seed %d: /q holds %d nodes (%d by the writers, %d filled after): want exactly %d", seed, total, acked.Load(), filled, limit)
+	}
+	t.Logf("seed %d: %d nodes before the quota, the writers made %d, filling made %d", seed, existing, acked.Load(), filled)
 }
