@@ -214,8 +214,12 @@ func TestShardsQuotaOverExistingNodes(t *testing.T) {
 		}
 	}
 	existing := 1 + len(dirs) // /q and its directories
-	for i, dir := range dirs {
-		for j := range 4 + 8*i { // more in some shards than others
+	for _, dir := range dirs {
+		count := 3
+		if m.ChildShard(dir) == 1 {
+			count = 60 // most of them in one shard other than 0
+		}
+		for j := range count {
 			if _, err := put(ctx, c.URL(j%3), fmt.Sprintf("%s/old-%d", dir, j), "", ""); err != nil {
 				t.Fatal(err)
 			}
@@ -226,20 +230,6 @@ func TestShardsQuotaOverExistingNodes(t *testing.T) {
 	limit := existing + room
 	if err := setQuota(ctx, c.URL(1), "/q", uint64(limit), 0); err != nil {
 		t.Fatal(err)
-	}
-	before, err := quotaOf(ctx, c.URL(1), "/q")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := setQuota(ctx, c.URL(2), "/q", uint64(limit), 0); err != nil { // a retry
-		t.Fatal(err)
-	}
-	after, err := quotaOf(ctx, c.URL(1), "/q")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(after.Shards) != fmt.Sprint(before.Shards) || allotted(after) != int64(limit) {
-		t.Fatalf("a retried quota_set: allotments %+v, then %+v; want them unchanged, summing to %d", before.Shards, after.Shards, limit)
 	}
 	watching, stopWatching := context.WithCancel(ctx)
 	defer stopWatching()
@@ -290,6 +280,33 @@ func TestShardsQuotaOverExistingNodes(t *testing.T) {
 	}
 	if total != limit {
 		t.Fatalf("seed %d: /q holds %d nodes (%d by the writers, %d filled after): want exactly %d", seed, total, acked.Load(), filled, limit)
+	}
+	// The same quota_set again (a client retrying after a 503): no
+	// allotment changes, so no room appears.
+	if !waitFor(30*time.Second, func() bool {
+		q, err := quotaOf(ctx, c.URL(0), "/q")
+		return err == nil && allotted(q) == int64(limit)
+	}) {
+		t.Fatal("the transfers did not settle")
+	}
+	before, err := quotaOf(ctx, c.URL(1), "/q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setQuota(ctx, c.URL(2), "/q", uint64(limit), 0); err != nil {
+		t.Fatal(err)
+	}
+	after, err := quotaOf(ctx, c.URL(1), "/q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(after.Shards) != fmt.Sprint(before.Shards) {
+		t.Fatalf("a retried quota_set changed the allotments from %+v to %+v", before.Shards, after.Shards)
+	}
+	for _, dir := range dirs {
+		if more := fillDir(t, ctx, c.URL(rng.IntN(3)), dir, "v"); more != 0 {
+			t.Fatalf("after a retried quota_set, %s took %d more nodes past the limit of %d", dir, more, limit)
+		}
 	}
 	t.Logf("seed %d: %d nodes before the quota, the writers made %d, filling made %d", seed, existing, acked.Load(), filled)
 }
