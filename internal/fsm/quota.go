@@ -24,8 +24,9 @@ import (
 // every create, set and delete (a session's end, a transaction, a
 // recursive delete, a directory delete: every path that adds or removes a
 // node goes through countNode). A count is made by one scan of the prefix's
-// subtree when its quota is set (or arrives by a sync) and when a snapshot
-// is read (counts are derived state, not written), and is then exact after
+// subtree when its quota is set (or arrives by a sync), by one pass over
+// the nodes for every quota when a snapshot is read (counts are derived
+// state, not written), and is then exact after
 // every entry: the randomized tests compare it with a fresh scan. A checked
 // write looks up the quotas on each ancestor of its path, so it costs
 // O(depth of the path × log quotas), not a scan of the subtree.

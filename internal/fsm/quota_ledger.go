@@ -17,37 +17,46 @@ import (
 // as of shard 0's index of its latest change (the table epoch) and applies
 // only if that epoch is above the last one applied, so a stale or repeated
 // sync changes nothing. Each quota carries its own epoch: the index of
-// shard 0 that set it. A shard that sees a quota with a new epoch (set,
-// or set again with other limits) takes its initial share of it:
-// limit/N, the remainder to shard 0 (shareAllotment); so the shares of
-// one epoch sum to the limit.
+// shard 0 that started it.
 //
-// A shard checks a write against its own allotment (quota.go). Room moves
-// by two entries: AuthQuotaGive in the donor D takes room from D's free
+// Starting an epoch. A quota that is new, re-created, gains a kind of
+// limit or has a limit lowered starts an epoch (quota.go, setQuota). Its
+// AuthQuotaSet carries U, the other shards' usage under the prefix as the
+// server read it (through a barrier of each) before proposing; shard 0's
+// allotment is L - U, possibly negative (a debt). Each other shard k, when
+// it applies the sync that brings the epoch, takes exactly its usage u_k
+// then as allotment (ownAllotment). Setting the same limits again changes
+// nothing; a raised limit keeps the epoch and adds the increase to shard
+// 0's allotment. A lowered limit starts an epoch because the cut must come
+// out of free room, and the free room of other shards is theirs to use.
+//
+// Moving room. AuthQuotaGive in the donor D takes room from D's free
 // allotment (allotment minus usage) and records the transfer as outgoing,
 // with the next sequence number from D to the recipient R; AuthQuotaTake
 // in R adds the room if the sequence number is the next from D (an earlier
 // one is a duplicate and changes nothing), and only if R's quota still has
-// the transfer's epoch (otherwise R has a new share of a new epoch, and the
-// room of the old epoch is void). AuthQuotaSettle in D then drops the
-// records R has taken. Takes of one pair (D, R) apply in sequence order, so
-// R needs only the last sequence number taken from D to apply each exactly
-// once.
+// the transfer's epoch (otherwise the room of the old epoch is void).
+// AuthQuotaSettle in D then drops the records R has taken. Takes of one
+// pair (D, R) apply in sequence order, so R needs only the last sequence
+// number taken from D to apply each exactly once.
 //
-// Invariant, per quota and epoch e: the allotments of the shards at epoch e
-// plus the room of the transfers of epoch e given and not yet taken equal
-// the limit. A give is taken from free room only, and a take is proposed
-// only after its give applied, so at every moment the room the shards can
-// use (their allotments) is at most the limit, and each shard's usage is
-// at most its allotment when it grew: the sum of the usage under a quota
-// never passes it. A give whose outcome is unknown to its proposer may
-// have applied; the donor's leader finishes every outgoing record
-// (takes in order, then the settle), so room is never lost in transit.
-// While a quota change has reached some shards and not others, each shard
-// enforces the version it has: the shards at the old epoch with the old
-// shares, the others with the new ones (the server answers a quota_set once
-// every shard has it, and shard 0's leader re-sends the table to a shard
-// that lacks it).
+// Why the limit holds, per quota and epoch e once every shard applied it:
+// the allotments plus the room of e's transfers given and not taken equal
+// L - U + sum(u_k) = L + W, where W is the net growth of the shards between
+// the server's read and their sync: growth made before the quota was in
+// force there (the documented window). Let M = sum over shards of
+// max(usage, allotment) plus transit. A write grows a shard only within its
+// allotment, a delete lowers usage, a give takes only free room and a take
+// adds exactly what its give removed: M never grows (a raise adds to L and
+// M alike). While every shard is within its allotment M = L + W, so the
+// summed usage grows past the limit only by the window's growth. A debt
+// (shard 0's usage above its allotment: the quota set below the usage) is
+// the exception: M is then the usage when set, nothing grows past it, but
+// another shard may reuse room its deletes free while the debt lasts; the
+// server's ledger loop pays it by moving free room to shard 0. A give whose
+// outcome is unknown to its proposer may have applied; the donor's leader
+// finishes every outgoing record (takes in order, then the settle), so
+// room is never lost in transit.
 
 // quotaState is a state machine's quota counts and, with several shards,
 // its ledger. Its trees are copied on write by Clone.

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/command"
 )
 
 // usedUnder sums the usage under prefix over every shard.
@@ -253,5 +252,4 @@ func TestQuotaRestoreCountsUsage(t *testing.T) {
 	if err := ShareRestoredQuotas(states[:1]); err != nil {
 		t.Fatalf("one shard: %v", err)
 	}
-	_ = command.AuthQuotaSync
 }
