@@ -49,8 +49,8 @@ type AuthQuotaShard struct {
 	Shard      int    `json:"shard"`
 	Nodes      uint64 `json:"nodes"`
 	Bytes      uint64 `json:"bytes"`
-	AllotNodes uint64 `json:"allot_nodes"`
-	AllotBytes uint64 `json:"allot_bytes"`
+	AllotNodes int64  `json:"allot_nodes"`
+	AllotBytes int64  `json:"allot_bytes"`
 }
 
 // AuthChanged answers an AuthChange or a logout: the index it applied at.

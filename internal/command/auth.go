@@ -135,6 +135,12 @@ type AuthOp struct {
 	Seq    uint64
 	Epoch  uint64
 	Quotas []QuotaDef
+	// UsedNodes and UsedBytes are, in an AuthQuotaSet of a sharded
+	// cluster, the usage under Prefix summed over the shards other than 0
+	// as the server read it (through a barrier of each) before proposing:
+	// shard 0's allotment of a new quota is the limit minus it.
+	UsedNodes uint64
+	UsedBytes uint64
 }
 
 // QuotaDef is one quota of an AuthQuotaSync: its limits and its epoch,
@@ -159,6 +165,8 @@ const (
 	authHasSeq
 	authHasEpoch
 	authHasQuotas
+	authHasUsedNodes // since strict quota shares, likewise
+	authHasUsedBytes
 	authPresenceMask = 1<<iota - 1
 )
 
@@ -171,7 +179,8 @@ const authHeaderLen = 2
 // max bytes (the last two since quotas: older commands never set their
 // presence bits, so they decode as before), then shard, seq, epoch and the
 // quota table (count, then each quota's prefix, max nodes, max bytes and
-// epoch; since sharded quotas, likewise). Commands of
+// epoch; since sharded quotas, likewise), then used nodes and used bytes
+// (since strict quota shares, likewise). Commands of
 // other ops carry no section, so their encoding is unchanged.
 
 func (c *Command) authSectionLen() int {
@@ -191,7 +200,7 @@ func (c *Command) authSectionLen() int {
 			n += uvarintLen(q.MaxNodes) + uvarintLen(q.MaxBytes) + uvarintLen(q.Epoch)
 		}
 	}
-	return n
+	return n + optionalUvarintLen(a.UsedNodes) + optionalUvarintLen(a.UsedBytes)
 }
 
 func (c *Command) appendAuthSection(dst []byte) []byte {
@@ -215,18 +224,18 @@ func (c *Command) appendAuthSection(dst []byte) []byte {
 	dst = appendOptionalUvarint(dst, a.Shard)
 	dst = appendOptionalUvarint(dst, a.Seq)
 	dst = appendOptionalUvarint(dst, a.Epoch)
-	if len(a.Quotas) == 0 {
-		return dst
+	if len(a.Quotas) > 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(a.Quotas)))
+		for _, q := range a.Quotas {
+			dst = binary.AppendUvarint(dst, uint64(len(q.Prefix)))
+			dst = append(dst, q.Prefix...)
+			dst = binary.AppendUvarint(dst, q.MaxNodes)
+			dst = binary.AppendUvarint(dst, q.MaxBytes)
+			dst = binary.AppendUvarint(dst, q.Epoch)
+		}
 	}
-	dst = binary.AppendUvarint(dst, uint64(len(a.Quotas)))
-	for _, q := range a.Quotas {
-		dst = binary.AppendUvarint(dst, uint64(len(q.Prefix)))
-		dst = append(dst, q.Prefix...)
-		dst = binary.AppendUvarint(dst, q.MaxNodes)
-		dst = binary.AppendUvarint(dst, q.MaxBytes)
-		dst = binary.AppendUvarint(dst, q.Epoch)
-	}
-	return dst
+	dst = appendOptionalUvarint(dst, a.UsedNodes)
+	return appendOptionalUvarint(dst, a.UsedBytes)
 }
 
 func (a *AuthOp) presence() uint64 {
@@ -248,6 +257,8 @@ func (a *AuthOp) presence() uint64 {
 	set(authHasSeq, a.Seq != 0)
 	set(authHasEpoch, a.Epoch != 0)
 	set(authHasQuotas, len(a.Quotas) > 0)
+	set(authHasUsedNodes, a.UsedNodes != 0)
+	set(authHasUsedBytes, a.UsedBytes != 0)
 	return m
 }
 
@@ -291,6 +302,8 @@ func (d *decoder) authOp() AuthOp {
 	if mask&authHasQuotas != 0 {
 		a.Quotas = d.quotaDefs()
 	}
+	a.UsedNodes = d.optionalUvarint(mask, authHasUsedNodes, "quota used nodes")
+	a.UsedBytes = d.optionalUvarint(mask, authHasUsedBytes, "quota used bytes")
 	return a
 }
 

@@ -24,6 +24,7 @@ var sampleAuth = []Command{
 	{Op: OpAuth, Auth: AuthOp{Kind: AuthTokenIssue, User: "alice", Secret: bytes.Repeat([]byte{0xab}, 32), Expires: 1 << 41, Now: 1 << 40}},
 	{Op: OpAuth, Auth: AuthOp{Kind: AuthTokenRevoke, Secret: bytes.Repeat([]byte{1}, 32)}},
 	{Op: OpAuth, Auth: AuthOp{Kind: AuthQuotaSet, Prefix: "/q", MaxNodes: 10, MaxBytes: 1 << 20}},
+	{Op: OpAuth, Auth: AuthOp{Kind: AuthQuotaSet, Prefix: "/q", MaxNodes: 10, UsedNodes: 7, UsedBytes: 1 << 40}},
 	{Op: OpAuth, Auth: AuthOp{Kind: AuthQuotaClear, Prefix: "/q"}},
 	{Op: OpAuth, Auth: AuthOp{Kind: AuthQuotaSync, Epoch: 42, Quotas: []QuotaDef{
 		{Prefix: "/a", MaxNodes: 5, Epoch: 40}, {Prefix: "/b/c", MaxBytes: 300, Epoch: 42}, {Prefix: "/", Epoch: 1}}}},

@@ -132,7 +132,7 @@ func (f *FSM) applyAuth(index uint64, cmd *command.Command) (Result, []Event) {
 			err = api.Errorf(api.CodeNotFound, "no such token")
 		}
 	case command.AuthQuotaSet:
-		err = f.setQuota(index, Quota{Prefix: op.Prefix, MaxNodes: op.MaxNodes, MaxBytes: op.MaxBytes})
+		err = f.setQuota(index, Quota{Prefix: op.Prefix, MaxNodes: op.MaxNodes, MaxBytes: op.MaxBytes}, op.UsedNodes, op.UsedBytes)
 	case command.AuthQuotaClear:
 		err = f.clearQuota(index, op.Prefix)
 	case command.AuthQuotaSync, command.AuthQuotaGive, command.AuthQuotaTake, command.AuthQuotaSettle:

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"math"
 	"slices"
 	"strings"
 
@@ -23,8 +24,9 @@ import (
 // every create, set and delete (a session's end, a transaction, a
 // recursive delete, a directory delete: every path that adds or removes a
 // node goes through countNode). A count is made by one scan of the prefix's
-// subtree when its quota is set (or arrives by a sync) and when a snapshot
-// is read (counts are derived state, not written), and is then exact after
+// subtree when its quota is set (or arrives by a sync), by one pass over
+// the nodes for every quota when a snapshot is read (counts are derived
+// state, not written), and is then exact after
 // every entry: the randomized tests compare it with a fresh scan. A checked
 // write looks up the quotas on each ancestor of its path, so it costs
 // O(depth of the path × log quotas), not a scan of the subtree.
@@ -52,7 +54,7 @@ type Quota struct {
 type QuotaUsage struct {
 	Quota
 	Nodes, Bytes           uint64
-	AllotNodes, AllotBytes uint64
+	AllotNodes, AllotBytes int64
 	Epoch                  uint64
 }
 
@@ -73,7 +75,7 @@ type quotaCount struct {
 	maxNodes, maxBytes     uint64
 	nodes, bytes           uint64
 	epoch                  uint64
-	allotNodes, allotBytes uint64
+	allotNodes, allotBytes int64
 }
 
 func quotaCountLess(a, b quotaCount) bool { return a.prefix < b.prefix }
@@ -83,27 +85,83 @@ func newQuotaCounts() *btree.BTreeG[quotaCount] {
 }
 
 // setQuota applies AuthQuotaSet at index: in a cluster with one shard, or
-// in shard 0 of a sharded one (the others receive the table by sync).
-func (f *FSM) setQuota(index uint64, q Quota) *api.Error {
+// in shard 0 of a sharded one (the others receive the table by sync). With
+// several shards, usedNodes and usedBytes are the other shards' usage
+// under the prefix as the server read it before proposing; a quota that
+// is new here, gains a limit it had not or has a limit lowered, starts an
+// epoch with shard 0's allotment the limit minus that usage
+// (startAllotment); a quota whose limits are raised (or dropped) keeps its
+// epoch and every allotment, shard 0's raised by the increase
+// (resetAllotment). Setting the same limits again changes nothing.
+func (f *FSM) setQuota(index uint64, q Quota, usedNodes, usedBytes uint64) *api.Error {
 	if f.shard.sharded() && !f.shard.meta() {
 		return api.Errorf(api.CodeInternal, "%s: quotas are set in shard 0 and reach the others by sync", f.shard)
+	}
+	c, ok := f.quota.counts.Get(quotaCount{prefix: q.Prefix})
+	if ok && c.maxNodes == q.MaxNodes && c.maxBytes == q.MaxBytes {
+		return nil // the same limits: a retry, or a no-op
 	}
 	if err := f.auth.setQuota(q); err != nil {
 		return err
 	}
-	c, ok := f.quota.counts.Get(quotaCount{prefix: q.Prefix})
 	if !ok {
 		c = quotaCount{prefix: q.Prefix}
 		c.nodes, c.bytes = f.scanUsage(q.Prefix)
 	}
-	c.maxNodes, c.maxBytes = q.MaxNodes, q.MaxBytes
+	switch {
+	case !f.shard.sharded():
+		c.maxNodes, c.maxBytes = q.MaxNodes, q.MaxBytes
+	case !ok || restarts(c, q):
+		c.maxNodes, c.maxBytes, c.epoch = q.MaxNodes, q.MaxBytes, index
+		c.allotNodes, c.allotBytes = startAllotment(q.MaxNodes, usedNodes), startAllotment(q.MaxBytes, usedBytes)
+	default:
+		c.allotNodes = resetAllotment(c.allotNodes, c.maxNodes, q.MaxNodes)
+		c.allotBytes = resetAllotment(c.allotBytes, c.maxBytes, q.MaxBytes)
+		c.maxNodes, c.maxBytes = q.MaxNodes, q.MaxBytes
+	}
 	if f.shard.sharded() {
-		c.epoch = index
-		f.shareAllotment(&c)
 		f.quota.synced = index
 	}
 	f.quota.counts.Set(c)
 	return nil
+}
+
+// restarts reports whether setting q over c starts a new epoch: q limits
+// a dimension c does not (its usage in the other shards is unaccounted),
+// or lowers a limit (the cut must come out of free room, which other
+// shards hold and may be using: the new epoch drops it, every other shard
+// keeping its usage as allotment). A raised limit keeps the epoch: the
+// increase joins shard 0's allotment.
+func restarts(c quotaCount, q Quota) bool {
+	gains := (c.maxNodes == 0 && q.MaxNodes > 0) || (c.maxBytes == 0 && q.MaxBytes > 0)
+	lowers := (q.MaxNodes > 0 && q.MaxNodes < c.maxNodes) || (q.MaxBytes > 0 && q.MaxBytes < c.maxBytes)
+	return gains || lowers
+}
+
+// startAllotment is shard 0's allotment of a limit at the start of an
+// epoch: the limit minus the other shards' usage (each of which starts
+// with its usage as allotment), possibly negative (a debt); 0 without a
+// limit.
+func startAllotment(limit, othersUsed uint64) int64 {
+	if limit == 0 {
+		return 0
+	}
+	return clampInt64(limit) - clampInt64(othersUsed)
+}
+
+// resetAllotment is shard 0's allotment after a limit is raised from old
+// to limit within an epoch: the increase joins it; 0 without a limit.
+func resetAllotment(allot int64, old, limit uint64) int64 {
+	if limit == 0 {
+		return 0
+	}
+	return allot + clampInt64(limit) - clampInt64(old)
+}
+
+// clampInt64 is v, or the largest int64 if v is larger: limits and usage
+// above 2^63 are as good as unlimited.
+func clampInt64(v uint64) int64 {
+	return int64(min(v, math.MaxInt64/2))
 }
 
 // clearQuota applies AuthQuotaClear at index (where setQuota would).
@@ -214,10 +272,10 @@ func (f *FSM) checkQuota(c quotaCount, target string, paths []string, delta int6
 		return nil
 	}
 	short := QuotaShortfall{Prefix: c.prefix, Epoch: c.epoch}
-	if nodesOver && c.nodes+added > c.allotNodes {
+	if nodesOver && !within(c.nodes+added, c.allotNodes) {
 		short.Nodes = c.nodes + added
 	}
-	if bytesOver && c.bytes+uint64(delta) > c.allotBytes {
+	if bytesOver && !within(c.bytes+uint64(delta), c.allotBytes) {
 		short.Bytes = c.bytes + uint64(delta)
 	}
 	if short.Nodes == 0 && short.Bytes == 0 {
@@ -259,15 +317,38 @@ func (f *FSM) scanUsage(prefix string) (nodes, bytes uint64) {
 	return nodes, bytes
 }
 
-// recountQuotas makes the count of every quota by a scan, keeping the
+// UsageUnder returns the nodes and value bytes under prefix in this state
+// machine: a quota's count if there is one, else a scan of the subtree.
+// The server sums it over the shards other than 0 for a quota_set.
+func (f *FSM) UsageUnder(prefix string) (nodes, bytes uint64) {
+	if c, ok := f.quota.counts.Get(quotaCount{prefix: prefix}); ok {
+		return c.nodes, c.bytes
+	}
+	return f.scanUsage(prefix)
+}
+
+// recountQuotas makes the count of every quota by one pass over the
+// nodes (each looked up on its ancestors, as countNode does), keeping the
 // epochs and allotments: after a snapshot is read.
 func (f *FSM) recountQuotas() {
+	counts := newQuotaCounts()
 	for _, q := range f.auth.quotas {
 		c, _ := f.quota.counts.Get(quotaCount{prefix: q.Prefix})
 		c.prefix, c.maxNodes, c.maxBytes = q.Prefix, q.MaxNodes, q.MaxBytes
-		c.nodes, c.bytes = f.scanUsage(q.Prefix)
-		f.quota.counts.Set(c)
+		c.nodes, c.bytes = 0, 0
+		counts.Set(c)
 	}
+	f.quota.counts = counts
+	if counts.Len() == 0 {
+		return
+	}
+	skipRoot := f.shard.sharded() && !f.holdsNode("/")
+	f.nodes.Scan(func(e entry) bool {
+		if !(e.path == "/" && skipRoot) {
+			f.countNode(e.path, 1, int64(len(e.value)))
+		}
+		return true
+	})
 }
 
 // Quotas lists the quotas by prefix with their usage now (in this shard)

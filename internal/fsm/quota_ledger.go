@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"fmt"
+
 	"github.com/tidwall/btree"
 
 	"github.com/latch-io/latch/api"
@@ -15,37 +17,46 @@ import (
 // as of shard 0's index of its latest change (the table epoch) and applies
 // only if that epoch is above the last one applied, so a stale or repeated
 // sync changes nothing. Each quota carries its own epoch: the index of
-// shard 0 that set it. A shard that sees a quota with a new epoch (set,
-// or set again with other limits) takes its initial share of it:
-// limit/N, the remainder to shard 0 (shareAllotment); so the shares of
-// one epoch sum to the limit.
+// shard 0 that started it.
 //
-// A shard checks a write against its own allotment (quota.go). Room moves
-// by two entries: AuthQuotaGive in the donor D takes room from D's free
+// Starting an epoch. A quota that is new, re-created, gains a kind of
+// limit or has a limit lowered starts an epoch (quota.go, setQuota). Its
+// AuthQuotaSet carries U, the other shards' usage under the prefix as the
+// server read it (through a barrier of each) before proposing; shard 0's
+// allotment is L - U, possibly negative (a debt). Each other shard k, when
+// it applies the sync that brings the epoch, takes exactly its usage u_k
+// then as allotment (ownAllotment). Setting the same limits again changes
+// nothing; a raised limit keeps the epoch and adds the increase to shard
+// 0's allotment. A lowered limit starts an epoch because the cut must come
+// out of free room, and the free room of other shards is theirs to use.
+//
+// Moving room. AuthQuotaGive in the donor D takes room from D's free
 // allotment (allotment minus usage) and records the transfer as outgoing,
 // with the next sequence number from D to the recipient R; AuthQuotaTake
 // in R adds the room if the sequence number is the next from D (an earlier
 // one is a duplicate and changes nothing), and only if R's quota still has
-// the transfer's epoch (otherwise R has a new share of a new epoch, and the
-// room of the old epoch is void). AuthQuotaSettle in D then drops the
-// records R has taken. Takes of one pair (D, R) apply in sequence order, so
-// R needs only the last sequence number taken from D to apply each exactly
-// once.
+// the transfer's epoch (otherwise the room of the old epoch is void).
+// AuthQuotaSettle in D then drops the records R has taken. Takes of one
+// pair (D, R) apply in sequence order, so R needs only the last sequence
+// number taken from D to apply each exactly once.
 //
-// Invariant, per quota and epoch e: the allotments of the shards at epoch e
-// plus the room of the transfers of epoch e given and not yet taken equal
-// the limit. A give is taken from free room only, and a take is proposed
-// only after its give applied, so at every moment the room the shards can
-// use (their allotments) is at most the limit, and each shard's usage is
-// at most its allotment when it grew: the sum of the usage under a quota
-// never passes it. A give whose outcome is unknown to its proposer may
-// have applied; the donor's leader finishes every outgoing record
-// (takes in order, then the settle), so room is never lost in transit.
-// While a quota change has reached some shards and not others, each shard
-// enforces the version it has: the shards at the old epoch with the old
-// shares, the others with the new ones (the server answers a quota_set once
-// every shard has it, and shard 0's leader re-sends the table to a shard
-// that lacks it).
+// Why the limit holds, per quota and epoch e once every shard applied it:
+// the allotments plus the room of e's transfers given and not taken equal
+// L - U + sum(u_k) = L + W, where W is the net growth of the shards between
+// the server's read and their sync: growth made before the quota was in
+// force there (the documented window). Let M = sum over shards of
+// max(usage, allotment) plus transit. A write grows a shard only within its
+// allotment, a delete lowers usage, a give takes only free room and a take
+// adds exactly what its give removed: M never grows (a raise adds to L and
+// M alike). While every shard is within its allotment M = L + W, so the
+// summed usage grows past the limit only by the window's growth. A debt
+// (shard 0's usage above its allotment: the quota set below the usage) is
+// the exception: M is then the usage when set, nothing grows past it, but
+// another shard may reuse room its deletes free while the debt lasts; the
+// server's ledger loop pays it by moving free room to shard 0. A give whose
+// outcome is unknown to its proposer may have applied; the donor's leader
+// finishes every outgoing record (takes in order, then the settle), so
+// room is never lost in transit.
 
 // quotaState is a state machine's quota counts and, with several shards,
 // its ledger. Its trees are copied on write by Clone.
@@ -118,19 +129,17 @@ func (f *FSM) ledgerEmpty() bool {
 	return len(f.auth.quotas) == 0 && f.quota.peers.Len() == 0 && f.quota.out.Len() == 0 && f.quota.synced == 0
 }
 
-// share is shard index's initial share of limit among count shards.
-func share(limit uint64, index, count int) uint64 {
-	s := limit / uint64(count)
-	if index == 0 {
-		s += limit % uint64(count)
+// ownAllotment gives c, at the start of an epoch in a shard other than 0,
+// its usage here as allotment: the shard cannot grow under the quota until
+// room is moved to it, and reuses what its deletes free.
+func ownAllotment(c *quotaCount) {
+	c.allotNodes, c.allotBytes = 0, 0
+	if c.maxNodes > 0 {
+		c.allotNodes = clampInt64(c.nodes)
 	}
-	return s
-}
-
-// shareAllotment gives c this shard's initial share of its limits.
-func (f *FSM) shareAllotment(c *quotaCount) {
-	c.allotNodes = share(c.maxNodes, f.shard.index, f.shard.count())
-	c.allotBytes = share(c.maxBytes, f.shard.index, f.shard.count())
+	if c.maxBytes > 0 {
+		c.allotBytes = clampInt64(c.bytes)
+	}
 }
 
 // applyLedger applies AuthQuotaSync, AuthQuotaGive, AuthQuotaTake and
@@ -159,8 +168,10 @@ func (f *FSM) applyLedger(op *command.AuthOp) *api.Error {
 // syncQuotas applies AuthQuotaSync in a shard other than 0: the table of
 // shard 0 as of op.Epoch replaces this shard's, if op.Epoch is newer than
 // the last applied (else nothing changes). A quota whose epoch this shard
-// has keeps its count and allotment; a quota of a new epoch gets this
-// shard's initial share (its count is kept, or made by a scan if new).
+// has keeps its count and allotment and takes the table's limits (set
+// again in shard 0: only shard 0's allotment changed); a quota of a new
+// epoch gets its usage here as allotment (ownAllotment; its count is kept,
+// or made by a scan if new).
 func (f *FSM) syncQuotas(op *command.AuthOp) *api.Error {
 	if f.shard.meta() {
 		return api.Errorf(api.CodeInternal, "%s: shard 0 holds the quota table; it takes no sync", f.shard)
@@ -180,9 +191,16 @@ func (f *FSM) syncQuotas(op *command.AuthOp) *api.Error {
 			c = quotaCount{prefix: d.Prefix}
 			c.nodes, c.bytes = f.scanUsage(d.Prefix)
 		}
-		if c.epoch != d.Epoch {
-			c.maxNodes, c.maxBytes, c.epoch = d.MaxNodes, d.MaxBytes, d.Epoch
-			f.shareAllotment(&c)
+		newEpoch := c.epoch != d.Epoch
+		c.maxNodes, c.maxBytes, c.epoch = d.MaxNodes, d.MaxBytes, d.Epoch
+		if newEpoch {
+			ownAllotment(&c)
+		}
+		if c.maxNodes == 0 {
+			c.allotNodes = 0
+		}
+		if c.maxBytes == 0 {
+			c.allotBytes = 0
 		}
 		counts.Set(c)
 	}
@@ -230,8 +248,8 @@ func (f *FSM) giveRoom(op *command.AuthOp) *api.Error {
 		return api.Errorf(api.CodeQuotaExceeded, "%s has %d nodes and %d bytes of %q free, not %d and %d",
 			f.shard, free(c.allotNodes, c.nodes), free(c.allotBytes, c.bytes), op.Prefix, op.MaxNodes, op.MaxBytes)
 	}
-	c.allotNodes -= op.MaxNodes
-	c.allotBytes -= op.MaxBytes
+	c.allotNodes -= int64(op.MaxNodes)
+	c.allotBytes -= int64(op.MaxBytes)
 	f.quota.counts.Set(c)
 	p := f.quotaPeer(int(op.Shard))
 	p.given++
@@ -240,12 +258,18 @@ func (f *FSM) giveRoom(op *command.AuthOp) *api.Error {
 	return nil
 }
 
-// free is the room of an allotment beyond usage.
-func free(allot, usage uint64) uint64 {
-	if allot < usage {
+// free is the room of an allotment beyond usage (0 if the allotment is
+// below the usage: a debt).
+func free(allot int64, usage uint64) uint64 {
+	if allot <= 0 || uint64(allot) < usage {
 		return 0
 	}
-	return allot - usage
+	return uint64(allot) - usage
+}
+
+// within reports whether usage fits in allot.
+func within(usage uint64, allot int64) bool {
+	return allot >= 0 && usage <= uint64(allot)
 }
 
 // takeRoom applies AuthQuotaTake in the recipient: transfer op.Seq from
@@ -265,10 +289,10 @@ func (f *FSM) takeRoom(op *command.AuthOp) *api.Error {
 	f.quota.peers.Set(p)
 	if c, ok := f.quota.counts.Get(quotaCount{prefix: op.Prefix}); ok && c.epoch == op.Epoch {
 		if c.maxNodes > 0 {
-			c.allotNodes += op.MaxNodes
+			c.allotNodes += clampInt64(op.MaxNodes)
 		}
 		if c.maxBytes > 0 {
-			c.allotBytes += op.MaxBytes
+			c.allotBytes += clampInt64(op.MaxBytes)
 		}
 		f.quota.counts.Set(c)
 	}
@@ -305,10 +329,10 @@ func (f *FSM) quotaPeer(shard int) quotaPeer {
 	return p
 }
 
-// resetLedger gives every quota this shard's initial share again and
-// forgets every transfer and sequence number: Reseed's fresh start, the
-// same in every shard of the new cluster (room in transit in the backup is
-// void; the shares sum to the limits).
+// resetLedger starts every quota's allotments afresh from this shard's
+// usage (ownAllotment) and forgets every transfer and sequence number:
+// Reseed's fresh start. Shard 0's allotments are then set by
+// ShareRestoredQuotas, which sees every shard's state.
 func (f *FSM) resetLedger() {
 	if !f.shard.sharded() {
 		return
@@ -319,11 +343,64 @@ func (f *FSM) resetLedger() {
 		return true
 	})
 	for _, c := range counts {
-		f.shareAllotment(&c)
+		ownAllotment(&c)
 		f.quota.counts.Set(c)
 	}
 	f.quota.peers = btree.NewBTreeGOptions(quotaPeerLess, treeOptions)
 	f.quota.out = btree.NewBTreeGOptions(quotaTransferLess, treeOptions)
+}
+
+// ShareRestoredQuotas gives the reseeded states of every shard of a
+// restored cluster (shards[k] is shard k's) shard 0's quota table, each
+// shard other than 0 its usage as allotment and shard 0 each limit minus
+// the others' usage: the allotments of a new epoch, made exactly, as no
+// write runs during a restore. Room in transit in the backup is void (the
+// shards' states are of slightly different moments). With one shard it
+// does nothing.
+func ShareRestoredQuotas(shards []*FSM) error {
+	if len(shards) < 2 {
+		return nil
+	}
+	meta := shards[0]
+	if !meta.shard.meta() || meta.shard.count() != len(shards) {
+		return fmt.Errorf("fsm: share restored quotas: %d states, the first %s", len(shards), meta.shard)
+	}
+	epoch, table := meta.QuotaTable()
+	var usedNodes, usedBytes = make(map[string]uint64), make(map[string]uint64)
+	for k, f := range shards[1:] {
+		if f.shard.index != k+1 || f.shard.count() != len(shards) {
+			return fmt.Errorf("fsm: share restored quotas: state %d is %s", k+1, f.shard)
+		}
+		f.applyTable(epoch, table)
+		f.quota.counts.Scan(func(c quotaCount) bool {
+			usedNodes[c.prefix] += c.nodes
+			usedBytes[c.prefix] += c.bytes
+			return true
+		})
+	}
+	for _, d := range table {
+		c, _ := meta.quota.counts.Get(quotaCount{prefix: d.Prefix})
+		c.allotNodes, c.allotBytes = startAllotment(c.maxNodes, usedNodes[d.Prefix]), startAllotment(c.maxBytes, usedBytes[d.Prefix])
+		meta.quota.counts.Set(c)
+	}
+	return nil
+}
+
+// applyTable makes table (of table epoch epoch) this shard's quota table,
+// every quota with its usage here as allotment: a restore's start.
+func (f *FSM) applyTable(epoch uint64, table []command.QuotaDef) {
+	quotas := make([]Quota, 0, len(table))
+	counts := newQuotaCounts()
+	for _, d := range table {
+		quotas = append(quotas, Quota{Prefix: d.Prefix, MaxNodes: d.MaxNodes, MaxBytes: d.MaxBytes})
+		c := quotaCount{prefix: d.Prefix, maxNodes: d.MaxNodes, maxBytes: d.MaxBytes, epoch: d.Epoch}
+		c.nodes, c.bytes = f.scanUsage(d.Prefix)
+		ownAllotment(&c)
+		counts.Set(c)
+	}
+	f.auth.quotas = quotas
+	f.quota.counts = counts
+	f.quota.synced = epoch
 }
 
 // QuotaTransfers lists the outgoing transfers not yet settled, by

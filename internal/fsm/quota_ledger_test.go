@@ -12,11 +12,24 @@ import (
 	"github.com/latch-io/latch/internal/command"
 )
 
-// setQuotaEverywhere sets a quota in shard 0 and syncs its table to every
-// other shard, as the server does.
+// setQuotaEverywhere sets a quota in shard 0, with the other shards'
+// usage under prefix read just before, and syncs its table to every other
+// shard, as the server does.
 func (c *cluster) setQuotaEverywhere(prefix string, nodes, bytes uint64) {
-	c.shards[0].mustApply(quotaSet(prefix, nodes, bytes))
+	c.shards[0].mustApply(c.quotaSetRead(prefix, nodes, bytes))
 	c.syncAll()
+}
+
+// quotaSetRead is the quota_set the server proposes: with the usage under
+// prefix summed over the shards other than 0 as they are now.
+func (c *cluster) quotaSetRead(prefix string, nodes, bytes uint64) command.Command {
+	cmd := quotaSet(prefix, nodes, bytes)
+	for _, h := range c.shards[1:] {
+		n, b := h.f.UsageUnder(prefix)
+		cmd.Auth.UsedNodes += n
+		cmd.Auth.UsedBytes += b
+	}
+	return cmd
 }
 
 // syncAll sends shard 0's quota table to every other shard.
@@ -44,7 +57,7 @@ func (c *cluster) create(path, value string) Result {
 // room sums, for the quota on prefix of epoch, the allotments of the
 // shards at that epoch and the room given and not yet taken; and the usage
 // of every shard.
-func (c *cluster) room(prefix string) (allotted, inTransit, used uint64) {
+func (c *cluster) room(prefix string) (allotted int64, inTransit, used uint64) {
 	q, _ := c.shards[0].f.QuotaShare(prefix)
 	for k, h := range c.shards {
 		s, ok := h.f.QuotaShare(prefix)
@@ -69,9 +82,21 @@ func (c *cluster) room(prefix string) (allotted, inTransit, used uint64) {
 func (c *cluster) checkRoom(prefix string, limit uint64) {
 	c.t.Helper()
 	allotted, inTransit, used := c.room(prefix)
-	if allotted+inTransit != limit || used > limit {
+	if allotted+int64(inTransit) != int64(limit) || used > limit {
 		c.t.Fatalf("quota on %q: %d allotted + %d in transit, %d used; the limit is %d", prefix, allotted, inTransit, used, limit)
 	}
+}
+
+// richest returns the shard other than recipient with the most free room
+// of the quota on prefix.
+func (c *cluster) richest(prefix string, recipient int) int {
+	best, most := -1, uint64(0)
+	for k, h := range c.shards {
+		if s, ok := h.f.QuotaShare(prefix); ok && k != recipient && (best < 0 || free(s.AllotNodes, s.Nodes) > most) {
+			best, most = k, free(s.AllotNodes, s.Nodes)
+		}
+	}
+	return best
 }
 
 func give(prefix string, recipient int, epoch, nodes, bytes uint64) command.Command {
@@ -101,19 +126,19 @@ func (c *cluster) finish(donor, recipient int) {
 	}
 }
 
-// TestQuotaSharesAndSync: a quota set in shard 0 gives each shard its
-// initial share once synced (limit/N, the remainder to shard 0); a stale
-// or repeated sync changes nothing; a quota set again gets new shares and
-// keeps its usage; a cleared quota leaves every shard by the next sync; a
-// quota change proposed outside shard 0 is refused.
+// TestQuotaSharesAndSync: a quota set in shard 0 on an empty prefix gives
+// shard 0 the whole limit and every other shard its usage (0) once
+// synced; a stale or repeated sync changes nothing; a cleared quota
+// leaves every shard by the next sync; a quota change proposed outside
+// shard 0 is refused.
 func TestQuotaSharesAndSync(t *testing.T) {
 	c := newCluster(t)
 	c.setQuotaEverywhere("/q", 10, 103)
 	for k, h := range c.shards {
 		s, _ := h.f.QuotaShare("/q")
-		wantNodes, wantBytes := uint64(2), uint64(25)
+		wantNodes, wantBytes := int64(0), int64(0)
 		if k == 0 {
-			wantNodes, wantBytes = 4, 28
+			wantNodes, wantBytes = 10, 103
 		}
 		if s.AllotNodes != wantNodes || s.AllotBytes != wantBytes || s.Epoch != c.shards[0].f.QuotaSynced() {
 			t.Errorf("shard %d: %+v, want %d nodes and %d bytes", k, s, wantNodes, wantBytes)
@@ -152,9 +177,10 @@ func TestQuotaSharesAndSync(t *testing.T) {
 func TestQuotaAllotmentRefusal(t *testing.T) {
 	c := newCluster(t)
 	c.shards[0].mustApply(put("/q", "")) // before the quota: /q counts from the start
-	c.setQuotaEverywhere("/q", 8, 0)
 	dir := "/q/a"
 	c.create(dir, "")
+	c.create(dir+"/first", "") // opens dir's directory record in its children's shard
+	c.setQuotaEverywhere("/q", 8, 0)
 	k := c.m.ChildShard(dir)
 	r := c.shards[k]
 	var made int
@@ -164,7 +190,7 @@ func TestQuotaAllotmentRefusal(t *testing.T) {
 		}
 	}
 	s, _ := r.f.QuotaShare("/q")
-	if s.Nodes != s.AllotNodes {
+	if int64(s.Nodes) != s.AllotNodes {
 		t.Fatalf("shard %d stopped at %d of its allotment of %d", k, s.Nodes, s.AllotNodes)
 	}
 	// Its allotment is all used: it has nothing to give.
@@ -180,7 +206,7 @@ func TestQuotaAllotmentRefusal(t *testing.T) {
 	if !slices.Equal(res.QuotaShort, want) {
 		t.Fatalf("shortfall %+v, want %+v", res.QuotaShort, want)
 	}
-	donor := (k + 1) % testShards
+	donor := c.richest("/q", k)
 	d, _ := c.shards[donor].f.QuotaShare("/q")
 	c.shards[donor].mustApply(give("/q", k, d.Epoch, 1, 0))
 	c.checkRoom("/q", 8)
@@ -206,6 +232,9 @@ func TestQuotaGiveTakeExactlyOnce(t *testing.T) {
 	c.setQuotaEverywhere("/q", 20, 0)
 	epoch := c.shards[0].f.QuotaSynced()
 	d, r := c.shards[1], c.shards[2]
+	d.refused(give("/q", 2, epoch, 1, 0), api.CodeQuotaExceeded, RedoNone) // none free yet
+	c.shards[0].mustApply(give("/q", 1, epoch, 5, 0))
+	c.finish(0, 1)
 	d.refused(give("/q", 2, epoch, 6, 0), api.CodeQuotaExceeded, RedoNone) // 5 free
 	d.refused(give("/q", 2, epoch+1, 1, 0), api.CodePreconditionFailed, RedoNone)
 	d.refused(give("/q", 2, epoch, 0, 1), api.CodeInvalidArgument, RedoNone) // no byte limit
@@ -231,13 +260,15 @@ func TestQuotaGiveTakeExactlyOnce(t *testing.T) {
 	}
 	d.refused(settle(2, 3), api.CodeInvalidArgument, RedoNone)
 	c.checkRoom("/q", 20)
-	// The quota is set again (a new epoch) before transfer 2 is taken: its
-	// room is void, and the new shares sum to the new limit.
+	// The quota is cleared and set again (a new epoch) before transfer 2
+	// is taken: its room is void, and the new allotments sum to the new
+	// limit.
+	c.shards[0].mustApply(authCmd(command.AuthOp{Kind: command.AuthQuotaClear, Prefix: "/q"}))
 	c.setQuotaEverywhere("/q", 12, 0)
 	c.finish(1, 2)
 	c.checkRoom("/q", 12)
-	if s, _ := r.f.QuotaShare("/q"); s.AllotNodes != 3 {
-		t.Fatalf("shard 2 after a void take: %+v, want its share of 3", s)
+	if s, _ := r.f.QuotaShare("/q"); s.AllotNodes != 0 {
+		t.Fatalf("shard 2 after a void take: %+v, want its usage of 0", s)
 	}
 	if got := r.f.QuotaTaken(1); got != 2 {
 		t.Fatalf("a void take still counts: last taken %d, want 2", got)
@@ -254,10 +285,10 @@ func TestQuotaLedgerSnapshot(t *testing.T) {
 	c.setQuotaEverywhere("/q", 9, 90)
 	c.shards[0].mustApply(put("/q", "123"))
 	epoch := c.shards[0].f.QuotaSynced()
-	c.shards[3].mustApply(give("/q", 1, epoch, 1, 10))
-	c.shards[3].mustApply(give("/q", 0, epoch, 1, 0))
-	c.finish(3, 1)
-	c.shards[3].mustApply(give("/q", 1, epoch, 0, 5)) // in flight
+	c.shards[0].mustApply(give("/q", 1, epoch, 1, 10))
+	c.shards[0].mustApply(give("/q", 3, epoch, 1, 0))
+	c.finish(0, 1)
+	c.shards[0].mustApply(give("/q", 1, epoch, 0, 5)) // in flight
 	for k, h := range c.shards {
 		data := snapshotBytes(t, h.f)
 		if v := data[len(snapshotMagic)]; v <= snapshotVersionMax {
@@ -273,12 +304,12 @@ func TestQuotaLedgerSnapshot(t *testing.T) {
 		if err := checkQuotaCounts(back); err != nil {
 			t.Fatalf("shard %d: %v", k, err)
 		}
-		if k == 3 {
+		if k == 0 {
 			for i := range data {
 				flipped := bytes.Clone(data)
 				flipped[i] ^= 0x01
 				if _, err := ReadShardSnapshotBytes(t, flipped, k); !errors.Is(err, ErrCorruptSnapshot) && !errors.Is(err, ErrWrongShard) {
-					t.Fatalf("flipping byte %d of shard 3: %v", i, err)
+					t.Fatalf("flipping byte %d of shard 0: %v", i, err)
 				}
 			}
 		}
@@ -295,20 +326,30 @@ func TestQuotaLedgerSnapshot(t *testing.T) {
 			t.Errorf("shard %d keeps transfers after a reseed", k)
 		}
 	}
+	states := make([]*FSM, 0, testShards)
+	for _, h := range c.shards {
+		states = append(states, h.f)
+	}
+	if err := ShareRestoredQuotas(states); err != nil {
+		t.Fatal(err)
+	}
 	c.checkRoom("/q", 9)
 }
 
 // TestQuotaLedgerRandom plays writers under one quota spread over many
 // directories (so over every shard) and the server's room moves, with
 // transfers left unfinished at random (a crashed server) and finished
-// later by the donor, duplicate takes, and deletes; after every step the
-// allotments plus the room in transit equal the limit and usage stays
-// within it. At the end, one directory alone fills the quota exactly.
+// later by the donor, duplicate takes, deletes, and the quota set again
+// (the same limit, raised, lowered, at times below the usage); the quota
+// is first set over nodes already there. After every step the allotments
+// plus the room in transit equal the limit, and no create takes the usage
+// from within the limit past it, nor past the usage when the quota was
+// last set. At the end, one directory alone fills the quota exactly.
 func TestQuotaLedgerRandom(t *testing.T) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x2545f491))
 	c := newCluster(t)
-	const limit = 60
+	limit := uint64(60)
 	c.shards[c.m.Shard("/q")].mustApply(put("/q", ""))
 	var dirs []string
 	for i := range 8 {
@@ -317,13 +358,22 @@ func TestQuotaLedgerRandom(t *testing.T) {
 			t.Fatal(res.Err)
 		}
 	}
-	c.setQuotaEverywhere("/q", limit, 0)
 	var leaves []string
-	refused, moves, crashes := 0, 0, 0
+	for i := range rng.IntN(int(limit)) {
+		path := fmt.Sprintf("%s/old%d", dirs[rng.IntN(len(dirs))], i)
+		if res := c.create(path, ""); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		leaves = append(leaves, path)
+	}
+	c.setQuotaEverywhere("/q", limit, 0)
+	ceiling := max(limit, c.usedUnder("/q"))
+	refused, moves, crashes, resets := 0, 0, 0, 0
 	for step := 0; step < *stepsFlag; step++ {
-		switch n := rng.IntN(10); {
-		case n < 6:
+		switch n := rng.IntN(20); {
+		case n < 12:
 			path := fmt.Sprintf("%s/n%d", dirs[rng.IntN(len(dirs))], step)
+			before, debt := c.usedUnder("/q"), c.inDebt("/q")
 			res := c.create(path, "")
 			if res.Redo == RedoQuotaRoom {
 				if c.moveRoom(rng, c.m.ChildShard(api.Parent(path)), res.QuotaShort, &crashes) {
@@ -333,20 +383,39 @@ func TestQuotaLedgerRandom(t *testing.T) {
 			}
 			if res.Err == nil {
 				leaves = append(leaves, path)
+				if after := c.usedUnder("/q"); (before <= limit && after > limit && !debt) || after > ceiling {
+					t.Fatalf("seed %d, step %d: creating %s took the usage from %d to %d (limit %d, %d when set)", seed, step, path, before, after, limit, ceiling)
+				}
 			} else if codeOf(res.Err) == api.CodeQuotaExceeded {
 				refused++
 			} else {
 				t.Fatalf("create %s: %v", path, res.Err)
 			}
-		case n < 8 && len(leaves) > 0:
+		case n < 16 && len(leaves) > 0:
 			i := rng.IntN(len(leaves))
 			c.deleteNode(leaves[i])
 			leaves = slices.Delete(leaves, i, i+1)
+		case n == 16: // the quota set again: the same, raised or lowered
+			old := limit
+			limit = uint64(max(1, int64(limit)+int64(rng.IntN(21)-10)))
+			if rng.IntN(3) == 0 {
+				limit = c.usedUnder("/q") - min(c.usedUnder("/q"), uint64(rng.IntN(5)))
+				limit = max(limit, 1)
+			}
+			c.setQuotaEverywhere("/q", limit, 0)
+			if limit < old { // a new epoch
+				ceiling = max(limit, c.usedUnder("/q"))
+			} else { // the increase joins shard 0's allotment
+				ceiling += limit - old
+			}
+			resets++
+		case n == 17: // the ledger loop pays shard 0's debt
+			c.payDebt("/q")
 		default: // a donor's leader finishes what a crash left
 			donor := rng.IntN(testShards)
 			c.finish(donor, rng.IntN(testShards))
 		}
-		c.checkRoom("/q", limit)
+		c.checkRoom2("/q", limit)
 		for k, h := range c.shards {
 			if err := checkQuotaCounts(h.f); err != nil {
 				t.Fatalf("seed %d, step %d, shard %d: %v", seed, step, k, err)
@@ -358,21 +427,49 @@ func TestQuotaLedgerRandom(t *testing.T) {
 			c.finish(donor, recipient)
 		}
 	}
+	for len(leaves) > 0 && c.usedUnder("/q") > limit {
+		c.deleteNode(leaves[len(leaves)-1])
+		leaves = leaves[:len(leaves)-1]
+	}
+	c.payDebt("/q")
+	want := max(limit, c.usedUnder("/q")) // /q and its directories stay
 	dir := dirs[rng.IntN(len(dirs))]
 	for i := 0; ; i++ {
 		path := fmt.Sprintf("%s/fill%d", dir, i)
 		res := c.create(path, "")
-		if res.Redo == RedoQuotaRoom && c.moveRoom(rng, c.dir(dir).f.shard.index, res.QuotaShort, nil) {
+		for res.Redo == RedoQuotaRoom && c.moveRoom(rng, c.dir(dir).f.shard.index, res.QuotaShort, nil) {
 			res = c.create(path, "")
 		}
 		if res.Err != nil {
 			break
 		}
 	}
-	if _, _, used := c.room("/q"); used != limit {
-		t.Fatalf("seed %d: one directory filled the quota to %d of %d", seed, used, limit)
+	if _, _, used := c.room("/q"); used != want {
+		t.Fatalf("seed %d: one directory filled the quota to %d of %d (want %d)", seed, used, limit, want)
 	}
-	t.Logf("seed %d: %d refusals, %d room moves, %d left unfinished", seed, refused, moves, crashes)
+	t.Logf("seed %d: %d refusals, %d room moves, %d left unfinished, %d quota changes", seed, refused, moves, crashes, resets)
+}
+
+// inDebt reports whether shard 0's usage under prefix is above its
+// allotment (the quota was set below the usage; the other shards may reuse
+// room their deletes free until the debt is paid).
+func (c *cluster) inDebt(prefix string) bool {
+	s, _ := c.shards[0].f.QuotaShare(prefix)
+	return !within(s.Nodes, s.AllotNodes)
+}
+
+// payDebt moves free room of the other shards to shard 0 while its usage
+// under prefix is above its allotment: the server's ledger loop.
+func (c *cluster) payDebt(prefix string) {
+	for k := 1; k < testShards && c.inDebt(prefix); k++ {
+		s0, _ := c.shards[0].f.QuotaShare(prefix)
+		d, _ := c.shards[k].f.QuotaShare(prefix)
+		owed := uint64(int64(s0.Nodes) - s0.AllotNodes)
+		if amount := min(owed, free(d.AllotNodes, d.Nodes)); amount > 0 {
+			c.shards[k].mustApply(give(prefix, 0, d.Epoch, amount, 0))
+			c.finish(k, 0)
+		}
+	}
 }
 
 // moveRoom is the server's answer to a shortfall of recipient: room from
@@ -390,7 +487,9 @@ func (c *cluster) moveRoom(rng *rand.Rand, recipient int, shorts []QuotaShortfal
 				donors = append(donors, k)
 			}
 		}
-		rng.Shuffle(len(donors), func(i, j int) { donors[i], donors[j] = donors[j], donors[i] })
+		if rng != nil {
+			rng.Shuffle(len(donors), func(i, j int) { donors[i], donors[j] = donors[j], donors[i] })
+		}
 		for _, donor := range donors {
 			if need <= 0 {
 				break

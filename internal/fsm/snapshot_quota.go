@@ -20,8 +20,10 @@ func (f *FSM) writeLedger(sw *snapshotWriter) {
 		for _, q := range f.auth.quotas {
 			c, _ := f.quota.counts.Get(quotaCount{prefix: q.Prefix})
 			b = binary.AppendUvarint(b, c.epoch)
-			b = binary.AppendUvarint(b, c.allotNodes)
-			b = binary.AppendUvarint(b, c.allotBytes)
+			// An allotment is negative only in debt (shard 0): its two's
+			// complement, as a uvarint.
+			b = binary.AppendUvarint(b, uint64(c.allotNodes))
+			b = binary.AppendUvarint(b, uint64(c.allotBytes))
 		}
 		return binary.AppendUvarint(b, uint64(f.quota.out.Len()))
 	})
@@ -80,7 +82,7 @@ func (sr *snapshotReader) readQuotaLedger(f *FSM) error {
 	}
 	for i := 0; uint64(i) < quotas && d.err == nil; i++ {
 		q := f.auth.quotas[i]
-		c := quotaCount{prefix: q.Prefix, maxNodes: q.MaxNodes, maxBytes: q.MaxBytes, epoch: d.uvarint(), allotNodes: d.uvarint(), allotBytes: d.uvarint()}
+		c := quotaCount{prefix: q.Prefix, maxNodes: q.MaxNodes, maxBytes: q.MaxBytes, epoch: d.uvarint(), allotNodes: int64(d.uvarint()), allotBytes: int64(d.uvarint())}
 		if d.err == nil && (c.epoch == 0 || c.epoch > f.quota.synced) {
 			d.fail(d.base, "quota on %q has epoch %d, table epoch %d", q.Prefix, c.epoch, f.quota.synced)
 		}
@@ -111,7 +113,7 @@ func (sr *snapshotReader) readQuotaTransfers(f *FSM, count uint64) error {
 			d.fail(d.base, "transfer %d to shard %d beyond the sequence numbers given", t.seq, t.recipient)
 		case i > 0 && !quotaTransferLess(previous, t):
 			d.fail(d.base, "quota transfers out of order")
-		case CheckPrefix(t.prefix) != nil || t.epoch == 0 || t.nodes|t.bytes == 0:
+		case CheckPrefix(t.prefix) != nil || t.epoch == 0 || t.epoch > f.quota.synced || t.nodes|t.bytes == 0:
 			d.fail(d.base, "bad quota transfer on %q", t.prefix)
 		}
 		if err := d.finish(); err != nil {

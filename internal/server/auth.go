@@ -280,6 +280,13 @@ func (s *Server) ChangeAuth(ctx context.Context, r api.AuthChange) (uint64, erro
 		}
 		op.Secret = hash
 	}
+	if kind == command.AuthQuotaSet && s.cfg.Shards > 1 {
+		nodes, bytes, err := s.othersUsage(ctx, r.Prefix)
+		if err != nil {
+			return 0, err
+		}
+		op.UsedNodes, op.UsedBytes = nodes, bytes
+	}
 	index, err := s.proposeAuth(ctx, op)
 	if err != nil || (kind != command.AuthQuotaSet && kind != command.AuthQuotaClear) || s.cfg.Shards == 1 {
 		return index, err

@@ -17,21 +17,147 @@ import (
 //     table is synced to every other shard (syncQuotaTables), each at its
 //     own index; the change is answered once every shard has it. Until
 //     then a shard enforces the table it has;
+//   - a quota_set carries the usage under its prefix of every shard other
+//     than 0, read through a barrier of each (othersUsage): shard 0's
+//     allotment of a new epoch is the limit minus it;
 //   - a write a shard refuses for want of allotment (fsm.RedoQuotaRoom) is
 //     answered only after room was sought: the transfers already given to
 //     that shard are finished, then room is given by the shards with the
 //     most free allotment (a give in the donor, the takes in the recipient
-//     in order, the settle in the donor), and the write is proposed again,
-//     at most maxQuotaRounds times; if no shard had room, the refusal (507
-//     quota_exceeded) is the answer;
+//     in order, the settle in the donor), and the write is proposed again.
+//     The refusal (507 quota_exceeded) is the answer only when the room
+//     the cluster has for it, read fresh (the free allotments of the other
+//     shards through barriers, plus the room in transit to this shard), is
+//     less than the write needs (seekQuotaRoom); concurrent writers taking
+//     the room moved make the server try again, at most maxQuotaRounds
+//     times, then 503 unavailable (retryable);
 //   - a loop on every member (runQuotaLedger) finishes, in each shard it
 //     leads, the transfers a crashed or slow server left given and not
 //     taken, and, while it leads shard 0, syncs the quota table to the
-//     shards that lack its latest epoch. Both are idempotent, so racing the
-//     original server is harmless.
+//     shards that lack its latest epoch and pays shard 0's debts (room
+//     from the other shards' free allotments to shard 0 while its usage is
+//     above its allotment). All are idempotent, so racing the original
+//     server is harmless.
 
 // maxQuotaRounds bounds the room moves made for one write.
-const maxQuotaRounds = 2
+const maxQuotaRounds = 8
+
+// seekQuotaRoom answers round's refusal of a write in g for want of
+// allotment: it moves room to g's shard, and reports whether to propose
+// the write again (room moved, or room exists in the cluster and rounds
+// remain); false means the cluster has less room than the write needs
+// (507). Past maxQuotaRounds with room existing it returns unavailable.
+func (s *Server) seekQuotaRoom(ctx context.Context, g *group, shorts []fsm.QuotaShortfall, round int) (bool, error) {
+	moved, err := s.makeQuotaRoom(ctx, g.shard, shorts)
+	if err != nil {
+		return false, err
+	}
+	if moved && round < maxQuotaRounds {
+		return true, nil
+	}
+	exists, err := s.roomExists(ctx, g.shard, shorts)
+	switch {
+	case err != nil:
+		return false, err
+	case !exists:
+		return false, nil
+	case round >= maxQuotaRounds:
+		return false, g.Unavailable("shard %d: the quota room moved for this write was taken by concurrent writers %d times; retry", g.shard, round)
+	}
+	// Room exists but a concurrent mover took it first: back off, longer
+	// each round, then move again.
+	if !s.pauseCtx(ctx, min(s.cfg.TickInterval<<round, s.electionTimeout())) {
+		return false, ctx.Err()
+	}
+	return true, nil
+}
+
+// roomExists reports whether, for each of recipient's shortfalls, the
+// free allotments of the other shards (read through barriers) plus the
+// room in transit to recipient cover what recipient's allotment lacks. A
+// shard at another epoch of a quota counts as room (the tables are synced
+// and the write proposed again).
+func (s *Server) roomExists(ctx context.Context, recipient int, shorts []fsm.QuotaShortfall) (bool, error) {
+	rg, err := s.shardGroup(recipient)
+	if err != nil {
+		return false, err
+	}
+	for _, short := range shorts {
+		var have fsm.QuotaUsage
+		var ok bool
+		rg.View(func(f *fsm.FSM) { have, ok = f.QuotaShare(short.Prefix) })
+		if !ok || have.Epoch != short.Epoch {
+			return true, nil
+		}
+		needNodes, needBytes := missing(short.Nodes, have.AllotNodes), missing(short.Bytes, have.AllotBytes)
+		donors, err := s.donors(ctx, recipient, short.Prefix)
+		if err != nil {
+			return false, err
+		}
+		var nodes, bytes uint64
+		for _, d := range donors {
+			if d.epoch != short.Epoch {
+				return true, nil
+			}
+			nodes += d.nodes
+			bytes += d.bytes
+		}
+		transitNodes, transitBytes := s.inTransit(recipient, short)
+		if nodes+transitNodes < needNodes || bytes+transitBytes < needBytes {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// inTransit sums the room of short's quota and epoch given to recipient
+// and not yet taken there, as this member's replicas have it.
+func (s *Server) inTransit(recipient int, short fsm.QuotaShortfall) (nodes, bytes uint64) {
+	rg := s.groups[recipient].Load()
+	for donor, g := range s.allGroups() {
+		if g == nil || donor == recipient || rg == nil {
+			continue
+		}
+		var taken uint64
+		rg.View(func(f *fsm.FSM) { taken = f.QuotaTaken(donor) })
+		g.View(func(f *fsm.FSM) {
+			for _, t := range f.QuotaTransfers() {
+				if t.Recipient == recipient && t.Prefix == short.Prefix && t.Epoch == short.Epoch && t.Seq > taken {
+					nodes += t.Nodes
+					bytes += t.Bytes
+				}
+			}
+		})
+	}
+	return nodes, bytes
+}
+
+// payQuotaDebts moves room to shard 0 for every quota whose usage there is
+// above its allotment (a quota set below the usage): while the debt lasts,
+// the other shards could reuse the room their deletes free.
+func (s *Server) payQuotaDebts(ctx context.Context) error {
+	var shorts []fsm.QuotaShortfall
+	s.metaGroup().View(func(f *fsm.FSM) {
+		for _, q := range f.Quotas() {
+			short := fsm.QuotaShortfall{Prefix: q.Prefix, Epoch: q.Epoch}
+			if q.MaxNodes > 0 && missing(q.Nodes, q.AllotNodes) > 0 {
+				short.Nodes = q.Nodes
+			}
+			if q.MaxBytes > 0 && missing(q.Bytes, q.AllotBytes) > 0 {
+				short.Bytes = q.Bytes
+			}
+			if short.Nodes|short.Bytes != 0 {
+				shorts = append(shorts, short)
+			}
+		}
+	})
+	for _, short := range shorts {
+		if _, err := s.moveRoom(ctx, 0, short); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // startQuotaLedger starts the ledger loop when there is more than one
 // shard.
@@ -54,6 +180,8 @@ func (s *Server) runQuotaLedger() {
 		if meta.Leader() == s.id {
 			if err := s.syncQuotaTables(ctx); err != nil {
 				s.log.Info("quota table sync not done; retrying", "err", err)
+			} else if err := s.payQuotaDebts(ctx); err != nil {
+				s.log.Info("quota debts not paid; retrying", "err", err)
 			}
 		}
 		cancel()
@@ -258,12 +386,24 @@ func (s *Server) moveRoom(ctx context.Context, recipient int, short fsm.QuotaSho
 	return moved, nil
 }
 
-// missing is what an allotment lacks of a need (0: nothing, or no need).
-func missing(need, allot uint64) uint64 {
-	if need <= allot {
+// missing is what an allotment (negative: a debt) lacks of a need (0:
+// nothing, or no need).
+func missing(need uint64, allot int64) uint64 {
+	if need == 0 || (allot >= 0 && need <= uint64(allot)) {
 		return 0
 	}
-	return need - allot
+	if allot >= 0 {
+		return need - uint64(allot)
+	}
+	return need + uint64(-allot)
+}
+
+// freeOf is an allotment's room beyond usage (0 in debt).
+func freeOf(allot int64, usage uint64) uint64 {
+	if allot <= 0 || uint64(allot) <= usage {
+		return 0
+	}
+	return uint64(allot) - usage
 }
 
 // portion is what a donor with free room gives toward need: at least need
@@ -316,10 +456,41 @@ func (s *Server) freeRoom(ctx context.Context, shard int, prefix string) (donorR
 	g.View(func(f *fsm.FSM) {
 		if q, ok := f.QuotaShare(prefix); ok {
 			r.epoch = q.Epoch
-			r.nodes, r.bytes = missing(q.AllotNodes, q.Nodes), missing(q.AllotBytes, q.Bytes)
+			r.nodes, r.bytes = freeOf(q.AllotNodes, q.Nodes), freeOf(q.AllotBytes, q.Bytes)
 		}
 	})
 	return r, nil
+}
+
+// othersUsage sums the usage under prefix of every shard other than 0,
+// each read after a linearizable barrier (at once): what a quota_set
+// carries, so shard 0's allotment of a new epoch is the limit minus it.
+func (s *Server) othersUsage(ctx context.Context, prefix string) (nodes, bytes uint64, err error) {
+	used := make([][2]uint64, s.cfg.Shards)
+	errs := make([]error, s.cfg.Shards)
+	var wg sync.WaitGroup
+	for shard := 1; shard < s.cfg.Shards; shard++ {
+		wg.Go(func() {
+			g, err := s.shardGroup(shard)
+			if err == nil {
+				err = g.Barrier(ctx, api.Linearizable, 0)
+			}
+			if err != nil {
+				errs[shard] = err
+				return
+			}
+			g.View(func(f *fsm.FSM) { used[shard][0], used[shard][1] = f.UsageUnder(prefix) })
+		})
+	}
+	wg.Wait()
+	for shard := 1; shard < s.cfg.Shards; shard++ {
+		if errs[shard] != nil {
+			return 0, 0, errs[shard]
+		}
+		nodes += used[shard][0]
+		bytes += used[shard][1]
+	}
+	return nodes, bytes, nil
 }
 
 // quotaStatus lists the quotas of shard 0's table with their usage summed

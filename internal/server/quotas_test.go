@@ -68,7 +68,7 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 
 // ledgerOf reads, on member s, each shard's allotment of the quota on
 // prefix and whether any shard has a transfer in flight.
-func ledgerOf(s *Server, prefix string) (allotted []uint64, inFlight bool) {
+func ledgerOf(s *Server, prefix string) (allotted []int64, inFlight bool) {
 	for _, g := range s.allGroups() {
 		g.View(func(f *fsm.FSM) {
 			q, _ := f.QuotaShare(prefix)
@@ -92,7 +92,7 @@ func TestQuotaTransferSurvivesLeaderChange(t *testing.T) {
 	if _, err := members[0].ChangeAuth(ctx, api.AuthChange{Action: "quota_set", Prefix: "/q", MaxNodes: limit}); err != nil {
 		t.Fatal(err)
 	}
-	const donor, recipient, moved = 2, 1, 7
+	const donor, recipient, moved = 0, 1, 7 // shard 0 holds the whole limit of a quota on an empty prefix
 	var leader *Server
 	for _, s := range members {
 		if g := s.groups[donor].Load(); g.Leader() == s.id {
@@ -117,21 +117,23 @@ func TestQuotaTransferSurvivesLeaderChange(t *testing.T) {
 	}
 	waitUntil(t, 30*time.Second, "the donor's new leader finishes the transfer", func() bool {
 		allotted, inFlight := ledgerOf(survivor, "/q")
-		return !inFlight && allotted[recipient] == limit/shards+moved
+		return !inFlight && allotted[recipient] == moved
 	})
 	allotted, _ := ledgerOf(survivor, "/q")
-	sum := uint64(0)
+	sum := int64(0)
 	for _, a := range allotted {
 		sum += a
 	}
-	if sum != limit || allotted[donor] != limit/shards-moved {
-		t.Fatalf("allotments %v after the transfer: want %d in all, %d in the donor", allotted, limit, limit/shards-moved)
+	if sum != limit || allotted[donor] != limit-moved {
+		t.Fatalf("allotments %v after the transfer: want %d in all, %d in the donor", allotted, limit, limit-moved)
 	}
 }
 
 // TestQuotaSetReachesEveryShard: quota_set is answered once every shard
-// has the quota (each with its initial share), and a clear leaves every
-// shard; the status sums the usage over the shards.
+// has the quota (each shard but 0 with its usage as allotment, shard 0
+// with the rest of the limit), a retried quota_set changes no allotment,
+// and a clear leaves every shard; the status sums the usage over the
+// shards.
 func TestQuotaSetReachesEveryShard(t *testing.T) {
 	const shards = 4
 	s := startShardedMember(t, shards)
@@ -146,8 +148,25 @@ func TestQuotaSetReachesEveryShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	allotted, _ := ledgerOf(s, "/q")
-	if want := []uint64{28, 25, 25, 25}; fmt.Sprint(allotted) != fmt.Sprint(want) {
-		t.Fatalf("initial shares %v, want %v", allotted, want)
+	used := make([]int64, 0, shards)
+	sum := int64(0)
+	for _, g := range s.allGroups() {
+		g.View(func(f *fsm.FSM) { q, _ := f.QuotaShare("/q"); used = append(used, int64(q.Nodes)) })
+	}
+	for k, a := range allotted {
+		if k > 0 && a != used[k] {
+			t.Errorf("shard %d: allotment %d, want its usage %d", k, a, used[k])
+		}
+		sum += a
+	}
+	if sum != 103 {
+		t.Fatalf("allotments %v (usage %v) sum to %d, not the limit 103", allotted, used, sum)
+	}
+	if _, err := s.ChangeAuth(ctx, api.AuthChange{Action: "quota_set", Prefix: "/q", MaxNodes: 103, MaxBytes: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := ledgerOf(s, "/q"); fmt.Sprint(again) != fmt.Sprint(allotted) {
+		t.Fatalf("a retried quota_set changed the allotments from %v to %v", allotted, again)
 	}
 	st, err := s.AuthState(ctx)
 	if err != nil {

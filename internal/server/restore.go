@@ -11,6 +11,7 @@ import (
 
 	"github.com/latch-io/latch/internal/backup"
 	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/snap"
 	"github.com/latch-io/latch/internal/wal"
 )
@@ -125,12 +126,18 @@ func prepareDataDir(cfg Config, contents *backup.Contents, index uint64) (err er
 	if err != nil {
 		return fmt.Errorf("server: restore: %w", err)
 	}
+	for i, state := range contents.States {
+		if err := state.Reseed(index, members); err != nil {
+			return fmt.Errorf("server: restore group %d: %w", contents.Header.Shards[i].Group, err)
+		}
+	}
+	// The quotas' allotments start afresh from every shard's usage.
+	if err := fsm.ShareRestoredQuotas(contents.States); err != nil {
+		return fmt.Errorf("server: restore: %w", err)
+	}
 	var batches []wal.Batch
 	for i, state := range contents.States {
 		shard := contents.Header.Shards[i]
-		if err := state.Reseed(index, members); err != nil {
-			return fmt.Errorf("server: restore group %d: %w", shard.Group, err)
-		}
 		term := max(shard.Term, 1)
 		meta := snap.Meta{Group: shard.Group, Index: index, Term: term, ConfState: raftpb.ConfState{Voters: voters}}
 		if err := snaps.Save(meta, state.WriteSnapshot); err != nil {

@@ -84,17 +84,14 @@ func (s *Server) proposeInShard(ctx context.Context, g *group, cmd *command.Comm
 		}
 		switch res.Redo {
 		case fsm.RedoQuotaRoom:
-			if quotaRounds == maxQuotaRounds {
-				return res, index, nil
-			}
 			quotaRounds++
 			attempt-- // bounded by maxQuotaRounds instead
-			moved, err := s.makeQuotaRoom(ctx, g.shard, res.QuotaShort)
+			again, err := s.seekQuotaRoom(ctx, g, res.QuotaShort, quotaRounds)
 			if err != nil {
 				return fsm.Result{}, 0, err
 			}
-			if !moved {
-				return res, index, nil // no shard has room: 507
+			if !again {
+				return res, index, nil // no room in the cluster: 507
 			}
 		case fsm.RedoOpenDirectory:
 			openPath = true

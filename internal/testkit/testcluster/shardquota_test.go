@@ -35,10 +35,10 @@ func quotaOf(ctx context.Context, base, prefix string) (api.AuthQuota, error) {
 }
 
 // allotted sums the shards' allotments of q's nodes.
-func allotted(q api.AuthQuota) uint64 {
-	sum := uint64(0)
+func allotted(q api.AuthQuota) int64 {
+	sum := int64(0)
 	for _, s := range q.Shards {
-		sum += s.AllotNodes
+		sum += int64(s.AllotNodes)
 	}
 	return sum
 }
@@ -189,4 +189,124 @@ func TestShardsQuotaOneDirectoryFillsTheLimit(t *testing.T) {
 	if err != nil || q.Bytes != 98 {
 		t.Fatalf("status %+v (%v): want 98 bytes", q, err)
 	}
+}
+
+// TestShardsQuotaOverExistingNodes: a quota set over nodes already in
+// several shards counts them (each shard but 0 starts with its usage as
+// allotment, shard 0 with the rest), a retried quota_set with the same
+// limit changes no allotment, and concurrent writers on every member then
+// never take the prefix past the limit; the room left is usable from one
+// directory, to the limit exactly.
+func TestShardsQuotaOverExistingNodes(t *testing.T) {
+	seed := uint64(testSeed(t))
+	rng := rand.New(rand.NewPCG(seed, seed>>3))
+	c := newShardedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	m, _ := placement.New(wiringShards)
+	var dirs []string
+	seen := map[int]bool{}
+	for i := 0; len(dirs) < wiringShards; i++ {
+		dir := fmt.Sprintf("/q/d%d", i)
+		if shard := m.ChildShard(dir); !seen[shard] {
+			seen[shard] = true
+			dirs = append(dirs, dir)
+		}
+	}
+	existing := 1 + len(dirs) // /q and its directories
+	for _, dir := range dirs {
+		count := 3
+		if m.ChildShard(dir) == 1 {
+			count = 60 // most of them in one shard other than 0
+		}
+		for j := range count {
+			if _, err := put(ctx, c.URL(j%3), fmt.Sprintf("%s/old-%d", dir, j), "", ""); err != nil {
+				t.Fatal(err)
+			}
+			existing++
+		}
+	}
+	const room = 40
+	limit := existing + room
+	if err := setQuota(ctx, c.URL(1), "/q", uint64(limit), 0); err != nil {
+		t.Fatal(err)
+	}
+	watching, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	go func() {
+		for watching.Err() == nil {
+			if q, err := quotaOf(watching, c.URL(0), "/q"); err == nil && q.Nodes > uint64(limit) {
+				t.Errorf("/q holds %d nodes, over its quota of %d: %+v", q.Nodes, limit, q.Shards)
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	var acked atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 6 {
+		member, writerSeed := w%3, rng.Uint64()
+		wg.Go(func() {
+			wrng := rand.New(rand.NewPCG(writerSeed, 2))
+			refusals := 0
+			for n := 0; refusals < 3 && ctx.Err() == nil; n++ {
+				_, err := Put(ctx, c.URL(member), fmt.Sprintf("%s/w%d-%d", dirs[wrng.IntN(len(dirs))], w, n), "v", "")
+				switch {
+				case err == nil:
+					acked.Add(1)
+					refusals = 0
+				case api.CodeOf(err) == api.CodeQuotaExceeded:
+					refusals++
+				case api.CodeOf(err) != api.CodeUnavailable:
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stopWatching()
+	if acked.Load() > room {
+		t.Fatalf("seed %d: %d creates acknowledged over nodes that left room for %d", seed, acked.Load(), room)
+	}
+	filled := fillDir(t, ctx, c.URL(rng.IntN(3)), dirs[rng.IntN(len(dirs))], "v")
+	total := 1 + len(dirs)
+	for _, dir := range dirs {
+		n, err := Get(ctx, c.URL(0), dir, "linearizable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += int(n.ChildrenCount)
+	}
+	if total != limit {
+		t.Fatalf("seed %d: /q holds %d nodes (%d by the writers, %d filled after): want exactly %d", seed, total, acked.Load(), filled, limit)
+	}
+	// The same quota_set again (a client retrying after a 503): no
+	// allotment changes, so no room appears.
+	if !waitFor(30*time.Second, func() bool {
+		q, err := quotaOf(ctx, c.URL(0), "/q")
+		return err == nil && allotted(q) == int64(limit)
+	}) {
+		t.Fatal("the transfers did not settle")
+	}
+	before, err := quotaOf(ctx, c.URL(1), "/q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setQuota(ctx, c.URL(2), "/q", uint64(limit), 0); err != nil {
+		t.Fatal(err)
+	}
+	after, err := quotaOf(ctx, c.URL(1), "/q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(after.Shards) != fmt.Sprint(before.Shards) {
+		t.Fatalf("a retried quota_set changed the allotments from %+v to %+v", before.Shards, after.Shards)
+	}
+	for _, dir := range dirs {
+		if more := fillDir(t, ctx, c.URL(rng.IntN(3)), dir, "v"); more != 0 {
+			t.Fatalf("after a retried quota_set, %s took %d more nodes past the limit of %d", dir, more, limit)
+		}
+	}
+	t.Logf("seed %d: %d nodes before the quota, the writers made %d, filling made %d", seed, existing, acked.Load(), filled)
 }
