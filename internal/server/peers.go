@@ -34,7 +34,8 @@ func (s *Server) Process(ctx context.Context, group uint64, m raftpb.Message) er
 }
 
 // ReceivePeer handles a member's typed peer message: a heartbeat relay, its
-// acknowledgement, a removal notice, or a status report.
+// acknowledgement, a removal notice, a status report, or a leader's word
+// that a group is quiesced (raftnode.Node.Quiesce checks it).
 func (s *Server) ReceivePeer(ctx context.Context, from uint64, m transport.PeerMessage) error {
 	switch m := m.(type) {
 	case transport.SessionRelay:
@@ -49,6 +50,10 @@ func (s *Server) ReceivePeer(ctx context.Context, from uint64, m transport.PeerM
 		s.receiveRemovalNotice(from)
 	case transport.StatusReport:
 		s.peerReports.record(from, m, s.cfg.Clock.Now())
+	case transport.Quiesce:
+		if g := s.lookupGroup(m.Group); g != nil {
+			g.Node().Quiesce(from, m.Term, m.Commit)
+		}
 	default:
 		return fmt.Errorf("server: unexpected peer message %T", m)
 	}

@@ -109,6 +109,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.startShardCoordination()
 	s.goBackground(s.runStatusReports)
+	s.goBackground(s.runQuiesceChecks)
 	return s, nil
 }
 
@@ -226,7 +227,7 @@ func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g.Replica, Observer: g.Replica,
 		Logger: s.log, TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks,
 		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.nodeHooks(), Clock: s.cfg.Clock,
-		Ticker: s.ticker,
+		Ticker: s.ticker, Quiesce: shard != MetaShard, // quiesce.go
 	})
 	if err != nil {
 		return fmt.Errorf("server: start group %d (shard %d): %w", id, shard, err)

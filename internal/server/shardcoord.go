@@ -132,7 +132,7 @@ func (s *Server) reconcileShards(meta *group) {
 // leads) needs to match view, with the member record its conf change
 // carries.
 func (s *Server) missingChange(g *group, view metaView) (raftpb.ConfChangeSingle, command.Member, bool) {
-	st := g.Node().Status()
+	st := s.leaderStatus(g)
 	if st.RaftState != raft.StateLeader {
 		return raftpb.ConfChangeSingle{}, command.Member{}, false
 	}

@@ -1,0 +1,187 @@
+package server
+
+import (
+	"fmt"
+	"time"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/raftnode"
+	"github.com/latch-io/latch/internal/transport"
+)
+
+// Idle shard groups quiesce (internal/raftnode, "Quiescing"): a leader that
+// finds its group idle stops ticking it and tells the members
+// (transport.Quiesce), which stop ticking it too. The meta group (shard 0)
+// never quiesces: its leader's view of who is recently active decides
+// membership changes and leader balancing, and a quiesced leader's view
+// stands still.
+//
+// A quiesced group hears no heartbeats, so what raft would learn from them
+// this server learns from the members' status reports (statusreports.go),
+// and wakes the group (Node.Unquiesce) so that raft handles it as before:
+//   - a quiesced follower whose leader has not been heard from for
+//     statusReportStaleness, or whose leader's report, sent since the group
+//     quiesced, no longer shows it leading the group at that term: an
+//     election happens as it would have;
+//   - a quiesced leader that has not heard from a quorum of the group's
+//     voters for statusReportStaleness (CheckQuorum then makes it step down
+//     as before), or hears, in a report sent since the group quiesced, of a
+//     member that does not follow it at that term or lags its commit index
+//     (a member restarted, or one that refused the Quiesce).
+//
+// Quiescing touches liveness only: raft's safety does not depend on ticks.
+
+// quiesceCheckInterval is how often the quiesced groups are checked: half
+// the status report interval or half an election timeout, whichever is
+// shorter.
+func (s *Server) quiesceCheckInterval() time.Duration {
+	return min(StatusReportInterval, s.electionTimeout()) / 2
+}
+
+// runQuiesceChecks checks the quiesced groups every quiesceCheckInterval
+// until the server stops; with one shard there is none to check.
+func (s *Server) runQuiesceChecks() {
+	if s.cfg.Shards == 1 {
+		return
+	}
+	ticker := s.cfg.Clock.NewTicker(s.quiesceCheckInterval())
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C():
+			s.checkQuiesced()
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// checkQuiesced wakes every quiesced group whose quiescence the status
+// reports no longer support (see the comment at the top of the file).
+func (s *Server) checkQuiesced() {
+	now := s.cfg.Clock.Now()
+	for _, g := range s.allGroups() {
+		if g == nil {
+			continue
+		}
+		q, ok := g.Node().Quiesced()
+		if !ok {
+			continue
+		}
+		if q.Leader == s.id {
+			if reason := s.leaderQuiescenceBroken(g, q, now); reason != "" {
+				g.Node().Unquiesce(reason, false)
+			}
+			continue
+		}
+		if reason, lost := s.followerQuiescenceBroken(g, q, now); reason != "" {
+			g.Node().Unquiesce(reason, lost)
+		}
+	}
+}
+
+// followerQuiescenceBroken says why a quiesced follower must tick again ("":
+// it need not); lost is set when its leader is not heard from at all.
+func (s *Server) followerQuiescenceBroken(g *group, q raftnode.Quiesced, now time.Time) (reason string, lost bool) {
+	heard, ok := s.peerReports.latest(q.Leader)
+	if !ok || now.Sub(heard.at) > statusReportStaleness {
+		return fmt.Sprintf("leader %s not heard from for over %v", api.FormatID(q.Leader), statusReportStaleness), true
+	}
+	if !heard.at.After(q.Since) {
+		return "", false
+	}
+	if gs, found := reportedShard(heard.report, g.shard); !found || gs.Role != transport.RoleLeader || gs.Term != q.Term {
+		return fmt.Sprintf("leader %s reports it no longer leads at term %d", api.FormatID(q.Leader), q.Term), false
+	}
+	return "", false
+}
+
+// leaderQuiescenceBroken says why a quiesced leader must tick again ("": it
+// need not).
+func (s *Server) leaderQuiescenceBroken(g *group, q raftnode.Quiesced, now time.Time) string {
+	st := g.Node().Status()
+	if st.RaftState != raft.StateLeader || st.Term != q.Term {
+		return fmt.Sprintf("no longer the leader of term %d", q.Term)
+	}
+	voters := st.Config.Voters.IDs()
+	heardVoters := 0
+	for id := range configIDs(st) {
+		_, voter := voters[id]
+		if id == s.id {
+			if voter {
+				heardVoters++
+			}
+			continue
+		}
+		heard, ok := s.peerReports.latest(id)
+		if !ok {
+			continue
+		}
+		if voter && now.Sub(heard.at) <= statusReportStaleness {
+			heardVoters++
+		}
+		if !heard.at.After(q.Since) {
+			continue
+		}
+		if gs, found := reportedShard(heard.report, g.shard); !found || gs.Leader != s.id || gs.Term != q.Term || gs.CommitIndex < q.Commit {
+			return fmt.Sprintf("member %s does not follow at term %d with commit index %d", api.FormatID(id), q.Term, q.Commit)
+		}
+	}
+	if quorum := len(voters)/2 + 1; heardVoters < quorum {
+		return fmt.Sprintf("%d of %d voters heard from within %v, below a quorum", heardVoters, len(voters), statusReportStaleness)
+	}
+	return ""
+}
+
+// reportedShard returns a status report's entry for shard, if it has one.
+// A report lists the shards in order, so the entry is usually at its index.
+func reportedShard(r transport.StatusReport, shard int) (transport.GroupStatus, bool) {
+	if shard < len(r.Shards) && int(r.Shards[shard].Shard) == shard {
+		return r.Shards[shard].GroupStatus, true
+	}
+	for _, entry := range r.Shards {
+		if int(entry.Shard) == shard {
+			return entry.GroupStatus, true
+		}
+	}
+	return transport.GroupStatus{}, false
+}
+
+// quiescedGroups counts the groups quiesced on this member.
+func (s *Server) quiescedGroups() int {
+	count := 0
+	for _, g := range s.allGroups() {
+		if g == nil {
+			continue
+		}
+		if _, ok := g.Node().Quiesced(); ok {
+			count++
+		}
+	}
+	return count
+}
+
+// leaderStatus is the raft status of group g as the leader-side checks of
+// shard reconciliation read it (a learner caught up and recently active, a
+// quorum left after a removal): while the group is quiesced raft's
+// RecentActive stands still, so a member counts as recently active only if
+// its status report is fresh too.
+func (s *Server) leaderStatus(g *group) raft.Status {
+	st := g.Node().Status()
+	if _, quiesced := g.Node().Quiesced(); !quiesced {
+		return st
+	}
+	now := s.cfg.Clock.Now()
+	for id, pr := range st.Progress {
+		if id == s.id || !pr.RecentActive {
+			continue
+		}
+		if heard, ok := s.peerReports.latest(id); !ok || now.Sub(heard.at) > statusReportStaleness {
+			pr.RecentActive = false
+			st.Progress[id] = pr
+		}
+	}
+	return st
+}
