@@ -85,11 +85,11 @@ func (s *Server) checkQuiesced() {
 // followerQuiescenceBroken says why a quiesced follower must tick again ("":
 // it need not); lost is set when its leader is not heard from at all.
 func (s *Server) followerQuiescenceBroken(g *group, q raftnode.Quiesced, now time.Time) (reason string, lost bool) {
-	heard, ok := s.peerReports.latest(q.Leader)
-	if !ok || now.Sub(heard.at) > statusReportStaleness {
+	if !s.heardWithin(q.Leader, now) {
 		return fmt.Sprintf("leader %s not heard from for over %v", api.FormatID(q.Leader), statusReportStaleness), true
 	}
-	if !heard.at.After(q.Since) {
+	heard, ok := s.peerReports.latest(q.Leader)
+	if !ok || !heard.at.After(q.Since) {
 		return "", false
 	}
 	if gs, found := reportedShard(heard.report, g.shard); !found || gs.Role != transport.RoleLeader || gs.Term != q.Term {
@@ -115,14 +115,11 @@ func (s *Server) leaderQuiescenceBroken(g *group, q raftnode.Quiesced, now time.
 			}
 			continue
 		}
-		heard, ok := s.peerReports.latest(id)
-		if !ok {
-			continue
-		}
-		if voter && now.Sub(heard.at) <= statusReportStaleness {
+		if voter && s.heardWithin(id, now) {
 			heardVoters++
 		}
-		if !heard.at.After(q.Since) {
+		heard, ok := s.peerReports.latest(id)
+		if !ok || !heard.at.After(q.Since) {
 			continue
 		}
 		if gs, found := reportedShard(heard.report, g.shard); !found || gs.Leader != s.id || gs.Term != q.Term || gs.CommitIndex < q.Commit {
@@ -133,6 +130,18 @@ func (s *Server) leaderQuiescenceBroken(g *group, q raftnode.Quiesced, now time.
 		return fmt.Sprintf("%d of %d voters heard from within %v, below a quorum", heardVoters, len(voters), statusReportStaleness)
 	}
 	return ""
+}
+
+// heardWithin reports whether member id has been heard from (a status
+// report) within statusReportStaleness of now, counting this server's start
+// as heard: reports begin to flow only once the member table is applied,
+// and a member not heard from since is lost only after as long.
+func (s *Server) heardWithin(id uint64, now time.Time) bool {
+	last := s.started
+	if heard, ok := s.peerReports.latest(id); ok && heard.at.After(last) {
+		last = heard.at
+	}
+	return now.Sub(last) <= statusReportStaleness
 }
 
 // reportedShard returns a status report's entry for shard, if it has one.
@@ -178,7 +187,7 @@ func (s *Server) leaderStatus(g *group) raft.Status {
 		if id == s.id || !pr.RecentActive {
 			continue
 		}
-		if heard, ok := s.peerReports.latest(id); !ok || now.Sub(heard.at) > statusReportStaleness {
+		if !s.heardWithin(id, now) {
 			pr.RecentActive = false
 			st.Progress[id] = pr
 		}

@@ -40,6 +40,7 @@ type Server struct {
 	// peerReports are the latest status reports heard from the other
 	// members (statusreports.go), what ClusterHealth answers from.
 	peerReports  peerReports
+	started      time.Time       // a reading of Config.Clock when New began
 	userRates    userRateLimiter // per-user request rates (userlimits.go)
 	loginUsers   userRateLimiter // password checks per user name (userlimits.go)
 	loginSources userRateLimiter // password checks per source address
@@ -83,11 +84,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.FS = journal
 	}
 	s := &Server{
-		cfg:  cfg,
-		id:   MemberID(cfg.Name),
-		log:  cfg.Logger.With("member", cfg.Name),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		cfg:     cfg,
+		id:      MemberID(cfg.Name),
+		started: cfg.Clock.Now(),
+		log:     cfg.Logger.With("member", cfg.Name),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 
 		cleanupWake: make(chan struct{}, 1),
 	}
