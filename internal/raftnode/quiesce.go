@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,22 @@ type Quiesced struct {
 	Term   uint64    // the leader's term
 	Commit uint64    // the commit index, and every member's last index, then
 	Since  time.Time // when, a reading of Config.Clock
+	// Voters and Learners are the group's configuration, which stays while
+	// the group is quiesced (a conf change wakes it).
+	Voters, Learners []uint64
+}
+
+// configOf returns the voters and learners of st's configuration.
+func configOf(st raft.Status) (voters, learners []uint64) {
+	for id := range st.Config.Voters.IDs() {
+		voters = append(voters, id)
+	}
+	slices.Sort(voters)
+	for id := range st.Config.Learners {
+		learners = append(learners, id)
+	}
+	slices.Sort(learners)
+	return voters, learners
 }
 
 // quiescence is a node's quiescing state. state and activity are read and
@@ -99,7 +116,8 @@ func (n *Node) Quiesce(from, term, commit uint64) bool {
 			"state", st.RaftState.String(), "own_term", st.Term, "leader", st.Lead, "own_commit", st.Commit, "last", last)
 		return false
 	}
-	return n.setQuiesced(&Quiesced{Leader: from, Term: term, Commit: commit, Since: n.cfg.Clock.Now()}, seen)
+	voters, learners := configOf(st)
+	return n.setQuiesced(&Quiesced{Leader: from, Term: term, Commit: commit, Since: n.cfg.Clock.Now(), Voters: voters, Learners: learners}, seen)
 }
 
 // setQuiesced records q unless activity moved past seen meanwhile: wake,
@@ -168,7 +186,8 @@ func (n *Node) maybeQuiesce() bool {
 		return false
 	}
 	n.quiet.idleTicks = 0
-	if !n.setQuiesced(&Quiesced{Leader: n.cfg.ID, Term: st.Term, Commit: st.Commit, Since: n.cfg.Clock.Now()}, seen) {
+	voters, learners := configOf(st)
+	if !n.setQuiesced(&Quiesced{Leader: n.cfg.ID, Term: st.Term, Commit: st.Commit, Since: n.cfg.Clock.Now(), Voters: voters, Learners: learners}, seen) {
 		return false
 	}
 	msg := transport.Quiesce{Group: n.cfg.Group, Term: st.Term, Commit: st.Commit}

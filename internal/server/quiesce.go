@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -99,16 +100,12 @@ func (s *Server) followerQuiescenceBroken(g *group, q raftnode.Quiesced, now tim
 }
 
 // leaderQuiescenceBroken says why a quiesced leader must tick again ("": it
-// need not).
+// need not). It reads the configuration the quiesce recorded, which stays
+// while the group is quiesced, rather than ask raft.
 func (s *Server) leaderQuiescenceBroken(g *group, q raftnode.Quiesced, now time.Time) string {
-	st := g.Node().Status()
-	if st.RaftState != raft.StateLeader || st.Term != q.Term {
-		return fmt.Sprintf("no longer the leader of term %d", q.Term)
-	}
-	voters := st.Config.Voters.IDs()
 	heardVoters := 0
-	for id := range configIDs(st) {
-		_, voter := voters[id]
+	for _, id := range slices.Concat(q.Voters, q.Learners) {
+		voter := slices.Contains(q.Voters, id)
 		if id == s.id {
 			if voter {
 				heardVoters++
@@ -126,8 +123,8 @@ func (s *Server) leaderQuiescenceBroken(g *group, q raftnode.Quiesced, now time.
 			return fmt.Sprintf("member %s does not follow at term %d with commit index %d", api.FormatID(id), q.Term, q.Commit)
 		}
 	}
-	if quorum := len(voters)/2 + 1; heardVoters < quorum {
-		return fmt.Sprintf("%d of %d voters heard from within %v, below a quorum", heardVoters, len(voters), statusReportStaleness)
+	if quorum := len(q.Voters)/2 + 1; heardVoters < quorum {
+		return fmt.Sprintf("%d of %d voters heard from within %v, below a quorum", heardVoters, len(q.Voters), statusReportStaleness)
 	}
 	return ""
 }
