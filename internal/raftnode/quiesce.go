@@ -56,6 +56,9 @@ type quiescence struct {
 	// wakeTicks are extra raft ticks the next tick takes at once: a
 	// follower whose leader was lost while it stood still.
 	wakeTicks atomic.Int32
+	// holdTicks are ticks still to pass before this leader may quiesce
+	// again (HoldQuiesce).
+	holdTicks atomic.Int64
 
 	idleTicks int    // ticks in a row this leader found its group idle
 	idleSeen  uint64 // activity at the last of them
@@ -151,6 +154,12 @@ func (n *Node) Unquiesce(reason string, leaderLost bool) {
 	n.log.Info("group unquiesced", "reason", reason, "quiesced_term", q.Term, "quiesced_leader", q.Leader)
 }
 
+// HoldQuiesce keeps this node from quiescing the group for the next ticks
+// ticks: the server holds a leader back whose members did not acknowledge
+// its last quiesce (members of an older latch, which drop the Quiesce and
+// would campaign for want of heartbeats).
+func (n *Node) HoldQuiesce(ticks int) { n.quiet.holdTicks.Store(int64(ticks)) }
+
 // maxWakeTicks stays below raft's tick channel buffer (128), which drops
 // ticks beyond it.
 const maxWakeTicks = 64
@@ -169,6 +178,11 @@ func (n *Node) tickRaft() {
 // in between; it reports whether it did.
 func (n *Node) maybeQuiesce() bool {
 	if !n.cfg.Quiesce || n.leader.Load() != n.cfg.ID {
+		n.quiet.idleTicks = 0
+		return false
+	}
+	if n.quiet.holdTicks.Load() > 0 {
+		n.quiet.holdTicks.Add(-1)
 		n.quiet.idleTicks = 0
 		return false
 	}

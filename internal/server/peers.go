@@ -35,7 +35,7 @@ func (s *Server) Process(ctx context.Context, group uint64, m raftpb.Message) er
 
 // ReceivePeer handles a member's typed peer message: a heartbeat relay, its
 // acknowledgement, a removal notice, a status report, or a leader's word
-// that a group is quiesced (raftnode.Node.Quiesce checks it).
+// that a group is quiesced and its acknowledgement (quiesce.go).
 func (s *Server) ReceivePeer(ctx context.Context, from uint64, m transport.PeerMessage) error {
 	switch m := m.(type) {
 	case transport.SessionRelay:
@@ -51,9 +51,7 @@ func (s *Server) ReceivePeer(ctx context.Context, from uint64, m transport.PeerM
 	case transport.StatusReport:
 		s.peerReports.record(from, m, s.cfg.Clock.Now())
 	case transport.Quiesce:
-		if g := s.lookupGroup(m.Group); g != nil {
-			g.Node().Quiesce(from, m.Term, m.Commit)
-		}
+		s.receiveQuiesce(from, m)
 	default:
 		return fmt.Errorf("server: unexpected peer message %T", m)
 	}

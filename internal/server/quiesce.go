@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -32,13 +33,76 @@ import (
 //     member that does not follow it at that term or lags its commit index
 //     (a member restarted, or one that refused the Quiesce).
 //
+// A follower that quiesces acknowledges it with the same Quiesce sent back
+// to its leader. A quiesced leader that, a quarter of an election timeout
+// after quiescing, lacks the acknowledgement of a member it hears from
+// (one that runs a latch without quiescing drops the Quiesce as malformed,
+// and would campaign for want of heartbeats) ticks again and does not
+// quiesce for quiesceHoldElections election timeouts: long before that
+// member's election timeout, so a rolling upgrade costs no election.
+//
 // Quiescing touches liveness only: raft's safety does not depend on ticks.
 
-// quiesceCheckInterval is how often the quiesced groups are checked: half
-// the status report interval or half an election timeout, whichever is
-// shorter.
+// quiesceCheckInterval is how often the quiesced groups are checked: a
+// quarter of the status report interval or of an election timeout,
+// whichever is shorter.
 func (s *Server) quiesceCheckInterval() time.Duration {
-	return min(StatusReportInterval, s.electionTimeout()) / 2
+	return min(StatusReportInterval, s.electionTimeout()) / 4
+}
+
+// quiesceAckWait is how long after quiescing a leader waits for its
+// members' acknowledgements.
+func (s *Server) quiesceAckWait() time.Duration { return s.electionTimeout() / 4 }
+
+// quiesceHoldElections is how many election timeouts a leader whose quiesce
+// was not acknowledged waits before it quiesces again.
+const quiesceHoldElections = 10
+
+// quiesceAcks keeps, per group, the quiesce each member last acknowledged.
+type quiesceAcks struct {
+	mu   sync.Mutex
+	acks map[uint64]map[uint64]quiesceKey // group -> member -> its last acknowledgement; guarded by mu
+}
+
+// quiesceKey names one quiesce of a group: its leader's term and commit index.
+type quiesceKey struct{ term, commit uint64 }
+
+func (a *quiesceAcks) record(group, member uint64, key quiesceKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.acks == nil {
+		a.acks = map[uint64]map[uint64]quiesceKey{}
+	}
+	if a.acks[group] == nil {
+		a.acks[group] = map[uint64]quiesceKey{}
+	}
+	a.acks[group][member] = key
+}
+
+func (a *quiesceAcks) acked(group, member uint64, key quiesceKey) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.acks[group][member] == key
+}
+
+// receiveQuiesce handles a Quiesce from member from: on the quiesced
+// leader of that quiesce, its acknowledgement; otherwise a leader's word,
+// which the group's node checks and, if it quiesces, acknowledges.
+func (s *Server) receiveQuiesce(from uint64, m transport.Quiesce) {
+	g := s.lookupGroup(m.Group)
+	if g == nil {
+		return
+	}
+	key := quiesceKey{term: m.Term, commit: m.Commit}
+	if q, ok := g.Node().Quiesced(); ok && q.Leader == s.id {
+		if (quiesceKey{term: q.Term, commit: q.Commit}) == key {
+			s.quiesceAcks.record(m.Group, from, key)
+		}
+		return
+	}
+	if g.Node().Quiesce(from, m.Term, m.Commit) {
+		s.transport.SendPeer(from, m)
+	}
 }
 
 // runQuiesceChecks checks the quiesced groups every quiesceCheckInterval
@@ -72,7 +136,10 @@ func (s *Server) checkQuiesced() {
 			continue
 		}
 		if q.Leader == s.id {
-			if reason := s.leaderQuiescenceBroken(g, q, now); reason != "" {
+			if reason, hold := s.leaderQuiescenceBroken(g, q, now); reason != "" {
+				if hold {
+					g.Node().HoldQuiesce(quiesceHoldElections * s.cfg.ElectionTicks)
+				}
 				g.Node().Unquiesce(reason, false)
 			}
 			continue
@@ -100,9 +167,12 @@ func (s *Server) followerQuiescenceBroken(g *group, q raftnode.Quiesced, now tim
 }
 
 // leaderQuiescenceBroken says why a quiesced leader must tick again ("": it
-// need not). It reads the configuration the quiesce recorded, which stays
-// while the group is quiesced, rather than ask raft.
-func (s *Server) leaderQuiescenceBroken(g *group, q raftnode.Quiesced, now time.Time) string {
+// need not), and whether it must also hold off quiescing (a member did not
+// acknowledge). It reads the configuration the quiesce recorded, which
+// stays while the group is quiesced, rather than ask raft.
+func (s *Server) leaderQuiescenceBroken(g *group, q raftnode.Quiesced, now time.Time) (reason string, hold bool) {
+	ackDue := now.Sub(q.Since) >= s.quiesceAckWait()
+	key := quiesceKey{term: q.Term, commit: q.Commit}
 	heardVoters := 0
 	for _, id := range slices.Concat(q.Voters, q.Learners) {
 		voter := slices.Contains(q.Voters, id)
@@ -112,21 +182,26 @@ func (s *Server) leaderQuiescenceBroken(g *group, q raftnode.Quiesced, now time.
 			}
 			continue
 		}
-		if voter && s.heardWithin(id, now) {
+		alive := s.heardWithin(id, now)
+		if voter && alive {
 			heardVoters++
+		}
+		if alive && ackDue && !s.quiesceAcks.acked(g.Group(), id, key) {
+			return fmt.Sprintf("member %s did not acknowledge the quiesce within %v (does it run a latch without quiescing?)",
+				api.FormatID(id), s.quiesceAckWait()), true
 		}
 		heard, ok := s.peerReports.latest(id)
 		if !ok || !heard.at.After(q.Since) {
 			continue
 		}
 		if gs, found := reportedShard(heard.report, g.shard); !found || gs.Leader != s.id || gs.Term != q.Term || gs.CommitIndex < q.Commit {
-			return fmt.Sprintf("member %s does not follow at term %d with commit index %d", api.FormatID(id), q.Term, q.Commit)
+			return fmt.Sprintf("member %s does not follow at term %d with commit index %d", api.FormatID(id), q.Term, q.Commit), false
 		}
 	}
 	if quorum := len(q.Voters)/2 + 1; heardVoters < quorum {
-		return fmt.Sprintf("%d of %d voters heard from within %v, below a quorum", heardVoters, len(q.Voters), statusReportStaleness)
+		return fmt.Sprintf("%d of %d voters heard from within %v, below a quorum", heardVoters, len(q.Voters), statusReportStaleness), false
 	}
-	return ""
+	return "", false
 }
 
 // heardWithin reports whether member id has been heard from (a status

@@ -41,6 +41,7 @@ type Server struct {
 	// members (statusreports.go), what ClusterHealth answers from.
 	peerReports  peerReports
 	started      time.Time       // a reading of Config.Clock when New began
+	quiesceAcks  quiesceAcks     // members' acknowledgements of this leader's quiesces (quiesce.go)
 	userRates    userRateLimiter // per-user request rates (userlimits.go)
 	loginUsers   userRateLimiter // password checks per user name (userlimits.go)
 	loginSources userRateLimiter // password checks per source address
@@ -229,7 +230,7 @@ func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g.Replica, Observer: g.Replica,
 		Logger: s.log, TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks,
 		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.nodeHooks(), Clock: s.cfg.Clock,
-		Ticker: s.ticker, Quiesce: shard != MetaShard, // quiesce.go
+		Ticker: s.ticker, Quiesce: shard != MetaShard && !s.cfg.NoQuiesce, // quiesce.go
 	})
 	if err != nil {
 		return fmt.Errorf("server: start group %d (shard %d): %w", id, shard, err)

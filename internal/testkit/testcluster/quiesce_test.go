@@ -357,3 +357,42 @@ func TestQuiescedShardsLeaderBalance(t *testing.T) {
 		t.Fatalf("balance and quiescence did not return after the restart: %v:%s", c.leadCounts(0), c.describeQuiesced())
 	}
 }
+
+// TestQuiesceWithMembersWithoutIt: two of three members run as a latch
+// without quiescing (a rolling upgrade's older members: they drop the
+// Quiesce). The upgraded member's shards try to quiesce, get no
+// acknowledgement, tick again before the others' election timeout and hold
+// off: no shard elects anew over many election timeouts, and writes go on.
+func TestQuiesceWithMembersWithoutIt(t *testing.T) {
+	const shards, members = 4, 3
+	c := New(t, members, Options{Shards: shards, Time: clock.NewFake(time.Unix(1_700_000_000, 0)), NoQuiesce: []string{"n2", "n3"}})
+	if !c.AdvanceUntil(60*time.Second, func() bool { return c.everyShardLed(shards) && c.balancedLeaders(members) }) {
+		t.Fatalf("leaders not balanced:%s", c.describeQuiesced())
+	}
+	c.advanceGently(2 * server.StatusReportInterval) // the balancer's last moves settle
+	before := c.Status(0).Shards
+	if before[1].LeaderID == "" {
+		t.Fatalf("no leaders: %+v", before)
+	}
+	led := 0
+	for _, sh := range before[1:] {
+		if sh.LeaderID == api.FormatID(c.Nodes[0].ID) {
+			led++
+		}
+	}
+	if led == 0 {
+		t.Fatalf("n1, the member that quiesces, leads no shard: %+v", before)
+	}
+	c.advanceGently(4 * server.StatusReportInterval)
+	for k, sh := range c.Status(0).Shards {
+		if was := before[k]; sh.LeaderID != was.LeaderID || sh.Term != was.Term {
+			t.Fatalf("shard %d: leader %s term %d, was %s term %d: an election where the quiesce was not acknowledged",
+				k, sh.LeaderID, sh.Term, was.LeaderID, was.Term)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := putAdvancing(ctx, c, 1, "/after-idle"); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+}
