@@ -110,7 +110,9 @@
 //     per-member liveness and calls Unquiesce: a quiesced follower whose
 //     leader is no longer heard from, or no longer leads, ticks again (with
 //     the election timeout's fixed part already elapsed when the leader was
-//     lost), so an election happens as before.
+//     lost), so an election happens as before. HoldQuiesce keeps a leader
+//     from quiescing for a while (its members did not acknowledge the last
+//     quiesce).
 //
 // A decision to quiesce and a wake may race on different goroutines: the
 // quiescer reads the activity counter first, records the quiesce, and

@@ -180,7 +180,7 @@ func (s *Server) transportMetrics() {
 			"Inbound peer messages dropped because raft cannot have sent them on their connection.",
 			func(st transport.Stats) uint64 { return st.MessagesMisaddressed }),
 		counter("latch_transport_peer_frames_dropped_total",
-			"Inbound peer messages (heartbeat relays, acknowledgements, removal notices, status reports) dropped because they did not decode.",
+			"Inbound peer messages (heartbeat relays, acknowledgements, removal notices, status reports, quiesce notices) dropped because they did not decode.",
 			func(st transport.Stats) uint64 { return st.PeerFramesDropped }),
 		counter("latch_transport_messages_dropped_total",
 			"Outbound peer messages dropped: queue full, peer down, unknown or removed.",
