@@ -31,13 +31,26 @@ type AuthChange struct {
 }
 
 // AuthQuota is a quota on the nodes under a prefix (the prefix's node
-// included) and their values' bytes, with what they use now.
+// included) and their values' bytes, with what they use now (summed over
+// the shards).
 type AuthQuota struct {
 	Prefix   string `json:"prefix"`
 	MaxNodes uint64 `json:"max_nodes"` // 0: no limit
 	MaxBytes uint64 `json:"max_bytes"` // 0: no limit
 	Nodes    uint64 `json:"nodes"`
 	Bytes    uint64 `json:"bytes"`
+	// Shards, with more than one shard, holds each shard's part: what it
+	// uses and the room it holds of the quota (its allotment).
+	Shards []AuthQuotaShard `json:"shards,omitempty"`
+}
+
+// AuthQuotaShard is one shard's part of a quota: its usage and allotment.
+type AuthQuotaShard struct {
+	Shard      int    `json:"shard"`
+	Nodes      uint64 `json:"nodes"`
+	Bytes      uint64 `json:"bytes"`
+	AllotNodes uint64 `json:"allot_nodes"`
+	AllotBytes uint64 `json:"allot_bytes"`
 }
 
 // AuthChanged answers an AuthChange or a logout: the index it applied at.

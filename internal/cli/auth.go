@@ -81,11 +81,34 @@ func printAuthStatus(w io.Writer, st api.AuthStatus) {
 		return
 	}
 	table = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(table, "QUOTA\tNODES\tBYTES")
+	fmt.Fprintln(table, "QUOTA\tNODES\tBYTES\tSHARDS (used/allotted nodes, bytes)")
 	for _, q := range st.Quotas {
-		fmt.Fprintf(table, "%s\t%d/%s\t%d/%s\n", q.Prefix, q.Nodes, limitText(q.MaxNodes), q.Bytes, limitText(q.MaxBytes))
+		fmt.Fprintf(table, "%s\t%d/%s\t%d/%s\t%s\n", q.Prefix, q.Nodes, limitText(q.MaxNodes), q.Bytes, limitText(q.MaxBytes), shardParts(q))
 	}
 	table.Flush()
+}
+
+// shardParts shows each shard's usage and allotment of a quota, "-" with
+// one shard.
+func shardParts(q api.AuthQuota) string {
+	if len(q.Shards) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(q.Shards))
+	for _, s := range q.Shards {
+		part := fmt.Sprintf("%d:", s.Shard)
+		if q.MaxNodes > 0 {
+			part += fmt.Sprintf("%d/%d", s.Nodes, s.AllotNodes)
+		}
+		if q.MaxBytes > 0 {
+			if q.MaxNodes > 0 {
+				part += ","
+			}
+			part += fmt.Sprintf("%d/%dB", s.Bytes, s.AllotBytes)
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, " ")
 }
 
 // limitText shows a quota's limit, "-" for none.

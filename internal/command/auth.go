@@ -46,12 +46,33 @@ const (
 	AuthQuotaSet
 	// AuthQuotaClear removes the quota on Prefix.
 	AuthQuotaClear
+	// The quota ledger of a sharded cluster (internal/fsm, quota.go): each
+	// shard holds an allotment of every quota, and room moves between
+	// shards by a give in the donor and a take in the recipient. Proposed
+	// by the server only, never by a client.
+	//
+	// AuthQuotaSync, in a shard other than 0, replaces its quotas with
+	// Quotas, shard 0's table as of shard 0's index Epoch (applied only if
+	// Epoch is above the last one applied).
+	AuthQuotaSync
+	// AuthQuotaGive, in the donor shard: give MaxNodes nodes and MaxBytes
+	// bytes of the allotment of the quota on Prefix (of epoch Epoch) to
+	// shard Shard, if that much is free; recorded as outgoing with the
+	// next sequence number to Shard.
+	AuthQuotaGive
+	// AuthQuotaTake, in the recipient shard: add the room of transfer Seq
+	// from shard Shard (Prefix, Epoch, MaxNodes, MaxBytes as given), if
+	// Seq is the next from Shard; an earlier Seq is a duplicate, ignored.
+	AuthQuotaTake
+	// AuthQuotaSettle, in the donor shard: drop the outgoing transfers to
+	// shard Shard up to Seq, which Shard has taken.
+	AuthQuotaSettle
 	authKindCount
 )
 
 var authKindNames = [...]string{"enable", "disable", "user_add", "user_delete", "user_passwd", "user_grant",
 	"user_revoke", "role_add", "role_delete", "role_grant", "role_revoke", "token_issue", "token_revoke",
-	"quota_set", "quota_clear"}
+	"quota_set", "quota_clear", "quota_sync", "quota_give", "quota_take", "quota_settle"}
 
 func (k AuthKind) String() string {
 	if k < authKindCount {
@@ -103,9 +124,25 @@ type AuthOp struct {
 	Secret  []byte
 	Expires uint64
 	Now     uint64
-	// MaxNodes and MaxBytes are an AuthQuotaSet's limits.
+	// MaxNodes and MaxBytes are an AuthQuotaSet's limits, or the room a
+	// give or take moves.
 	MaxNodes uint64
 	MaxBytes uint64
+	// Shard is the other shard of a give, take or settle (0 is shard 0);
+	// Seq a transfer's sequence number; Epoch a quota's epoch (give, take)
+	// or the quota table's (sync); Quotas the table a sync carries.
+	Shard  uint64
+	Seq    uint64
+	Epoch  uint64
+	Quotas []QuotaDef
+}
+
+// QuotaDef is one quota of an AuthQuotaSync: its limits and its epoch,
+// the index of shard 0's log that set it.
+type QuotaDef struct {
+	Prefix             string
+	MaxNodes, MaxBytes uint64
+	Epoch              uint64
 }
 
 // Bits of an auth change's presence mask.
@@ -118,6 +155,10 @@ const (
 	authHasNow
 	authHasMaxNodes // since quotas; absent from every older command
 	authHasMaxBytes
+	authHasShard // since sharded quotas, likewise
+	authHasSeq
+	authHasEpoch
+	authHasQuotas
 	authPresenceMask = 1<<iota - 1
 )
 
@@ -128,7 +169,9 @@ const authHeaderLen = 2
 // of an OpAuth command: kind, permission, presence mask, then the present
 // fields in the order user, role, prefix, secret, expires, now, max nodes,
 // max bytes (the last two since quotas: older commands never set their
-// presence bits, so they decode as before). Commands of
+// presence bits, so they decode as before), then shard, seq, epoch and the
+// quota table (count, then each quota's prefix, max nodes, max bytes and
+// epoch; since sharded quotas, likewise). Commands of
 // other ops carry no section, so their encoding is unchanged.
 
 func (c *Command) authSectionLen() int {
@@ -140,6 +183,14 @@ func (c *Command) authSectionLen() int {
 	n += optionalBytesLen(len(a.User)) + optionalBytesLen(len(a.Role)) + optionalBytesLen(len(a.Prefix))
 	n += optionalBytesLen(len(a.Secret)) + optionalUvarintLen(a.Expires) + optionalUvarintLen(a.Now)
 	n += optionalUvarintLen(a.MaxNodes) + optionalUvarintLen(a.MaxBytes)
+	n += optionalUvarintLen(a.Shard) + optionalUvarintLen(a.Seq) + optionalUvarintLen(a.Epoch)
+	if len(a.Quotas) > 0 {
+		n += uvarintLen(uint64(len(a.Quotas)))
+		for _, q := range a.Quotas {
+			n += uvarintLen(uint64(len(q.Prefix))) + len(q.Prefix)
+			n += uvarintLen(q.MaxNodes) + uvarintLen(q.MaxBytes) + uvarintLen(q.Epoch)
+		}
+	}
 	return n
 }
 
@@ -160,7 +211,22 @@ func (c *Command) appendAuthSection(dst []byte) []byte {
 	dst = appendOptionalUvarint(dst, a.Expires)
 	dst = appendOptionalUvarint(dst, a.Now)
 	dst = appendOptionalUvarint(dst, a.MaxNodes)
-	return appendOptionalUvarint(dst, a.MaxBytes)
+	dst = appendOptionalUvarint(dst, a.MaxBytes)
+	dst = appendOptionalUvarint(dst, a.Shard)
+	dst = appendOptionalUvarint(dst, a.Seq)
+	dst = appendOptionalUvarint(dst, a.Epoch)
+	if len(a.Quotas) == 0 {
+		return dst
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(a.Quotas)))
+	for _, q := range a.Quotas {
+		dst = binary.AppendUvarint(dst, uint64(len(q.Prefix)))
+		dst = append(dst, q.Prefix...)
+		dst = binary.AppendUvarint(dst, q.MaxNodes)
+		dst = binary.AppendUvarint(dst, q.MaxBytes)
+		dst = binary.AppendUvarint(dst, q.Epoch)
+	}
+	return dst
 }
 
 func (a *AuthOp) presence() uint64 {
@@ -178,6 +244,10 @@ func (a *AuthOp) presence() uint64 {
 	set(authHasNow, a.Now != 0)
 	set(authHasMaxNodes, a.MaxNodes != 0)
 	set(authHasMaxBytes, a.MaxBytes != 0)
+	set(authHasShard, a.Shard != 0)
+	set(authHasSeq, a.Seq != 0)
+	set(authHasEpoch, a.Epoch != 0)
+	set(authHasQuotas, len(a.Quotas) > 0)
 	return m
 }
 
@@ -215,5 +285,40 @@ func (d *decoder) authOp() AuthOp {
 	a.Now = d.optionalUvarint(mask, authHasNow, "auth clock")
 	a.MaxNodes = d.optionalUvarint(mask, authHasMaxNodes, "quota nodes")
 	a.MaxBytes = d.optionalUvarint(mask, authHasMaxBytes, "quota bytes")
+	a.Shard = d.optionalUvarint(mask, authHasShard, "quota shard")
+	a.Seq = d.optionalUvarint(mask, authHasSeq, "quota transfer seq")
+	a.Epoch = d.optionalUvarint(mask, authHasEpoch, "quota epoch")
+	if mask&authHasQuotas != 0 {
+		a.Quotas = d.quotaDefs()
+	}
 	return a
+}
+
+// quotaDefs decodes the quota table of an AuthQuotaSync: a count of at
+// least 1, then each quota. Prefix strings are copies.
+func (d *decoder) quotaDefs() []QuotaDef {
+	n := d.uvarint("quota count")
+	if d.err != nil {
+		return nil
+	}
+	// Every quota takes at least four bytes.
+	if n == 0 || n > uint64(len(d.data)-d.offset)/4 {
+		d.fail("quota count %d: want 1 to what the %d remaining bytes hold", n, len(d.data)-d.offset)
+		return nil
+	}
+	defs := make([]QuotaDef, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		size := d.uvarint("quota prefix")
+		if d.err == nil && size > uint64(len(d.data)-d.offset) {
+			d.fail("quota prefix length %d exceeds the %d remaining bytes", size, len(d.data)-d.offset)
+		}
+		if d.err != nil {
+			return nil
+		}
+		q := QuotaDef{Prefix: string(d.data[d.offset : d.offset+int(size)])}
+		d.offset += int(size)
+		q.MaxNodes, q.MaxBytes, q.Epoch = d.uvarint("quota nodes"), d.uvarint("quota bytes"), d.uvarint("quota epoch")
+		defs = append(defs, q)
+	}
+	return defs
 }

@@ -23,6 +23,13 @@ var sampleAuth = []Command{
 	{Op: OpAuth, Auth: AuthOp{Kind: AuthRoleRevoke, Role: "ops", Perm: PermAdmin, Prefix: "/"}},
 	{Op: OpAuth, Auth: AuthOp{Kind: AuthTokenIssue, User: "alice", Secret: bytes.Repeat([]byte{0xab}, 32), Expires: 1 << 41, Now: 1 << 40}},
 	{Op: OpAuth, Auth: AuthOp{Kind: AuthTokenRevoke, Secret: bytes.Repeat([]byte{1}, 32)}},
+	{Op: OpAuth, Auth: AuthOp{Kind: AuthQuotaSet, Prefix: "/q", MaxNodes: 10, MaxBytes: 1 << 20}},
+	{Op: OpAuth, Auth: AuthOp{Kind: AuthQuotaClear, Prefix: "/q"}},
+	{Op: OpAuth, Auth: AuthOp{Kind: AuthQuotaSync, Epoch: 42, Quotas: []QuotaDef{
+		{Prefix: "/a", MaxNodes: 5, Epoch: 40}, {Prefix: "/b/c", MaxBytes: 300, Epoch: 42}, {Prefix: "/", Epoch: 1}}}},
+	{Op: OpAuth, Auth: AuthOp{Kind: AuthQuotaGive, Prefix: "/a", Shard: 3, Epoch: 40, MaxNodes: 2}},
+	{Op: OpAuth, Auth: AuthOp{Kind: AuthQuotaTake, Prefix: "/a", Seq: 9, Epoch: 40, MaxBytes: 7}},
+	{Op: OpAuth, Auth: AuthOp{Kind: AuthQuotaSettle, Shard: 1023, Seq: 1 << 33}},
 }
 
 func TestAuthRoundTrip(t *testing.T) {
@@ -68,6 +75,10 @@ func TestAuthUnmarshalRejects(t *testing.T) {
 		"empty user":       append(append([]byte{}, header...), byte(AuthUserAdd), 0, authHasUser, 0),
 		"zero expiry":      append(append([]byte{}, header...), byte(AuthTokenIssue), 0, authHasExpires, 0),
 		"trailing":         append(append([]byte{}, header...), byte(AuthEnable), 0, 0, 9),
+		"zero quotas":      append(append([]byte{}, header...), byte(AuthQuotaSync), 0, 0x80, 0x10, 0),
+		"quotas truncated": append(append([]byte{}, header...), byte(AuthQuotaSync), 0, 0x80, 0x10, 1, 2, '/'),
+		"quota count huge": append(append([]byte{}, header...), byte(AuthQuotaSync), 0, 0x80, 0x10, 0xff, 0x7f, 2, '/', 'a', 1, 1, 1),
+		"zero seq":         append(append([]byte{}, header...), byte(AuthQuotaSettle), 0, 0x80, 0x04, 0),
 		"version 2":        {FormatV2, byte(OpAuth), 0, 0, 0, byte(AuthEnable), 0, 0},
 		"version 1":        {FormatV1, byte(OpAuth), 0, 0, 0, byte(AuthEnable), 0, 0},
 	}

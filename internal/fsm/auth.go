@@ -98,8 +98,8 @@ func (a *authState) empty() bool {
 	return !a.enabled && a.users.Len() == 0 && a.roles.Len() == 0 && a.tokens.Len() == 0 && len(a.quotas) == 0
 }
 
-// applyAuth applies an OpAuth command.
-func (f *FSM) applyAuth(cmd *command.Command) (Result, []Event) {
+// applyAuth applies an OpAuth command at index.
+func (f *FSM) applyAuth(index uint64, cmd *command.Command) (Result, []Event) {
 	op := &cmd.Auth
 	if err := checkAuthOp(op); err != nil {
 		return refuse(err)
@@ -132,9 +132,11 @@ func (f *FSM) applyAuth(cmd *command.Command) (Result, []Event) {
 			err = api.Errorf(api.CodeNotFound, "no such token")
 		}
 	case command.AuthQuotaSet:
-		err = a.setQuota(Quota{Prefix: op.Prefix, MaxNodes: op.MaxNodes, MaxBytes: op.MaxBytes})
+		err = f.setQuota(index, Quota{Prefix: op.Prefix, MaxNodes: op.MaxNodes, MaxBytes: op.MaxBytes})
 	case command.AuthQuotaClear:
-		err = a.clearQuota(op.Prefix)
+		err = f.clearQuota(index, op.Prefix)
+	case command.AuthQuotaSync, command.AuthQuotaGive, command.AuthQuotaTake, command.AuthQuotaSettle:
+		err = f.applyLedger(op)
 	}
 	if err != nil {
 		return refuse(err)
@@ -164,7 +166,7 @@ func checkAuthOp(op *command.AuthOp) *api.Error {
 			return api.Errorf(api.CodeInvalidArgument, "a quota needs a limit: max_nodes or max_bytes")
 		}
 		return CheckPrefix(op.Prefix)
-	case command.AuthQuotaClear:
+	case command.AuthQuotaClear, command.AuthQuotaGive, command.AuthQuotaTake:
 		return CheckPrefix(op.Prefix)
 	case command.AuthTokenIssue, command.AuthTokenRevoke:
 		if len(op.Secret) != tokenDigestSize {

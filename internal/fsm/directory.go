@@ -211,6 +211,7 @@ func (f *FSM) createSharded(index uint64, cmd *command.Command, path string, seq
 	data.value, data.owner, data.sequence = cloneBytes(cmd.Value), owner, index
 	e := entry{path: path, nodeData: data}
 	f.nodes.Set(e)
+	f.countNode(path, 1, int64(len(data.value)))
 	events := []Event{
 		{Kind: EventCreated, Path: path, Version: 1, Index: index},
 		{Kind: EventChildrenChanged, Path: api.Parent(path), Version: parentVersion, Index: index},

@@ -36,9 +36,15 @@
 // the command. Only the meta group's auth state is consulted. Its
 // invariants: every role a user holds exists; every token's user exists;
 // auth is enabled only while the user RootUser exists. Quotas (quota.go)
-// are auth state too, kept in every group's state machine that applies
-// them (the server sets them only with one shard); a create or set past
-// one is refused with quota_exceeded. Beside the replicated state, the
+// are auth state too: set in shard 0 and, with several shards, copied to
+// every other shard by sync; a create or set past one is refused with
+// quota_exceeded. Each state machine keeps every quota's usage (its
+// nodes and value bytes under the prefix) incrementally, exact after
+// every entry; with several shards each shard checks its usage against its
+// own allotment of the quota, and room moves between shards by give and
+// take entries that apply exactly once (quota_ledger.go states the
+// escrow argument: a quota's allotments plus the room in transit equal its
+// limit, so the usage summed over the shards never passes it). Beside the replicated state, the
 // state machine keeps the auth states its latest auth changes replaced
 // (authpast.go), so that the watch registry can ask what a user could
 // read at each event's index (ReadableAt).

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/tidwall/btree"
@@ -58,8 +59,15 @@ type FSM struct {
 	// (shards other than 0).
 	sessionFence uint64
 	// auth is the auth state (auth.go): users, roles, tokens, the enabled
-	// flag. Only the meta group's (shard 0) is used by the server.
+	// flag. Only the meta group's (shard 0) is used by the server, but for
+	// its quotas, which every shard holds (quota.go).
 	auth authState
+	// quota holds the usage of every quota here and, with several shards,
+	// this shard's allotments and transfers (quota.go, quota_ledger.go).
+	quota quotaState
+	// quotaShort lists the quotas short of allotment for the write being
+	// applied (sharded only): not state, reset by every write.
+	quotaShort []QuotaShortfall
 	// applyingTime is the TimeMs of the command Apply is applying (0: an
 	// entry of a binary that kept no times, which then changes no node's
 	// times, cversion or pzxid). Not state of its own: set from the
@@ -105,6 +113,7 @@ func newShard(id shardID) *FSM {
 		generation: newGeneration(),
 		shard:      id,
 		auth:       newAuthState(),
+		quota:      newQuotaState(),
 	}
 	f.nodes.Set(entry{path: "/", nodeData: &nodeData{}})
 	return f
@@ -127,7 +136,8 @@ type Result struct {
 	SessionID uint64
 	TimeoutMs uint64
 	// Redo, with Err, says that the server must take another protocol step
-	// and propose again (see Redo); Err then has code unavailable, so a
+	// and propose again (see Redo); Err then has code unavailable (but for
+	// RedoQuotaRoom: quota_exceeded, the answer if no room is found), so a
 	// refusal the server does not handle still reads as retryable.
 	Redo Redo
 	// Mark is the closing mark OpDirMark made (its index); Node then holds
@@ -137,6 +147,9 @@ type Result struct {
 	// transaction refused as a whole: an expired session, a request_seq
 	// below the window, no operation).
 	Txn *TxnResult
+	// QuotaShort, with Redo RedoQuotaRoom, lists the quotas whose
+	// allotment in this shard the refused write needed more of.
+	QuotaShort []QuotaShortfall
 }
 
 // NodeMeta is the metadata of a node.
@@ -197,8 +210,10 @@ func (f *FSM) Apply(index uint64, cmd *command.Command) (Result, []Event) {
 	case command.OpDirDelete:
 		return f.deleteClosed(index, cmd)
 	case command.OpAuth:
-		f.rememberAuth(index)
-		return f.applyAuth(cmd)
+		if !quotaKind(cmd.Auth.Kind) {
+			f.rememberAuth(index) // quotas change no permission
+		}
+		return f.applyAuth(index, cmd)
 	default:
 		return refuse(api.Errorf(api.CodeInvalidArgument, "unknown operation %v", cmd.Op))
 	}
@@ -235,6 +250,7 @@ func (f *FSM) Clone() *FSM {
 		dirFence:     f.dirFence,
 		sessionFence: f.sessionFence,
 		auth:         f.auth.clone(),
+		quota:        f.quota.clone(),
 	}
 	f.generation = newGeneration()
 	return clone
@@ -266,6 +282,7 @@ func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 	}
 	var result Result
 	var events []Event
+	f.quotaShort = f.quotaShort[:0]
 	switch cmd.Op {
 	case command.OpPut:
 		result, events = f.put(index, cmd)
@@ -275,6 +292,11 @@ func (f *FSM) applyWrite(index uint64, cmd *command.Command) (Result, []Event) {
 		result, events = f.txn(index, cmd)
 	default:
 		result, events = f.delete(index, cmd)
+	}
+	if len(f.quotaShort) > 0 && result.Err != nil && result.Redo == RedoNone {
+		// A shard's allotment, not the quota, refused it: the server moves
+		// room from other shards and proposes again.
+		result.Redo, result.QuotaShort = RedoQuotaRoom, slices.Clone(f.quotaShort)
 	}
 	if result.Redo != RedoNone {
 		f.dropIdleSession(cmd.SessionID)

@@ -173,6 +173,7 @@ func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Eve
 	if err := f.checkQuotas(e.path, nil, int64(len(cmd.Value))-int64(len(e.value))); err != nil {
 		return refuse(err)
 	}
+	f.countNode(e.path, 0, int64(len(cmd.Value))-int64(len(e.value)))
 	data := e.edit()
 	data.value = cloneBytes(cmd.Value)
 	data.version++
@@ -189,7 +190,7 @@ func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Eve
 // ancestors (top-down) between them. sequence is the number a sequential
 // create took: its parent's counter moves past it.
 func (f *FSM) create(index uint64, cmd *command.Command, path string, sequence uint64, parent entry, missing []string) (Result, []Event) {
-	if len(f.auth.quotas) > 0 {
+	if f.quota.counts.Len() > 0 {
 		if err := f.checkQuotas(path, append(slices.Clone(missing), path), int64(len(cmd.Value))); err != nil {
 			return refuse(err)
 		}
@@ -212,6 +213,7 @@ func (f *FSM) create(index uint64, cmd *command.Command, path string, sequence u
 		}
 		parent = entry{path: p, nodeData: data}
 		f.nodes.Set(parent)
+		f.countNode(p, 1, 0)
 	}
 	var owner uint64
 	if cmd.Ephemeral {
@@ -222,6 +224,7 @@ func (f *FSM) create(index uint64, cmd *command.Command, path string, sequence u
 	data.value, data.owner, data.sequence = cloneBytes(cmd.Value), owner, newSequence(index, cmd)
 	e := entry{path: path, nodeData: data}
 	f.nodes.Set(e)
+	f.countNode(path, 1, int64(len(data.value)))
 	events = append(events, createdEvents(index, path, parent)...)
 	return Result{Node: e.meta()}, events
 }
@@ -310,6 +313,7 @@ func (f *FSM) subtree(root entry) []entry {
 // caller's business) and returns its event.
 func (f *FSM) remove(index uint64, e entry) Event {
 	f.nodes.Delete(e)
+	f.countNode(e.path, -1, -int64(len(e.value)))
 	if e.owner != 0 {
 		f.removeEphemeral(e.owner, e.path)
 	}

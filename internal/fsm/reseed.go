@@ -42,6 +42,7 @@ func (f *FSM) Reseed(index uint64, members []command.Member) error {
 		f.nodes.Set(e)
 	}
 	f.raiseDirectoryCounters(index)
+	f.resetLedger()
 	if !f.shard.meta() {
 		// Another shard holds no member table (shard 0 does).
 		f.removed = nil

@@ -85,10 +85,15 @@ const (
 	// children live in another shard. Delete it with the close protocol:
 	// OpDirMark, OpDirClose, OpDirDelete.
 	RedoCloseDirectory
+	// RedoQuotaRoom: a write would take this shard's usage under a quota
+	// past its allotment (Result.QuotaShort says which and how much). Move
+	// room from shards with free allotment (give, take), then propose
+	// again; if none has room, the refusal (quota_exceeded) is the answer.
+	RedoQuotaRoom
 	redoCount
 )
 
-var redoNames = [...]string{"none", "session_fenced", "directory_fenced", "open_directory", "create_parent", "close_directory"}
+var redoNames = [...]string{"none", "session_fenced", "directory_fenced", "open_directory", "create_parent", "close_directory", "quota_room"}
 
 func (r Redo) String() string {
 	if r < redoCount {

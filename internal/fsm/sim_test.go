@@ -138,6 +138,9 @@ func (s *sim) check() error {
 		if err := checkShardInvariants(h.f); err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", k, err))
 		}
+		if err := checkQuotaCounts(h.f); err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", k, err))
+		}
 		// No child under a deleted directory: every open record's directory
 		// exists in its own shard, with the record's incarnation.
 		h.f.dirs.Scan(func(r dirRecord) bool {
@@ -429,6 +432,11 @@ func (s *sim) drain() {
 func runShardSimulation(t *testing.T, seed uint64, steps int) []uint64 {
 	s := &sim{t: t, c: newCluster(t), rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)),
 		lastSeq: map[string]uint64{}, holders: map[string]Node{}, stats: map[string]int{}}
+	// Quotas too high to refuse anything: their counts follow every create,
+	// delete and session cleanup of every shard (checked by check).
+	s.c.setQuotaEverywhere("/", 1<<40, 1<<40)
+	s.c.setQuotaEverywhere("/d0", 1<<40, 0)
+	s.c.setQuotaEverywhere("/locks", 1<<40, 0)
 	var tops, locks []string
 	for i := 0; i < 3; i++ {
 		tops = append(tops, fmt.Sprintf("/d%d", i))

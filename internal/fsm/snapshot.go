@@ -86,6 +86,24 @@ import (
 // if a node holds any of the four (which every state does once a stamped
 // command created or wrote a node), so a state of older binaries is written
 // back as they wrote it.
+//
+// Versions 19 to 33 (odd: 3, 5, 7, 9, 11, 13, 15, 17 raised by 16) are the
+// versions of a shard of a sharded cluster with the quota ledger
+// (quota_ledger.go) after every other frame (the auth frames included),
+// before the end:
+//
+//	ledger   = table epoch, peer count, peers (shard, last seq given to it,
+//	           last seq taken from it) by shard, quota count (that of the
+//	           auth frame), each quota's epoch, allotted nodes and allotted
+//	           bytes (in the auth frame's order), transfer count
+//	transfer = recipient, seq, prefix, epoch, nodes, bytes, by (recipient,
+//	           seq)
+//
+// A shard's state is written in them only if its ledger is not empty (a
+// quota, a sequence number, a transfer or a table epoch), so a sharded
+// cluster that never set a quota writes what an older binary reads. Usage
+// is written in no version: it is counted from the nodes when a snapshot is
+// read.
 const (
 	snapshotMagic   = "LATCHFSM"
 	snapshotVersion = 2
@@ -102,8 +120,11 @@ const (
 	// snapshotTimesRaise raises a version (2 to 9) to the one with node
 	// times (10 to 17).
 	snapshotTimesRaise = 8
-	// snapshotVersionMax is the newest version.
+	// snapshotVersionMax is the newest version without the quota ledger.
 	snapshotVersionMax = snapshotVersionShardTxn + snapshotAuthRaise + snapshotTimesRaise
+	// snapshotLedgerRaise raises a sharded version (3 to 17, odd) to the
+	// one with the quota ledger (19 to 33).
+	snapshotLedgerRaise = 16
 	// maxFramePayload bounds the memory ReadSnapshot allocates for one frame.
 	maxFramePayload = 16 << 20
 )
@@ -121,6 +142,8 @@ const (
 	frameRole
 	frameUser
 	frameToken
+	frameQuotaLedger   // versions 19 to 33
+	frameQuotaTransfer // versions 19 to 33
 )
 
 // ErrCorruptSnapshot is wrapped by every ReadSnapshot error about its input.
@@ -143,7 +166,12 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 	sharded := f.shard.sharded()
 	withAuth := !f.auth.empty() || f.ownedSessions()
 	sw.auth = withAuth
-	sw.write(append([]byte(snapshotMagic), snapshotFormat(sharded, sw.txnResults, withAuth, sw.times)))
+	ledger := sharded && !f.ledgerEmpty()
+	version := snapshotFormat(sharded, sw.txnResults, withAuth, sw.times)
+	if ledger {
+		version += snapshotLedgerRaise
+	}
+	sw.write(append([]byte(snapshotMagic), version))
 	sw.frame(frameHeader, func(b []byte) []byte { return f.appendHeader(b, sharded) })
 	for _, m := range f.members {
 		sw.frame(frameMember, func(b []byte) []byte { return appendMember(b, m) })
@@ -181,6 +209,9 @@ func (f *FSM) writeSnapshot(w *bufio.Writer) error {
 	})
 	if withAuth {
 		f.auth.writeFrames(&sw)
+	}
+	if ledger {
+		f.writeLedger(&sw)
 	}
 	sw.frame(frameEnd, func(b []byte) []byte { return b })
 	if sw.err != nil {

@@ -64,6 +64,9 @@ type snapshotReader struct {
 	// times says node frames end with the node's times (versions 10 to
 	// 17); sawTimes that a node read so far holds any.
 	times, sawTimes bool
+	// ledger says the quota ledger follows the auth frames (versions 19 to
+	// 33).
+	ledger bool
 }
 
 func corruptf(offset int64, format string, args ...any) error {
@@ -138,6 +141,10 @@ func (sr *snapshotReader) read() (*FSM, error) {
 		return nil, corruptf(0, "not a latch state machine snapshot")
 	}
 	sr.version = magic[len(snapshotMagic)]
+	if sr.version > snapshotVersionMax && sr.version <= snapshotVersionMax+snapshotLedgerRaise && sr.version%2 == 1 {
+		sr.version -= snapshotLedgerRaise
+		sr.ledger = true
+	}
 	if sr.version >= snapshotVersion+snapshotTimesRaise && sr.version <= snapshotVersionMax {
 		sr.version -= snapshotTimesRaise
 		sr.times = true
@@ -195,6 +202,10 @@ func (sr *snapshotReader) read() (*FSM, error) {
 			return nil, err
 		}
 	}
+	if err := sr.readQuotaLedger(f); err != nil {
+		return nil, err
+	}
+	f.recountQuotas()
 	d, err := sr.frame(frameEnd)
 	if err != nil {
 		return nil, err

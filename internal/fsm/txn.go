@@ -39,8 +39,9 @@ type TxnOpResult struct {
 // The session (if any) is live and the exactly-once window was checked by
 // applyWrite.
 //
-// The undo is a copy-on-write copy (O(1)) of the three trees the
-// operations may change (nodes, sessions for the ephemeral counts, owners),
+// The undo is a copy-on-write copy (O(1)) of the four trees the
+// operations may change (nodes, sessions for the ephemeral counts, owners,
+// the quota counts),
 // taken before the first operation and put back on refusal. Operations
 // never touch members, removed members, the applied index or a dedup
 // table, so nothing else needs restoring.
@@ -48,13 +49,13 @@ func (f *FSM) txn(index uint64, cmd *command.Command) (Result, []Event) {
 	if len(cmd.Ops) == 0 {
 		return refuse(api.Errorf(api.CodeInvalidArgument, "a transaction needs at least one operation"))
 	}
-	nodes, sessions, owners := f.nodes.Copy(), f.sessions.Copy(), f.owners.Copy()
+	nodes, sessions, owners, counts := f.nodes.Copy(), f.sessions.Copy(), f.owners.Copy(), f.quota.counts.Copy()
 	results := make([]TxnOpResult, 0, len(cmd.Ops))
 	var events []Event
 	for i := range cmd.Ops {
 		result, opEvents, err := f.txnOp(index, cmd, &cmd.Ops[i])
 		if err != nil {
-			f.nodes, f.sessions, f.owners = nodes, sessions, owners
+			f.nodes, f.sessions, f.owners, f.quota.counts = nodes, sessions, owners, counts
 			return Result{Err: err, Txn: &TxnResult{Failed: i}}, nil
 		}
 		results = append(results, result)

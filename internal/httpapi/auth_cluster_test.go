@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -111,7 +112,7 @@ func TestQuotaAcrossRestartAndSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := api.AuthQuota{Prefix: "/app/jobs", MaxNodes: 5, MaxBytes: 100, Nodes: 5, Bytes: 31}
-	if len(st.Quotas) != 1 || st.Quotas[0] != want {
+	if len(st.Quotas) != 1 || !reflect.DeepEqual(st.Quotas[0], want) {
 		t.Errorf("quotas %+v, want %+v", st.Quotas, want)
 	}
 	if status, _ := sendAs(t, ctx, f.writer, "POST", f.base+"/v1/auth", `{"action":"quota_clear","prefix":"/app/jobs"}`); status != http.StatusForbidden {

@@ -262,10 +262,6 @@ func (s *Server) ChangeAuth(ctx context.Context, r api.AuthChange) (uint64, erro
 	if !ok {
 		return 0, api.Errorf(api.CodeInvalidArgument, "unknown auth action %q", r.Action)
 	}
-	if (kind == command.AuthQuotaSet || kind == command.AuthQuotaClear) && s.cfg.Shards > 1 {
-		return 0, api.Errorf(api.CodeInvalidArgument,
-			"quotas are not served with --shards %d yet: the nodes under a prefix may live in several shards", s.cfg.Shards)
-	}
 	op := command.AuthOp{Kind: kind, User: r.User, Role: r.Role, Prefix: r.Prefix}
 	if kind == command.AuthQuotaSet {
 		op.MaxNodes, op.MaxBytes = r.MaxNodes, r.MaxBytes
@@ -284,7 +280,16 @@ func (s *Server) ChangeAuth(ctx context.Context, r api.AuthChange) (uint64, erro
 		}
 		op.Secret = hash
 	}
-	return s.proposeAuth(ctx, op)
+	index, err := s.proposeAuth(ctx, op)
+	if err != nil || (kind != command.AuthQuotaSet && kind != command.AuthQuotaClear) || s.cfg.Shards == 1 {
+		return index, err
+	}
+	// Every shard enforces the quota: the change is answered once each has
+	// shard 0's table (runQuotaLedger finishes it otherwise).
+	if err := s.syncQuotaTables(ctx); err != nil {
+		return 0, s.metaGroup().Unavailable("the quota change applied in shard 0 at index %d, but not yet in every shard (it completes on its own): %v", index, err)
+	}
+	return index, nil
 }
 
 func (s *Server) hashPassword(password string) ([]byte, error) {
@@ -326,9 +331,7 @@ func (s *Server) AuthState(ctx context.Context) (api.AuthStatus, error) {
 	st.Index = s.metaGroup().View(func(f *fsm.FSM) {
 		st.Enabled, users, roles, quotas = f.AuthEnabled(), f.Users(), f.Roles(), f.Quotas()
 	})
-	for _, q := range quotas {
-		st.Quotas = append(st.Quotas, api.AuthQuota{Prefix: q.Prefix, MaxNodes: q.MaxNodes, MaxBytes: q.MaxBytes, Nodes: q.Nodes, Bytes: q.Bytes})
-	}
+	st.Quotas = s.quotaStatus(quotas)
 	for _, u := range users {
 		st.Users = append(st.Users, api.AuthUser{Name: u.Name, Roles: append([]string{}, u.Roles...), HasPassword: u.HasPassword})
 	}

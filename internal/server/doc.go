@@ -50,6 +50,11 @@
 //     finished by the shard's leader.
 //   - Get's children_count and the children listing read the directory's
 //     children shard (kv.go).
+//   - quotas (quotas.go): a quota change in shard 0 is synced to every
+//     shard before it is answered; a write refused for want of its shard's
+//     allotment (RedoQuotaRoom) moves room from other shards (give, take,
+//     settle) and is proposed again; a loop finishes the transfers a
+//     crashed server left and re-syncs tables behind shard 0's.
 //
 // Watches live in one registry (watch.Registry) fed by every group through
 // its watch.Shard; a watch holds a record in each shard its events come

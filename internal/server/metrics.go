@@ -71,6 +71,7 @@ func newMetrics(s *Server) *metrics {
 		Help: "Consensus groups (shards) quiesced on this member: idle, neither ticked nor heartbeating."},
 		func() float64 { return float64(s.quiescedGroups()) })
 	m.registry.MustRegister(lockWakeups, storageFullGauge(s), quiesced)
+	m.registry.MustRegister(walFlushCounters(s)...)
 	m.addSessionMetrics(s)
 	m.registry.MustRegister(watchCollector{s}, commitCollector{s})
 	m.addHTTPMetrics()

@@ -246,6 +246,7 @@ func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 		if s.cfg.Shards > 1 {
 			s.goBackground(s.runSessionCleanup)
 			s.goBackground(s.runMarkFinisher)
+			s.startQuotaLedger()
 		}
 	}
 	go s.watchNode(node)

@@ -43,6 +43,7 @@ func (s *Server) proposeInShard(ctx context.Context, g *group, cmd *command.Comm
 		return g.Replica.Propose(ctx, cmd)
 	}
 	openPath := false
+	quotaRounds := 0
 	for attempt := 1; attempt <= maxShardAttempts; attempt++ {
 		cmd.Observed, cmd.Incarnation = 0, 0
 		checkSession := cmd.SessionID != 0 && g.shard != 0
@@ -82,6 +83,19 @@ func (s *Server) proposeInShard(ctx context.Context, g *group, cmd *command.Comm
 				"with several shards a transaction creates nodes only under directories that exist and already hold a child in the transaction's shard (%v); create the first child outside the transaction", res.Err)}, 0, nil
 		}
 		switch res.Redo {
+		case fsm.RedoQuotaRoom:
+			if quotaRounds == maxQuotaRounds {
+				return res, index, nil
+			}
+			quotaRounds++
+			attempt-- // bounded by maxQuotaRounds instead
+			moved, err := s.makeQuotaRoom(ctx, g.shard, res.QuotaShort)
+			if err != nil {
+				return fsm.Result{}, 0, err
+			}
+			if !moved {
+				return res, index, nil // no shard has room: 507
+			}
 		case fsm.RedoOpenDirectory:
 			openPath = true
 		case fsm.RedoDirectoryFenced, fsm.RedoSessionFenced:

@@ -13,6 +13,7 @@ import (
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
 	"github.com/latch-io/latch/internal/raftnode"
+	"github.com/latch-io/latch/internal/wal"
 )
 
 // Storage states of /v1/status.
@@ -122,4 +123,29 @@ func storageFullGauge(s *Server) prometheus.GaugeFunc {
 			}
 			return 0
 		})
+}
+
+// walFlushCounters are the WAL's running counts (wal.Stats): flushes (one
+// write and one fsync each), the Save calls, groups and entries they
+// carried. Entries over flushes is the group commit achieved across every
+// shard of the process.
+func walFlushCounters(s *Server) []prometheus.Collector {
+	counter := func(name, help string, read func(wal.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+			if s.wal == nil {
+				return 0
+			}
+			return float64(read(s.wal.Stats()))
+		})
+	}
+	return []prometheus.Collector{
+		counter("latch_wal_flushes_total", "WAL flushes written, each one write and one fsync, covering the saves of every shard queued together (group commit).",
+			func(st wal.Stats) uint64 { return st.Flushes }),
+		counter("latch_wal_flushed_saves_total", "WAL save calls (one shard's Ready batches each) written by the flushes.",
+			func(st wal.Stats) uint64 { return st.Saves }),
+		counter("latch_wal_flushed_groups_total", "Sum over WAL flushes of the shards each carried: over latch_wal_flushes_total, the shards one fsync covered.",
+			func(st wal.Stats) uint64 { return st.Groups }),
+		counter("latch_wal_flushed_entries_total", "Raft entries written by the WAL flushes: over latch_wal_flushes_total, the entries one fsync covered.",
+			func(st wal.Stats) uint64 { return st.Entries }),
+	}
 }

@@ -15,6 +15,7 @@ func TestOneFsyncCoversSeveralGroups(t *testing.T) {
 	w, _ := mustOpen(t, fs, 64<<10)
 	hold := make(chan struct{})
 	syncsBefore := fs.Calls(vfs.OpSync)
+	statsBefore := w.Stats()
 	remove := fs.Inject(vfs.Fault{Ops: vfs.OpSync, Pattern: "*.wal", Count: 1, Hold: hold})
 	defer remove()
 	first := make(chan error, 1)
@@ -45,6 +46,11 @@ func TestOneFsyncCoversSeveralGroups(t *testing.T) {
 	}
 	if syncs := fs.Calls(vfs.OpSync) - syncsBefore; syncs != 2 {
 		t.Fatalf("%d fsyncs for the held save and %d saves of other groups queued behind it, want 2", syncs, others)
+	}
+	stats := w.Stats()
+	got := Stats{stats.Flushes - statsBefore.Flushes, stats.Saves - statsBefore.Saves, stats.Groups - statsBefore.Groups, stats.Entries - statsBefore.Entries}
+	if want := (Stats{Flushes: 2, Saves: 1 + others, Groups: 1 + others, Entries: 1 + 3*others}); got != want {
+		t.Fatalf("stats of the two flushes: %+v, want %+v", got, want)
 	}
 	w.Close()
 	_, states := mustOpen(t, fs.CrashClone(vfs.CrashOptions{}), 64<<10)

@@ -198,6 +198,17 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	expect(sc, 1, "latch_watch_events_delivered_total")
 	expect(sc, 0, "latch_watch_events_queued")
 	expect(sc, 1, "latch_event_streams_open")
+	// The WAL's counts: the writes above were flushed (each flush one
+	// fsync, carrying at least one save of at least one group), every save
+	// and entry in some flush.
+	flushes, _ := sc.value("latch_wal_flushes_total")
+	saves, _ := sc.value("latch_wal_flushed_saves_total")
+	groups, _ := sc.value("latch_wal_flushed_groups_total")
+	entries, _ := sc.value("latch_wal_flushed_entries_total")
+	if flushes < 1 || saves < flushes || groups < flushes || groups > saves || entries < 3 {
+		t.Errorf("WAL flush counts: %v flushes, %v saves, %v groups, %v entries: want flushes >= 1, saves and groups >= flushes, groups <= saves, entries >= 3",
+			flushes, saves, groups, entries)
+	}
 	kv := "/v1/kv/{path...}"
 	expect(sc, 3, "latch_http_requests_total", "method", "PUT", "route", kv, "code", "200")
 	atLeast(sc, 3, "latch_http_requests_total", "method", "GET", "route", kv, "code", "200")
