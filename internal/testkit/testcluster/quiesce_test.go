@@ -364,7 +364,7 @@ func TestQuiescedShardsLeaderBalance(t *testing.T) {
 // acknowledgement, tick again before the others' election timeout and hold
 // off: no shard elects anew over many election timeouts, and writes go on.
 func TestQuiesceWithMembersWithoutIt(t *testing.T) {
-	const shards, members = 4, 3
+	const shards, members = 6, 3 // balanced, each member leads 2, so n1 a shard besides the meta group's
 	c := New(t, members, Options{Shards: shards, Time: clock.NewFake(time.Unix(1_700_000_000, 0)), NoQuiesce: []string{"n2", "n3"}})
 	if !c.AdvanceUntil(60*time.Second, func() bool { return c.everyShardLed(shards) && c.balancedLeaders(members) }) {
 		t.Fatalf("leaders not balanced:%s", c.describeQuiesced())
