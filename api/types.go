@@ -336,6 +336,9 @@ type ShardStatus struct {
 	Term         uint64 `json:"term"`
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
+	// Quiesced is set while the shard's group is quiesced on this server
+	// (idle: it neither ticks nor heartbeats); GET /v1/status only.
+	Quiesced bool `json:"quiesced,omitempty"`
 }
 
 // Members is the reply to GET /v1/cluster/members.

@@ -71,8 +71,16 @@ func (h *stepHandler) ReportSnapshot(_, id uint64, status raft.SnapshotStatus) {
 	}
 }
 
-// ReceivePeer ignores typed peer messages: these tests exchange raft messages only.
-func (h *stepHandler) ReceivePeer(context.Context, uint64, transport.PeerMessage) error { return nil }
+// ReceivePeer hands a leader's Quiesce to the node, as the server does, and
+// ignores every other typed peer message.
+func (h *stepHandler) ReceivePeer(_ context.Context, from uint64, m transport.PeerMessage) error {
+	if q, ok := m.(transport.Quiesce); ok {
+		if n := h.node.Load(); n != nil {
+			n.Quiesce(from, q.Term, q.Commit)
+		}
+	}
+	return nil
+}
 
 // waitFor polls cond until it holds or 10 seconds pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -95,6 +103,8 @@ type member struct {
 	// config has the node's Machine, Clock, TickInterval and any other
 	// setting; startMember fills in the rest.
 	config Config
+	// wrap, if set, wraps the member's transport (to watch what it sends).
+	wrap func(transport.Transport) transport.Transport
 }
 
 // startMember starts m's node. It is stopped at cleanup, before its WAL closes.
@@ -114,6 +124,9 @@ func startMember(t *testing.T, m member) *Node {
 	cfg := m.config
 	cfg.ID, cfg.Group, cfg.Recovered, cfg.Logger = m.id, 1, recovered[1], quiet
 	cfg.WAL, cfg.Snapshots, cfg.Transport = w, snaps, m.network.Join(m.id, handler, nil)
+	if m.wrap != nil {
+		cfg.Transport = m.wrap(cfg.Transport)
+	}
 	for peer := uint64(1); peer <= m.size; peer++ {
 		cfg.Peers = append(cfg.Peers, raft.Peer{ID: peer})
 	}
@@ -130,6 +143,7 @@ func startMember(t *testing.T, m member) *Node {
 // one fake clock.
 type fakeGroup struct {
 	clock    *clock.Fake
+	network  *transport.Network
 	nodes    []*Node
 	machines []*recordingMachine
 }
@@ -138,13 +152,24 @@ const fakeTick = 100 * time.Millisecond
 
 func startFakeGroup(t *testing.T, size int) *fakeGroup {
 	t.Helper()
+	return startFakeGroupWith(t, size, fakeOptions{})
+}
+
+// fakeOptions are the settings of a fakeGroup beyond its size.
+type fakeOptions struct {
+	quiesce bool                                          // Config.Quiesce
+	wrap    func(transport.Transport) transport.Transport // member.wrap
+}
+
+func startFakeGroupWith(t *testing.T, size int, opts fakeOptions) *fakeGroup {
+	t.Helper()
 	g := &fakeGroup{clock: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
-	network := transport.NewNetwork(1)
-	t.Cleanup(network.Close)
+	g.network = transport.NewNetwork(1)
+	t.Cleanup(g.network.Close)
 	for id := uint64(1); id <= uint64(size); id++ {
 		machine := &recordingMachine{}
-		g.nodes = append(g.nodes, startMember(t, member{network: network, id: id, size: uint64(size), fs: vfs.NewMem(), segmentSize: 1 << 20,
-			config: Config{Machine: machine, Clock: g.clock, TickInterval: fakeTick}}))
+		g.nodes = append(g.nodes, startMember(t, member{network: g.network, id: id, size: uint64(size), fs: vfs.NewMem(), segmentSize: 1 << 20,
+			config: Config{Machine: machine, Clock: g.clock, TickInterval: fakeTick, Quiesce: opts.quiesce}, wrap: opts.wrap}))
 		g.machines = append(g.machines, machine)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -81,6 +81,44 @@
 // skipping it would let replicas diverge, so the node stops before applying
 // anything after it.
 //
+// # Quiescing
+//
+// With Config.Quiesce, an idle group stops ticking (quiesce.go), so that a
+// process hosting many idle groups does not heartbeat in every one of them.
+// Quiescing touches liveness only: raft's safety does not depend on ticks,
+// and CheckQuorum, PreVote and ReadOnlySafe are unchanged.
+//
+//   - A leader quiesces the group when, for quiesceTicks ticks in a row, it
+//     found it idle (idleStatus: no leadership transfer, nothing waiting to
+//     be made durable, the last index committed, applied here and matched
+//     by every member, no snapshot in flight) and nothing woke it in
+//     between. In place of that tick it records the quiesce (term, commit)
+//     and sends every member a transport.Quiesce.
+//   - A follower quiesces on Quiesce only if it follows the sender at that
+//     term and its log ends at the message's commit, which is also its
+//     commit index; otherwise it ignores it and goes on ticking.
+//   - A quiesced group is not ticked; its loop still takes every tick
+//     (LastTick moves, the WAL pin check runs), so a stalled disk still
+//     shows.
+//   - Anything wakes it at once (wake): a local proposal, conf change,
+//     ReadIndex or leadership transfer, a snapshot report, and every raft
+//     message stepped into it except an idle heartbeat (wakesGroup: a
+//     heartbeat answer with no read in it, and, to a quiesced follower, a
+//     plain heartbeat of the leader and term that quiesced it). The group
+//     ticks again from the next tick; no message waits for a tick.
+//   - What raft would learn from ticks the server learns from its own
+//     per-member liveness and calls Unquiesce: a quiesced follower whose
+//     leader is no longer heard from, or no longer leads, ticks again (with
+//     the election timeout's fixed part already elapsed when the leader was
+//     lost), so an election happens as before. HoldQuiesce keeps a leader
+//     from quiescing for a while (its members did not acknowledge the last
+//     quiesce).
+//
+// A decision to quiesce and a wake may race on different goroutines: the
+// quiescer reads the activity counter first, records the quiesce, and
+// drops it if the counter moved (setQuiesced), while a wake counts before it
+// clears; so a group never stays quiesced past a wake.
+//
 // The node reads time only through Config.Clock (internal/clock): the
 // ticker that ticks raft every TickInterval (or the process's one shared
 // Ticks, Config.Ticker, which ticks every group at the same instants so

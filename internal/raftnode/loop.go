@@ -105,8 +105,10 @@ func (n *Node) storageProgressed() {
 	}
 }
 
-// tick advances raft's logical clock and, every walCheckElections
-// election timeouts, snapshots the group if it holds back the WAL.
+// tick advances raft's logical clock, unless the group is quiesced or
+// quiesces now (quiesce.go), and, every walCheckElections election
+// timeouts, snapshots the group if it holds back the WAL (a quiesced group
+// too: an idle group is the one that pins it).
 // While storage is stalled the tick is kept for when it resumes, as a
 // ticker's one buffered tick waits for a loop stuck in an fsync.
 func (n *Node) tick() {
@@ -115,7 +117,9 @@ func (n *Node) tick() {
 		return
 	}
 	n.tickPending = false
-	n.raft.Tick()
+	if n.quiet.state.Load() == nil && !n.maybeQuiesce() {
+		n.tickRaft()
+	}
 	n.lastTick.Store(int64(n.cfg.Clock.Since(n.started)))
 	n.ticks++
 	if n.ticks%uint64(walCheckElections*n.cfg.ElectionTicks) == 0 {

@@ -85,6 +85,10 @@ type Config struct {
 	CompactionLag uint64
 	// MaxInflightMsgs bounds pipelined appends per follower (default 256).
 	MaxInflightMsgs int
+	// Quiesce lets the group stop ticking while idle: see the package
+	// comment, "Quiescing". Without it the node never quiesces and ignores
+	// Quiesce calls.
+	Quiesce bool
 	// Hooks observe the loop for metrics; nil fields are skipped.
 	Hooks Hooks
 }
@@ -142,6 +146,8 @@ type Node struct {
 	// leader is raft's leader as the Ready loop last saw it (raft.None when
 	// there is none). Written only by the Ready loop; Step reads it.
 	leader atomic.Uint64
+	// quiet is the group's quiescing state (quiesce.go).
+	quiet quiescence
 
 	errMu sync.Mutex
 	err   error // guarded by errMu: the fatal error that stopped the loop
@@ -259,17 +265,20 @@ func (n *Node) raftConfig() *raft.Config {
 // proposal locally (not once committed); raft.ErrProposalDropped when there is
 // no leader to take it.
 func (n *Node) Propose(ctx context.Context, data []byte) error {
+	n.wake()
 	return n.raft.Propose(ctx, data)
 }
 
 // ProposeConfChange proposes a membership change.
 func (n *Node) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error {
+	n.wake()
 	return n.raft.ProposeConfChange(ctx, cc)
 }
 
 // ReadIndex asks for a read index tagged rctx; the answer arrives through
 // Observer.ReadStates.
 func (n *Node) ReadIndex(ctx context.Context, rctx []byte) error {
+	n.wake()
 	return n.raft.ReadIndex(ctx, rctx)
 }
 
@@ -278,7 +287,11 @@ func (n *Node) ReadIndex(ctx context.Context, rctx []byte) error {
 // with a leader, and would block the peer's whole inbound stream, heartbeats
 // and votes included, behind it), and otherwise waits at most an election
 // timeout; the forwarder's waiter then times out and its client retries.
+// Every message but an idle heartbeat wakes a quiesced group (wakesGroup).
 func (n *Node) Step(ctx context.Context, m raftpb.Message) error {
+	if n.wakesGroup(&m) {
+		n.wake()
+	}
 	if m.Type == raftpb.MsgProp {
 		if n.leader.Load() == raft.None {
 			return raft.ErrProposalDropped
@@ -304,6 +317,7 @@ func (n *Node) stepWithin(ctx context.Context, m raftpb.Message, d time.Duration
 
 // TransferLeadership asks the current leader to hand over to transferee.
 func (n *Node) TransferLeadership(ctx context.Context, transferee uint64) {
+	n.wake()
 	n.raft.TransferLeadership(ctx, n.raft.Status().Lead, transferee)
 }
 
@@ -312,15 +326,18 @@ func (n *Node) ReportUnreachable(id uint64) { n.raft.ReportUnreachable(id) }
 
 // ReportSnapshot tells raft how sending a snapshot to id ended.
 func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
+	n.wake()
 	n.raft.ReportSnapshot(id, status)
 }
 
 // Status returns raft's view of the group.
 func (n *Node) Status() raft.Status { return n.raft.Status() }
 
-// LastTick is when the Ready loop last advanced raft's clock (when the node
-// started, before the first tick): a reading of Config.Clock, to be measured
-// with that clock's Since.
+// LastTick is when the Ready loop last took a tick (when the node started,
+// before the first tick): it advanced raft's clock, or, the group being
+// quiesced, let it stand. A reading of Config.Clock, to be measured with
+// that clock's Since; it stands still only while the loop is stuck (a
+// stalled disk), quiesced or not.
 func (n *Node) LastTick() time.Time { return n.started.Add(time.Duration(n.lastTick.Load())) }
 
 // Done is closed when the Ready loop has stopped; Err says why.

@@ -89,6 +89,10 @@ type Config struct {
 	// ReadIndex round. It exists only so the linearizability checker can be
 	// shown to catch the resulting stale reads; never set it in production.
 	UnsafeLocalReads bool
+	// NoQuiesce makes this member behave as a latch without quiescing: its
+	// groups never quiesce and it neither follows nor acknowledges a
+	// leader's Quiesce. Tests only (a rolling upgrade's older member).
+	NoQuiesce bool
 	// UnsafeNoSync acknowledges writes without fsyncing the WAL, the planted
 	// bug the durability checks must catch. Tests only.
 	UnsafeNoSync bool

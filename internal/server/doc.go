@@ -74,6 +74,14 @@
 // client-port TLS and auth do not bear on it. The server makes no outgoing
 // HTTP request.
 //
+// Idle shard groups quiesce (quiesce.go; internal/raftnode, "Quiescing"):
+// they stop ticking, and the members' status reports stand in for their
+// heartbeats: a quiesced group whose leader is no longer heard from or no
+// longer leads, or whose leader hears of a member not following it, hears
+// from no quorum, or misses a member's acknowledgement of the quiesce,
+// ticks again. The meta group never quiesces. Quiescing touches liveness
+// only.
+//
 // A transaction (Txn) and a multi-read (ReadMany) must lie in one group:
 // oneGroup checks every path through groupFor before anything is proposed or
 // read, so a transaction stays atomic once there are several groups.

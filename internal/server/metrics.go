@@ -67,7 +67,10 @@ func newMetrics(s *Server) *metrics {
 			}
 			return float64(total)
 		})
-	m.registry.MustRegister(lockWakeups, storageFullGauge(s))
+	quiesced := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "latch_raft_groups_quiesced",
+		Help: "Consensus groups (shards) quiesced on this member: idle, neither ticked nor heartbeating."},
+		func() float64 { return float64(s.quiescedGroups()) })
+	m.registry.MustRegister(lockWakeups, storageFullGauge(s), quiesced)
 	m.registry.MustRegister(walFlushCounters(s)...)
 	m.addSessionMetrics(s)
 	m.registry.MustRegister(watchCollector{s}, commitCollector{s})

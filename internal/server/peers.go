@@ -34,7 +34,8 @@ func (s *Server) Process(ctx context.Context, group uint64, m raftpb.Message) er
 }
 
 // ReceivePeer handles a member's typed peer message: a heartbeat relay, its
-// acknowledgement, a removal notice, or a status report.
+// acknowledgement, a removal notice, a status report, or a leader's word
+// that a group is quiesced and its acknowledgement (quiesce.go).
 func (s *Server) ReceivePeer(ctx context.Context, from uint64, m transport.PeerMessage) error {
 	switch m := m.(type) {
 	case transport.SessionRelay:
@@ -49,6 +50,8 @@ func (s *Server) ReceivePeer(ctx context.Context, from uint64, m transport.PeerM
 		s.receiveRemovalNotice(from)
 	case transport.StatusReport:
 		s.peerReports.record(from, m, s.cfg.Clock.Now())
+	case transport.Quiesce:
+		s.receiveQuiesce(from, m)
 	default:
 		return fmt.Errorf("server: unexpected peer message %T", m)
 	}
@@ -177,7 +180,7 @@ func (s *Server) transportMetrics() {
 			"Inbound peer messages dropped because raft cannot have sent them on their connection.",
 			func(st transport.Stats) uint64 { return st.MessagesMisaddressed }),
 		counter("latch_transport_peer_frames_dropped_total",
-			"Inbound peer messages (heartbeat relays, acknowledgements, removal notices, status reports) dropped because they did not decode.",
+			"Inbound peer messages (heartbeat relays, acknowledgements, removal notices, status reports, quiesce notices) dropped because they did not decode.",
 			func(st transport.Stats) uint64 { return st.PeerFramesDropped }),
 		counter("latch_transport_messages_dropped_total",
 			"Outbound peer messages dropped: queue full, peer down, unknown or removed.",

@@ -40,6 +40,8 @@ type Server struct {
 	// peerReports are the latest status reports heard from the other
 	// members (statusreports.go), what ClusterHealth answers from.
 	peerReports  peerReports
+	started      time.Time       // a reading of Config.Clock when New began
+	quiesceAcks  quiesceAcks     // members' acknowledgements of this leader's quiesces (quiesce.go)
 	userRates    userRateLimiter // per-user request rates (userlimits.go)
 	loginUsers   userRateLimiter // password checks per user name (userlimits.go)
 	loginSources userRateLimiter // password checks per source address
@@ -83,11 +85,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.FS = journal
 	}
 	s := &Server{
-		cfg:  cfg,
-		id:   MemberID(cfg.Name),
-		log:  cfg.Logger.With("member", cfg.Name),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		cfg:     cfg,
+		id:      MemberID(cfg.Name),
+		started: cfg.Clock.Now(),
+		log:     cfg.Logger.With("member", cfg.Name),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 
 		cleanupWake: make(chan struct{}, 1),
 	}
@@ -109,6 +112,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.startShardCoordination()
 	s.goBackground(s.runStatusReports)
+	s.goBackground(s.runQuiesceChecks)
 	return s, nil
 }
 
@@ -226,7 +230,7 @@ func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g.Replica, Observer: g.Replica,
 		Logger: s.log, TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks,
 		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.nodeHooks(), Clock: s.cfg.Clock,
-		Ticker: s.ticker,
+		Ticker: s.ticker, Quiesce: shard != MetaShard && !s.cfg.NoQuiesce, // quiesce.go
 	})
 	if err != nil {
 		return fmt.Errorf("server: start group %d (shard %d): %w", id, shard, err)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"sort"
 
 	"go.etcd.io/raft/v3"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/raftnode"
 )
 
 // With more than one shard, every member runs one coordination loop (an
@@ -84,6 +86,12 @@ func (s *Server) shardMemberIDs() []uint64 {
 		if g == nil {
 			continue
 		}
+		if q, ok := g.Node().Quiesced(); ok {
+			for _, id := range slices.Concat(q.Voters, q.Learners) {
+				seen[id] = true
+			}
+			continue
+		}
 		for id := range configIDs(g.Node().Status()) {
 			seen[id] = true
 		}
@@ -132,7 +140,10 @@ func (s *Server) reconcileShards(meta *group) {
 // leads) needs to match view, with the member record its conf change
 // carries.
 func (s *Server) missingChange(g *group, view metaView) (raftpb.ConfChangeSingle, command.Member, bool) {
-	st := g.Node().Status()
+	if q, ok := g.Node().Quiesced(); ok && q.Leader == s.id && !quiescedConfigLacks(q, view) {
+		return raftpb.ConfChangeSingle{}, command.Member{}, false // an idle shard costs no call into raft
+	}
+	st := s.leaderStatus(g)
 	if st.RaftState != raft.StateLeader {
 		return raftpb.ConfChangeSingle{}, command.Member{}, false
 	}
@@ -162,6 +173,30 @@ func (s *Server) missingChange(g *group, view metaView) (raftpb.ConfChangeSingle
 		}
 	}
 	return raftpb.ConfChangeSingle{}, command.Member{}, false
+}
+
+// quiescedConfigLacks reports whether the configuration a quiesced group
+// recorded may lack a change to match view: a member to add or promote, or
+// one the meta group removed. It is missingChange's test without the
+// checks that need raft (caught up, quorum left), which missingChange then
+// makes.
+func quiescedConfigLacks(q raftnode.Quiesced, view metaView) bool {
+	for _, m := range view.members {
+		voter, learner := slices.Contains(q.Voters, m.ID), slices.Contains(q.Learners, m.ID)
+		switch {
+		case view.removed(m.ID):
+		case !voter && !learner:
+			return true
+		case !m.Learner && learner:
+			return true
+		}
+	}
+	for _, id := range slices.Concat(q.Voters, q.Learners) {
+		if view.removed(id) {
+			return true
+		}
+	}
+	return false
 }
 
 func isLearnerIn(st raft.Status, id uint64) bool {

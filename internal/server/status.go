@@ -41,6 +41,7 @@ func (s *Server) ShardStatuses() []api.ShardStatus {
 		}
 		st := g.Node().Status()
 		row := api.ShardStatus{Shard: shard, Role: roleOf(st, s.id), Term: st.Term, CommitIndex: st.Commit, AppliedIndex: g.Applied()}
+		_, row.Quiesced = g.Node().Quiesced()
 		if st.Lead != raft.None {
 			row.LeaderID = api.FormatID(st.Lead)
 		}

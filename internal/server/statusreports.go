@@ -115,16 +115,33 @@ func (s *Server) statusReport() transport.StatusReport {
 		if g == nil {
 			continue
 		}
-		st := g.Node().Status()
-		status := transport.GroupStatus{
-			Role: reportRole(st, s.id), Term: st.Term, Leader: st.Lead, CommitIndex: st.Commit, AppliedIndex: g.Applied(),
-		}
+		status := s.groupStatus(g)
 		if shard == 0 {
 			report.Main = status
 		}
 		report.Shards = append(report.Shards, transport.ShardStatus{Shard: uint32(shard), GroupStatus: status})
 	}
 	return report
+}
+
+// groupStatus is this member's role and indexes in group g. A quiesced
+// group's are those its quiesce recorded (nothing changes without waking
+// it), so an idle shard costs no call into raft.
+func (s *Server) groupStatus(g *group) transport.GroupStatus {
+	if q, ok := g.Node().Quiesced(); ok {
+		role := transport.RoleFollower
+		switch {
+		case q.Leader == s.id:
+			role = transport.RoleLeader
+		case slices.Contains(q.Learners, s.id):
+			role = transport.RoleLearner
+		}
+		return transport.GroupStatus{Role: role, Term: q.Term, Leader: q.Leader, CommitIndex: q.Commit, AppliedIndex: g.Applied()}
+	}
+	st := g.Node().Status()
+	return transport.GroupStatus{
+		Role: reportRole(st, s.id), Term: st.Term, Leader: st.Lead, CommitIndex: st.Commit, AppliedIndex: g.Applied(),
+	}
 }
 
 // reportRole is roleOf as a status report carries it.

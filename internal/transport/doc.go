@@ -1,7 +1,7 @@
 // Package transport carries raft messages between latch servers, and the
 // servers' own typed peer messages (the session heartbeat relay, its
-// acknowledgement, the removal notice and the status report; see
-// peermsg.go). It owns the peer
+// acknowledgement, the removal notice, the status report and the quiesce
+// notice; see peermsg.go). It owns the peer
 // connections, the wire format, the streaming of snapshot bodies, and an
 // in-memory fake network with faults for tests.
 //

@@ -10,7 +10,7 @@ import (
 // Peer messages are the server's own protocols between members, carried on
 // the message connections beside raft's frames but never handed to raft:
 // the heartbeat relay (SessionRelay, answered by SessionRelayAck), the
-// removal notice and the status report. Each is a typed value; the transport encodes it in a peer
+// removal notice, the status report and the quiesce notice. Each is a typed value; the transport encodes it in a peer
 // frame of its own (see frame.go), so neither side reads it as a raft message.
 //
 // Wire form of a peer frame, after its length word (see frame.go):
@@ -25,13 +25,14 @@ import (
 //	RemovalNotice:   (none)
 //	StatusReport:    group | count uvarint | count times (shard uvarint | group)
 //	group:           role u8 | term uvarint | leader uvarint | commit uvarint | applied uvarint
+//	Quiesce:         group id uvarint | term uvarint | commit uvarint
 //
 // A frame whose checksum, version, type or fields do not decode is dropped
 // and counted in Stats.PeerFramesDropped; the stream carrying it, which also
 // carries replication, stays up.
 
 // PeerMessage is one typed message between members: SessionRelay,
-// SessionRelayAck, RemovalNotice or StatusReport. The set is closed.
+// SessionRelayAck, RemovalNotice, StatusReport or Quiesce. The set is closed.
 type PeerMessage interface {
 	peerType() peerType
 }
@@ -76,6 +77,18 @@ type ShardStatus struct {
 	GroupStatus
 }
 
+// Quiesce is a leader's word to a follower that consensus group Group is
+// idle: every member has its whole log, Commit, at Term, nothing is in
+// flight, and the leader stopped ticking the group. The follower stops
+// ticking it too if it follows the sender at Term and its own log ends at
+// Commit, which is also its commit index; otherwise it ignores the message
+// (internal/raftnode, "Quiescing").
+type Quiesce struct {
+	Group  uint64 // the consensus-group id: 1 to MaxGroup
+	Term   uint64
+	Commit uint64
+}
+
 // MemberRole is a member's role in a consensus group, as a StatusReport
 // carries it. The zero value is no role and does not decode.
 type MemberRole uint8
@@ -92,6 +105,7 @@ func (SessionRelay) peerType() peerType    { return peerSessionRelay }
 func (SessionRelayAck) peerType() peerType { return peerSessionRelayAck }
 func (RemovalNotice) peerType() peerType   { return peerRemovalNotice }
 func (StatusReport) peerType() peerType    { return peerStatusReport }
+func (Quiesce) peerType() peerType         { return peerQuiesce }
 
 // peerType is the type byte of a peer frame's body.
 type peerType uint8
@@ -101,6 +115,7 @@ const (
 	peerSessionRelayAck peerType = 2
 	peerRemovalNotice   peerType = 3
 	peerStatusReport    peerType = 4
+	peerQuiesce         peerType = 5
 )
 
 const (
@@ -113,6 +128,9 @@ const (
 	// number in it: the largest shard count a cluster may have
 	// (placement.MaxShards).
 	MaxReportShards = 1024
+	// MaxGroup bounds the consensus-group id of a Quiesce: shard k is group
+	// k+1, so the largest is MaxReportShards.
+	MaxGroup = MaxReportShards
 	// maxPeerFrame bounds a peer frame's length word: the largest relay
 	// (MaxRelayIDs ids of at most 10 bytes each) with room to spare, which
 	// also holds the largest status report (MaxReportShards+1 groups of at
@@ -146,6 +164,13 @@ func appendPeerMessage(buf []byte, m PeerMessage) ([]byte, error) {
 		if buf, err = appendStatusReport(buf, m); err != nil {
 			return buf[:start], err
 		}
+	case Quiesce:
+		if m.Group < 1 || m.Group > MaxGroup {
+			return buf[:start], fmt.Errorf("quiesce of group %d, not from 1 to %d: %w", m.Group, MaxGroup, errBadPeerMessage)
+		}
+		buf = binary.AppendUvarint(buf, m.Group)
+		buf = binary.AppendUvarint(buf, m.Term)
+		buf = binary.AppendUvarint(buf, m.Commit)
 	default:
 		return buf[:start], fmt.Errorf("peer message %T: %w", m, errBadPeerMessage)
 	}
@@ -180,6 +205,8 @@ func decodePeerMessage(data []byte) (PeerMessage, error) {
 		m = RemovalNotice{}
 	case peerStatusReport:
 		return decodeStatusReport(fields)
+	case peerQuiesce:
+		return decodeQuiesce(fields)
 	default:
 		return nil, fmt.Errorf("peer frame type %d: %w", data[5], errBadPeerMessage)
 	}
@@ -212,4 +239,24 @@ func decodeRelayIDs(fields []byte) ([]uint64, error) {
 		return nil, fmt.Errorf("session relay with %d trailing bytes: %w", len(fields), errBadPeerMessage)
 	}
 	return ids, nil
+}
+
+// decodeQuiesce decodes a Quiesce's fields: group id, term and commit, and
+// nothing after. A group id outside 1 to MaxGroup does not decode.
+func decodeQuiesce(fields []byte) (PeerMessage, error) {
+	var q Quiesce
+	for _, value := range []*uint64{&q.Group, &q.Term, &q.Commit} {
+		v, n := binary.Uvarint(fields)
+		if n <= 0 {
+			return nil, fmt.Errorf("quiesce truncated: %w", errBadPeerMessage)
+		}
+		*value, fields = v, fields[n:]
+	}
+	if q.Group < 1 || q.Group > MaxGroup {
+		return nil, fmt.Errorf("quiesce of group %d, not from 1 to %d: %w", q.Group, MaxGroup, errBadPeerMessage)
+	}
+	if len(fields) != 0 {
+		return nil, fmt.Errorf("quiesce with %d trailing bytes: %w", len(fields), errBadPeerMessage)
+	}
+	return q, nil
 }

@@ -49,6 +49,9 @@ func TestPeerMessageRoundTrip(t *testing.T) {
 		{name: "status report, one shard", message: fullReport(1)},
 		{name: "status report of a follower without a leader", message: StatusReport{Main: GroupStatus{Role: RoleFollower}}},
 		{name: "largest status report", message: fullReport(MaxReportShards)},
+		{name: "quiesce", message: Quiesce{Group: 3, Term: 7, Commit: 1200}},
+		{name: "quiesce, largest values", message: Quiesce{Group: MaxGroup, Term: math.MaxUint64, Commit: math.MaxUint64}},
+		{name: "quiesce of the first group at term 0", message: Quiesce{Group: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,6 +111,17 @@ func TestStatusReportRefused(t *testing.T) {
 	}
 }
 
+// TestQuiesceRefused: a quiesce of a group id that could not decode (0, or
+// over MaxGroup) is not encoded.
+func TestQuiesceRefused(t *testing.T) {
+	for _, group := range []uint64{0, MaxGroup + 1, math.MaxUint64} {
+		buf, err := appendPeerFrame([]byte("x"), Quiesce{Group: group, Term: 1, Commit: 1})
+		if !errors.Is(err, errBadPeerMessage) || string(buf) != "x" {
+			t.Fatalf("encode of group %d: %q, %v; want the buffer untouched and errBadPeerMessage", group, buf, err)
+		}
+	}
+}
+
 // peerBody builds a peer frame body (checksum first) from version, type and fields.
 func peerBody(version, typ byte, fields ...byte) []byte {
 	body := append([]byte{0, 0, 0, 0, version, typ}, fields...)
@@ -147,6 +161,13 @@ func TestDecodePeerMessageRejects(t *testing.T) {
 		{name: "report shard number out of range", body: peerBody(peerVersion, byte(peerStatusReport), append(append([]byte{3, 1, 1, 1, 1, 1}, binary.AppendUvarint(nil, MaxReportShards)...), 1, 1, 1, 1, 1)...)},
 		{name: "report shard without role", body: peerBody(peerVersion, byte(peerStatusReport), 3, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1)},
 		{name: "report with trailing bytes", body: peerBody(peerVersion, byte(peerStatusReport), 3, 1, 1, 1, 1, 0, 9)},
+		{name: "quiesce without fields", body: peerBody(peerVersion, byte(peerQuiesce))},
+		{name: "quiesce without commit", body: peerBody(peerVersion, byte(peerQuiesce), 2, 5)},
+		{name: "quiesce truncated commit", body: peerBody(peerVersion, byte(peerQuiesce), 2, 5, 0x80)},
+		{name: "quiesce of group 0", body: peerBody(peerVersion, byte(peerQuiesce), 0, 5, 9)},
+		{name: "quiesce of a group over the limit", body: peerBody(peerVersion, byte(peerQuiesce), append(binary.AppendUvarint(nil, MaxGroup+1), 5, 9)...)},
+		{name: "quiesce group beyond uint64", body: peerBody(peerVersion, byte(peerQuiesce), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 5, 9)},
+		{name: "quiesce with trailing bytes", body: peerBody(peerVersion, byte(peerQuiesce), 2, 5, 9, 0)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -161,7 +182,7 @@ func TestDecodePeerMessageRejects(t *testing.T) {
 // FuzzDecodePeerMessage: decoding never panics, and what decodes encodes
 // back to a body that decodes to the same message.
 func FuzzDecodePeerMessage(f *testing.F) {
-	for _, m := range []PeerMessage{SessionRelay{}, SessionRelay{SessionIDs: []uint64{1, 1 << 40}}, SessionRelayAck{}, RemovalNotice{}, fullReport(3)} {
+	for _, m := range []PeerMessage{SessionRelay{}, SessionRelay{SessionIDs: []uint64{1, 1 << 40}}, SessionRelayAck{}, RemovalNotice{}, fullReport(3), Quiesce{Group: 2, Term: 3, Commit: 40}} {
 		body, err := appendPeerMessage(nil, m)
 		if err != nil {
 			f.Fatal(err)
@@ -202,6 +223,7 @@ func TestTCPPeerMessages(t *testing.T) {
 		SessionRelay{SessionIDs: manyIDs(MaxRelayIDs)},
 		SessionRelayAck{},
 		fullReport(MaxReportShards),
+		Quiesce{Group: 4, Term: 9, Commit: 1 << 40},
 		SessionRelay{},
 	}
 	for i, m := range want {

@@ -24,7 +24,8 @@ type Handler interface {
 	// Process hands an inbound message of consensus group group to raft.
 	Process(ctx context.Context, group uint64, m raftpb.Message) error
 	// ReceivePeer hands over a peer message (SessionRelay, SessionRelayAck,
-	// RemovalNotice or StatusReport) sent by member from. Raft never sees these.
+	// RemovalNotice, StatusReport or Quiesce) sent by member from. Raft never
+	// sees these.
 	ReceivePeer(ctx context.Context, from uint64, m PeerMessage) error
 	// ReportUnreachable tells group's raft node that messages to peer id were dropped.
 	ReportUnreachable(group, id uint64)

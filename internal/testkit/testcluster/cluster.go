@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -52,6 +53,9 @@ type Options struct {
 	// advances it (Advance, AdvanceUntil; New, WaitLeader and LeaderIn advance
 	// it tick by tick while they wait). Real time still bounds every wait.
 	Time *clock.Fake
+	// NoQuiesce names the nodes that behave as a latch without quiescing
+	// (server.Config.NoQuiesce).
+	NoQuiesce []string
 	// ClientTLS, when set, serves every node's client API over TLS with it
 	// (URLs are https://, as latchd with --cert-file).
 	ClientTLS *tls.Config
@@ -167,7 +171,7 @@ func (c *Cluster) serverConfig(i int) server.Config {
 		NewTransport: func(id uint64, h transport.Handler, s transport.Snapshots) (transport.Transport, error) {
 			return c.Net.Join(id, h, s), nil
 		},
-		Logger: logger(n.Name), Clock: n.Clock, Auth: c.opts.Auth,
+		Logger: logger(n.Name), Clock: n.Clock, Auth: c.opts.Auth, NoQuiesce: slices.Contains(c.opts.NoQuiesce, n.Name),
 	}
 }
 
