@@ -1,8 +1,6 @@
 package zkserver
 
 import (
-	"errors"
-
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/server"
 	"github.com/latch-io/latch/internal/zkproto"
@@ -180,16 +178,10 @@ func (c *conn) create(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Re
 	}
 	plan := txnPlan{}
 	plan.add(0, ops, roles)
-	timeMs := c.l.srv.WallTimeMs()
-	res, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{Ops: plan.ops, SessionID: c.session, TimeMs: timeMs})
-	if err != nil {
-		var opErr *api.TxnOpError
-		if errors.As(err, &opErr) && opErr.Op >= 0 && opErr.Op < len(plan.ops) {
-			return nil, c.classify(&plan, opErr)
-		}
-		return nil, errCode(err)
+	res, timeMs, code := c.runPlan(&plan, nil)
+	if code != zkproto.ErrOK {
+		return nil, code
 	}
-	c.saw(res.Index)
 	created := res.Ops[plan.primary[0]]
 	if op == zkproto.OpCreate {
 		return &zkproto.CreateResponse{Path: created.Path}, zkproto.ErrOK

@@ -28,18 +28,30 @@ func (c *conn) orderedWrite(p *pending, op zkproto.OpCode, body zkproto.Record) 
 	if h := c.l.beforeWrite.Load(); h != nil {
 		(*h)(p.h.Xid, p.turn)
 	}
+	res, timeMs, code := c.runPlan(&plan, p.turn)
+	if code != zkproto.ErrOK {
+		return nil, code
+	}
+	return c.multiResult(op, res.Ops[plan.primary[0]], timeMs).body, zkproto.ErrOK
+}
+
+// runPlan proposes plan as one transaction of the connection's session,
+// stamped with this member's wall time (returned with the result), in turn
+// of the connection's write stream when turn is not nil. An operation's
+// refusal is classified as ZooKeeper's error of that operation; any other
+// failure (unavailable: an unknown outcome, or a write out of its stream's
+// order; an expired session) is errCode's, which ends the connection
+// unanswered where reply says so.
+func (c *conn) runPlan(plan *txnPlan, turn *server.WriteTurn) (server.TxnResult, uint64, zkproto.ErrCode) {
 	timeMs := c.l.srv.WallTimeMs()
-	res, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{Ops: plan.ops, SessionID: c.session, TimeMs: timeMs, Turn: p.turn})
+	res, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{Ops: plan.ops, SessionID: c.session, TimeMs: timeMs, Turn: turn})
 	if err != nil {
 		var opErr *api.TxnOpError
 		if errors.As(err, &opErr) && opErr.Op >= 0 && opErr.Op < len(plan.ops) {
-			return nil, c.classify(&plan, opErr)
+			return server.TxnResult{}, timeMs, c.classify(plan, opErr)
 		}
-		// Not the operation's fault: unavailable (an unknown outcome, or a
-		// write out of its stream's order) ends the connection unanswered
-		// (reply), an expired session ends it too.
-		return nil, errCode(err)
+		return server.TxnResult{}, timeMs, errCode(err)
 	}
 	c.saw(res.Index)
-	return c.multiResult(op, res.Ops[plan.primary[0]], timeMs).body, zkproto.ErrOK
+	return res, timeMs, zkproto.ErrOK
 }
