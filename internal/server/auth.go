@@ -315,15 +315,10 @@ func (s *Server) hashPassword(password string) ([]byte, error) {
 	return hash, nil
 }
 
+// proposeAuth proposes an auth change in the meta group, which holds the
+// auth state; its refusal is an error.
 func (s *Server) proposeAuth(ctx context.Context, op command.AuthOp) (uint64, error) {
-	res, index, err := s.metaGroup().Propose(ctx, &command.Command{Op: command.OpAuth, Auth: op})
-	if err != nil {
-		return 0, err
-	}
-	if res.Err != nil {
-		return 0, res.Err
-	}
-	return index, nil
+	return s.proposeLedger(ctx, s.metaGroup(), op)
 }
 
 // AuthState lists the auth state, for an admin once auth is enabled.

@@ -114,8 +114,11 @@ func (s *Server) roomExists(ctx context.Context, recipient int, shorts []fsm.Quo
 // and not yet taken there, as this member's replicas have it.
 func (s *Server) inTransit(recipient int, short fsm.QuotaShortfall) (nodes, bytes uint64) {
 	rg := s.groups[recipient].Load()
+	if rg == nil {
+		return 0, 0
+	}
 	for donor, g := range s.allGroups() {
-		if g == nil || donor == recipient || rg == nil {
+		if g == nil || donor == recipient {
 			continue
 		}
 		var taken uint64
@@ -236,7 +239,7 @@ func (s *Server) syncQuotaTables(ctx context.Context) error {
 			continue
 		}
 		sync := command.AuthOp{Kind: command.AuthQuotaSync, Epoch: epoch, Quotas: table}
-		if err := s.proposeLedger(ctx, g, sync); err != nil {
+		if _, err := s.proposeLedger(ctx, g, sync); err != nil {
 			return err
 		}
 	}
@@ -252,17 +255,17 @@ func (s *Server) shardGroup(shard int) (*group, error) {
 	return g, nil
 }
 
-// proposeLedger proposes a quota ledger change in g; its refusal is an
-// error.
-func (s *Server) proposeLedger(ctx context.Context, g *group, op command.AuthOp) error {
-	res, _, err := g.Propose(ctx, &command.Command{Op: command.OpAuth, Auth: op})
+// proposeLedger proposes an auth change (a quota ledger change, in any
+// shard) in g and returns its index; its refusal is an error.
+func (s *Server) proposeLedger(ctx context.Context, g *group, op command.AuthOp) (uint64, error) {
+	res, index, err := g.Propose(ctx, &command.Command{Op: command.OpAuth, Auth: op})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if res.Err != nil {
-		return res.Err
+		return 0, res.Err
 	}
-	return nil
+	return index, nil
 }
 
 // finishTransfers takes donor's outgoing transfers to recipient in
@@ -289,7 +292,7 @@ func (s *Server) finishTransfers(ctx context.Context, donor, recipient int) erro
 	for _, t := range pending {
 		take := command.AuthOp{Kind: command.AuthQuotaTake, Prefix: t.Prefix, Shard: uint64(donor), Seq: t.Seq,
 			Epoch: t.Epoch, MaxNodes: t.Nodes, MaxBytes: t.Bytes}
-		if err := s.proposeLedger(ctx, rg, take); err != nil {
+		if _, err := s.proposeLedger(ctx, rg, take); err != nil {
 			return err
 		}
 		last = t.Seq
@@ -297,7 +300,8 @@ func (s *Server) finishTransfers(ctx context.Context, donor, recipient int) erro
 	if last == 0 {
 		return nil
 	}
-	return s.proposeLedger(ctx, dg, command.AuthOp{Kind: command.AuthQuotaSettle, Shard: uint64(recipient), Seq: last})
+	_, err = s.proposeLedger(ctx, dg, command.AuthOp{Kind: command.AuthQuotaSettle, Shard: uint64(recipient), Seq: last})
+	return err
 }
 
 // makeQuotaRoom seeks room for recipient's shortfalls: it finishes the
@@ -370,7 +374,7 @@ func (s *Server) moveRoom(ctx context.Context, recipient int, short fsm.QuotaSho
 			continue
 		}
 		give := command.AuthOp{Kind: command.AuthQuotaGive, Prefix: short.Prefix, Shard: uint64(recipient), Epoch: short.Epoch, MaxNodes: nodes, MaxBytes: bytes}
-		if err := s.proposeLedger(ctx, s.groups[d.shard].Load(), give); err != nil {
+		if _, err := s.proposeLedger(ctx, s.groups[d.shard].Load(), give); err != nil {
 			if api.CodeOf(err) == api.CodeQuotaExceeded || api.CodeOf(err) == api.CodePreconditionFailed {
 				continue // another writer took the room, or the quota changed
 			}

@@ -105,7 +105,7 @@ func TestQuotaTransferSurvivesLeaderChange(t *testing.T) {
 	var epoch uint64
 	leader.groups[donor].Load().View(func(f *fsm.FSM) { q, _ := f.QuotaShare("/q"); epoch = q.Epoch })
 	give := command.AuthOp{Kind: command.AuthQuotaGive, Prefix: "/q", Shard: recipient, Epoch: epoch, MaxNodes: moved}
-	if err := leader.proposeLedger(ctx, leader.groups[donor].Load(), give); err != nil {
+	if _, err := leader.proposeLedger(ctx, leader.groups[donor].Load(), give); err != nil {
 		t.Fatal(err)
 	}
 	leader.Close() // before any take: its server is gone
