@@ -34,6 +34,25 @@ func quotaOf(ctx context.Context, base, prefix string) (api.AuthQuota, error) {
 	return api.AuthQuota{}, fmt.Errorf("no quota on %s", prefix)
 }
 
+// watchQuotaLimit reads the quota on prefix from base's status every few
+// milliseconds, failing the test if its summed usage is ever over limit,
+// until the returned stop is called (stop waits for the reader to end).
+func watchQuotaLimit(t *testing.T, ctx context.Context, base, prefix string, limit uint64) (stop func()) {
+	watching, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for watching.Err() == nil {
+			if q, err := quotaOf(watching, base, prefix); err == nil && q.Nodes > limit {
+				t.Errorf("%s holds %d nodes, over its quota of %d: %+v", prefix, q.Nodes, limit, q.Shards)
+				return
+			}
+			time.Sleep(2 * time.Millisecond) // the pace of the reads, not a wait
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // allotted sums the shards' allotments of q's nodes.
 func allotted(q api.AuthQuota) int64 {
 	sum := int64(0)
@@ -98,17 +117,8 @@ func TestShardsQuotaConcurrentWritersStopAtTheLimit(t *testing.T) {
 	var wg sync.WaitGroup
 	// Creates only: a shard's usage never falls, so the sum of what each
 	// shard's replica shows (not one cut) is at most the true sum.
-	watching, stopWatching := context.WithCancel(ctx)
+	stopWatching := watchQuotaLimit(t, ctx, c.URL(2), "/q", limit)
 	defer stopWatching()
-	go func() {
-		for watching.Err() == nil {
-			if q, err := quotaOf(watching, c.URL(2), "/q"); err == nil && q.Nodes > limit {
-				t.Errorf("/q holds %d nodes, over its quota of %d: %+v", q.Nodes, limit, q.Shards)
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
 	for w := range 8 {
 		member, writerSeed := w%3, rng.Uint64()
 		wg.Go(func() {
@@ -231,17 +241,8 @@ func TestShardsQuotaOverExistingNodes(t *testing.T) {
 	if err := setQuota(ctx, c.URL(1), "/q", uint64(limit), 0); err != nil {
 		t.Fatal(err)
 	}
-	watching, stopWatching := context.WithCancel(ctx)
+	stopWatching := watchQuotaLimit(t, ctx, c.URL(0), "/q", uint64(limit))
 	defer stopWatching()
-	go func() {
-		for watching.Err() == nil {
-			if q, err := quotaOf(watching, c.URL(0), "/q"); err == nil && q.Nodes > uint64(limit) {
-				t.Errorf("/q holds %d nodes, over its quota of %d: %+v", q.Nodes, limit, q.Shards)
-				return
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
 	var acked atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 6 {
