@@ -30,8 +30,9 @@ type Quiesced struct {
 	Voters, Learners []uint64
 }
 
-// configOf returns the voters and learners of st's configuration.
-func configOf(st raft.Status) (voters, learners []uint64) {
+// ConfigOf returns the voters and learners of st's configuration, each
+// sorted.
+func ConfigOf(st raft.Status) (voters, learners []uint64) {
 	for id := range st.Config.Voters.IDs() {
 		voters = append(voters, id)
 	}
@@ -62,6 +63,10 @@ type quiescence struct {
 
 	idleTicks int    // ticks in a row this leader found its group idle
 	idleSeen  uint64 // activity at the last of them
+	// recheckIn are ticks to skip before raft's status is read again after
+	// it showed the group busy with no activity since (a member down or
+	// behind): reading it copies every member's progress, each tick.
+	recheckIn int
 }
 
 // Quiesced returns the group's quiesced record, and whether it is quiesced.
@@ -119,7 +124,7 @@ func (n *Node) Quiesce(from, term, commit uint64) bool {
 			"state", st.RaftState.String(), "own_term", st.Term, "leader", st.Lead, "own_commit", st.Commit, "last", last)
 		return false
 	}
-	voters, learners := configOf(st)
+	voters, learners := ConfigOf(st)
 	return n.setQuiesced(&Quiesced{Leader: from, Term: term, Commit: commit, Since: n.cfg.Clock.Now(), Voters: voters, Learners: learners}, seen)
 }
 
@@ -188,19 +193,23 @@ func (n *Node) maybeQuiesce() bool {
 	}
 	seen := n.quiet.activity.Load()
 	if seen != n.quiet.idleSeen {
-		n.quiet.idleSeen, n.quiet.idleTicks = seen, 0
+		n.quiet.idleSeen, n.quiet.idleTicks, n.quiet.recheckIn = seen, 0, 0
+		return false
+	}
+	if n.quiet.recheckIn > 0 {
+		n.quiet.recheckIn--
 		return false
 	}
 	st, idle := n.idleStatus()
 	if !idle {
-		n.quiet.idleTicks = 0
+		n.quiet.idleTicks, n.quiet.recheckIn = 0, n.cfg.ElectionTicks
 		return false
 	}
 	if n.quiet.idleTicks++; n.quiet.idleTicks < quiesceTicks {
 		return false
 	}
 	n.quiet.idleTicks = 0
-	voters, learners := configOf(st)
+	voters, learners := ConfigOf(st)
 	if !n.setQuiesced(&Quiesced{Leader: n.cfg.ID, Term: st.Term, Commit: st.Commit, Since: n.cfg.Clock.Now(), Voters: voters, Learners: learners}, seen) {
 		return false
 	}

@@ -197,9 +197,8 @@ func TestQuiesceIgnoredUnlessItMatches(t *testing.T) {
 	st := leader.Status()
 	lead := leader.cfg.ID
 	tests := []struct {
-		name                 string
-		from, term, commit   uint64
-		wantQuiescedAfterAll bool
+		name               string
+		from, term, commit uint64
 	}{
 		{name: "another term", from: lead, term: st.Term + 1, commit: st.Commit},
 		{name: "an older term", from: lead, term: st.Term - 1, commit: st.Commit},

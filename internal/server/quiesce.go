@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -174,8 +173,14 @@ func (s *Server) leaderQuiescenceBroken(g *group, q raftnode.Quiesced, now time.
 	ackDue := now.Sub(q.Since) >= s.quiesceAckWait()
 	key := quiesceKey{term: q.Term, commit: q.Commit}
 	heardVoters := 0
-	for _, id := range slices.Concat(q.Voters, q.Learners) {
-		voter := slices.Contains(q.Voters, id)
+	for i := range len(q.Voters) + len(q.Learners) {
+		voter := i < len(q.Voters)
+		var id uint64
+		if voter {
+			id = q.Voters[i]
+		} else {
+			id = q.Learners[i-len(q.Voters)]
+		}
 		if id == s.id {
 			if voter {
 				heardVoters++

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -10,6 +9,7 @@ import (
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/raftnode"
 )
 
 // Status reports this server's view of the cluster.
@@ -142,14 +142,5 @@ func (s *Server) ShardConfig(shard int) (voters, learners []uint64) {
 	if g == nil {
 		return nil, nil
 	}
-	st := g.Node().Status()
-	for id := range st.Config.Voters.IDs() {
-		voters = append(voters, id)
-	}
-	for id := range st.Config.Learners {
-		learners = append(learners, id)
-	}
-	slices.Sort(voters)
-	slices.Sort(learners)
-	return voters, learners
+	return raftnode.ConfigOf(g.Node().Status())
 }
