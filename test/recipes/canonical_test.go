@@ -3,6 +3,8 @@ package recipes_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -23,9 +25,10 @@ const exitLost = 124
 // writer': it acquires (token tA) and its writer writes once. The test
 // stops A's whole process group (SIGSTOP: latchctl and the writer), and B,
 // a lock in this process, acquires once A's session expired (token tB >
-// tA) and writes. While A is still stopped the test queues a SIGUSR1 for
-// A's writer, then resumes the group (SIGCONT): the writer's first act is a
-// write with tA, before latchctl can learn of the loss and stop it.
+// tA) and writes. While A is still stopped the test orders one more write
+// from A's writer (a file, and a SIGUSR1 to look at it), then resumes the
+// group (SIGCONT): the writer makes that write with tA on the SIGUSR1, or
+// on latchctl's SIGTERM if that reaches it first, before it exits.
 //
 // Guarded, that stale write is refused with 409 and B's write stays the
 // resource's value; unguarded, the same stale write is applied after B's:
@@ -50,7 +53,8 @@ func TestCanonicalPausedHolder(t *testing.T) {
 			if !tt.guarded {
 				lockName = "canonical-unguarded"
 			}
-			holderA := startGroup(t, "holder A", writerEnvironment("A", res.URL),
+			orders := filepath.Join(t.TempDir(), "orders")
+			holderA := startGroup(t, "holder A", writerEnvironment("A", res.URL, orders),
 				latchctl, "--endpoints", endpointsFlag(cluster), "lock", lockName,
 				"--session-timeout", holderSessionTimeout.String(), "--", self(t))
 			first := res.waitFor(t, 20*time.Second, "from A at start", func(w write) bool { return w.Writer == "A" })
@@ -76,7 +80,10 @@ func TestCanonicalPausedHolder(t *testing.T) {
 				t.Fatalf("B's write: status %d, %v", status, err)
 			}
 
-			// The stale write: queued while A is stopped, made as soon as it runs.
+			// The stale write: ordered while A is stopped, made as soon as it runs.
+			if err := os.WriteFile(orders, nil, 0o600); err != nil {
+				t.Fatalf("order A's stale write: %v", err)
+			}
 			if err := syscall.Kill(first.PID, syscall.SIGUSR1); err != nil {
 				t.Fatalf("SIGUSR1 to A's writer %d: %v", first.PID, err)
 			}

@@ -46,7 +46,7 @@ func TestElectionFailover(t *testing.T) {
 
 	candidates := map[string]*group{}
 	for _, name := range []string{"c1", "c2", "c3"} {
-		candidates[name] = startGroup(t, "candidate "+name, writerEnvironment(name, res.URL),
+		candidates[name] = startGroup(t, "candidate "+name, writerEnvironment(name, res.URL, ""),
 			latchctl, "--endpoints", endpointsFlag(cluster), "elect", role, "--value", name,
 			"--session-timeout", candidateSessionTimeout.String(), "--", self(t))
 	}

@@ -23,6 +23,7 @@ const (
 	helperEnv   = "LATCH_RECIPES_HELPER"   // "writer" runs runWriter
 	resourceEnv = "LATCH_RECIPES_RESOURCE" // URL the writer writes to
 	writerEnv   = "LATCH_RECIPES_WRITER"   // the writer's name in the resource's log
+	ordersEnv   = "LATCH_RECIPES_ORDERS"   // file whose presence orders one more write
 	tokenEnv    = "LATCH_FENCING_TOKEN"    // set by latchctl (cli.EnvFencingToken)
 )
 
@@ -40,17 +41,20 @@ func runHelper(role string) int {
 		fmt.Fprintf(os.Stderr, "recipes helper: unknown role %q\n", role)
 		return 2
 	}
-	return runWriter(os.Getenv(resourceEnv), os.Getenv(writerEnv), os.Getenv(tokenEnv))
+	return runWriter(os.Getenv(resourceEnv), os.Getenv(writerEnv), os.Getenv(ordersEnv), os.Getenv(tokenEnv))
 }
 
 // runWriter is the program a lock or a leadership protects. It writes to
-// the resource once when it starts and once per SIGUSR1, every time with
-// the fencing token latchctl gave it, and prints each outcome. On SIGTERM
-// (latchctl lost the lock, or is stopping) it first makes the writes of
-// SIGUSR1s already received, then exits: a SIGUSR1 sent while the process
-// was stopped is therefore written as soon as it runs again, whatever
-// latchctl does meanwhile. That is the paused holder's stale write.
-func runWriter(url, name, token string) int {
+// the resource once when it starts, with the fencing token latchctl gave
+// it, and prints each outcome. An order to write once more is a file at
+// orders: the writer looks for it on every SIGUSR1 and, before it exits,
+// on SIGTERM (latchctl lost the lock, or is stopping), and makes the write
+// (removing the file) if it is there. An order given while the process is
+// stopped is therefore written as soon as it runs again, whatever latchctl
+// does meanwhile and in whichever order the two signals reach the writer
+// (the Go runtime may hand over SIGTERM before an earlier SIGUSR1). That is
+// the paused holder's stale write.
+func runWriter(url, name, orders, token string) int {
 	usr1 := make(chan os.Signal, 16)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	term := make(chan os.Signal, 1)
@@ -61,20 +65,19 @@ func runWriter(url, name, token string) int {
 		status, err := postWrite(url, writeRequest{Writer: name, PID: os.Getpid(), Seq: seq, What: what}, token)
 		fmt.Printf("writer %s: %s write %d with token %s: status %d %v\n", name, what, seq, token, status, err)
 	}
+	obey := func() {
+		if orders != "" && os.Remove(orders) == nil {
+			write("signal")
+		}
+	}
 	write("start")
 	for {
 		select {
 		case <-usr1:
-			write("signal")
+			obey()
 		case <-term:
-			for {
-				select {
-				case <-usr1:
-					write("signal")
-				default:
-					return 0
-				}
-			}
+			obey()
+			return 0
 		}
 	}
 }

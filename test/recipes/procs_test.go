@@ -119,9 +119,9 @@ func (g *group) waitExit(t *testing.T, timeout time.Duration) int {
 }
 
 // writerEnvironment is what a latchctl-run writer needs to find the
-// resource and name itself.
-func writerEnvironment(name, url string) []string {
-	return []string{helperEnv + "=writer", writerEnv + "=" + name, resourceEnv + "=" + url}
+// resource, name itself and find its orders (a file path, or "" for none).
+func writerEnvironment(name, url, orders string) []string {
+	return []string{helperEnv + "=writer", writerEnv + "=" + name, resourceEnv + "=" + url, ordersEnv + "=" + orders}
 }
 
 // self returns the test binary, which runs the writer under helperEnv.
