@@ -25,9 +25,15 @@ type recordingMachine struct {
 	nopMachine
 	mu      sync.Mutex
 	applied [][]byte // guarded by mu
+	// beforeApply, if set, is called with the entries before they are
+	// recorded (a test holds the Ready loop busy in it).
+	beforeApply atomic.Pointer[func([]raftpb.Entry)]
 }
 
 func (m *recordingMachine) Apply(entries []raftpb.Entry) error {
+	if f := m.beforeApply.Load(); f != nil {
+		(*f)(entries)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range entries {

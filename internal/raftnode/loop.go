@@ -195,7 +195,7 @@ func (n *Node) snapshotIfPinning() {
 func (n *Node) handleReady(rd raft.Ready) error {
 	n.observe(rd)
 	peers, local := splitLocal(rd.Messages)
-	n.send(peers)
+	n.send(coalesceAppends(peers))
 	for i := range local {
 		m := &local[i]
 		switch m.To {
