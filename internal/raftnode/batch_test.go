@@ -221,3 +221,40 @@ func TestProposalDroppedDuringTransferIsProposedAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestProposalWaitsForALeader: a proposal made while no leader is known
+// waits (raft would drop it) and is taken once one is elected, as
+// raft.Node's was; a caller that gives up first gets its context's error.
+func TestProposalWaitsForALeader(t *testing.T) {
+	g := startFakeGroup(t, 3)
+	n := g.nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	waiting := make(chan error, 1)
+	go func() { waiting <- n.Propose(ctx, []byte("waited")) }()
+	waitFor(t, "the proposal to wait for a leader", func() bool {
+		n.leaderMu.Lock()
+		defer n.leaderMu.Unlock()
+		return n.leaderWait != nil
+	})
+	select {
+	case err := <-waiting:
+		t.Fatalf("propose without a leader returned %v, want it to wait", err)
+	default:
+	}
+	gaveUp, cancelEarly := context.WithCancel(context.Background())
+	cancelEarly()
+	if err := n.Propose(gaveUp, []byte("given-up")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("propose given up: %v, want context.Canceled", err)
+	}
+	g.elect(t)
+	if err := <-waiting; err != nil {
+		t.Fatalf("propose once a leader is elected: %v", err)
+	}
+	for i, m := range g.machines {
+		waitFor(t, fmt.Sprintf("node %d to apply the proposal that waited", i+1), func() bool { return m.has("waited") })
+		if m.has("given-up") {
+			t.Errorf("node %d applied a proposal its caller gave up before any leader", i+1)
+		}
+	}
+}

@@ -315,8 +315,8 @@ func (n *Node) proposeWhenLed(ctx context.Context, m raftpb.Message) error {
 			return err
 		}
 		next := n.nextLeader()
-		if !held && n.leader.Load() != raft.None {
-			continue // a leader came between the drop and nextLeader
+		if !n.holdingProposals() && n.leader.Load() != raft.None {
+			continue // a leader came between the step and nextLeader
 		}
 		select {
 		case <-next:
@@ -346,6 +346,13 @@ func (n *Node) stepProposal(m raftpb.Message) (held bool, err error) {
 		n.notify()
 	}
 	return held, err
+}
+
+// holdingProposals reports whether proposals are held (proposalsHeld).
+func (n *Node) holdingProposals() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.proposalsHeld
 }
 
 // nextLeader returns a channel closed the next time the Ready loop sees a
