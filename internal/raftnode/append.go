@@ -1,7 +1,6 @@
 package raftnode
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -208,20 +207,23 @@ func hardStateOf(m *raftpb.Message) raftpb.HardState {
 
 // deliver hands responses, in order, to their targets once what they
 // depend on is durable: the node's own (MsgStorageAppendResp, a leader's
-// MsgAppResp to itself, MsgStorageApplyResp) to raft, the others to the
-// transport.
+// MsgAppResp to itself, MsgStorageApplyResp) to raft, under the lock, the
+// others to the transport. raft's refusal of a response (one from a member
+// since removed) drops it, as raft.Node did.
 func (n *Node) deliver(responses []raftpb.Message) error {
 	for i := range responses {
 		if responses[i].To != n.cfg.ID {
 			n.send(responses[i : i+1])
 			continue
 		}
-		if err := n.raft.Step(n.stepCtx, responses[i]); err != nil {
-			if errors.Is(err, raft.ErrStopped) || n.stepCtx.Err() != nil {
-				return errStopping
-			}
-			return fmt.Errorf("raftnode: group %d: step %v: %w", n.cfg.Group, responses[i].Type, err)
+		n.mu.Lock()
+		if n.stopped {
+			n.mu.Unlock()
+			return errStopping
 		}
+		_ = n.raft.Step(responses[i])
+		n.mu.Unlock()
 	}
+	n.notify()
 	return nil
 }

@@ -25,9 +25,15 @@ type recordingMachine struct {
 	nopMachine
 	mu      sync.Mutex
 	applied [][]byte // guarded by mu
+	// beforeApply, if set, is called with the entries before they are
+	// recorded (a test holds the Ready loop busy in it).
+	beforeApply atomic.Pointer[func([]raftpb.Entry)]
 }
 
 func (m *recordingMachine) Apply(entries []raftpb.Entry) error {
+	if f := m.beforeApply.Load(); f != nil {
+		(*f)(entries)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range entries {
@@ -255,68 +261,6 @@ func TestElectAndCommitOnFakeClock(t *testing.T) {
 			}
 			for i, m := range g.machines {
 				waitFor(t, fmt.Sprintf("node %d to apply the proposal", i+1), func() bool { return m.has("x") })
-			}
-		})
-	}
-}
-
-// blockingRaft is a raft.Node whose Step waits for its context, as raft's
-// does for a proposal it cannot take yet.
-type blockingRaft struct{ raft.Node }
-
-func (blockingRaft) Step(ctx context.Context, _ raftpb.Message) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-// TestForwardedProposalWaitsOnNodeClock: a forwarded proposal raft cannot
-// take waits one election timeout of the node's clock, then fails with
-// context.DeadlineExceeded as context.WithTimeout would; a caller that gives
-// up first gets its own error.
-func TestForwardedProposalWaitsOnNodeClock(t *testing.T) {
-	tests := []struct {
-		name   string
-		cancel bool // the caller cancels instead of the clock advancing
-		want   error
-	}{
-		{"election timeout of the clock", false, context.DeadlineExceeded},
-		{"caller gives up", true, context.Canceled},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			n := &Node{cfg: Config{ID: 1, Clock: fake, TickInterval: fakeTick, ElectionTicks: 10}, raft: blockingRaft{}}
-			n.leader.Store(2)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- n.Step(ctx, raftpb.Message{Type: raftpb.MsgProp, From: 2, To: 1}) }()
-			wait, stop := context.WithTimeout(context.Background(), 10*time.Second)
-			defer stop()
-			if err := fake.BlockUntil(wait, 1); err != nil {
-				t.Fatal(err)
-			}
-			fake.Advance(10*fakeTick - 1)
-			select {
-			case err := <-done:
-				t.Fatalf("Step returned %v before an election timeout", err)
-			default:
-			}
-			if tt.cancel {
-				cancel()
-			} else {
-				fake.Advance(1)
-			}
-			select {
-			case err := <-done:
-				if err != tt.want {
-					t.Fatalf("Step: %v, want %v", err, tt.want)
-				}
-			case <-wait.Done():
-				t.Fatal("Step still blocked")
-			}
-			if n := fake.Pending(); n != 0 {
-				t.Fatalf("%d timers left armed after Step returned", n)
 			}
 		})
 	}

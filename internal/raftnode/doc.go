@@ -1,6 +1,6 @@
 // Package raftnode runs one consensus group's raft node: it owns the
-// go.etcd.io/raft/v3 Node of the group and the goroutine that handles its
-// Ready batches.
+// go.etcd.io/raft/v3 RawNode of the group, the lock that guards it, and the
+// goroutine that handles its Ready batches.
 //
 // The node runs raft with asynchronous storage writes
 // (raft.Config.AsyncStorageWrites): raft does not wait for an Advance, it
@@ -36,14 +36,52 @@
 //     client answered, before a quorum including this member has it on disk
 //     (TestApplyOnlyAfterQuorumFsync checks this at every apply).
 //
+// # Locking
+//
+// There is no raft goroutine: the RawNode is guarded by Node.mu, and every
+// call into it is a short critical section on the caller's goroutine. A
+// proposal, a ReadIndex, a leadership transfer, transport feedback, or a
+// peer's message (Step) is stepped by the goroutine that brings it, which
+// then wakes the Ready loop with a non-blocking send on a one-slot channel
+// (notify); the append goroutine steps the responses of a save, and the
+// Ready loop those of an apply, the same way. The Ready loop is the only
+// goroutine that calls Ready: on each wake-up or tick it takes HasReady and
+// Ready under the lock and handles the Ready with the lock released.
+//
+// Invariant: the lock is never held across I/O or a wait: no WAL save,
+// transport send, apply, snapshot, observer call or channel operation runs
+// under it (raft's logger, which only formats a line, is the exception).
+// Under it runs only raft's in-memory work: stepping one message (appending
+// entries to the unstable log, updating progress, queueing messages),
+// building a Ready, a tick, a conf change, or copying the status (the only
+// one that grows with the group: one progress per member; quiesce and the
+// status endpoint call it, no per-operation path does). Each takes
+// microseconds, so a caller stepping a message waits at most for a few
+// such sections, never for the Ready loop's handling of a Ready.
+//
+// raft.Node's behaviour is kept where callers relied on it: a proposal made
+// while no leader is known waits until the Ready loop sees one (or ctx
+// ends); a leader transferring leadership drops a proposal at once
+// (raft.ErrProposalDropped, never appended: the replica proposes it again);
+// a node that applied its own removal holds its proposals until it sees a
+// leader; a forwarded proposal is taken or dropped at once; a response from
+// a peer not in the group is dropped silently; once the loop has stopped,
+// every call returns ErrStopped, and Done and Err report why.
+//
 // # Pipeline
 //
 // While a save runs, the Ready loop replicates and applies. It takes no new
 // Ready while appends already wait for the save under way: proposals and
-// acknowledgements arriving during one fsync then leave together in the
-// next Ready (one MsgApp per follower, one save), so a batch's fsync
-// overlaps the next batch's replication and the previous batch's apply
-// without splitting the work into more, smaller Readys.
+// acknowledgements stepped meanwhile (by their callers, under the lock)
+// accumulate in raft and leave together in the next Ready (one save), so a
+// batch's fsync overlaps the next batch's replication and the previous
+// batch's apply without splitting the work into more, smaller Readys. The
+// same holds while the loop applies or sends: what is stepped meanwhile
+// leaves in the next Ready. raft sends a replicating follower one MsgApp
+// per proposal; the loop coalesces a Ready's consecutive MsgApps to a
+// follower into one (coalesceAppends), so a batch costs each follower one
+// step and one acknowledgement. Batching reports Readys taken and messages
+// stepped.
 //
 // # A stalled disk
 //
@@ -123,7 +161,6 @@
 // ticker that ticks raft every TickInterval (or the process's one shared
 // Ticks, Config.Ticker, which ticks every group at the same instants so
 // that their heartbeats leave together and one timer serves them all),
-// LastTick, the election timeout
-// a forwarded proposal may wait, and the durations given to Hooks. Under a
-// clock.Fake, raft's clock moves only when the test advances it.
+// LastTick, and the durations given to Hooks. Under a clock.Fake, raft's
+// clock moves only when the test advances it.
 package raftnode

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -12,11 +13,12 @@ import (
 )
 
 // run is the Ready loop: the only goroutine that touches the node's
-// Loop-owned fields and the state machine. Entries are made durable by the
-// append goroutine (append.go), which it starts and outlives.
+// Loop-owned fields and the state machine, and the only one that takes
+// Readys from raft. Entries are made durable by the append goroutine
+// (append.go), which it starts and outlives.
 func (n *Node) run() {
 	defer close(n.donec)
-	defer n.raft.Stop()
+	defer n.markStopped()
 	go n.appender.run()
 	defer n.stopAppender()
 	// Exactly one of the two tick channels is set: the shared Ticks' or a
@@ -33,11 +35,15 @@ func (n *Node) run() {
 		ownTicks = ticker.C()
 	}
 	for {
-		readyc := n.raft.Ready()
-		if n.storageStalled() || n.appender.backlogged() {
-			readyc = nil // see "Pipeline" in the package comment
+		// Every turn takes a Ready if raft has one and the pipeline allows
+		// it; whatever wakes the loop below (a notice, a tick, a save's
+		// progress) is then followed by a look at raft.
+		if err := n.handleNextReady(); err != nil {
+			n.stopOn(err)
+			return
 		}
 		select {
+		case <-n.notifyc:
 		case <-ownTicks:
 			n.tick()
 		case <-sharedTicks:
@@ -45,18 +51,6 @@ func (n *Node) run() {
 		case <-n.progress:
 			if n.tickPending && !n.storageStalled() {
 				n.tick()
-			}
-		case rd := <-readyc:
-			if err := n.handleReady(rd); err != nil {
-				n.stopOn(err)
-				return
-			}
-			if res := n.parkedSnapshot; res != nil {
-				n.parkedSnapshot = nil
-				if err := n.finishSnapshot(*res); err != nil {
-					n.fail(err)
-					return
-				}
 			}
 		case <-n.appender.done:
 			n.stopOn(n.appender.err)
@@ -73,6 +67,54 @@ func (n *Node) run() {
 	}
 }
 
+// handleNextReady takes raft's Ready, if it has one and neither a stalled
+// disk nor appends waiting behind the save under way hold it back (see
+// "Pipeline" in the package comment), and handles it outside the lock.
+// Having handled one, it signals notifyc again: the loop comes back for the
+// next Ready after a turn through its select, so that a stream of Readys
+// does not starve ticks or Stop.
+func (n *Node) handleNextReady() error {
+	if n.storageStalled() || n.appender.backlogged() {
+		return nil
+	}
+	rd, ok := n.takeReady()
+	if !ok {
+		return nil
+	}
+	if err := n.handleReady(rd); err != nil {
+		return err
+	}
+	if res := n.parkedSnapshot; res != nil {
+		n.parkedSnapshot = nil
+		if err := n.finishSnapshot(*res); err != nil {
+			return err
+		}
+	}
+	n.notify()
+	return nil
+}
+
+// takeReady returns raft's next Ready under the lock; false if it has none.
+// raft.RawNode.Ready also accepts it: with asynchronous storage writes
+// there is no Advance, the responses of its local messages are stepped back.
+func (n *Node) takeReady() (raft.Ready, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped || !n.raft.HasReady() {
+		return raft.Ready{}, false
+	}
+	n.readys.Add(1)
+	return n.raft.Ready(), true
+}
+
+// markStopped makes every later call into raft return ErrStopped; the
+// Ready loop calls it as it returns, once the append goroutine is stopped.
+func (n *Node) markStopped() {
+	n.mu.Lock()
+	n.stopped = true
+	n.mu.Unlock()
+}
+
 // stopOn ends the loop on err: a failure unless Stop was called.
 func (n *Node) stopOn(err error) {
 	if !errors.Is(err, errStopping) {
@@ -82,10 +124,9 @@ func (n *Node) stopOn(err error) {
 }
 
 // stopAppender stops the append goroutine and waits for it: a save under
-// way finishes first, and a response it is stepping into raft is dropped.
+// way finishes first, and its responses are still stepped into raft.
 func (n *Node) stopAppender() {
 	close(n.appendStop)
-	n.stepCancel()
 	<-n.appender.done
 }
 
@@ -154,7 +195,7 @@ func (n *Node) snapshotIfPinning() {
 func (n *Node) handleReady(rd raft.Ready) error {
 	n.observe(rd)
 	peers, local := splitLocal(rd.Messages)
-	n.send(peers)
+	n.send(coalesceAppends(peers))
 	for i := range local {
 		m := &local[i]
 		switch m.To {
@@ -211,6 +252,9 @@ func (n *Node) observe(rd raft.Ready) {
 	}
 	if rd.SoftState != nil && rd.SoftState.Lead != n.leader.Load() {
 		n.leader.Store(rd.SoftState.Lead)
+		if rd.SoftState.Lead != raft.None {
+			n.leaderSeen()
+		}
 		if n.cfg.Observer != nil {
 			n.cfg.Observer.LeaderChanged(rd.SoftState.Lead, n.term)
 		}
@@ -347,8 +391,34 @@ func (n *Node) applyConfChange(e raftpb.Entry) error {
 			return fmt.Errorf("raftnode: group %d: decode conf change at %d: %w", n.cfg.Group, e.Index, err)
 		}
 	}
-	cs := n.raft.ApplyConfChange(cc)
+	cs := n.applyToRaft(cc)
 	n.confState = *cs
 	n.snapshotDue = true
 	return n.cfg.Machine.ApplyConfChange(e.Index, cc, *cs)
+}
+
+// applyToRaft applies a committed conf change to raft's configuration. If
+// it removes this node, proposals are held until a leader is seen again,
+// as raft.Node held them (a member catching up on a log that does not yet
+// name it is not held: it was no member before either).
+func (n *Node) applyToRaft(cc raftpb.ConfChangeV2) *raftpb.ConfState {
+	memberBefore := inConf(n.confState, n.cfg.ID)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.raft.ApplyConfChange(cc)
+	if memberBefore && !inConf(*cs, n.cfg.ID) {
+		n.proposalsHeld = true
+	}
+	return cs
+}
+
+// inConf reports whether id is a voter or learner of cs, in either half of
+// a joint configuration.
+func inConf(cs raftpb.ConfState, id uint64) bool {
+	for _, ids := range [][]uint64{cs.Voters, cs.VotersOutgoing, cs.Learners, cs.LearnersNext} {
+		if slices.Contains(ids, id) {
+			return true
+		}
+	}
+	return false
 }

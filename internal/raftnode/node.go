@@ -67,14 +67,14 @@ type Config struct {
 	Observer  Observer
 	Logger    *slog.Logger
 
-	// Clock drives raft's logical clock (a ticker of TickInterval), the
-	// bound on a forwarded proposal's wait, LastTick and the hook durations.
+	// Clock drives raft's logical clock (a ticker of TickInterval),
+	// LastTick and the hook durations.
 	// Default clock.Real(); tests step ticks by advancing a clock.Fake.
 	Clock        clock.Clock
 	TickInterval time.Duration // default 100ms
 	// Ticker, if set, drives raft's clock instead of a ticker of the node's
 	// own: one shared by every group of the process (its interval is then
-	// the Ticks'; TickInterval still scales the forwarded-proposal bound).
+	// the Ticks').
 	Ticker        *Ticks
 	ElectionTicks int // default 10
 	HeartbeatTick int // default 1
@@ -110,9 +110,32 @@ type Hooks struct {
 // Node is a running raft node of one group.
 type Node struct {
 	cfg     Config
-	raft    raft.Node
 	storage *raft.MemoryStorage
 	log     *slog.Logger
+
+	// mu guards raft, the group's RawNode, and stopped: every call into raft
+	// is a short critical section under it, on the caller's goroutine, and
+	// none does I/O while holding it (see "Locking" in the package comment).
+	mu      sync.Mutex
+	raft    *raft.RawNode // guarded by mu
+	stopped bool          // guarded by mu: the Ready loop has returned
+	// proposalsHeld is set when this node applied a conf change removing
+	// it, and cleared when a leader is seen: proposals then wait for a
+	// leader, as raft.Node's did.
+	proposalsHeld bool // guarded by mu
+	// notifyc has a slot signalled after something was stepped into raft,
+	// to wake the Ready loop; notices sent while the loop is busy merge,
+	// and what they stepped leaves in one Ready.
+	notifyc chan struct{}
+	// leaderWait, if not nil, is closed by the Ready loop when it sees a
+	// leader: proposals made while none is known wait on it.
+	leaderMu   sync.Mutex
+	leaderWait chan struct{} // guarded by leaderMu
+	// readys counts the Readys the loop took, stepped the messages and
+	// proposals callers stepped into raft: their ratio shows how much one
+	// Ready carries.
+	readys  atomic.Uint64
+	stepped atomic.Uint64
 
 	stopc chan struct{}
 	donec chan struct{}
@@ -121,9 +144,6 @@ type Node struct {
 	// is closed by the Ready loop when it returns, to stop it.
 	appender   *appender
 	appendStop chan struct{}
-	// stepCtx bounds the responses stepped into raft; cancelled on stop.
-	stepCtx    context.Context
-	stepCancel context.CancelFunc
 	// progress has a slot signalled after each WAL save, to wake a Ready
 	// loop that waits while storage is stalled.
 	progress chan struct{}
@@ -193,21 +213,23 @@ func Start(cfg Config) (*Node, error) {
 
 		appendStop: make(chan struct{}),
 		progress:   make(chan struct{}, 1),
+		notifyc:    make(chan struct{}, 1),
 	}
 	n.appender = newAppender(n)
-	n.stepCtx, n.stepCancel = context.WithCancel(context.Background())
 	restarted, err := n.recover()
 	if err != nil {
 		return nil, err
 	}
-	rc := n.raftConfig()
-	if restarted || cfg.Join {
-		n.raft = raft.RestartNode(rc)
-	} else {
+	if n.raft, err = raft.NewRawNode(n.raftConfig()); err != nil {
+		return nil, fmt.Errorf("raftnode: group %d: start raft: %w", cfg.Group, err)
+	}
+	if !restarted && !cfg.Join {
 		if len(cfg.Peers) == 0 {
 			return nil, fmt.Errorf("raftnode: group %d has no state and no peers to bootstrap", cfg.Group)
 		}
-		n.raft = raft.StartNode(rc, cfg.Peers)
+		if err := n.raft.Bootstrap(cfg.Peers); err != nil {
+			return nil, fmt.Errorf("raftnode: group %d: bootstrap: %w", cfg.Group, err)
+		}
 	}
 	n.started = cfg.Clock.Now()
 	go n.run()
@@ -261,77 +283,197 @@ func (n *Node) raftConfig() *raft.Config {
 	}
 }
 
-// Propose proposes data as a normal entry. It returns once raft accepted the
-// proposal locally (not once committed); raft.ErrProposalDropped when there is
-// no leader to take it.
+// Propose proposes data as a normal entry. It returns once raft took the
+// proposal here (appended it, leading, or forwarded it to the leader), not
+// once committed. While no leader is known it waits for one until ctx ends,
+// as raft.Node did; raft.ErrProposalDropped when raft refuses it with a
+// leader known (the leader here is transferring leadership): the entry was
+// never appended, so the caller may propose it again.
 func (n *Node) Propose(ctx context.Context, data []byte) error {
-	n.wake()
-	return n.raft.Propose(ctx, data)
+	return n.proposeWhenLed(ctx, raftpb.Message{Type: raftpb.MsgProp, Entries: []raftpb.Entry{{Data: data}}})
 }
 
-// ProposeConfChange proposes a membership change.
+// ProposeConfChange proposes a membership change, waiting for a leader as
+// Propose does.
 func (n *Node) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error {
+	typ, data, err := raftpb.MarshalConfChange(cc)
+	if err != nil {
+		return fmt.Errorf("raftnode: group %d: encode conf change: %w", n.cfg.Group, err)
+	}
+	return n.proposeWhenLed(ctx, raftpb.Message{Type: raftpb.MsgProp, Entries: []raftpb.Entry{{Type: typ, Data: data}}})
+}
+
+// proposeWhenLed steps the proposal m into raft, and while raft drops it
+// for want of a leader (or this node was removed from the group), waits
+// for the Ready loop to see a leader and proposes it again.
+func (n *Node) proposeWhenLed(ctx context.Context, m raftpb.Message) error {
 	n.wake()
-	return n.raft.ProposeConfChange(ctx, cc)
+	m.From = n.cfg.ID
+	for {
+		held, err := n.stepProposal(m)
+		if !held && (!errors.Is(err, raft.ErrProposalDropped) || n.leader.Load() != raft.None) {
+			return err
+		}
+		next := n.nextLeader()
+		if !n.holdingProposals() && n.leader.Load() != raft.None {
+			continue // a leader came between the step and nextLeader
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.donec:
+			return ErrStopped
+		}
+	}
+}
+
+// stepProposal steps the proposal m into raft, unless proposals are held
+// (held: this node was removed and has seen no leader since).
+func (n *Node) stepProposal(m raftpb.Message) (held bool, err error) {
+	n.mu.Lock()
+	switch {
+	case n.stopped:
+		err = ErrStopped
+	case n.proposalsHeld:
+		held = true
+	default:
+		err = n.raft.Step(m)
+	}
+	n.mu.Unlock()
+	if err == nil && !held {
+		n.stepped.Add(1)
+		n.notify()
+	}
+	return held, err
+}
+
+// holdingProposals reports whether proposals are held (proposalsHeld).
+func (n *Node) holdingProposals() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.proposalsHeld
+}
+
+// nextLeader returns a channel closed the next time the Ready loop sees a
+// leader (leaderSeen).
+func (n *Node) nextLeader() <-chan struct{} {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	if n.leaderWait == nil {
+		n.leaderWait = make(chan struct{})
+	}
+	return n.leaderWait
+}
+
+// leaderSeen is called by the Ready loop after it stored a new leader (not
+// raft.None) in n.leader: proposals held since a removal go through again,
+// and those waiting for a leader are proposed again.
+func (n *Node) leaderSeen() {
+	n.mu.Lock()
+	n.proposalsHeld = false
+	n.mu.Unlock()
+	n.leaderMu.Lock()
+	if n.leaderWait != nil {
+		close(n.leaderWait)
+		n.leaderWait = nil
+	}
+	n.leaderMu.Unlock()
 }
 
 // ReadIndex asks for a read index tagged rctx; the answer arrives through
 // Observer.ReadStates.
-func (n *Node) ReadIndex(ctx context.Context, rctx []byte) error {
+func (n *Node) ReadIndex(_ context.Context, rctx []byte) error {
 	n.wake()
-	return n.raft.ReadIndex(ctx, rctx)
+	return n.withRaft(func(rn *raft.RawNode) { rn.ReadIndex(rctx) })
 }
 
 // Step hands a message from a peer to raft. A proposal a peer forwarded is
 // dropped at once while this node knows no leader (raft takes proposals only
-// with a leader, and would block the peer's whole inbound stream, heartbeats
-// and votes included, behind it), and otherwise waits at most an election
-// timeout; the forwarder's waiter then times out and its client retries.
-// Every message but an idle heartbeat wakes a quiesced group (wakesGroup).
-func (n *Node) Step(ctx context.Context, m raftpb.Message) error {
+// with a leader; the forwarder's waiter times out and its client retries),
+// and raft's refusal of one is returned. Other messages raft refuses (a
+// response from a peer not in the group) are dropped silently, as raft.Node
+// did. Every message but an idle heartbeat wakes a quiesced group
+// (wakesGroup).
+func (n *Node) Step(_ context.Context, m raftpb.Message) error {
 	if n.wakesGroup(&m) {
 		n.wake()
 	}
-	if m.Type == raftpb.MsgProp {
-		if n.leader.Load() == raft.None {
-			return raft.ErrProposalDropped
-		}
-		return n.stepWithin(ctx, m, time.Duration(n.cfg.ElectionTicks)*n.cfg.TickInterval)
+	if m.Type == raftpb.MsgProp && n.leader.Load() == raft.None {
+		return raft.ErrProposalDropped
 	}
-	return n.raft.Step(ctx, m)
+	n.mu.Lock()
+	if n.stopped {
+		n.mu.Unlock()
+		return ErrStopped
+	}
+	err := n.raft.Step(m)
+	n.mu.Unlock()
+	n.stepped.Add(1)
+	n.notify()
+	if m.Type == raftpb.MsgProp {
+		return err
+	}
+	return nil
 }
 
-// stepWithin steps m into raft, waiting at most d of the node's clock: as
-// context.WithTimeout, but on the injected clock.
-func (n *Node) stepWithin(ctx context.Context, m raftpb.Message, d time.Duration) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	timer := n.cfg.Clock.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
-	defer timer.Stop()
-	defer cancel(nil)
-	err := n.raft.Step(ctx, m)
-	if errors.Is(err, context.Canceled) && context.Cause(ctx) == context.DeadlineExceeded {
-		return context.DeadlineExceeded
+// withRaft runs f on the RawNode under the lock and wakes the Ready loop;
+// ErrStopped once the loop has returned.
+func (n *Node) withRaft(f func(rn *raft.RawNode)) error {
+	n.mu.Lock()
+	if n.stopped {
+		n.mu.Unlock()
+		return ErrStopped
 	}
-	return err
+	f(n.raft)
+	n.mu.Unlock()
+	n.notify()
+	return nil
+}
+
+// notify wakes the Ready loop: raft may have a Ready. It never blocks.
+func (n *Node) notify() {
+	select {
+	case n.notifyc <- struct{}{}:
+	default:
+	}
 }
 
 // TransferLeadership asks the current leader to hand over to transferee.
-func (n *Node) TransferLeadership(ctx context.Context, transferee uint64) {
+func (n *Node) TransferLeadership(_ context.Context, transferee uint64) {
 	n.wake()
-	n.raft.TransferLeadership(ctx, n.raft.Status().Lead, transferee)
+	_ = n.withRaft(func(rn *raft.RawNode) { rn.TransferLeader(transferee) })
 }
 
 // ReportUnreachable and ReportSnapshot relay transport feedback to raft.
-func (n *Node) ReportUnreachable(id uint64) { n.raft.ReportUnreachable(id) }
+func (n *Node) ReportUnreachable(id uint64) {
+	_ = n.withRaft(func(rn *raft.RawNode) { rn.ReportUnreachable(id) })
+}
 
 // ReportSnapshot tells raft how sending a snapshot to id ended.
 func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
 	n.wake()
-	n.raft.ReportSnapshot(id, status)
+	_ = n.withRaft(func(rn *raft.RawNode) { rn.ReportSnapshot(id, status) })
 }
 
-// Status returns raft's view of the group.
-func (n *Node) Status() raft.Status { return n.raft.Status() }
+// Status returns raft's view of the group (empty once the node stopped).
+// It copies every member's progress under the lock: not for a per-operation
+// path.
+func (n *Node) Status() raft.Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return raft.Status{}
+	}
+	return n.raft.Status()
+}
+
+// Batching reports how many Readys the loop took and how many messages
+// callers stepped into raft (peer messages, proposals): the second over the
+// first is how much a Ready carries.
+func (n *Node) Batching() (readys, stepped uint64) {
+	return n.readys.Load(), n.stepped.Load()
+}
 
 // LastTick is when the Ready loop last took a tick (when the node started,
 // before the first tick): it advanced raft's clock, or, the group being

@@ -116,7 +116,7 @@ func (n *Node) Quiesce(from, term, commit uint64) bool {
 		return false
 	}
 	seen := n.quiet.activity.Load()
-	st := n.raft.Status()
+	st := n.Status()
 	last, err := n.storage.LastIndex()
 	if err != nil || st.RaftState != raft.StateFollower || st.Term != term || st.Lead != from ||
 		st.Commit != commit || last != commit {
@@ -165,17 +165,19 @@ func (n *Node) Unquiesce(reason string, leaderLost bool) {
 // would campaign for want of heartbeats).
 func (n *Node) HoldQuiesce(ticks int) { n.quiet.holdTicks.Store(int64(ticks)) }
 
-// maxWakeTicks stays below raft's tick channel buffer (128), which drops
-// ticks beyond it.
+// maxWakeTicks bounds the extra ticks one wake takes at once (under the
+// lock: each is a short step of raft).
 const maxWakeTicks = 64
 
 // tickRaft advances raft's clock by a tick, and by the extra ticks an
 // Unquiesce asked for.
 func (n *Node) tickRaft() {
-	n.raft.Tick()
-	for extra := n.quiet.wakeTicks.Swap(0); extra > 0; extra-- {
+	extra := n.quiet.wakeTicks.Swap(0)
+	n.mu.Lock()
+	for range 1 + extra {
 		n.raft.Tick()
 	}
+	n.mu.Unlock()
 }
 
 // maybeQuiesce quiesces the group, in place of a tick, when this node leads
@@ -232,7 +234,7 @@ func (n *Node) idleStatus() (raft.Status, bool) {
 	if n.appender.busyFor() > 0 || n.appender.backlogged() {
 		return raft.Status{}, false
 	}
-	st := n.raft.Status()
+	st := n.Status()
 	if st.RaftState != raft.StateLeader || st.LeadTransferee != raft.None || n.appliedIndex != st.Commit {
 		return st, false
 	}

@@ -1,0 +1,75 @@
+package raftnode
+
+import (
+	"bytes"
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// app is a MsgApp from 1 to to at term 2 carrying entries first..last (at
+// term 2) after prev, with commit.
+func app(to, prev, first, last, commit uint64) raftpb.Message {
+	m := raftpb.Message{Type: raftpb.MsgApp, From: 1, To: to, Term: 2, Index: prev, LogTerm: 2, Commit: commit}
+	for i := first; i <= last; i++ {
+		m.Entries = append(m.Entries, raftpb.Entry{Index: i, Term: 2, Data: []byte{byte(i)}})
+	}
+	return m
+}
+
+// TestCoalesceAppends: consecutive MsgApps to a follower that continue one
+// another become one with every entry and the last commit; nothing merges
+// across a gap, a term, or another message to the same follower, and the
+// entries raft handed over are not written.
+func TestCoalesceAppends(t *testing.T) {
+	first := app(2, 4, 5, 5, 4)
+	raftsEntries := append(make([]raftpb.Entry, 0, 2), first.Entries...) // room to append in place: must not be used
+	first.Entries = raftsEntries
+	msgs := []raftpb.Message{
+		first,
+		app(3, 4, 5, 5, 4),
+		app(2, 5, 6, 7, 5),
+		{Type: raftpb.MsgHeartbeat, From: 1, To: 3, Term: 2},
+		app(3, 5, 6, 6, 5), // after a heartbeat to 3: stays
+		app(2, 7, 8, 8, 6),
+		app(2, 9, 10, 10, 6), // a gap: stays
+	}
+	got := coalesceAppends(msgs)
+	want := []struct {
+		to, typ     uint64
+		first, last uint64
+		commit      uint64
+	}{
+		{2, uint64(raftpb.MsgApp), 5, 8, 6},
+		{3, uint64(raftpb.MsgApp), 5, 5, 4},
+		{3, uint64(raftpb.MsgHeartbeat), 0, 0, 0},
+		{3, uint64(raftpb.MsgApp), 6, 6, 5},
+		{2, uint64(raftpb.MsgApp), 10, 10, 6},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d messages, want %d: %v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		m := got[i]
+		if m.To != w.to || uint64(m.Type) != w.typ || m.Commit != w.commit {
+			t.Errorf("message %d: to %d type %v commit %d, want to %d type %v commit %d", i, m.To, m.Type, m.Commit, w.to, raftpb.MessageType(w.typ), w.commit)
+		}
+		if w.first == 0 {
+			continue
+		}
+		if len(m.Entries) == 0 || m.Entries[0].Index != w.first || m.Entries[len(m.Entries)-1].Index != w.last || len(m.Entries) != int(w.last-w.first+1) {
+			t.Errorf("message %d carries %v, want entries %d..%d", i, m.Entries, w.first, w.last)
+		}
+	}
+	if spare := raftsEntries[:2]; spare[1].Index != 0 {
+		t.Errorf("raft's entry array was written past its length: %v", spare)
+	}
+
+	// A merge that would pass raft's message size bound is not made.
+	big := bytes.Repeat([]byte("x"), maxCoalescedSize/2+1)
+	a, b := app(2, 4, 5, 5, 4), app(2, 5, 6, 6, 5)
+	a.Entries[0].Data, b.Entries[0].Data = big, big
+	if got := coalesceAppends([]raftpb.Message{a, b}); len(got) != 2 {
+		t.Errorf("two MsgApps over the size bound merged into %d", len(got))
+	}
+}
