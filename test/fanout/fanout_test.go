@@ -35,6 +35,11 @@ func TestMain(m *testing.M) {
 }
 
 // TestWatchFanout: LATCH_FIGURES=1 [LATCH_WATCHERS=10000] go test -run TestWatchFanout -v -timeout 20m ./test/fanout
+//
+// With LATCH_FANOUT_PROFILE=DIR the members run with --enable-pprof, and
+// during the writes a CPU profile of every member (LATCH_FANOUT_PROFILE_SECONDS
+// long, default 8) and one of this test process (the watchers' side) are
+// written to DIR; see profiles_test.go.
 func TestWatchFanout(t *testing.T) {
 	if os.Getenv("LATCH_FIGURES") == "" {
 		t.Skip("a measurement, not a test: LATCH_FIGURES=1 go test -run TestWatchFanout -v ./test/fanout")
@@ -55,7 +60,12 @@ func TestWatchFanout(t *testing.T) {
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}
 
 func measure(t *testing.T, watchers int, spread bool) {
-	c := proccluster.Start(t, proccluster.Options{Nodes: 3, Tick: 100 * time.Millisecond, LogLevel: "error"})
+	opts := proccluster.Options{Nodes: 3, Tick: 100 * time.Millisecond, LogLevel: "error"}
+	profileDir := os.Getenv("LATCH_FANOUT_PROFILE")
+	if profileDir != "" {
+		opts.ExtraFlags = []string{"--enable-pprof"}
+	}
+	c := proccluster.Start(t, opts)
 	leader := c.WaitLeader(20 * time.Second)
 	urls := c.URLs()
 	home := func(i int) string {
@@ -96,6 +106,8 @@ func measure(t *testing.T, watchers int, spread bool) {
 	rssAfter := rss(t, urls)
 
 	const writes = 20
+	t.Logf("load average before the writes: %s", loadAverage())
+	profiles := startProfiles(t, profileDir, map[bool]string{true: "spread", false: "one"}[spread], urls)
 	// Commit happens between a write's sending and its acknowledgement, and
 	// followers may notify before the leader's reply arrives: latencies are
 	// measured from the sending, an upper bound of commit-to-notification.
@@ -112,6 +124,8 @@ func measure(t *testing.T, watchers int, spread bool) {
 		// below).
 		testcluster.WaitFor(time.Minute, func() bool { return arrivals.count(n.Index) >= watchers })
 	}
+	profiles.stop()
+	t.Logf("load average after the writes: %s", loadAverage())
 	if !arrivals.waitAll(acked, watchers, time.Minute) {
 		t.Errorf("not every watcher got every write within a minute: %s", arrivals.missing(acked, watchers))
 	}
