@@ -60,10 +60,13 @@ func TestWatchFanout(t *testing.T) {
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}
 
 func measure(t *testing.T, watchers int, spread bool) {
-	opts := proccluster.Options{Nodes: 3, Tick: 100 * time.Millisecond, LogLevel: "error"}
+	// One member may hold every stream, beside the test's other connections:
+	// more than --max-connections' default of 4,096.
+	opts := proccluster.Options{Nodes: 3, Tick: 100 * time.Millisecond, LogLevel: "error",
+		ExtraFlags: []string{"--max-connections", strconv.Itoa(max(4096, watchers+1024))}}
 	profileDir := os.Getenv("LATCH_FANOUT_PROFILE")
 	if profileDir != "" {
-		opts.ExtraFlags = []string{"--enable-pprof"}
+		opts.ExtraFlags = append(opts.ExtraFlags, "--enable-pprof")
 	}
 	c := proccluster.Start(t, opts)
 	leader := c.WaitLeader(20 * time.Second)
