@@ -91,16 +91,23 @@ func measure(t *testing.T, watchers int, spread bool) {
 	start = time.Now()
 	var wg sync.WaitGroup
 	streams := make(chan struct{}, watchers)
+	failed := make(chan struct{}, watchers) // a watcher that could not register
 	for i, id := range sessions {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			watchAndRead(ctx, t, home(i), id, arrivals, streams)
+			if !watchAndRead(ctx, t, home(i), id, arrivals, streams) {
+				failed <- struct{}{}
+			}
 		}()
 	}
 	for range watchers {
 		select {
 		case <-streams:
+		case <-failed:
+			cancel()
+			wg.Wait()
+			t.Fatal("a watcher could not register")
 		case <-ctx.Done():
 			t.Fatal("watchers did not all register")
 		}
@@ -166,18 +173,19 @@ func createSessions(t *testing.T, ctx context.Context, urls []string, n int) []s
 
 // watchAndRead registers a persistent watch on the hot key for session id
 // at base, opens the session's stream there, signals ready, and records the
-// arrival of each event until ctx ends.
-func watchAndRead(ctx context.Context, t *testing.T, base, id string, arrivals *arrivals, ready chan<- struct{}) {
+// arrival of each event until ctx ends. It returns false, at once, if it
+// could not open the stream or register the watch.
+func watchAndRead(ctx context.Context, t *testing.T, base, id string, arrivals *arrivals, ready chan<- struct{}) bool {
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/session/"+id+"/events", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Errorf("open stream: %v", err)
-		return
+		return false
 	}
 	defer resp.Body.Close()
 	if err := testcluster.Do(ctx, "POST", base, "/v1/watch", nil, api.WatchRequest{Path: hotKey, SessionID: id, Persistent: true}, nil); err != nil {
 		t.Errorf("watch: %v", err)
-		return
+		return false
 	}
 	ready <- struct{}{}
 	scanner := bufio.NewScanner(resp.Body)
@@ -191,6 +199,7 @@ func watchAndRead(ctx context.Context, t *testing.T, base, id string, arrivals *
 			arrivals.record(ev.Index, time.Now())
 		}
 	}
+	return true
 }
 
 // arrivals collects when each write's notifications arrived.
