@@ -171,6 +171,11 @@ func createSessions(t *testing.T, ctx context.Context, urls []string, n int) []s
 	return ids
 }
 
+// registering bounds the watch registrations in flight, so that they need
+// few connections beside the streams (a member holds every stream in the
+// "all on one member" case).
+var registering = make(chan struct{}, 128)
+
 // watchAndRead registers a persistent watch on the hot key for session id
 // at base, opens the session's stream there, signals ready, and records the
 // arrival of each event until ctx ends. It returns false, at once, if it
@@ -183,7 +188,10 @@ func watchAndRead(ctx context.Context, t *testing.T, base, id string, arrivals *
 		return false
 	}
 	defer resp.Body.Close()
-	if err := testcluster.Do(ctx, "POST", base, "/v1/watch", nil, api.WatchRequest{Path: hotKey, SessionID: id, Persistent: true}, nil); err != nil {
+	registering <- struct{}{}
+	err = testcluster.Do(ctx, "POST", base, "/v1/watch", nil, api.WatchRequest{Path: hotKey, SessionID: id, Persistent: true}, nil)
+	<-registering
+	if err != nil {
 		t.Errorf("watch: %v", err)
 		return false
 	}
