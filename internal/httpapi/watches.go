@@ -3,8 +3,10 @@ package httpapi
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/latch-io/latch/api"
@@ -92,25 +94,33 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 }
 
 // pumpEvents copies the stream to w until the stream or the request ends.
+// It takes every event queued at once (up to sseBatch), writes them with one
+// write, and flushes once the queue is drained: one system call for a burst,
+// and no goroutine between the watch registry and the connection.
 func (h *Handler) pumpEvents(w http.ResponseWriter, flusher http.Flusher, r *http.Request, stream server.EventStream) {
 	ping := time.NewTicker(ssePing)
 	defer ping.Stop()
+	unflushed := false
 	for {
+		n, ended, err := writeEvents(w, stream)
+		switch {
+		case err != nil:
+			return
+		case ended:
+			end, _ := json.Marshal(map[string]string{"reason": stream.Reason()})
+			fmt.Fprintf(w, "event: end\ndata: %s\n\n", end)
+			flusher.Flush()
+			return
+		case n == sseBatch:
+			unflushed = true
+			continue // more may be queued: send them in this flush
+		case n > 0 || unflushed:
+			flusher.Flush()
+			unflushed = false
+		}
 		select {
-		case ev, ok := <-stream.Events():
-			if !ok {
-				end, _ := json.Marshal(map[string]string{"reason": stream.Reason()})
-				fmt.Fprintf(w, "event: end\ndata: %s\n\n", end)
-				flusher.Flush()
-				return
-			}
-			data, _ := json.Marshal(ev)
-			if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
-				return
-			}
-			if len(stream.Events()) == 0 {
-				flusher.Flush()
-			}
+		case <-stream.Ready():
+		case <-stream.Done():
 		case <-ping.C:
 			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil {
 				return
@@ -120,4 +130,45 @@ func (h *Handler) pumpEvents(w http.ResponseWriter, flusher http.Flusher, r *htt
 			return
 		}
 	}
+}
+
+// sseBatch is the most events pumpEvents takes from its stream at once.
+const sseBatch = 32
+
+// sseScratch is what writeEvents works in, pooled so that an idle stream
+// holds none.
+type sseScratch struct {
+	taken [sseBatch]server.Delivery
+	buf   []byte
+}
+
+var sseScratches = sync.Pool{New: func() any { return &sseScratch{buf: make([]byte, 0, 1024)} }}
+
+// maxPooledSSE is the largest buffer put back in sseScratches.
+const maxPooledSSE = 64 << 10
+
+// writeEvents takes the events queued in stream and writes them to w, one
+// "data:" line each, with one Write; it returns how many it took and
+// whether the stream has ended.
+func writeEvents(w io.Writer, stream server.EventStream) (int, bool, error) {
+	scratch := sseScratches.Get().(*sseScratch)
+	defer func() {
+		if cap(scratch.buf) <= maxPooledSSE {
+			sseScratches.Put(scratch)
+		}
+	}()
+	n, ended := stream.Take(scratch.taken[:])
+	if n == 0 {
+		return 0, ended, nil
+	}
+	buf := scratch.buf[:0]
+	for _, d := range scratch.taken[:n] {
+		buf = append(buf, "data: "...)
+		buf = d.AppendJSON(buf)
+		buf = append(buf, "\n\n"...)
+	}
+	clear(scratch.taken[:n]) // the pool keeps no event alive
+	scratch.buf = buf
+	_, err := w.Write(buf)
+	return n, false, err
 }

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"slices"
@@ -77,8 +78,18 @@ func BenchmarkPublishFanOut(b *testing.B) {
 
 // BenchmarkFanOutDelivered measures, for one change of a key that 10,000
 // sessions watch (each with its own stream and consumer goroutine), the time
-// from Publish to the last consumer receiving its event.
+// from Publish to the last consumer having the event's JSON, as an SSE
+// writer needs it: "events" reads Events and encodes each api.Event with
+// encoding/json (a pump goroutine per stream, one encoding per watcher);
+// "take" waits on Ready, takes and appends Delivery.AppendJSON (no pump, one
+// encoding per event).
 func BenchmarkFanOutDelivered(b *testing.B) {
+	for _, take := range []bool{false, true} {
+		b.Run(map[bool]string{false: "events", true: "take"}[take], func(b *testing.B) { fanOutDelivered(b, take) })
+	}
+}
+
+func fanOutDelivered(b *testing.B, take bool) {
 	const watchers = 10_000
 	r := New(Options{})
 	var received sync.WaitGroup
@@ -88,14 +99,22 @@ func BenchmarkFanOutDelivered(b *testing.B) {
 		mustAdd(b, r, session, Spec{Path: "/hot", Persistent: true}, 1, Current{})
 		stream := r.Stream(session)
 		streams = append(streams, stream)
+		if take {
+			consumers.Go(func() { takeAndEncode(stream, received.Done) })
+			continue
+		}
 		consumers.Go(func() {
-			for range stream.Events() {
+			for ev := range stream.Events() {
+				if _, err := json.Marshal(ev); err != nil {
+					panic(err)
+				}
 				received.Done()
 			}
 		})
 	}
 	events := []fsm.Event{changed("/hot", 0)}
 	var latencies []time.Duration
+	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		received.Add(watchers)
 		events[0].Index = uint64(2 + i)
@@ -112,6 +131,30 @@ func BenchmarkFanOutDelivered(b *testing.B) {
 	b.ReportMetric(float64(latencies[len(latencies)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds()), "p99-µs")
 	b.ReportMetric(float64(watchers)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// takeAndEncode consumes stream as the SSE writer does, calling done for
+// each event, until the stream ends.
+func takeAndEncode(stream *Stream, done func()) {
+	into := make([]Delivery, 8)
+	var buf []byte
+	for {
+		n, ended := stream.Take(into)
+		if ended {
+			return
+		}
+		for _, d := range into[:n] {
+			buf = d.AppendJSON(buf[:0])
+			done()
+		}
+		if n > 0 {
+			continue
+		}
+		select {
+		case <-stream.Ready():
+		case <-stream.Done():
+		}
+	}
 }
 
 // BenchmarkAdd registers persistent watches on distinct paths, a thousand

@@ -39,7 +39,7 @@
 //   - a watch with Spec.Expires (its token's expiry) ends then, by
 //     Options.Clock: one timer per Spec.Credential drops the credential's
 //     watches and ends their sessions' streams (ReasonTokenExpired); past
-//     the expiry the watch fires nothing, and a pump drops its queued
+//     the expiry the watch fires nothing, and a stream drops its queued
 //     events unsent (expiry.go).
 //
 // Invariants:
@@ -55,11 +55,14 @@
 //   - memory per watch is a small constant (about 155 bytes of heap plus its
 //     path and, registered with a token, its 32-byte digest, see
 //     BenchmarkAdd), per session it is bounded by MaxPerSession watches and
-//     QueueLen events (64 bytes each), and the history ring holds
-//     HistoryLen events (40 bytes each, 640 KiB by default).
+//     QueueLen events (24 bytes each: an event that fires many watches is
+//     held, and encoded for the wire, once for all of them), and the
+//     history ring holds HistoryLen events (40 bytes each, 640 KiB by
+//     default).
 //
 // Locks: Registry.mu guards the watch index, the sessions and the history;
 // each session's mu guards its queue and stream and is taken after
-// Registry.mu, or alone by the stream's pump goroutine, so delivery to many
-// streams runs in parallel with PublishLocked and with itself.
+// Registry.mu, or alone by the stream's consumer (Stream.Take, or the pump
+// goroutine that feeds Stream.Events), so delivery to many streams runs in
+// parallel with PublishLocked and with itself.
 package watch

@@ -13,9 +13,10 @@ import (
 // credential registered: it drops them and ends the stream of each session
 // that held one, reason ReasonTokenExpired. Until the timer has run, two
 // checks keep an expired watch silent: PublishLocked fires no watch past
-// its expiry, and a stream's pump drops, unsent, a queued event of a watch
-// past its expiry. So no event of the watch is handed to a consumer after
-// the expiry, but one the pump is handing over at that very instant.
+// its expiry, and a stream (its pump, or Take) drops, unsent, a queued
+// event of a watch past its expiry. So no event of the watch is handed to a
+// consumer after the expiry, but one the stream is handing over at that
+// very instant.
 
 // credential is the set of registered watches of one expiring credential,
 // with the timer that ends them. Guarded by Registry.mu.
@@ -80,7 +81,7 @@ func (r *Registry) untrackLocked(w *watch) {
 // each session that held one (reason ReasonTokenExpired; kept for the next
 // stream if none is attached). The sessions' other watches and their queued
 // events stay for the next stream, as after a stream the client closed; the
-// queued events of the dropped watches are never sent (the pump drops them).
+// queued events of the dropped watches are never sent (the stream drops them).
 func (r *Registry) expire(c *credential) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -114,11 +114,42 @@ func TestTokenExpiryEndsEveryShardsRecord(t *testing.T) {
 	if reason := waitDone(t, stream); reason != ReasonTokenExpired {
 		t.Fatalf("stream ended with %q, want %q", reason, ReasonTokenExpired)
 	}
+	for range stream.Events() { // the pump has popped the event received once Events is closed
+	}
 	next := r.Stream(1)
 	defer next.Close()
 	r.Shard(0).PublishLocked([]fsm.Event{changed("/app/a", 3)})
 	r.Shard(1).PublishLocked([]fsm.Event{changed("/app/b", 3)})
 	if s := r.Stats(); s.Watches != 0 || s.Queued != 0 {
 		t.Fatalf("after the expiry: stats %+v, want no watch and nothing queued", s)
+	}
+}
+
+// TestTakeDropsExpiredWatchesEvents: Take, like the pump, never hands over
+// an event queued for a watch whose token has expired since; the session's
+// other watch's event goes to its next stream.
+func TestTakeDropsExpiredWatchesEvents(t *testing.T) {
+	fake := clock.NewFake(time.Unix(1_800_000_000, 0))
+	r := New(Options{Clock: fake})
+	first := r.Stream(1)
+	mustAdd(t, r, 1, Spec{Path: "/app", Persistent: true, Expires: fake.Now().Add(time.Second), Credential: "d"}, 1, Current{})
+	kept := mustAdd(t, r, 1, Spec{Path: "/app", Persistent: true}, 1, Current{})
+	r.PublishLocked([]fsm.Event{changed("/app", 2)})
+	waitQueued(t, r, 1, 2)
+	fake.Advance(time.Second)
+	if reason := waitDone(t, first); reason != ReasonTokenExpired {
+		t.Fatalf("stream ended with %q, want %q", reason, ReasonTokenExpired)
+	}
+	next := r.Stream(1)
+	defer next.Close()
+	got := takeAll(t, next, 1)
+	if got[0].WatchID != api.FormatID(kept) || got[0].Index != 2 {
+		t.Fatalf("next stream took %+v, want watch %s's event at index 2", got[0], api.FormatID(kept))
+	}
+	if n, _ := next.Take(make([]Delivery, 2)); n != 0 {
+		t.Fatalf("took %d events more", n)
+	}
+	if s := r.Stats(); s.Queued != 0 || s.EventsDelivered != 1 {
+		t.Fatalf("stats %+v, want nothing queued and one event delivered", s)
 	}
 }

@@ -34,7 +34,8 @@ func pending(r *Registry, session uint64) []api.Event {
 	defer s.mu.Unlock()
 	var events []api.Event
 	for i := range s.queue.count {
-		events = append(events, toAPI(s.queue.ring[(s.queue.start+i)%len(s.queue.ring)]))
+		item := s.queue.ring[(s.queue.start+i)%len(s.queue.ring)]
+		events = append(events, toAPI(item.watchID, item.fired))
 	}
 	return events
 }

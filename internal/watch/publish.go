@@ -38,18 +38,20 @@ func (r *Registry) publishLocked(shard int, events []fsm.Event) {
 }
 
 // fanOutLocked fires the watches matching entry[position]; entry starts with
-// the first event of its entry.
+// the first event of its entry. The watches it fires share one fired
+// record of the event, made when the first of them fires.
 func (r *Registry) fanOutLocked(st *shardState, shard int, entry []fsm.Event, position int) {
 	event := &entry[position]
+	var shared *fired
 	if list := st.exact[event.Path]; list != nil {
-		r.fireListLocked(list, shard, entry, position)
+		shared = r.fireListLocked(list, shard, entry, position, shared)
 	}
 	if len(st.recursive) == 0 {
 		return
 	}
 	for path := event.Path; ; path = api.Parent(path) {
 		if list := st.recursive[path]; list != nil {
-			r.fireListLocked(list, shard, entry, position)
+			shared = r.fireListLocked(list, shard, entry, position, shared)
 		}
 		if path == "/" {
 			return
@@ -57,7 +59,10 @@ func (r *Registry) fanOutLocked(st *shardState, shard int, entry []fsm.Event, po
 	}
 }
 
-func (r *Registry) fireListLocked(list *watchList, shard int, entry []fsm.Event, position int) {
+// fireListLocked fires the watches of list that entry[position] fires,
+// with shared, or, if shared is nil, a fired record it makes for the first
+// of them; it returns the record, nil if it fired none.
+func (r *Registry) fireListLocked(list *watchList, shard int, entry []fsm.Event, position int, shared *fired) *fired {
 	event := &entry[position]
 	for _, p := range list.parts {
 		w := p.watch
@@ -74,8 +79,12 @@ func (r *Registry) fireListLocked(list *watchList, shard int, entry []fsm.Event,
 		if !w.persistent {
 			r.removeLocked(w)
 		}
-		r.enqueueLocked(w, shard, *event)
+		if shared == nil {
+			shared = &fired{event: *event, shard: shard}
+		}
+		r.enqueueLocked(w, shared)
 	}
+	return shared
 }
 
 // duplicateLocked reports whether an earlier event of entry has the path of

@@ -58,7 +58,7 @@ func (m *model) publish(entry []fsm.Event) {
 			}
 			w.delivered[key] = true
 			w.alive = w.spec.Persistent
-			m.queues[w.session] = append(m.queues[w.session], toAPI(queued{watchID: w.id, event: e}))
+			m.queues[w.session] = append(m.queues[w.session], toAPI(w.id, &fired{event: e}))
 		}
 	}
 }
@@ -74,7 +74,7 @@ func (m *model) add(id, session uint64, spec Spec) {
 	for i := len(m.history) - 1; i >= 0 && m.history[i].Index > known; i-- {
 		if e := m.history[i]; matches(spec.Path, spec.Recursive, e.Path) {
 			e.Index = m.index
-			m.queues[session] = append(m.queues[session], toAPI(queued{watchID: id, event: e}))
+			m.queues[session] = append(m.queues[session], toAPI(id, &fired{event: e}))
 			w.alive = spec.Persistent
 			return
 		}
@@ -281,21 +281,103 @@ func (c *clientCheck) check(t *testing.T, session uint64, e api.Event) {
 	c.seen[key] = true
 }
 
+// streamReader reads a stream as one of its two kinds of consumer: from
+// Events, or with Take and Ready.
+type streamReader struct {
+	stream *Stream
+	take   bool
+	into   []Delivery
+}
+
+func newStreamReader(stream *Stream, take bool) *streamReader {
+	return &streamReader{stream: stream, take: take, into: make([]Delivery, 3)}
+}
+
+// poll returns the events the stream hands over within wait (none: at
+// once), and false once the stream has ended and handed over its last.
+func (sr *streamReader) poll(wait time.Duration) ([]api.Event, bool) {
+	var timeout <-chan time.Time
+	if wait > 0 {
+		timeout = time.After(wait)
+	}
+	if !sr.take {
+		select {
+		case e, ok := <-sr.stream.Events():
+			if !ok {
+				return nil, false
+			}
+			return []api.Event{e}, true
+		case <-timeout:
+			return nil, true
+		default:
+			if timeout == nil {
+				return nil, true
+			}
+		}
+		select {
+		case e, ok := <-sr.stream.Events():
+			if !ok {
+				return nil, false
+			}
+			return []api.Event{e}, true
+		case <-timeout:
+			return nil, true
+		}
+	}
+	n, ended := sr.stream.Take(sr.into)
+	if n == 0 && !ended && timeout != nil {
+		select {
+		case <-sr.stream.Ready():
+		case <-sr.stream.Done():
+		case <-timeout:
+		}
+		n, ended = sr.stream.Take(sr.into)
+	}
+	events := make([]api.Event, n)
+	for i, d := range sr.into[:n] {
+		events[i] = d.Event()
+	}
+	return events, !ended
+}
+
+// drain returns what an ended stream still hands over.
+func (sr *streamReader) drain() []api.Event {
+	var events []api.Event
+	for {
+		got, open := sr.poll(0)
+		events = append(events, got...)
+		if !open {
+			return events
+		}
+		if !sr.take && len(got) == 0 {
+			for e := range sr.stream.Events() {
+				events = append(events, e)
+			}
+			return events
+		}
+	}
+}
+
+// runClient is one session's client: it adds and cancels watches, replaces
+// its stream (read through Events or with Take, by a coin toss per stream)
+// and consumes, checking what it receives.
 func runClient(t *testing.T, r *Registry, session uint64, rng *rand.Rand, lockState func() uint64, unlockState func()) {
 	check := &clientCheck{seen: map[string]bool{}}
-	stream := r.Stream(session)
+	attach := func() *streamReader { return newStreamReader(r.Stream(session), rng.IntN(2) == 0) }
+	reader := attach()
 	var ids []uint64
 	for range 300 {
-		select {
-		case e, ok := <-stream.Events():
-			if ok {
-				check.check(t, session, e)
-				continue
-			}
-			stream = r.Stream(session) // ended (slow consumer): attach again
+		events, open := reader.poll(0)
+		for _, e := range events {
+			check.check(t, session, e)
+		}
+		if !open {
+			reader = attach() // ended (slow consumer): attach again
 			ids = ids[:0]
 			continue
-		default:
+		}
+		if len(events) > 0 {
+			continue
 		}
 		switch rng.IntN(6) {
 		case 0, 1, 2:
@@ -318,25 +400,25 @@ func runClient(t *testing.T, r *Registry, session uint64, rng *rand.Rand, lockSt
 				_ = r.Cancel(session, ids[rng.IntN(len(ids))]) // it may have fired
 			}
 		case 4:
-			old := stream
-			stream = r.Stream(session)
-			for e := range old.Events() { // what the old stream handed over precedes the new one
+			old := reader
+			reader = attach()
+			for _, e := range old.drain() { // what the old stream handed over precedes the new one
 				check.check(t, session, e)
 			}
 		default:
 			for range rng.IntN(20) {
-				select {
-				case e, ok := <-stream.Events():
-					if ok {
-						check.check(t, session, e)
-					}
-				case <-time.After(time.Millisecond):
+				events, open := reader.poll(time.Millisecond)
+				for _, e := range events {
+					check.check(t, session, e)
+				}
+				if !open {
+					break
 				}
 			}
 		}
 	}
-	stream.Close()
-	for e := range stream.Events() {
+	reader.stream.Close()
+	for _, e := range reader.drain() {
 		check.check(t, session, e)
 	}
 }

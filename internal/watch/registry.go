@@ -11,7 +11,6 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/clock"
-	"github.com/latch-io/latch/internal/fsm"
 )
 
 // Defaults of Options.
@@ -172,8 +171,8 @@ type Registry struct {
 	credentials map[string]*credential
 	stats       Stats // the counters but EventsDelivered; the rest is computed by Stats
 
-	// queuedEvents and deliveredEvents are counted by pumps too, which do
-	// not take mu.
+	// queuedEvents and deliveredEvents are counted by stream consumers
+	// too, which do not take mu.
 	queuedEvents    atomic.Int64
 	deliveredEvents atomic.Uint64
 
@@ -268,7 +267,7 @@ func (r *Registry) catchUpPartLocked(p *part, spec Spec, at uint64, current Curr
 		return true
 	}
 	p.lastIndex = at
-	queued := r.enqueueLocked(p.watch, p.shard, event)
+	queued := r.enqueueLocked(p.watch, &fired{event: event, shard: p.shard})
 	return queued && spec.Persistent
 }
 
@@ -405,7 +404,7 @@ func (r *Registry) forgetIfIdleLocked(s *session) {
 
 // enqueueLocked queues event for the stream of w's session, or, if the
 // session's queue is full, disconnects the session and returns false.
-func (r *Registry) enqueueLocked(w *watch, shard int, event fsm.Event) bool {
+func (r *Registry) enqueueLocked(w *watch, event *fired) bool {
 	s := w.session
 	s.mu.Lock()
 	if length := s.queue.len(); length >= r.opts.QueueLen {
@@ -413,7 +412,7 @@ func (r *Registry) enqueueLocked(w *watch, shard int, event fsm.Event) bool {
 		r.disconnectLocked(s, slowConsumerReason(length+1))
 		return false
 	}
-	item := queued{watchID: w.id, shard: shard, event: event}
+	item := queued{watchID: w.id, fired: event}
 	if !w.expires.IsZero() {
 		item.expires = &w.expires
 	}

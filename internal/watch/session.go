@@ -3,8 +3,6 @@ package watch
 import (
 	"sync"
 	"time"
-
-	"github.com/latch-io/latch/internal/fsm"
 )
 
 // session is the registry's record of one client session: its watches, its
@@ -14,28 +12,29 @@ type session struct {
 	watches map[uint64]*watch // registered watches by id; guarded by Registry.mu
 
 	// mu guards the fields below and the closed state of the session's
-	// streams. It is taken after Registry.mu, or alone by a stream's pump,
-	// so pumps never contend on the registry's lock.
+	// streams. It is taken after Registry.mu, or alone by a stream's
+	// consumer (its pump, or Take), so consumers never contend on the
+	// registry's lock.
 	mu     sync.Mutex
 	queue  eventQueue // fired, not yet received by a consumer
 	stream *Stream    // the attached stream, or nil
 	// lostReason is why the session was disconnected while no stream was
 	// attached; the next stream reports it and ends at once.
 	lostReason string
-	// latest is the last stream attached, open or not: the next one's pump
-	// starts once latest's has stopped (see Stream.previous).
+	// latest is the last stream attached, open or not: the next one's
+	// consumer starts once latest's pump, if it has one, has stopped (see
+	// Stream.previous).
 	latest *Stream
 }
 
-// queued is one fired event waiting for delivery.
+// queued is one fired event waiting for delivery to one watch's session.
 type queued struct {
 	watchID uint64
-	shard   int // whose log event.Index is of
-	event   fsm.Event
+	fired   *fired // shared by the entries of every watch the event fired
 	// expires points to the Spec.Expires of the watch that fired it (nil
-	// without one): the pump drops the event, unsent, from then on. The
+	// without one): the stream drops the event, unsent, from then on. The
 	// watch's field is set at registration and never changed after, so
-	// the pump reads it without Registry.mu.
+	// the stream reads it without Registry.mu.
 	expires *time.Time
 }
 

@@ -1,29 +1,45 @@
 package watch
 
-import "github.com/latch-io/latch/api"
+import (
+	"sync"
 
-// Stream is a session's attached event stream: a pump goroutine moves the
-// session's queued events, oldest first, to Events. An event leaves the
-// queue only once the consumer has received it.
+	"github.com/latch-io/latch/api"
+)
+
+// Stream is a session's attached event stream. Its consumer reads the
+// session's queued events, oldest first, in one of two ways, never both:
+// Events, a channel that a pump goroutine (started by the first call)
+// feeds one event at a time; or Take, which moves as many as are queued
+// into the consumer's slice, with Ready saying when to call it again. An
+// event leaves the queue only once the consumer has received it: from the
+// channel, or into its slice.
 type Stream struct {
 	registry *Registry
 	session  *session
-	events   chan api.Event // unbuffered; closed by the pump when it exits
+	pumpOnce sync.Once
+	events   chan api.Event // unbuffered, made by the first Events; closed by the pump when it exits
 	done     chan struct{}  // closed when the stream ends
 	wake     chan struct{}  // capacity 1: an event was queued
-	stopped  chan struct{}  // closed when the pump has stopped
+	stopped  chan struct{}  // closed when the pump has stopped; never without a pump
 	// previous is the stream attached before this one to the same session
-	// record. The pump waits for previous's pump to stop before it starts,
-	// so an event the replaced stream's consumer received is popped before
-	// the new pump peeks: nothing is lost or sent twice. Owned by the pump.
+	// record, if a pump was feeding it. This stream's pump, or its first
+	// Take, waits for previous's pump to stop before it starts, so an event
+	// the replaced stream's consumer received is popped before this one
+	// looks at the queue: nothing is lost or sent twice. A replaced stream
+	// read with Take needs no wait: Take pops under session.mu, and that
+	// stream was closed under it before this one was attached. Owned by
+	// the consumer (the pump, or Take's caller).
 	previous *Stream
 
 	// reason and closed are guarded by session.mu; reason is set before
 	// done is closed and never changes after.
 	reason string
 	closed bool
-	// received counts the events the consumer received from Events;
+	// pumped says the pump was started (the consumer reads Events);
 	// guarded by session.mu.
+	pumped bool
+	// received counts the events the consumer received from Events or
+	// Take; guarded by session.mu.
 	received uint64
 }
 
@@ -41,11 +57,12 @@ func (r *Registry) Stream(session uint64) *Stream {
 	stream := &Stream{
 		registry: r,
 		session:  s,
-		events:   make(chan api.Event),
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		stopped:  make(chan struct{}),
-		previous: s.latest,
+	}
+	if s.latest != nil && s.latest.pumped {
+		stream.previous = s.latest
 	}
 	s.stream, s.latest = stream, stream
 	if s.lostReason != "" {
@@ -55,15 +72,76 @@ func (r *Registry) Stream(session uint64) *Stream {
 	s.mu.Unlock()
 	r.forgetIfIdleLocked(s)
 	r.mu.Unlock()
-	go stream.pump()
 	return stream
 }
 
-// Events returns the channel of the stream's events, in index order. It is
-// closed after Done, once the pump has stopped; the pump may hand over one
-// last event as the stream ends, which a consumer that drains Events until it
-// is closed receives, and which otherwise counts as delivered.
-func (s *Stream) Events() <-chan api.Event { return s.events }
+// Events returns the channel of the stream's events, in index order; the
+// first call starts the pump that feeds it. It is closed after Done, once
+// the pump has stopped; the pump may hand over one last event as the
+// stream ends, which a consumer that drains Events until it is closed
+// receives, and which otherwise counts as delivered. A consumer of Events
+// never calls Take.
+func (s *Stream) Events() <-chan api.Event {
+	s.pumpOnce.Do(func() {
+		s.session.mu.Lock()
+		s.pumped = true
+		s.session.mu.Unlock()
+		s.events = make(chan api.Event)
+		go s.pump()
+	})
+	return s.events
+}
+
+// Ready returns a channel that receives when an event was queued since the
+// consumer of Take last drained the queue (or may have been: a consumer
+// that finds nothing to take waits for Ready again). It has room for one
+// signal, so a burst of events signals once.
+func (s *Stream) Ready() <-chan struct{} { return s.wake }
+
+// Take moves up to len(into) of the session's queued events, oldest first,
+// into into and returns how many it moved: they are received (Backlog
+// counts them) and left the queue. It drops, unsent, the queued events of
+// watches whose credential has expired. It returns ended once the stream
+// has ended (Done, Reason), and then moves nothing: what is still queued
+// stays for the session's next stream, unless the end dropped it. Take
+// never waits on the registry, but its first call waits for the pump of
+// the stream this one replaced to stop, which that pump does promptly. A
+// consumer of Take never calls Events, and calls Take from one goroutine
+// at a time.
+func (s *Stream) Take(into []Delivery) (n int, ended bool) {
+	if s.previous != nil {
+		<-s.previous.stopped // it stops promptly: it was closed before s was attached
+		s.previous = nil
+	}
+	now := s.registry.opts.Clock.Now() // read before session.mu: a fake clock may run timers that take it
+	var dropped int
+	s.session.mu.Lock()
+	if s.closed {
+		s.session.mu.Unlock()
+		return 0, true
+	}
+	queue := &s.session.queue
+	for n < len(into) {
+		item, sequence, ok := queue.peek()
+		if !ok {
+			break
+		}
+		queue.popIf(sequence)
+		if item.expires != nil && expiredAt(*item.expires, now) {
+			dropped++
+			continue
+		}
+		into[n] = Delivery{watchID: item.watchID, fired: item.fired}
+		n++
+	}
+	s.received += uint64(n)
+	s.session.mu.Unlock()
+	if n+dropped > 0 {
+		s.registry.queuedEvents.Add(-int64(n + dropped))
+		s.registry.deliveredEvents.Add(uint64(n))
+	}
+	return n, false
+}
 
 // Done returns a channel closed when the stream ends; Reason says why.
 func (s *Stream) Done() <-chan struct{} { return s.done }
@@ -137,7 +215,7 @@ func (s *Stream) pump() {
 			continue
 		}
 		select {
-		case s.events <- toAPI(item):
+		case s.events <- toAPI(item.watchID, item.fired):
 			s.delivered(sequence)
 		case <-s.done:
 			return
@@ -215,16 +293,5 @@ func (s *Stream) dropExpired(sequence uint64) {
 	s.session.mu.Unlock()
 	if popped {
 		s.registry.queuedEvents.Add(-1)
-	}
-}
-
-func toAPI(item queued) api.Event {
-	return api.Event{
-		WatchID: api.FormatID(item.watchID),
-		Event:   item.event.Kind.String(),
-		Path:    item.event.Path,
-		Version: item.event.Version,
-		Index:   item.event.Index,
-		Shard:   item.shard,
 	}
 }

@@ -35,6 +35,11 @@ func TestMain(m *testing.M) {
 }
 
 // TestWatchFanout: LATCH_FIGURES=1 [LATCH_WATCHERS=10000] go test -run TestWatchFanout -v -timeout 20m ./test/fanout
+//
+// With LATCH_FANOUT_PROFILE=DIR the members run with --enable-pprof, and
+// during the writes a CPU profile of every member (LATCH_FANOUT_PROFILE_SECONDS
+// long, default 8) and one of this test process (the watchers' side) are
+// written to DIR; see profiles_test.go.
 func TestWatchFanout(t *testing.T) {
 	if os.Getenv("LATCH_FIGURES") == "" {
 		t.Skip("a measurement, not a test: LATCH_FIGURES=1 go test -run TestWatchFanout -v ./test/fanout")
@@ -55,7 +60,15 @@ func TestWatchFanout(t *testing.T) {
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}
 
 func measure(t *testing.T, watchers int, spread bool) {
-	c := proccluster.Start(t, proccluster.Options{Nodes: 3, Tick: 100 * time.Millisecond, LogLevel: "error"})
+	// One member may hold every stream, beside the test's other connections:
+	// more than --max-connections' default of 4,096.
+	opts := proccluster.Options{Nodes: 3, Tick: 100 * time.Millisecond, LogLevel: "error",
+		ExtraFlags: []string{"--max-connections", strconv.Itoa(max(4096, watchers+1024))}}
+	profileDir := os.Getenv("LATCH_FANOUT_PROFILE")
+	if profileDir != "" {
+		opts.ExtraFlags = append(opts.ExtraFlags, "--enable-pprof")
+	}
+	c := proccluster.Start(t, opts)
 	leader := c.WaitLeader(20 * time.Second)
 	urls := c.URLs()
 	home := func(i int) string {
@@ -78,16 +91,23 @@ func measure(t *testing.T, watchers int, spread bool) {
 	start = time.Now()
 	var wg sync.WaitGroup
 	streams := make(chan struct{}, watchers)
+	failed := make(chan struct{}, watchers) // a watcher that could not register
 	for i, id := range sessions {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			watchAndRead(ctx, t, home(i), id, arrivals, streams)
+			if !watchAndRead(ctx, t, home(i), id, arrivals, streams) {
+				failed <- struct{}{}
+			}
 		}()
 	}
 	for range watchers {
 		select {
 		case <-streams:
+		case <-failed:
+			cancel()
+			wg.Wait()
+			t.Fatal("a watcher could not register")
 		case <-ctx.Done():
 			t.Fatal("watchers did not all register")
 		}
@@ -96,6 +116,8 @@ func measure(t *testing.T, watchers int, spread bool) {
 	rssAfter := rss(t, urls)
 
 	const writes = 20
+	t.Logf("load average before the writes: %s", loadAverage())
+	profiles := startProfiles(t, profileDir, map[bool]string{true: "spread", false: "one"}[spread], urls)
 	// Commit happens between a write's sending and its acknowledgement, and
 	// followers may notify before the leader's reply arrives: latencies are
 	// measured from the sending, an upper bound of commit-to-notification.
@@ -112,6 +134,8 @@ func measure(t *testing.T, watchers int, spread bool) {
 		// below).
 		testcluster.WaitFor(time.Minute, func() bool { return arrivals.count(n.Index) >= watchers })
 	}
+	profiles.stop()
+	t.Logf("load average after the writes: %s", loadAverage())
 	if !arrivals.waitAll(acked, watchers, time.Minute) {
 		t.Errorf("not every watcher got every write within a minute: %s", arrivals.missing(acked, watchers))
 	}
@@ -147,20 +171,29 @@ func createSessions(t *testing.T, ctx context.Context, urls []string, n int) []s
 	return ids
 }
 
+// registering bounds the watch registrations in flight, so that they need
+// few connections beside the streams (a member holds every stream in the
+// "all on one member" case).
+var registering = make(chan struct{}, 128)
+
 // watchAndRead registers a persistent watch on the hot key for session id
 // at base, opens the session's stream there, signals ready, and records the
-// arrival of each event until ctx ends.
-func watchAndRead(ctx context.Context, t *testing.T, base, id string, arrivals *arrivals, ready chan<- struct{}) {
+// arrival of each event until ctx ends. It returns false, at once, if it
+// could not open the stream or register the watch.
+func watchAndRead(ctx context.Context, t *testing.T, base, id string, arrivals *arrivals, ready chan<- struct{}) bool {
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/session/"+id+"/events", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Errorf("open stream: %v", err)
-		return
+		return false
 	}
 	defer resp.Body.Close()
-	if err := testcluster.Do(ctx, "POST", base, "/v1/watch", nil, api.WatchRequest{Path: hotKey, SessionID: id, Persistent: true}, nil); err != nil {
+	registering <- struct{}{}
+	err = testcluster.Do(ctx, "POST", base, "/v1/watch", nil, api.WatchRequest{Path: hotKey, SessionID: id, Persistent: true}, nil)
+	<-registering
+	if err != nil {
 		t.Errorf("watch: %v", err)
-		return
+		return false
 	}
 	ready <- struct{}{}
 	scanner := bufio.NewScanner(resp.Body)
@@ -174,6 +207,7 @@ func watchAndRead(ctx context.Context, t *testing.T, base, id string, arrivals *
 			arrivals.record(ev.Index, time.Now())
 		}
 	}
+	return true
 }
 
 // arrivals collects when each write's notifications arrived.
