@@ -157,8 +157,16 @@ func (s *Session) nextSeq() uint64 { return s.seq.Add(1) }
 // through any member finds the session's nodes gone.
 func (s *Session) Close(ctx context.Context) error {
 	s.end(ErrSessionClosed)
-	closed, err := postSafe[api.Closed](ctx, s.client, "/v1/session/close", api.SessionRequest{SessionID: s.id})
-	if err == nil {
+	body, err := json.Marshal(api.SessionRequest{SessionID: s.id})
+	if err != nil {
+		return err
+	}
+	// A 410 of a sharded cluster carries the indexes too: an earlier
+	// attempt of this call, whose reply was lost or a 503, closed the
+	// session, and the cleanup's positions come with the retry's answer.
+	var closed api.Closed
+	err = s.client.do(ctx, &call{method: "POST", path: "/v1/session/close", body: body, policy: retrySafe, out: &closed, errOut: &closed})
+	if err == nil || api.CodeOf(err) == api.CodeSessionExpired {
 		for shard, index := range closed.Indexes {
 			s.client.observeShardIndex(shard, index)
 		}

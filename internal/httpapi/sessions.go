@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/latch-io/latch/api"
@@ -87,7 +89,30 @@ func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := h.server.CloseSession(r.Context(), ids[0])
+	if api.CodeOf(err) == api.CodeSessionExpired && out.Indexes != nil {
+		h.writeSessionGoneAt(w, err, out.Indexes)
+		return
+	}
 	h.replyIn(w, metaShard, out, out.Index, err)
+}
+
+// writeSessionGoneAt answers a close of a session that is not live, on a
+// cluster of several shards, as 410 session_expired with the error
+// envelope plus indexes: each shard's position at which the session's
+// cleanup, if it had one, is applied (an earlier close's reply may have
+// been lost). As an error reply it carries no index header.
+func (h *Handler) writeSessionGoneAt(w http.ResponseWriter, err error, indexes map[int]uint64) {
+	var e *api.Error
+	if !errors.As(err, &e) {
+		h.writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.Code.Status())
+	_ = json.NewEncoder(w).Encode(struct {
+		Error   api.Error      `json:"error"`
+		Indexes map[int]uint64 `json:"indexes"`
+	}{*e, indexes})
 }
 
 // getSession describes a live session. A session that is not live is 410

@@ -107,6 +107,9 @@ func (s *Server) CloseSession(ctx context.Context, id uint64) (api.Closed, error
 		return api.Closed{}, err
 	}
 	if res.Err != nil {
+		if api.CodeOf(res.Err) == api.CodeSessionExpired {
+			return s.closedBefore(ctx, id, index, res.Err)
+		}
 		return api.Closed{}, res.Err
 	}
 	if err := s.waitCleaned(ctx, id); err != nil {
@@ -117,6 +120,28 @@ func (s *Server) CloseSession(ctx context.Context, id uint64) (api.Closed, error
 		return api.Closed{}, err
 	}
 	return api.Closed{Closed: true, Index: index, Indexes: indexes}, nil
+}
+
+// closedBefore answers a close of session id that shard 0 refused at index
+// as not live (gone, the error): it expired, or an earlier close ended it,
+// maybe one whose reply was lost or a 503, so that this close is a
+// client's retry. With several shards the 410 carries the positions a
+// successful close would have given (Closed.Indexes, Closed false): once
+// the session's cleanup, if it had one, is applied in every shard. A
+// client that sends them back as min_index reads the session's nodes gone
+// on any member, whichever of its attempts the server acted on.
+func (s *Server) closedBefore(ctx context.Context, id, index uint64, gone error) (api.Closed, error) {
+	if s.cfg.Shards == 1 {
+		return api.Closed{}, gone
+	}
+	if err := s.waitCleaned(ctx, id); err != nil {
+		return api.Closed{}, err
+	}
+	indexes, err := s.cleanedIndexes(ctx, id, index)
+	if err != nil {
+		return api.Closed{}, err
+	}
+	return api.Closed{Index: index, Indexes: indexes}, gone
 }
 
 // GetSession describes a live session.

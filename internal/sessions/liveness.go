@@ -161,7 +161,14 @@ func (l *Liveness) Heartbeat(ctx context.Context, ids []uint64) (uint64, []uint6
 		alive = without(ids, dead)
 	}
 	if r.Leader() == l.cfg.Self {
-		dead = append(dead, l.tracker.touch(alive, l.cfg.Clock.Now())...)
+		// A session whose expiry is being proposed is not dead yet: the
+		// proposal waits for a ReadIndex round, which fails if this leader
+		// was deposed meanwhile (a stalled leader's deadlines are stale),
+		// and the session then lives on. Its fate is known once the expiry
+		// is applied or given up; until then the heartbeat is not answered.
+		if expiring := l.tracker.touch(alive, l.cfg.Clock.Now()); len(expiring) > 0 {
+			return 0, nil, r.Unavailable("the expiry of %d of these sessions is being decided; send the heartbeat again", len(expiring))
+		}
 	} else {
 		for _, id := range alive {
 			l.tracker.addRelay(id)

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"slices"
@@ -27,6 +28,8 @@ type fakeReplica struct {
 	fsm      *fsm.FSM
 	index    uint64
 	proposed []command.Command
+	// readIndex, if set, answers ReadIndex (a leadership check).
+	readIndex func(context.Context) (uint64, error)
 }
 
 func (r *fakeReplica) Leader() uint64 { r.mu.Lock(); defer r.mu.Unlock(); return r.leader }
@@ -43,7 +46,12 @@ func (r *fakeReplica) Propose(_ context.Context, cmd *command.Command) (fsm.Resu
 	r.proposed = append(r.proposed, *cmd)
 	return fsm.Result{}, r.index, nil
 }
-func (r *fakeReplica) ReadIndex(context.Context) (uint64, error)     { return r.index, nil }
+func (r *fakeReplica) ReadIndex(ctx context.Context) (uint64, error) {
+	if r.readIndex != nil {
+		return r.readIndex(ctx)
+	}
+	return r.index, nil
+}
 func (r *fakeReplica) Barrier(context.Context, string, uint64) error { return nil }
 func (r *fakeReplica) Unavailable(format string, args ...any) error {
 	return api.Errorf(api.CodeUnavailable, format, args...)
@@ -191,6 +199,47 @@ func TestHeartbeatDefersExpiry(t *testing.T) {
 	fx.clock.Advance(time.Millisecond)
 	if !fx.l.expireDue() {
 		t.Fatal("not expired past a timeout after the last heartbeat")
+	}
+}
+
+// TestHeartbeatDuringVoidExpiry: a leader whose deadlines passed (it was
+// stalled) marks the sessions expiring, then finds in its ReadIndex round
+// that it was deposed: the expiry is void and the sessions live on. A
+// heartbeat heard meanwhile must not answer them expired (etcd #15247's
+// storm, as seen by a client): it is not answered until the outcome is
+// known, and answered alive after.
+func TestHeartbeatDuringVoidExpiry(t *testing.T) {
+	fx := newFixture(t, clock.NewFake(start))
+	fx.lead(1)
+	checking, deposed := make(chan struct{}), make(chan struct{})
+	fx.rep.readIndex = func(context.Context) (uint64, error) {
+		close(checking)
+		<-deposed
+		return 0, errors.New("deposed: a higher term was seen")
+	}
+	fx.clock.Advance(timeout + time.Millisecond)
+	fx.rep.mu.Lock()
+	fx.rep.lastTick = fx.clock.Now() // its Ready loop resumed and ticks
+	fx.rep.mu.Unlock()
+	expired := make(chan bool)
+	go func() { expired <- fx.l.expireDue() }()
+	<-checking
+	_, dead, err := fx.l.Heartbeat(context.Background(), []uint64{session})
+	if len(dead) > 0 {
+		t.Errorf("a heartbeat during the expiry's leadership check answered %v expired", dead)
+	}
+	if api.CodeOf(err) != api.CodeUnavailable {
+		t.Errorf("a heartbeat during the expiry's leadership check: %v, want unavailable", err)
+	}
+	close(deposed)
+	if <-expired {
+		t.Fatal("expireDue reported an expiry whose leadership check failed")
+	}
+	if got := fx.rep.expiries(); len(got) > 0 {
+		t.Fatalf("expiries proposed after a failed leadership check: %v", got)
+	}
+	if _, dead, err := fx.l.Heartbeat(context.Background(), []uint64{session}); err != nil || len(dead) > 0 {
+		t.Fatalf("heartbeat after the void expiry: dead %v, err %v", dead, err)
 	}
 }
 

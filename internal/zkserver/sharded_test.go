@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/placement"
 	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
@@ -115,10 +116,19 @@ func twoShardDirs(t *testing.T) (string, string) {
 
 // TestLockRecipeOnShardedCluster: go-zookeeper's Lock with several clients
 // on a 4-shard cluster: every cycle acquires, and no two holders overlap.
-// The lock's directory is one whose children live in shard 0, as watches
-// are served only there with several shards yet (docs/zookeeper.md).
+// The lock's directory is one whose children are not in shard 0, so the
+// recipe's watch on its predecessor comes from another shard's log.
+//
+// The recipe gives up on a connection loss, which the listener causes, as
+// ZooKeeper does, when a request finds no leader within the request
+// timeout. So the cluster runs with Steady's election timeout (the default
+// 100ms lets a loaded machine depose leaders by accident, and a shard
+// whose followers then split their votes stays leaderless past the
+// timeout), and the clients start once every shard has a leader and the
+// leader balancer has nothing left to move.
 func TestLockRecipeOnShardedCluster(t *testing.T) {
-	c := startZKWith(t, 3, Config{}, testcluster.Options{Shards: zkShards}, nil)
+	c := startZKWith(t, 3, Config{}, testcluster.Steady(testcluster.Options{Shards: zkShards}), nil)
+	waitShardsSettled(t, c.Cluster)
 	const clients, cycles = 4, 5
 	conns := make([]*zk.Conn, clients)
 	for i := range conns {
@@ -158,6 +168,53 @@ func TestLockRecipeOnShardedCluster(t *testing.T) {
 	}
 	if got := acquired.Load(); got != clients*cycles {
 		t.Fatalf("%d acquisitions, want %d", got, clients*cycles)
+	}
+}
+
+// waitShardsSettled waits until the members agree on a running leader of
+// every shard and the leaderships are balanced (the busiest and the idlest
+// member differ by at most one), so that the leader balancer moves none.
+func waitShardsSettled(t *testing.T, c *testcluster.Cluster) {
+	t.Helper()
+	leaders := func(i int) []string {
+		var out []string
+		for _, sh := range c.Nodes[i].Server.ShardStatuses() {
+			out = append(out, sh.LeaderID)
+		}
+		return out
+	}
+	settled := func() bool {
+		first := leaders(0)
+		if len(first) != zkShards {
+			return false
+		}
+		counts := map[string]int{}
+		for _, n := range c.Nodes {
+			counts[api.FormatID(n.ID)] = 0
+		}
+		for i := range c.Nodes {
+			if !slices.Equal(leaders(i), first) {
+				return false
+			}
+		}
+		for _, id := range first {
+			if _, member := counts[id]; !member {
+				return false
+			}
+			counts[id]++
+		}
+		lo, hi := zkShards, 0
+		for _, n := range counts {
+			lo, hi = min(lo, n), max(hi, n)
+		}
+		return hi-lo <= 1
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !settled() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shards' leaders did not settle within 30s: %v / %v / %v", leaders(0), leaders(1), leaders(2))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

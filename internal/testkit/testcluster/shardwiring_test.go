@@ -29,7 +29,14 @@ const wiringShards = 4
 // shard has a leader.
 func newShardedCluster(t *testing.T) *Cluster {
 	t.Helper()
-	c := New(t, 3, Options{Shards: wiringShards})
+	return newShardedClusterWith(t, Options{})
+}
+
+// newShardedClusterWith is newShardedCluster with opts (Shards is set).
+func newShardedClusterWith(t *testing.T, opts Options) *Cluster {
+	t.Helper()
+	opts.Shards = wiringShards
+	c := New(t, 3, opts)
 	if !waitFor(30*time.Second, func() bool { return c.everyShardLed(wiringShards) && c.balanced() }) {
 		t.Fatalf("not every shard has an agreed leader, balanced: %v / %v / %v", c.shardLeaders(0), c.shardLeaders(1), c.shardLeaders(2))
 	}
