@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -216,13 +217,9 @@ func (n *Node) deliver(responses []raftpb.Message) error {
 			n.send(responses[i : i+1])
 			continue
 		}
-		n.mu.Lock()
-		if n.stopped {
-			n.mu.Unlock()
+		if _, err := n.stepLocked(func() (bool, error) { return false, n.raft.Step(responses[i]) }); errors.Is(err, ErrStopped) {
 			return errStopping
 		}
-		_ = n.raft.Step(responses[i])
-		n.mu.Unlock()
 	}
 	n.notify()
 	return nil

@@ -258,3 +258,50 @@ func TestProposalWaitsForALeader(t *testing.T) {
 		}
 	}
 }
+
+// TestReforwardedProposalIsFromThisNode: a proposal a peer forwarded here
+// that raft forwards on to the leader leaves as this node's (as raft.Node
+// made it), not with the first sender's id: the next hop's transport
+// refuses a message whose sender is not the connection's peer.
+func TestReforwardedProposalIsFromThisNode(t *testing.T) {
+	logs := map[uint64]*sendLog{}
+	var logsMu sync.Mutex
+	next := uint64(0)
+	g := startFakeGroupWith(t, 3, fakeOptions{wrap: func(tr transport.Transport) transport.Transport {
+		logsMu.Lock()
+		defer logsMu.Unlock()
+		next++
+		logs[next] = &sendLog{Transport: tr}
+		return logs[next]
+	}})
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up") // every member knows the leader
+	var via, origin *Node
+	for _, n := range g.nodes {
+		switch {
+		case n == leader:
+		case via == nil:
+			via = n
+		default:
+			origin = n
+		}
+	}
+	waitFor(t, "the forwarding member to know the leader", func() bool { return via.leader.Load() == leader.cfg.ID })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := raftpb.Message{Type: raftpb.MsgProp, From: origin.cfg.ID, To: via.cfg.ID, Entries: []raftpb.Entry{{Data: []byte("reforwarded")}}}
+	if err := via.Step(ctx, m); err != nil {
+		t.Fatalf("step the forwarded proposal: %v", err)
+	}
+	waitFor(t, "the leader to apply the reforwarded proposal", func() bool { return g.machines[leader.cfg.ID-1].has("reforwarded") })
+	log := logs[via.cfg.ID]
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, msgs := range log.sends {
+		for _, sent := range msgs {
+			if sent.Type == raftpb.MsgProp && sent.To == leader.cfg.ID && sent.From != via.cfg.ID {
+				t.Fatalf("the proposal left member %d for the leader %d with sender %d, want %d", via.cfg.ID, leader.cfg.ID, sent.From, via.cfg.ID)
+			}
+		}
+	}
+}

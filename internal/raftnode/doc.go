@@ -50,7 +50,9 @@
 //
 // Invariant: the lock is never held across I/O or a wait: no WAL save,
 // transport send, apply, snapshot, observer call or channel operation runs
-// under it (raft's logger, which only formats a line, is the exception).
+// under it (raft's logger is the exception: raft logs under the lock, at
+// Info for instance for each proposal it drops for want of a leader, so the
+// log handler's write to stderr runs under it).
 // Under it runs only raft's in-memory work: stepping one message (appending
 // entries to the unstable log, updating progress, queueing messages),
 // building a Ready, a tick, a conf change, or copying the status (the only

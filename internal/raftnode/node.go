@@ -331,21 +331,31 @@ func (n *Node) proposeWhenLed(ctx context.Context, m raftpb.Message) error {
 // stepProposal steps the proposal m into raft, unless proposals are held
 // (held: this node was removed and has seen no leader since).
 func (n *Node) stepProposal(m raftpb.Message) (held bool, err error) {
-	n.mu.Lock()
-	switch {
-	case n.stopped:
-		err = ErrStopped
-	case n.proposalsHeld:
-		held = true
-	default:
-		err = n.raft.Step(m)
-	}
-	n.mu.Unlock()
+	held, err = n.stepLocked(func() (bool, error) {
+		if n.proposalsHeld {
+			return true, nil
+		}
+		return false, n.raft.Step(m)
+	})
 	if err == nil && !held {
 		n.stepped.Add(1)
 		n.notify()
 	}
 	return held, err
+}
+
+// stepLocked runs f under the lock, or returns ErrStopped once the loop
+// has returned. The lock is released however f ends: raft reports a
+// broken invariant by panicking, on whatever goroutine stepped it (an HTTP
+// handler's, whose panic net/http recovers), and a lock left held would
+// hang the group silently.
+func (n *Node) stepLocked(f func() (bool, error)) (bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return false, ErrStopped
+	}
+	return f()
 }
 
 // holdingProposals reports whether proposals are held (proposalsHeld).
@@ -399,16 +409,20 @@ func (n *Node) Step(_ context.Context, m raftpb.Message) error {
 	if n.wakesGroup(&m) {
 		n.wake()
 	}
-	if m.Type == raftpb.MsgProp && n.leader.Load() == raft.None {
-		return raft.ErrProposalDropped
+	if m.Type == raftpb.MsgProp {
+		if n.leader.Load() == raft.None {
+			return raft.ErrProposalDropped
+		}
+		// raft forwards a proposal it cannot take with the sender it
+		// carries; from here on it is this node's (as raft.Node made it):
+		// the next hop's transport refuses a message whose sender is not
+		// the connection's peer.
+		m.From = n.cfg.ID
 	}
-	n.mu.Lock()
-	if n.stopped {
-		n.mu.Unlock()
-		return ErrStopped
+	_, err := n.stepLocked(func() (bool, error) { return false, n.raft.Step(m) })
+	if errors.Is(err, ErrStopped) {
+		return err
 	}
-	err := n.raft.Step(m)
-	n.mu.Unlock()
 	n.stepped.Add(1)
 	n.notify()
 	if m.Type == raftpb.MsgProp {
@@ -420,13 +434,9 @@ func (n *Node) Step(_ context.Context, m raftpb.Message) error {
 // withRaft runs f on the RawNode under the lock and wakes the Ready loop;
 // ErrStopped once the loop has returned.
 func (n *Node) withRaft(f func(rn *raft.RawNode)) error {
-	n.mu.Lock()
-	if n.stopped {
-		n.mu.Unlock()
-		return ErrStopped
+	if _, err := n.stepLocked(func() (bool, error) { f(n.raft); return false, nil }); err != nil {
+		return err
 	}
-	f(n.raft)
-	n.mu.Unlock()
 	n.notify()
 	return nil
 }

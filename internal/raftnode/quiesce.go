@@ -174,10 +174,10 @@ const maxWakeTicks = 64
 func (n *Node) tickRaft() {
 	extra := n.quiet.wakeTicks.Swap(0)
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	for range 1 + extra {
 		n.raft.Tick()
 	}
-	n.mu.Unlock()
 }
 
 // maybeQuiesce quiesces the group, in place of a tick, when this node leads

@@ -133,7 +133,8 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 	}
 	m.ProposalStarted()
 	defer m.ProposalEnded()
-	err := r.proposeUntilAccepted(ctx, cmd.Marshal())
+	data := cmd.Marshal()
+	err := r.proposeUntilAccepted(ctx, func(ctx context.Context) error { return r.node.Propose(ctx, data) })
 	turn.End() // the entry is with raft (or never will be): the next may go
 	if err != nil {
 		m.ProposalFailed()
@@ -157,13 +158,14 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 	}
 }
 
-// proposeUntilAccepted hands data to raft, proposing again while the leader
-// here drops it (it does during a leadership transfer): a dropped proposal
-// was never appended, so proposing it again cannot apply it twice.
-func (r *Replica) proposeUntilAccepted(ctx context.Context, data []byte) error {
+// proposeUntilAccepted hands a proposal to raft with propose, proposing
+// again while the leader here drops it (it does during a leadership
+// transfer): a dropped proposal was never appended, so proposing it again
+// cannot apply it twice.
+func (r *Replica) proposeUntilAccepted(ctx context.Context, propose func(ctx context.Context) error) error {
 	pause := time.Millisecond
 	for {
-		err := r.node.Propose(ctx, data)
+		err := propose(ctx)
 		if !errors.Is(err, raft.ErrProposalDropped) {
 			return err
 		}
@@ -189,7 +191,8 @@ func (r *Replica) ProposeConfChange(ctx context.Context, change raftpb.ConfChang
 		Changes: []raftpb.ConfChangeSingle{change},
 		Context: encodeConfContext(confContext{Member: member, Proposal: id}),
 	}
-	if err := r.node.ProposeConfChange(ctx, cc); err != nil {
+	err := r.proposeUntilAccepted(ctx, func(ctx context.Context) error { return r.node.ProposeConfChange(ctx, cc) })
+	if err != nil {
 		return 0, r.Unavailable("membership change not accepted: %v", err)
 	}
 	select {
