@@ -72,6 +72,22 @@ func (s *sendLog) appendsCarrying(to uint64, prefix string) (msgApps, entries []
 	return msgApps, entries
 }
 
+// startLoggedGroup starts a fake group of size members whose every Send is
+// recorded, by member id.
+func startLoggedGroup(t *testing.T, size int) (*fakeGroup, map[uint64]*sendLog) {
+	logs := map[uint64]*sendLog{}
+	var logsMu sync.Mutex
+	next := uint64(0)
+	g := startFakeGroupWith(t, size, fakeOptions{wrap: func(tr transport.Transport) transport.Transport {
+		logsMu.Lock()
+		defer logsMu.Unlock()
+		next++
+		logs[next] = &sendLog{Transport: tr}
+		return logs[next]
+	}})
+	return g, logs
+}
+
 // TestProposalsWhileLoopBusyLeaveInOneReady: proposals stepped by several
 // goroutines while the leader's Ready loop is busy (applying) are taken by
 // the callers at once, without waiting for the loop, and leave together in
@@ -79,16 +95,7 @@ func (s *sendLog) appendsCarrying(to uint64, prefix string) (msgApps, entries []
 // MsgApp.
 func TestProposalsWhileLoopBusyLeaveInOneReady(t *testing.T) {
 	const proposers = 8
-	logs := map[uint64]*sendLog{}
-	var logsMu sync.Mutex
-	next := uint64(0)
-	g := startFakeGroupWith(t, 3, fakeOptions{wrap: func(tr transport.Transport) transport.Transport {
-		logsMu.Lock()
-		defer logsMu.Unlock()
-		next++
-		logs[next] = &sendLog{Transport: tr}
-		return logs[next]
-	}})
+	g, logs := startLoggedGroup(t, 3)
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up") // every follower replicating
 
@@ -264,16 +271,7 @@ func TestProposalWaitsForALeader(t *testing.T) {
 // made it), not with the first sender's id: the next hop's transport
 // refuses a message whose sender is not the connection's peer.
 func TestReforwardedProposalIsFromThisNode(t *testing.T) {
-	logs := map[uint64]*sendLog{}
-	var logsMu sync.Mutex
-	next := uint64(0)
-	g := startFakeGroupWith(t, 3, fakeOptions{wrap: func(tr transport.Transport) transport.Transport {
-		logsMu.Lock()
-		defer logsMu.Unlock()
-		next++
-		logs[next] = &sendLog{Transport: tr}
-		return logs[next]
-	}})
+	g, logs := startLoggedGroup(t, 3)
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up") // every member knows the leader
 	var via, origin *Node

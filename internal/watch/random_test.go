@@ -293,6 +293,15 @@ func newStreamReader(stream *Stream, take bool) *streamReader {
 	return &streamReader{stream: stream, take: take, into: make([]Delivery, 3)}
 }
 
+// oneEvent is poll's answer for one receive from Events: the event, or the
+// stream's end.
+func oneEvent(e api.Event, ok bool) ([]api.Event, bool) {
+	if !ok {
+		return nil, false
+	}
+	return []api.Event{e}, true
+}
+
 // poll returns the events the stream hands over within wait (none: at
 // once), and false once the stream has ended and handed over its last.
 func (sr *streamReader) poll(wait time.Duration) ([]api.Event, bool) {
@@ -301,25 +310,17 @@ func (sr *streamReader) poll(wait time.Duration) ([]api.Event, bool) {
 		timeout = time.After(wait)
 	}
 	if !sr.take {
-		select {
-		case e, ok := <-sr.stream.Events():
-			if !ok {
-				return nil, false
-			}
-			return []api.Event{e}, true
-		case <-timeout:
-			return nil, true
-		default:
-			if timeout == nil {
+		if timeout == nil { // only what is queued now
+			select {
+			case e, ok := <-sr.stream.Events():
+				return oneEvent(e, ok)
+			default:
 				return nil, true
 			}
 		}
 		select {
 		case e, ok := <-sr.stream.Events():
-			if !ok {
-				return nil, false
-			}
-			return []api.Event{e}, true
+			return oneEvent(e, ok)
 		case <-timeout:
 			return nil, true
 		}

@@ -311,16 +311,10 @@ func TestShardsClientReadsItsLockElsewhere(t *testing.T) {
 	// waiting for it would let the member catch up in the other shards too.
 	var paths []string
 	for shard := range wiringShards {
-		p := "/mine/" + dirs[(shard+1)%wiringShards] + "/e"
-		if _, err := cl.Put(ctx, p, "x", client.Ephemeral(), client.WithSession(sess)); err != nil {
-			t.Fatalf("ephemeral %s: %v", p, err)
-		}
-		paths = append(paths, p)
+		paths = append(paths, "/mine/"+dirs[(shard+1)%wiringShards]+"/e")
 	}
-	c.Stop(lagging)
-	slowDown(c, lagging)
-	c.Restart(lagging)
-	caughtUp(t, c, lagging)
+	putEphemerals(ctx, t, cl, sess, paths)
+	restartLagging(t, c, lagging)
 	var locks []*api.Lock
 	for shard, name := range namesInEveryShard("/locks/", "mine-%d") {
 		lock, err := sess.AcquireLock(ctx, name, 10*time.Second)
@@ -351,6 +345,27 @@ func TestShardsClientReadsItsLockElsewhere(t *testing.T) {
 		}
 	}
 	c.Net.Heal()
+}
+
+// putEphemerals creates an ephemeral node of sess at each path, in order.
+func putEphemerals(ctx context.Context, t *testing.T, cl *client.Client, sess *client.Session, paths []string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := cl.Put(ctx, p, "x", client.Ephemeral(), client.WithSession(sess)); err != nil {
+			t.Fatalf("ephemeral %s: %v", p, err)
+		}
+	}
+}
+
+// restartLagging restarts member lagging (so that it leads no shard) with
+// every message to it slowed down (slowDown), and waits until it has
+// caught up with what member 0 applied.
+func restartLagging(t *testing.T, c *Cluster, lagging int) {
+	t.Helper()
+	c.Stop(lagging)
+	slowDown(c, lagging)
+	c.Restart(lagging)
+	caughtUp(t, c, lagging)
 }
 
 // caughtUp waits until member i applied, in every shard, what member 0 has
@@ -424,16 +439,10 @@ func TestShardsClientCloseRetriedFindsNodesGone(t *testing.T) {
 	}
 	var paths []string
 	for _, dir := range namesInEveryShard("/gone/", "d%d") {
-		p := "/gone/" + dir + "/e"
-		if _, err := cl.Put(ctx, p, "x", client.Ephemeral(), client.WithSession(sess)); err != nil {
-			t.Fatalf("ephemeral %s: %v", p, err)
-		}
-		paths = append(paths, p)
+		paths = append(paths, "/gone/"+dir+"/e")
 	}
-	c.Stop(lagging)
-	slowDown(c, lagging)
-	c.Restart(lagging)
-	caughtUp(t, c, lagging)
+	putEphemerals(ctx, t, cl, sess, paths)
+	restartLagging(t, c, lagging)
 	if err := sess.Close(ctx); err != nil {
 		t.Fatalf("close: %v", err)
 	}
