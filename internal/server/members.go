@@ -214,11 +214,18 @@ func (s *Server) promoteWhenCaughtUp(g *group, id uint64) {
 	s.log.Warn("learner did not catch up in time; not promoted", "member", api.FormatID(id))
 }
 
-// RemoveMemberNamed removes the member nameOrID (see RemoveMember). A
-// member this server applied the removal of (since it started) is already
-// removed: the repeat succeeds, on any member.
+// RemoveMemberNamed removes the member nameOrID (see RemoveMember). It
+// looks the member up after a linearizable barrier, so a removal already
+// committed is one this server has applied: the repeat succeeds, on any
+// member, however far behind it was.
 func (s *Server) RemoveMemberNamed(ctx context.Context, nameOrID string) error {
 	if err := s.authorizeAs(ctx, permAdmin, "/", 0); err != nil {
+		return err
+	}
+	// Read the membership as of now: a member lagging behind a removal
+	// already committed must answer its repeat as done, not send it to
+	// the leader as a new one.
+	if err := s.metaGroup().Barrier(ctx, api.Linearizable, 0); err != nil {
 		return err
 	}
 	id, err := s.MemberIDByName(ctx, nameOrID)
