@@ -122,22 +122,7 @@ func TestShardsQuotaConcurrentWritersStopAtTheLimit(t *testing.T) {
 	for w := range 8 {
 		member, writerSeed := w%3, rng.Uint64()
 		wg.Go(func() {
-			wrng := rand.New(rand.NewPCG(writerSeed, 1))
-			refusals := 0
-			for n := 0; refusals < 3 && ctx.Err() == nil; n++ {
-				dir := dirs[wrng.IntN(len(dirs))]
-				_, err := Put(ctx, c.URL(member), fmt.Sprintf("%s/w%d-%d", dir, w, n), "v", "")
-				switch {
-				case err == nil:
-					acked.Add(1)
-					refusals = 0
-				case api.CodeOf(err) == api.CodeQuotaExceeded:
-					refusals++
-				case api.CodeOf(err) != api.CodeUnavailable:
-					t.Errorf("writer %d: %v", w, err)
-					return
-				}
-			}
+			writeUntilRefused(ctx, t, c.URL(member), w, dirs, rand.New(rand.NewPCG(writerSeed, 1)), &acked)
 		})
 	}
 	wg.Wait()
@@ -248,21 +233,7 @@ func TestShardsQuotaOverExistingNodes(t *testing.T) {
 	for w := range 6 {
 		member, writerSeed := w%3, rng.Uint64()
 		wg.Go(func() {
-			wrng := rand.New(rand.NewPCG(writerSeed, 2))
-			refusals := 0
-			for n := 0; refusals < 3 && ctx.Err() == nil; n++ {
-				_, err := Put(ctx, c.URL(member), fmt.Sprintf("%s/w%d-%d", dirs[wrng.IntN(len(dirs))], w, n), "v", "")
-				switch {
-				case err == nil:
-					acked.Add(1)
-					refusals = 0
-				case api.CodeOf(err) == api.CodeQuotaExceeded:
-					refusals++
-				case api.CodeOf(err) != api.CodeUnavailable:
-					t.Errorf("writer %d: %v", w, err)
-					return
-				}
-			}
+			writeUntilRefused(ctx, t, c.URL(member), w, dirs, rand.New(rand.NewPCG(writerSeed, 2)), &acked)
 		})
 	}
 	wg.Wait()
@@ -310,4 +281,25 @@ func TestShardsQuotaOverExistingNodes(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d: %d nodes before the quota, the writers made %d, filling made %d", seed, existing, acked.Load(), filled)
+}
+
+// writeUntilRefused is writer w: it creates nodes through base in
+// directories of dirs chosen by rng until the quota refuses three creates
+// in a row (or ctx ends), counting the acknowledged ones in acked. An
+// error other than a refusal or a 503 fails the test.
+func writeUntilRefused(ctx context.Context, t *testing.T, base string, w int, dirs []string, rng *rand.Rand, acked *atomic.Int64) {
+	refusals := 0
+	for n := 0; refusals < 3 && ctx.Err() == nil; n++ {
+		_, err := Put(ctx, base, fmt.Sprintf("%s/w%d-%d", dirs[rng.IntN(len(dirs))], w, n), "v", "")
+		switch {
+		case err == nil:
+			acked.Add(1)
+			refusals = 0
+		case api.CodeOf(err) == api.CodeQuotaExceeded:
+			refusals++
+		case api.CodeOf(err) != api.CodeUnavailable:
+			t.Errorf("writer %d: %v", w, err)
+			return
+		}
+	}
 }
