@@ -147,6 +147,12 @@ func (h *Handler) writeJSON(w http.ResponseWriter, index uint64, v any) {
 // writeError writes err in docs/api.md's error envelope; errors without an API
 // code are internal and logged.
 func (h *Handler) writeError(w http.ResponseWriter, err error) {
+	h.writeErrorWith(w, err, func(e api.Error) any { return api.ErrorBody{Error: e} })
+}
+
+// writeErrorWith is writeError with the reply's body chosen by body (the
+// error envelope with fields of its own beside it).
+func (h *Handler) writeErrorWith(w http.ResponseWriter, err error, body func(e api.Error) any) {
 	var e *api.Error
 	if !errors.As(err, &e) {
 		h.log.Error("internal error serving request", "err", err)
@@ -157,7 +163,7 @@ func (h *Handler) writeError(w http.ResponseWriter, err error) {
 		w.Header().Set("Retry-After", "1") // every 429: retry after a second, with backoff
 	}
 	w.WriteHeader(e.Code.Status())
-	_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: *e})
+	_ = json.NewEncoder(w).Encode(body(*e))
 }
 
 // decodeBody decodes a JSON body into v strictly (see decodeStrict): at most

@@ -1,8 +1,6 @@
 package httpapi
 
 import (
-	"encoding/json"
-	"errors"
 	"net/http"
 
 	"github.com/latch-io/latch/api"
@@ -102,17 +100,12 @@ func (h *Handler) closeSession(w http.ResponseWriter, r *http.Request) {
 // cleanup, if it had one, is applied (an earlier close's reply may have
 // been lost). As an error reply it carries no index header.
 func (h *Handler) writeSessionGoneAt(w http.ResponseWriter, err error, indexes map[int]uint64) {
-	var e *api.Error
-	if !errors.As(err, &e) {
-		h.writeError(w, err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.Code.Status())
-	_ = json.NewEncoder(w).Encode(struct {
-		Error   api.Error      `json:"error"`
-		Indexes map[int]uint64 `json:"indexes"`
-	}{*e, indexes})
+	h.writeErrorWith(w, err, func(e api.Error) any {
+		return struct {
+			Error   api.Error      `json:"error"`
+			Indexes map[int]uint64 `json:"indexes"`
+		}{e, indexes}
+	})
 }
 
 // getSession describes a live session. A session that is not live is 410
