@@ -32,6 +32,12 @@ func startZKWith(t testing.TB, n int, cfg Config, opts testcluster.Options, wrap
 	opts.MinSessionTTL = cmp.Or(opts.MinSessionTTL, time.Second)
 	opts.MaxSessionTTL = cmp.Or(opts.MaxSessionTTL, 30*time.Second)
 	c := &zkCluster{Cluster: testcluster.New(t, n, opts)}
+	if opts.Shards > 1 {
+		// The balancer moves leaders at first, and a write pending at a
+		// leader change ends its ZooKeeper connection (as there): start
+		// once the leaderships stay put.
+		c.WaitBalanced(60 * time.Second)
+	}
 	for i := range c.Nodes {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -69,15 +69,41 @@ func (r *rawClient) send(op zkproto.OpCode, body zkproto.Record) int32 {
 
 func (r *rawClient) sendXid(xid int32, op zkproto.OpCode, body zkproto.Record) int32 {
 	r.t.Helper()
+	if _, err := r.nc.Write(r.frame(nil, xid, op, body)); err != nil {
+		r.t.Fatalf("write request: %v", err)
+	}
+	return xid
+}
+
+// sendAll sends a request of op for each body, with the next xids, in one
+// write: they are all in the server's socket before it reads the first, so
+// a server that ends the connection after some of them cannot fail the
+// sending of the rest (broken pipe).
+func (r *rawClient) sendAll(op zkproto.OpCode, bodies []zkproto.Record) {
+	r.t.Helper()
+	var buf []byte
+	for _, body := range bodies {
+		r.xid++
+		buf = r.frame(buf, r.xid, op, body)
+	}
+	if _, err := r.nc.Write(buf); err != nil {
+		r.t.Fatalf("write %d requests: %v", len(bodies), err)
+	}
+}
+
+// frame appends the frame of request xid, op, body to buf.
+func (r *rawClient) frame(buf []byte, xid int32, op zkproto.OpCode, body zkproto.Record) []byte {
+	r.t.Helper()
 	w := zkproto.NewWriter(nil)
 	(&zkproto.RequestHeader{Xid: xid, Type: op}).Encode(w)
 	if body != nil {
 		body.Encode(w)
 	}
-	if err := zkproto.WriteFrame(r.nc, w.Bytes()); err != nil {
-		r.t.Fatalf("write request: %v", err)
+	buf, err := zkproto.AppendFrame(buf, w.Bytes())
+	if err != nil {
+		r.t.Fatalf("frame request: %v", err)
 	}
-	return xid
+	return buf
 }
 
 // reply reads the next frame: its header and the rest.

@@ -26,7 +26,7 @@ const zkShards = 4
 // NotEmpty, and a multi spanning shards is refused whole with
 // BadArguments.
 func TestCreatesOnShardedCluster(t *testing.T) {
-	c := startZKWith(t, 3, Config{}, testcluster.Options{Shards: zkShards}, nil)
+	c := startZKWith(t, 3, Config{}, testcluster.Steady(testcluster.Options{Shards: zkShards}), nil)
 	a, _ := connect(t, c.addrs[:1], 10*time.Second)
 	b, _ := connect(t, c.addrs[1:2], 10*time.Second)
 
@@ -245,7 +245,7 @@ func dirWithChildrenIn(t *testing.T, parent string, wanted func(shard int) bool)
 // 0. After a reconnect to another member, setWatches sets the watches
 // again: each reports a change missed meanwhile.
 func TestWatchesOnEveryShard(t *testing.T) {
-	c := startZKWith(t, 3, Config{}, testcluster.Options{Shards: zkShards}, nil)
+	c := startZKWith(t, 3, Config{}, testcluster.Steady(testcluster.Options{Shards: zkShards}), nil)
 	conn, _ := connect(t, c.addrs, 10*time.Second)
 	home := slices.Index(c.addrs, conn.Server()) // the member conn is on
 	if home < 0 {

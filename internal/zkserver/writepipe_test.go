@@ -157,9 +157,11 @@ func TestLostWriteEndsTheConnection(t *testing.T) {
 		}
 	}
 	c.listeners[0].beforeWrite.Store(&hook)
-	for i := range n {
-		r.send(zkproto.OpCreate, &zkproto.CreateRequest{Path: fmt.Sprintf("/q/n%02d", i), ACL: worldAnyone})
+	creates := make([]zkproto.Record, n)
+	for i := range creates {
+		creates[i] = &zkproto.CreateRequest{Path: fmt.Sprintf("/q/n%02d", i), ACL: worldAnyone}
 	}
+	r.sendAll(zkproto.OpCreate, creates) // the connection ends while they are read
 	for i := range lost {
 		h, _ := r.reply()
 		if h.Xid != base+int32(i)+1 || h.Err != zkproto.ErrOK {

@@ -78,23 +78,6 @@ func dirInShard(t *testing.T, m placement.Map, k int) string {
 	return ""
 }
 
-// balancedLeaders reports whether every member leads a shard and the
-// counts of shards led differ by at most one (what the balancer aims at).
-func (c *Cluster) balancedLeaders(members int) bool {
-	counts := c.leadCounts(c.Running()[0])
-	if len(counts) != members {
-		return false
-	}
-	low, high := -1, 0
-	for _, n := range counts {
-		if low < 0 || n < low {
-			low = n
-		}
-		high = max(high, n)
-	}
-	return high-low <= 1
-}
-
 // virtualQuiesceCluster starts members members with shards shards in
 // virtual time and waits until the leaderships are balanced and the idle
 // shards quiesced.

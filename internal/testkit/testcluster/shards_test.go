@@ -15,48 +15,6 @@ import (
 	"github.com/latch-io/latch/internal/server"
 )
 
-// shardLeaders returns, as node i sees them, each shard's leader id ("" for
-// none).
-func (c *Cluster) shardLeaders(i int) []string {
-	var out []string
-	for _, sh := range c.Nodes[i].Server.ShardStatuses() {
-		out = append(out, sh.LeaderID)
-	}
-	return out
-}
-
-// everyShardLed reports whether the running nodes agree on one leader,
-// among the running nodes, for each of the shards.
-func (c *Cluster) everyShardLed(shards int) bool {
-	running := c.Running()
-	live := map[string]bool{}
-	for _, i := range running {
-		live[api.FormatID(c.Nodes[i].ID)] = true
-	}
-	first := c.shardLeaders(running[0])
-	if len(first) != shards {
-		return false
-	}
-	for _, i := range running {
-		got := c.shardLeaders(i)
-		for k := range first {
-			if got[k] != first[k] || !live[got[k]] {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// leadCounts counts the shards each node leads, as node i sees it.
-func (c *Cluster) leadCounts(i int) map[string]int {
-	counts := map[string]int{}
-	for _, id := range c.shardLeaders(i) {
-		counts[id]++
-	}
-	return counts
-}
-
 // TestShardsElectEveryShardAndServeWrites runs a 3-member cluster with 4
 // shards: every shard elects a leader that every member agrees on, writes of
 // top-level keys are acknowledged and read back linearizably from every
