@@ -74,6 +74,24 @@ func BenchmarkApplyPutUpdate256(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyTxnSet256 applies one-operation transactions that set
+// existing keys: a ZooKeeper client's setData.
+func BenchmarkApplyTxnSet256(b *testing.B) {
+	const keys = 100_000
+	f := buildBench(b, keys)
+	paths := make([]string, keys)
+	for i := range paths {
+		paths[i] = benchPath(i)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		c := command.Command{Op: command.OpTxn, Ops: []command.TxnOp{{Kind: command.TxnSet, Path: paths[i%keys], Value: benchValue}}}
+		f.Apply(f.Applied()+1, &c)
+		i += 7919
+	}
+}
+
 func BenchmarkApplyPutExactlyOnce256(b *testing.B) {
 	const keys = 100_000
 	f := buildBench(b, keys)

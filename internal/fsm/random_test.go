@@ -259,3 +259,38 @@ func TestCloneIsolation(t *testing.T) {
 		t.Errorf("applying to the clone changed the original")
 	}
 }
+
+// TestRefusedWritesChangeNothing applies random commands (transactions of
+// one to four operations among them) and checks that every refused one
+// without an exactly-once request (whose refusal the window records)
+// leaves the state as it was, but for the applied index. A transaction of
+// one operation relies on it: it takes no undo copy (txn).
+func TestRefusedWritesChangeNothing(t *testing.T) {
+	seed := testSeed(t)
+	g := newCommandGenerator(seed)
+	f := New()
+	refused := map[command.Op]int{}
+	for range *stepsFlag {
+		var c command.Command
+		if c = g.next(); g.rng.IntN(2) == 0 {
+			c = g.txn() // at next's index
+		}
+		before := f.Clone()
+		result, events := f.Apply(g.index, decoded(t, c))
+		if result.Err == nil || c.RequestSeq != 0 {
+			continue
+		}
+		refused[c.Op]++
+		if len(events) > 0 {
+			t.Fatalf("seed %d, index %d: refused %+v published %v", seed, g.index, c, events)
+		}
+		before.Advance(f.Applied())
+		if before.Hash() != f.Hash() {
+			t.Fatalf("seed %d, index %d: refused %+v (%v) changed the state:\n%s\nwas\n%s", seed, g.index, c, result.Err, tree(f), tree(before))
+		}
+	}
+	if refused[command.OpTxn] == 0 || refused[command.OpPut] == 0 {
+		t.Fatalf("seed %d: too few refusals to test: %v", seed, refused)
+	}
+	t.Logf("refusals checked by operation: %v", refused)
+}
