@@ -40,7 +40,7 @@ func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, path string) {
 		return
 	}
 	var body putBody
-	if err := h.decodeBody(w, r, &body); err != nil {
+	if err := h.decodePutBody(w, r, &body); err != nil {
 		h.writeError(w, err)
 		return
 	}
