@@ -74,9 +74,9 @@ type Config struct {
 	// before records go into them (wal.Options.ZeroSegments), so an fsync
 	// commits no change of block state; latchd sets it. For a real disk.
 	ZeroWALSegments bool
-	MaxPending      int           // proposals waiting at once before 429 (default 20,000)
-	MinSessionTTL   time.Duration // session timeout clamp (default 2s)
-	MaxSessionTTL   time.Duration // (default 60s)
+	MaxPending     int           // proposals waiting at once before 429 (default 20,000)
+	MinSessionTTL  time.Duration // session timeout clamp (default 2s)
+	MaxSessionTTL  time.Duration // (default 60s)
 
 	Auth AuthConfig // token lifetime, password hash cost (auth.go)
 
