@@ -182,7 +182,6 @@ func parseFlags(args []string, limits *httpapi.Limits, security *securityFlags, 
 	fs.DurationVar(&cfg.MaxSessionTTL, "max-session-timeout", 60*time.Second, "largest session timeout granted")
 	fs.BoolVar(&cfg.UnsafeLocalReads, "unsafe-local-reads", false, "TEST ONLY (planted bug for internal/testkit/chaos): serve linearizable reads from local state; hidden, never use")
 	fs.BoolVar(&cfg.UnsafeNoSync, "unsafe-no-sync", false, "TEST ONLY (planted bug for internal/testkit/chaos): acknowledge writes without fsyncing the WAL; hidden, never use")
-	fs.BoolVar(&cfg.ZeroWALSegments, "wal-zero-segments", true, "write each WAL segment with zeros in the background before using it, so an fsync commits no change of block state (ext4, XFS)")
 	fs.Int64Var(&cfg.WALSegmentSize, "unsafe-wal-segment-size", 0, "TEST ONLY (full-disk tests): preallocated size of a WAL segment in bytes (0: 64 MiB); hidden")
 	fs.Var(&clockControlFlag{cfgClock: &cfg.Clock}, "unsafe-clock-control", "TEST ONLY (clock faults for internal/testkit/chaos): run on a skewed clock whose rate and wall offset this file sets ('rate=0.5 wall=-1h'), read every 50ms; hidden, never use")
 	fs.StringVar(&cfg.UnsafeSyncJournal, "unsafe-sync-journal", "", "TEST ONLY (crash faults for internal/testkit/proccluster): record what each fsync made durable in this file, outside --data-dir; hidden, never use")

@@ -70,10 +70,6 @@ type Config struct {
 	MaxValueSize   int           // bytes (default 1 KiB, at most 1 MiB)
 	RequestTimeout time.Duration // deadline of a proposal or a read barrier (default 5s)
 	WALSegmentSize int64         // preallocated size of a WAL segment (default wal.DefaultSegmentSize)
-	// ZeroWALSegments writes WAL segments with zeros in the background
-	// before records go into them (wal.Options.ZeroSegments), so an fsync
-	// commits no change of block state; latchd sets it. For a real disk.
-	ZeroWALSegments bool
 	MaxPending     int           // proposals waiting at once before 429 (default 20,000)
 	MinSessionTTL  time.Duration // session timeout clamp (default 2s)
 	MaxSessionTTL  time.Duration // (default 60s)

@@ -48,7 +48,7 @@ func TestOneFsyncCoversSeveralGroups(t *testing.T) {
 		t.Fatalf("%d fsyncs for the held save and %d saves of other groups queued behind it, want 2", syncs, others)
 	}
 	stats := w.Stats()
-	got := Stats{stats.Flushes - statsBefore.Flushes, stats.Saves - statsBefore.Saves, stats.Groups - statsBefore.Groups, stats.Entries - statsBefore.Entries, 0}
+	got := Stats{stats.Flushes - statsBefore.Flushes, stats.Saves - statsBefore.Saves, stats.Groups - statsBefore.Groups, stats.Entries - statsBefore.Entries}
 	if want := (Stats{Flushes: 2, Saves: 1 + others, Groups: 1 + others, Entries: 1 + 3*others}); got != want {
 		t.Fatalf("stats of the two flushes: %+v, want %+v", got, want)
 	}

@@ -42,11 +42,6 @@ type Options struct {
 	// Logger receives repairs (torn tails) and released segments. Default
 	// slog.Default().
 	Logger *slog.Logger
-	// ZeroSegments makes the log write its segments with zeros in the
-	// background before it writes records into them, so that an fsync
-	// commits no change of block state (spare.go). For a real disk; a
-	// memory filesystem gains nothing from it.
-	ZeroSegments bool
 	// UnsafeNoSync makes Save return without fsyncing the segment: the
 	// planted bug "acknowledge before fsync" (etcd #10508) that the
 	// durability checks must catch. Tests only; never in production.
@@ -116,8 +111,6 @@ type WAL struct {
 	offset     int64    // where the next flush goes in file
 	headerEnd  int64    // the end of file's segment header
 	fileSize   int64    // file's preallocated size
-	zeroed     bool     // file was written with zeros before use (a spare)
-	spare      *spare   // the next segment, zeroed in the background; nil without ZeroSegments
 	dirDirty   bool     // a segment was created and the directory not yet synced
 	written    map[uint64]*groupLog
 	released   map[uint64]uint64
@@ -129,7 +122,7 @@ type WAL struct {
 
 // flushStats are the WAL's running counts of its flushes.
 type flushStats struct {
-	flushes, saves, groups, entries, zeroedSegments atomic.Uint64
+	flushes, saves, groups, entries atomic.Uint64
 }
 
 // Stats are running counts since Open: Flushes is the number of flushes
@@ -138,11 +131,9 @@ type flushStats struct {
 // (so Groups/Flushes is how many groups one fsync covered), and Entries
 // the raft entries written. Entries/Flushes is the batching group commit
 // achieved: with several shards it counts the entries of every group a
-// flush carried, where a Save call carries one group's. ZeroedSegments
-// counts the segments begun on a zeroed spare (Options.ZeroSegments).
+// flush carried, where a Save call carries one group's.
 type Stats struct {
 	Flushes, Saves, Groups, Entries uint64
-	ZeroedSegments                  uint64
 }
 
 // Stats returns the WAL's running counts; safe for concurrent use.
@@ -152,8 +143,6 @@ func (w *WAL) Stats() Stats {
 		Saves:   w.stats.saves.Load(),
 		Groups:  w.stats.groups.Load(),
 		Entries: w.stats.entries.Load(),
-
-		ZeroedSegments: w.stats.zeroedSegments.Load(),
 	}
 }
 
@@ -206,12 +195,6 @@ func open(fs vfs.FS, dir string, opts Options) (*WAL, map[uint64]*GroupState, er
 		segments: recovered.segments,
 	}
 	w.idle.L = &w.mu
-	if opts.ZeroSegments {
-		w.spare = newSpare(fs, dir, opts.SegmentSize, opts.Logger)
-		if err := w.spare.removeStale(); err != nil {
-			return nil, nil, fmt.Errorf("wal: remove the spare segment of an earlier run: %w", err)
-		}
-	}
 	states := map[uint64]*GroupState{}
 	for group, log := range recovered.groups {
 		w.queued[group] = log.clone(true)
@@ -433,14 +416,8 @@ func (w *WAL) writeFlushLocked(requests []*saveRequest) error {
 		bodyLength += len(request.body)
 	}
 	frameLength := int64(recordHeaderSize + 4 + bodyLength)
-	switch {
-	case w.offset+frameLength > w.opts.SegmentSize && w.offset > w.headerEnd:
+	if w.offset+frameLength > w.opts.SegmentSize && w.offset > w.headerEnd {
 		if err := w.rollLocked(); err != nil {
-			return err
-		}
-	case w.spareWantedLocked():
-		// Only wanted: with no space for another segment, go on here.
-		if err := w.rollLocked(); err != nil && !errors.Is(err, ErrNoSpace) {
 			return err
 		}
 	}
@@ -464,31 +441,7 @@ func (w *WAL) writeFlushLocked(requests []*saveRequest) error {
 	w.offset += int64(len(frame))
 	w.recordWrittenLocked(requests)
 	w.countFlushLocked(requests)
-	w.maybePrepareSpareLocked()
 	return nil
-}
-
-// zeroAfter is how many bytes of records an unzeroed segment takes before
-// the log zeroes a spare to move to (at most a quarter of a segment).
-const zeroAfter = 1 << 20
-
-// spareWantedLocked reports whether the current segment, not zeroed, has
-// a zeroed spare ready to take its place now. w.writeMu must be held.
-func (w *WAL) spareWantedLocked() bool {
-	return w.spare != nil && !w.zeroed && w.spare.isReady()
-}
-
-// maybePrepareSpareLocked starts zeroing a spare when the current segment
-// will want one: an unzeroed segment after zeroAfter bytes, a zeroed one
-// at half its size. w.writeMu must be held.
-func (w *WAL) maybePrepareSpareLocked() {
-	if w.spare == nil {
-		return
-	}
-	used := w.offset - w.headerEnd
-	if (!w.zeroed && used >= min(zeroAfter, w.opts.SegmentSize/4)) || w.offset >= w.opts.SegmentSize/2 {
-		w.spare.prepare()
-	}
 }
 
 // countFlushLocked adds a written flush of requests to w.stats. w.writeMu
@@ -578,37 +531,11 @@ func noSpaceOr(err error) error {
 // written state of every group. It is durable after syncSegmentLocked.
 func (w *WAL) createSegmentLocked(sequence uint64) error {
 	name := filepath.Join(w.dir, segmentName(sequence))
-	file, zeroed, err := w.newSegmentFileLocked(name)
+	file, err := w.fs.Create(name)
 	if err != nil {
-		return err
+		return noSpaceOr(fmt.Errorf("wal: create %s: %w", name, err))
 	}
 	header := appendRecord(nil, recordSegmentHeader, encodeSegmentHeader(w.checkpointLocked(sequence)))
-	if _, err := file.WriteAt(header, 0); err != nil {
-		file.Close()
-		return fmt.Errorf("wal: write header of %s: %w", name, err)
-	}
-	w.file, w.offset, w.headerEnd = file, int64(len(header)), int64(len(header))
-	w.fileSize = max(w.opts.SegmentSize, int64(len(header)))
-	w.zeroed = zeroed
-	w.dirDirty = true
-	w.segments = append(w.segments, segmentState{sequence: sequence, maxIndex: map[uint64]uint64{}})
-	return nil
-}
-
-// newSegmentFileLocked returns the file of a new segment named name: the
-// zeroed spare if one is ready (zeroed true), else a file created and
-// preallocated here.
-func (w *WAL) newSegmentFileLocked(name string) (file vfs.File, zeroed bool, err error) {
-	if w.spare != nil {
-		if file := w.spare.take(name); file != nil {
-			w.stats.zeroedSegments.Add(1)
-			return file, true, nil
-		}
-	}
-	file, err = w.fs.Create(name)
-	if err != nil {
-		return nil, false, noSpaceOr(fmt.Errorf("wal: create %s: %w", name, err))
-	}
 	if err := file.Preallocate(w.opts.SegmentSize); err != nil {
 		file.Close()
 		if vfs.IsNoSpace(err) {
@@ -617,9 +544,17 @@ func (w *WAL) newSegmentFileLocked(name string) (file vfs.File, zeroed bool, err
 			// removal leaves a headerless last segment, a torn tail).
 			_ = w.fs.Remove(name)
 		}
-		return nil, false, noSpaceOr(fmt.Errorf("wal: preallocate %s: %w", name, err))
+		return noSpaceOr(fmt.Errorf("wal: preallocate %s: %w", name, err))
 	}
-	return file, false, nil
+	if _, err := file.WriteAt(header, 0); err != nil {
+		file.Close()
+		return fmt.Errorf("wal: write header of %s: %w", name, err)
+	}
+	w.file, w.offset, w.headerEnd = file, int64(len(header)), int64(len(header))
+	w.fileSize = max(w.opts.SegmentSize, int64(len(header)))
+	w.dirDirty = true
+	w.segments = append(w.segments, segmentState{sequence: sequence, maxIndex: map[uint64]uint64{}})
+	return nil
 }
 
 func (w *WAL) checkpointLocked(sequence uint64) segmentHeader {
@@ -697,9 +632,6 @@ func (w *WAL) Close() error {
 	w.mu.Unlock()
 	w.writeMu.Lock()
 	defer w.writeMu.Unlock()
-	if w.spare != nil {
-		w.spare.close()
-	}
 	err := w.file.Close()
 	if lockErr := w.lock.Close(); err == nil {
 		err = lockErr
