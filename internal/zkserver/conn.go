@@ -160,18 +160,33 @@ func (c *conn) run() {
 		c.received.Add(1)
 		c.l.received.Add(1)
 		c.active.Store(true)
+		// No slot taken: every earlier request is answered, and the
+		// sender idle (it frees a slot after the reply, and only this
+		// goroutine takes them).
+		quiet := len(slots) == 0
+		p := newPending(frame)
+		if p.answered() {
+			c.l.log.Debug("zk: bad request", "session", c.session, "op", p.h.Type)
+		}
+		alone := !p.answered() && flight.admit(p)
+		quick := p.class == classRead || p.class == classPing
+		if alone && quick && quiet {
+			// Alone, quick, and nothing to answer before it: run and
+			// answer it here, without a hand-off either way.
+			c.runPending(p)
+			c.answer(p)
+			continue
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-c.ctx.Done():
 			return
 		}
-		p := newPending(frame)
 		order <- p // never blocks: a slot is held
 		if p.answered() {
-			c.l.log.Debug("zk: bad request", "session", c.session, "op", p.h.Type)
 			continue
 		}
-		if flight.admit(p) && (p.class == classRead || p.class == classPing) {
+		if alone && quick {
 			// Alone in flight, and quick: run it here, without a hand-off.
 			c.runPending(p)
 			continue

@@ -232,17 +232,23 @@ func (c *conn) runPending(p *pending) {
 func (c *conn) sendReplies(order <-chan *pending, slots <-chan struct{}) {
 	for p := range order {
 		<-p.done
-		if c.ctx.Err() == nil {
-			if p.mute {
-				if p.end {
-					c.close()
-				}
-			} else {
-				if c.reply(p.h, p.resp, p.code, p.end, p.holds) {
-					c.close()
-				}
-			}
-		}
+		c.answer(p)
 		<-slots
+	}
+}
+
+// answer writes the reply of p, done, or ends the connection as p says.
+// Replies leave in request order: the sender answers what the reader
+// queued, and the reader answers a request itself only when nothing
+// before it is unanswered.
+func (c *conn) answer(p *pending) {
+	switch {
+	case c.ctx.Err() != nil:
+	case p.mute:
+		if p.end {
+			c.close()
+		}
+	case c.reply(p.h, p.resp, p.code, p.end, p.holds):
+		c.close()
 	}
 }
