@@ -284,6 +284,9 @@ func TestRefusedWritesChangeNothing(t *testing.T) {
 		if len(events) > 0 {
 			t.Fatalf("seed %d, index %d: refused %+v published %v", seed, g.index, c, events)
 		}
+		if err := checkInvariants(f); err != nil {
+			t.Fatalf("seed %d, index %d: after refused %+v: %v", seed, g.index, c, err)
+		}
 		before.Advance(f.Applied())
 		if before.Hash() != f.Hash() {
 			t.Fatalf("seed %d, index %d: refused %+v (%v) changed the state:\n%s\nwas\n%s", seed, g.index, c, result.Err, tree(f), tree(before))

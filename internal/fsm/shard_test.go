@@ -594,3 +594,25 @@ func TestVersion2CommandsApplyAsBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestShardedTxnRefusals: a transaction's refused operation keeps its
+// Redo (the server takes the step, or says why a transaction cannot),
+// and a transaction refused after a create under an open directory record
+// leaves the record as it was (its children count and counter).
+func TestShardedTxnRefusals(t *testing.T) {
+	c := newCluster(t)
+	p := foreignTopDir(t, c.m, 0)
+	s, ch := c.node(p), c.dir(p)
+	created := s.mustApply(put(p, "dir")).Node.CreatedIndex
+
+	ch.refused(txn(txnCreate(p+"/a", "v")), api.CodeUnavailable, RedoOpenDirectory)
+	ch.mustApply(openPut(p+"/a", created, ch.f.Applied()))
+	ch.refused(txn(txnCreate(p+"/b", "v"), txnCreate(p+"/a", "again")), api.CodePreconditionFailed, RedoNone)
+	ch.refused(txn(txnCreate(p+"/s-", "v"), txnDelete(p+"/missing")), api.CodeNotFound, RedoNone)
+	if d, err := ch.f.Directory(p); err != nil || d.ChildrenCount != 1 {
+		t.Fatalf("Directory = %+v, %v; want the one child /a", d, err)
+	}
+	if err := checkShardInvariants(ch.f); err != nil {
+		t.Error(err)
+	}
+}

@@ -39,12 +39,13 @@ type TxnOpResult struct {
 // The session (if any) is live and the exactly-once window was checked by
 // applyWrite.
 //
-// The undo is a copy-on-write copy (O(1)) of the four trees the
+// The undo is a copy-on-write copy (O(1)) of the five trees the
 // operations may change (nodes, sessions for the ephemeral counts, owners,
-// the quota counts),
-// taken before the first operation and put back on refusal. Operations
-// never touch members, removed members, the applied index or a dedup
-// table, so nothing else needs restoring.
+// the quota counts, and, with several shards, the directory records whose
+// children counts and sequence counters a create or delete moves), taken
+// before the first operation and put back on refusal. Operations never
+// touch members, removed members, the applied index or a dedup table, so
+// nothing else needs restoring.
 //
 // A transaction of one operation takes no undo copy: an operation refuses
 // before it changes anything, as the same write outside a transaction
@@ -53,25 +54,29 @@ type TxnOpResult struct {
 // are shared with the copy until then), which is most of the apply cost
 // of a ZooKeeper client's create, setData or delete (one-operation
 // transactions all).
+//
+// A refusal keeps the refused operation's Redo (sharding's protocol
+// steps: a fence passed, a directory to open), so the server takes the
+// step, or explains why a transaction cannot, instead of answering 503.
 func (f *FSM) txn(index uint64, cmd *command.Command) (Result, []Event) {
 	if len(cmd.Ops) == 0 {
 		return refuse(api.Errorf(api.CodeInvalidArgument, "a transaction needs at least one operation"))
 	}
 	if len(cmd.Ops) == 1 {
-		result, events, err := f.txnOp(index, cmd, &cmd.Ops[0])
-		if err != nil {
-			return Result{Err: err, Txn: &TxnResult{Failed: 0}}, nil
+		result, events, refusal := f.txnOp(index, cmd, &cmd.Ops[0])
+		if refusal.Err != nil {
+			return refusedTxn(refusal, 0), nil
 		}
 		return Result{Txn: &TxnResult{Ops: []TxnOpResult{result}}}, events
 	}
-	nodes, sessions, owners, counts := f.nodes.Copy(), f.sessions.Copy(), f.owners.Copy(), f.quota.counts.Copy()
+	nodes, sessions, owners, counts, dirs := f.nodes.Copy(), f.sessions.Copy(), f.owners.Copy(), f.quota.counts.Copy(), f.dirs.Copy()
 	results := make([]TxnOpResult, 0, len(cmd.Ops))
 	var events []Event
 	for i := range cmd.Ops {
-		result, opEvents, err := f.txnOp(index, cmd, &cmd.Ops[i])
-		if err != nil {
-			f.nodes, f.sessions, f.owners, f.quota.counts = nodes, sessions, owners, counts
-			return Result{Err: err, Txn: &TxnResult{Failed: i}}, nil
+		result, opEvents, refusal := f.txnOp(index, cmd, &cmd.Ops[i])
+		if refusal.Err != nil {
+			f.nodes, f.sessions, f.owners, f.quota.counts, f.dirs = nodes, sessions, owners, counts, dirs
+			return refusedTxn(refusal, i), nil
 		}
 		results = append(results, result)
 		events = append(events, opEvents...)
@@ -79,35 +84,45 @@ func (f *FSM) txn(index uint64, cmd *command.Command) (Result, []Event) {
 	return Result{Txn: &TxnResult{Ops: results}}, events
 }
 
+// refusedTxn is the result of a transaction whose operation failed was
+// refused with refusal (its error and Redo).
+func refusedTxn(refusal Result, failed int) Result {
+	return Result{Err: refusal.Err, Redo: refusal.Redo, Txn: &TxnResult{Failed: failed}}
+}
+
 // txnOp applies one operation of the transaction cmd, or refuses it
-// (leaving the caller to undo the earlier ones).
-func (f *FSM) txnOp(index uint64, cmd *command.Command, op *command.TxnOp) (TxnOpResult, []Event, *api.Error) {
+// (leaving the caller to undo the earlier ones): refusal.Err is then set,
+// with the write's Redo if it has one.
+func (f *FSM) txnOp(index uint64, cmd *command.Command, op *command.TxnOp) (result TxnOpResult, events []Event, refusal Result) {
 	if err := api.ValidatePath(op.Path); err != nil {
-		return TxnOpResult{}, nil, asAPIError(err)
+		return TxnOpResult{}, nil, Result{Err: asAPIError(err)}
 	}
 	if err := checkTxnOpShape(op); err != nil {
-		return TxnOpResult{}, nil, err
+		return TxnOpResult{}, nil, Result{Err: err}
 	}
 	if op.Kind == command.TxnCheck {
-		return f.txnCheck(op)
+		result, err := f.txnCheck(op)
+		if err != nil {
+			return TxnOpResult{}, nil, Result{Err: err}
+		}
+		return result, nil, Result{}
 	}
 	if op.Kind == command.TxnSet {
 		if _, ok := f.lookup(op.Path); !ok {
-			return TxnOpResult{}, nil, api.Errorf(api.CodeNotFound, "node %q not found", op.Path)
+			return TxnOpResult{}, nil, Result{Err: api.Errorf(api.CodeNotFound, "node %q not found", op.Path)}
 		}
 	}
 	write := txnWriteCommand(cmd, op)
-	var result Result
-	var events []Event
+	var written Result
 	if op.Kind == command.TxnDelete {
-		result, events = f.delete(index, &write)
+		written, events = f.delete(index, &write)
 	} else {
-		result, events = f.put(index, &write)
+		written, events = f.put(index, &write)
 	}
-	if result.Err != nil {
-		return TxnOpResult{}, nil, result.Err.(*api.Error)
+	if written.Err != nil {
+		return TxnOpResult{}, nil, Result{Err: written.Err, Redo: written.Redo}
 	}
-	return f.txnOpResult(result.Node), events, nil
+	return f.txnOpResult(written.Node), events, Result{}
 }
 
 // checkTxnOpShape refuses the flags and preconditions an operation's kind
@@ -154,19 +169,19 @@ func txnWriteCommand(cmd *command.Command, op *command.TxnOp) command.Command {
 }
 
 // txnCheck applies a check operation: it changes nothing.
-func (f *FSM) txnCheck(op *command.TxnOp) (TxnOpResult, []Event, *api.Error) {
+func (f *FSM) txnCheck(op *command.TxnOp) (TxnOpResult, *api.Error) {
 	e, exists := f.lookup(op.Path)
 	switch {
 	case op.Precondition == command.PrecondNone && exists:
-		return TxnOpResult{}, nil, api.Errorf(api.CodePreconditionFailed, "node %q exists", op.Path)
+		return TxnOpResult{}, api.Errorf(api.CodePreconditionFailed, "node %q exists", op.Path)
 	case op.Precondition == command.PrecondNone:
-		return TxnOpResult{Node: NodeMeta{Path: op.Path}}, nil, nil
+		return TxnOpResult{Node: NodeMeta{Path: op.Path}}, nil
 	case !exists:
-		return TxnOpResult{}, nil, api.Errorf(api.CodeNotFound, "node %q not found", op.Path)
+		return TxnOpResult{}, api.Errorf(api.CodeNotFound, "node %q not found", op.Path)
 	case op.Precondition == command.PrecondVersion && e.version != op.Version:
-		return TxnOpResult{}, nil, api.Errorf(api.CodePreconditionFailed, "node %q has version %d, not %d", op.Path, e.version, op.Version)
+		return TxnOpResult{}, api.Errorf(api.CodePreconditionFailed, "node %q has version %d, not %d", op.Path, e.version, op.Version)
 	}
-	return f.txnOpResult(e.meta()), nil, nil
+	return f.txnOpResult(e.meta()), nil
 }
 
 // txnOpResult describes the node meta names as the tree holds it now (a

@@ -291,3 +291,45 @@ func TestShardsIdleGroupsDoNotPinTheWAL(t *testing.T) {
 		t.Fatalf("WAL segments not released: %d, %d, %d", segments(0), segments(1), segments(2))
 	}
 }
+
+// TestShardsTxnCreateNeedsAnOpenDirectory: with several shards, a
+// transaction's create under a directory whose children live in another
+// shard than its node, with no child there yet, is refused with
+// invalid_argument saying to create the first child outside the
+// transaction (docs/api.md), not 503; once a plain create opened the
+// directory there, the same transaction applies.
+func TestShardsTxnCreateNeedsAnOpenDirectory(t *testing.T) {
+	const shards = 4
+	c := New(t, 1, Options{Shards: shards})
+	if !waitFor(20*time.Second, func() bool { return c.everyShardLed(shards) }) {
+		t.Fatalf("not every shard has a leader: %v", c.shardLeaders(0))
+	}
+	m, err := placement.New(shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := ""
+	for i := 0; dir == ""; i++ {
+		if p := fmt.Sprintf("/t%d", i); m.ChildShard(p) != m.Shard(p) {
+			dir = p
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := Put(ctx, c.URL(0), dir, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	create := func(name string) error {
+		_, err := c.Nodes[0].Server.Txn(ctx, server.TxnRequest{Ops: []server.TxnOp{{Kind: server.TxnCreate, Path: dir + "/" + name, Value: []byte("v")}}})
+		return err
+	}
+	if err := create("a"); api.CodeOf(err) != api.CodeInvalidArgument || !strings.Contains(err.Error(), "create the first child outside the transaction") {
+		t.Fatalf("transaction create under %s, not open in its children's shard: %v; want invalid_argument", dir, err)
+	}
+	if _, err := Put(ctx, c.URL(0), dir+"/first", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := create("a"); err != nil {
+		t.Fatalf("transaction create once the directory is open: %v", err)
+	}
+}
