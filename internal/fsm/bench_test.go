@@ -59,24 +59,22 @@ func BenchmarkApplyPutCreate256(b *testing.B) {
 }
 
 func BenchmarkApplyPutUpdate256(b *testing.B) {
-	const keys = 100_000
-	f := buildBench(b, keys)
-	paths := make([]string, keys)
-	for i := range paths {
-		paths[i] = benchPath(i)
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		c := command.Command{Op: command.OpPut, Path: paths[i%keys], Value: benchValue, SessionID: 0}
-		f.Apply(f.Applied()+1, &c)
-		i += 7919
-	}
+	benchUpdates(b, func(path string) command.Command {
+		return command.Command{Op: command.OpPut, Path: path, Value: benchValue}
+	})
 }
 
 // BenchmarkApplyTxnSet256 applies one-operation transactions that set
 // existing keys: a ZooKeeper client's setData.
 func BenchmarkApplyTxnSet256(b *testing.B) {
+	benchUpdates(b, func(path string) command.Command {
+		return command.Command{Op: command.OpTxn, Ops: []command.TxnOp{{Kind: command.TxnSet, Path: path, Value: benchValue}}}
+	})
+}
+
+// benchUpdates applies update(path) to existing keys of a 100,000-key
+// tree, in a scattered order.
+func benchUpdates(b *testing.B, update func(path string) command.Command) {
 	const keys = 100_000
 	f := buildBench(b, keys)
 	paths := make([]string, keys)
@@ -86,7 +84,7 @@ func BenchmarkApplyTxnSet256(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		c := command.Command{Op: command.OpTxn, Ops: []command.TxnOp{{Kind: command.TxnSet, Path: paths[i%keys], Value: benchValue}}}
+		c := update(paths[i%keys])
 		f.Apply(f.Applied()+1, &c)
 		i += 7919
 	}
