@@ -32,8 +32,9 @@ import (
 // A read or ping with nothing in flight before it runs on the reader's
 // goroutine (it is quick, and that saves a hand-off); if every earlier
 // request is also answered, the reader answers it too, and the sender
-// never wakes for it (a client with one request at a time, the common
-// case, then costs one goroutine per request instead of three).
+// never wakes for it (it woke twice per request: when the request was
+// queued and when it was done), which is a client's common case of one
+// request at a time.
 //
 // Writes in flight together (one shard) keep their order by the state
 // machine, not by waiting: each holds a turn of the connection's write
