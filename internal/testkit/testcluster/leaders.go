@@ -16,13 +16,7 @@ func (c *Cluster) WaitBalanced(timeout time.Duration) {
 	shards := max(c.opts.Shards, 1)
 	members := min(len(c.Running()), shards)
 	balanced := func() bool { return c.everyShardLed(shards) && c.balancedLeaders(members) }
-	if c.Virtual() {
-		if !c.AdvanceUntil(timeout, balanced) {
-			c.t.Fatalf("leaders not balanced in %v (virtual): %v", timeout, c.leadCounts(c.Running()[0]))
-		}
-		return
-	}
-	if !waitFor(timeout, balanced) {
+	if !c.AdvanceUntil(timeout, balanced) {
 		c.t.Fatalf("leaders not balanced in %v: %v", timeout, c.leadCounts(c.Running()[0]))
 	}
 }

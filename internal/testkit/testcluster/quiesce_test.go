@@ -349,9 +349,7 @@ func TestQuiescedShardsLeaderBalance(t *testing.T) {
 func TestQuiesceWithMembersWithoutIt(t *testing.T) {
 	const shards, members = 6, 3 // balanced, each member leads 2, so n1 a shard besides the meta group's
 	c := New(t, members, Options{Shards: shards, Time: clock.NewFake(time.Unix(1_700_000_000, 0)), NoQuiesce: []string{"n2", "n3"}})
-	if !c.AdvanceUntil(60*time.Second, func() bool { return c.everyShardLed(shards) && c.balancedLeaders(members) }) {
-		t.Fatalf("leaders not balanced:%s", c.describeQuiesced())
-	}
+	c.WaitBalanced(60 * time.Second)
 	c.advanceGently(2 * server.StatusReportInterval) // the balancer's last moves settle
 	before := c.Status(0).Shards
 	if before[1].LeaderID == "" {

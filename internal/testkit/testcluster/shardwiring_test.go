@@ -37,23 +37,8 @@ func newShardedClusterWith(t *testing.T, opts Options) *Cluster {
 	t.Helper()
 	opts.Shards = wiringShards
 	c := New(t, 3, opts)
-	if !waitFor(30*time.Second, func() bool { return c.everyShardLed(wiringShards) && c.balanced() }) {
-		t.Fatalf("not every shard has an agreed leader, balanced: %v / %v / %v", c.shardLeaders(0), c.shardLeaders(1), c.shardLeaders(2))
-	}
+	c.WaitBalanced(30 * time.Second)
 	return c
-}
-
-// balanced reports whether, as node 0 sees it, the shard leaderships are
-// spread so the leader balancer moves none: the busiest and the idlest
-// member differ by at most one.
-func (c *Cluster) balanced() bool {
-	counts := c.leadCounts(0)
-	lo, hi := wiringShards, 0
-	for _, n := range c.Nodes {
-		k := counts[api.FormatID(n.ID)]
-		lo, hi = min(lo, k), max(hi, k)
-	}
-	return hi-lo <= 1
 }
 
 // again runs op until it answers something else than 503 unavailable (a
