@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"github.com/tidwall/btree"
+
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 )
@@ -62,32 +64,48 @@ func (f *FSM) txn(index uint64, cmd *command.Command) (Result, []Event) {
 	if len(cmd.Ops) == 0 {
 		return refuse(api.Errorf(api.CodeInvalidArgument, "a transaction needs at least one operation"))
 	}
-	if len(cmd.Ops) == 1 {
-		result, events, refusal := f.txnOp(index, cmd, &cmd.Ops[0])
-		if refusal.Err != nil {
-			return refusedTxn(refusal, 0), nil
-		}
-		return Result{Txn: &TxnResult{Ops: []TxnOpResult{result}}}, events
+	var undo txnUndo // one operation refuses before it changes anything
+	if len(cmd.Ops) > 1 {
+		undo = f.undoCopy()
 	}
-	nodes, sessions, owners, counts, dirs := f.nodes.Copy(), f.sessions.Copy(), f.owners.Copy(), f.quota.counts.Copy(), f.dirs.Copy()
 	results := make([]TxnOpResult, 0, len(cmd.Ops))
 	var events []Event
 	for i := range cmd.Ops {
 		result, opEvents, refusal := f.txnOp(index, cmd, &cmd.Ops[i])
 		if refusal.Err != nil {
-			f.nodes, f.sessions, f.owners, f.quota.counts, f.dirs = nodes, sessions, owners, counts, dirs
-			return refusedTxn(refusal, i), nil
+			f.restore(undo)
+			return Result{Err: refusal.Err, Redo: refusal.Redo, Txn: &TxnResult{Failed: i}}, nil
 		}
 		results = append(results, result)
-		events = append(events, opEvents...)
+		if events == nil {
+			events = opEvents // no copy for the first (often only) operation
+		} else {
+			events = append(events, opEvents...)
+		}
 	}
 	return Result{Txn: &TxnResult{Ops: results}}, events
 }
 
-// refusedTxn is the result of a transaction whose operation failed was
-// refused with refusal (its error and Redo).
-func refusedTxn(refusal Result, failed int) Result {
-	return Result{Err: refusal.Err, Redo: refusal.Redo, Txn: &TxnResult{Failed: failed}}
+// txnUndo holds copy-on-write copies of the trees a transaction's
+// operations may change; the zero value holds none.
+type txnUndo struct {
+	nodes    *btree.BTreeG[entry]
+	sessions *btree.BTreeG[session]
+	owners   *btree.BTreeG[ownerKey]
+	counts   *btree.BTreeG[quotaCount]
+	dirs     *btree.BTreeG[dirRecord]
+}
+
+// undoCopy takes the copies a refused transaction puts back.
+func (f *FSM) undoCopy() txnUndo {
+	return txnUndo{nodes: f.nodes.Copy(), sessions: f.sessions.Copy(), owners: f.owners.Copy(), counts: f.quota.counts.Copy(), dirs: f.dirs.Copy()}
+}
+
+// restore puts back the trees of u, if it holds any.
+func (f *FSM) restore(u txnUndo) {
+	if u.nodes != nil {
+		f.nodes, f.sessions, f.owners, f.quota.counts, f.dirs = u.nodes, u.sessions, u.owners, u.counts, u.dirs
+	}
 }
 
 // txnOp applies one operation of the transaction cmd, or refuses it
