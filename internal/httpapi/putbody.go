@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"net/http"
 	"unicode/utf8"
 )
@@ -32,11 +33,13 @@ func simpleValue(data []byte) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	rest, ok = expect(rest, '"')
-	if !ok || len(rest) < len(`value"`) || string(rest[:len(`value"`)]) != `value"` {
+	if rest, ok = expect(rest, '"'); !ok {
 		return "", false
 	}
-	if rest, ok = expect(rest[len(`value"`):], ':'); !ok {
+	if rest, ok = bytes.CutPrefix(rest, []byte(`value"`)); !ok {
+		return "", false
+	}
+	if rest, ok = expect(rest, ':'); !ok {
 		return "", false
 	}
 	if rest, ok = expect(rest, '"'); !ok {

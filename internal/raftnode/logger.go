@@ -22,14 +22,6 @@ func (l raftLogger) Infof(format string, v ...any) {
 	l.log.Info(fmt.Sprintf(format, v...))
 }
 
-// routineInfo reports whether raft's Info line of format is routine under
-// asynchronous storage writes, not news: a Ready with no new entries still
-// carries the last in-progress index in its append response, so the
-// second response for an index finds it stable already ("missing from
-// unstable log"), a few hundred times a second under load.
-func routineInfo(format string) bool {
-	return strings.Contains(format, "missing from unstable log") || strings.Contains(format, "matched unstable snapshot")
-}
 func (l raftLogger) Warning(v ...any) { l.log.Warn(fmt.Sprint(v...)) }
 func (l raftLogger) Warningf(format string, v ...any) {
 	l.log.Warn(fmt.Sprintf(format, v...))
@@ -44,4 +36,13 @@ func (l raftLogger) Fatalf(format string, v ...any) {
 func (l raftLogger) Panic(v ...any) { panic(fmt.Sprint(v...)) }
 func (l raftLogger) Panicf(format string, v ...any) {
 	panic(fmt.Sprintf(format, v...))
+}
+
+// routineInfo reports whether raft's Info line of format is routine under
+// asynchronous storage writes, not news: a Ready with no new entries still
+// carries the last in-progress index in its append response, so the
+// second response for an index finds it stable already ("missing from
+// unstable log"), a few hundred times a second under load.
+func routineInfo(format string) bool {
+	return strings.Contains(format, "missing from unstable log") || strings.Contains(format, "matched unstable snapshot")
 }
