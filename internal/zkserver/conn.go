@@ -25,8 +25,10 @@ type conn struct {
 	nc net.Conn
 	br *bufio.Reader
 
-	wmu sync.Mutex // guards bw and the order of frames on the wire
+	wmu sync.Mutex // guards bw, unflushed and the order of frames on the wire
 	bw  *bufio.Writer
+	// unflushed counts the frames in bw since its last flush.
+	unflushed int
 
 	ctx    context.Context // cancelled when the connection closes
 	cancel context.CancelFunc
@@ -174,7 +176,7 @@ func (c *conn) run() {
 			// Alone, quick, and nothing to answer before it: run and
 			// answer it here, without a hand-off either way.
 			c.runPending(p)
-			c.answer(p)
+			c.answer(p, false)
 			continue
 		}
 		select {
@@ -263,9 +265,19 @@ func (c *conn) saw(index uint64) {
 	}
 }
 
-// send writes one reply or notification: the header, then body if the
-// header carries no error.
+// send writes one reply or notification and flushes it with whatever the
+// sender left buffered: the header, then body if the header carries no
+// error.
 func (c *conn) send(h zkproto.ReplyHeader, body zkproto.Record) error {
+	return c.sendFrame(h, body, true)
+}
+
+// sendFrame writes one reply or notification, and flushes the connection's
+// buffer if flush is set. The sender leaves its replies buffered while the
+// next one is ready too (sendReplies), so that the replies of writes
+// completed by one apply leave in one system call; whoever writes next
+// with flush set, or the sender before it waits, sends them.
+func (c *conn) sendFrame(h zkproto.ReplyHeader, body zkproto.Record, flush bool) error {
 	w := zkproto.NewWriter(make([]byte, 0, 64))
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -274,27 +286,61 @@ func (c *conn) send(h zkproto.ReplyHeader, body zkproto.Record) error {
 	if body != nil && h.Err == zkproto.ErrOK {
 		body.Encode(w)
 	}
-	return c.writeFrame(w.Bytes())
+	return c.writeFrameLocked(w.Bytes(), flush)
 }
+
+// maxUnflushed is how many frames the sender may leave buffered: a bound
+// on a batch's length, so that the write deadline set at its first frame
+// is still far when the buffer spills or is flushed.
+const maxUnflushed = 64
 
 // writeFrame writes and flushes one frame; c.wmu must be held.
 func (c *conn) writeFrame(record []byte) error {
+	return c.writeFrameLocked(record, true)
+}
+
+// writeFrameLocked writes one frame, and flushes it (and the frames left
+// buffered before it) if flush is set or the batch is full; c.wmu must be
+// held. The write deadline is set at a batch's first frame.
+func (c *conn) writeFrameLocked(record []byte, flush bool) error {
 	if len(record) > zkproto.MaxPacket {
 		// No client would read it (jute.maxbuffer): end the connection
 		// rather than send it.
 		c.close()
 		return zkproto.ErrFrameTooLarge
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(max(c.timeout, 5*time.Second)))
+	if c.unflushed == 0 {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(max(c.timeout, 5*time.Second)))
+	}
 	if err := zkproto.WriteFrame(c.bw, record); err != nil {
 		c.close()
 		return err
 	}
+	c.unflushed++
+	c.sent.Add(1)
+	c.l.sent.Add(1)
+	if flush || c.unflushed >= maxUnflushed {
+		return c.flushLocked()
+	}
+	return nil
+}
+
+// flush sends the frames left buffered, if any.
+func (c *conn) flush() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.flushLocked()
+}
+
+// flushLocked sends the buffered frames; c.wmu must be held.
+func (c *conn) flushLocked() error {
+	if c.unflushed == 0 {
+		return nil
+	}
+	c.unflushed = 0
 	if err := c.bw.Flush(); err != nil {
 		c.close()
 		return err
 	}
-	c.sent.Add(1)
-	c.l.sent.Add(1)
 	return nil
 }

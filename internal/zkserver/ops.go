@@ -21,7 +21,7 @@ func (c *conn) multiOp(op zkproto.OpCode, rest []byte) (zkproto.Record, zkproto.
 // held notifications are released right after the reply, under the watch
 // table's lock (watchTable.release), so that no notification of a later
 // change goes out between the reply and a held one of an earlier change.
-func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.ErrCode, end bool, holds []*watchGen) (closeConn bool) {
+func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.ErrCode, end bool, holds []*watchGen, batch bool) (closeConn bool) {
 	if code == zkproto.ErrOperationTimeout {
 		// The member could not answer in time (no leader, no quorum): end
 		// the connection unanswered, as a ZooKeeper server that lost its
@@ -33,10 +33,13 @@ func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.
 		return true
 	}
 	through := c.awaitNotifications(len(holds) > 0)
-	send := func() { _ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp) }
 	if len(holds) == 0 {
-		send()
+		// With batch, the sender flushes it (nextDone, or answer before
+		// it ends the connection).
+		_ = c.sendFrame(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp, !batch)
 	} else {
+		// release may send it later from another goroutine: flushed.
+		send := func() { _ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp) }
 		c.watches.release(holds, through, send)
 	}
 	return end || code == zkproto.ErrSessionExpired

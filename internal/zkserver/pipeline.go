@@ -234,25 +234,57 @@ func (c *conn) runPending(p *pending) {
 // sendReplies writes the replies in request order as the requests
 // complete, and frees their slots.
 func (c *conn) sendReplies(order <-chan *pending, slots <-chan struct{}) {
-	for p := range order {
-		<-p.done
-		c.answer(p)
+	for {
+		p, ok := c.nextDone(order)
+		if !ok {
+			return
+		}
+		c.answer(p, true)
 		<-slots
 	}
 }
 
-// answer writes the reply of p, done, or ends the connection as p says.
+// nextDone returns the next request of order once it is done, and false
+// once order is closed. Before it waits for either, it flushes the replies
+// left buffered: a reply waits in the buffer only while the next one is
+// ready too.
+func (c *conn) nextDone(order <-chan *pending) (*pending, bool) {
+	var p *pending
+	var ok bool
+	select {
+	case p, ok = <-order:
+	default:
+		c.flush()
+		p, ok = <-order
+	}
+	if !ok {
+		c.flush()
+		return nil, false
+	}
+	select {
+	case <-p.done:
+	default:
+		c.flush()
+		<-p.done
+	}
+	return p, true
+}
+
+// answer writes the reply of p, done, or ends the connection as p says;
+// with batch set the reply may be left buffered (the sender flushes it).
 // Replies leave in request order: the sender answers what the reader
 // queued, and the reader answers a request itself only when nothing
 // before it is unanswered.
-func (c *conn) answer(p *pending) {
+func (c *conn) answer(p *pending, batch bool) {
 	switch {
 	case c.ctx.Err() != nil:
 	case p.mute:
 		if p.end {
+			c.flush() // the replies before it
 			c.close()
 		}
-	case c.reply(p.h, p.resp, p.code, p.end, p.holds):
+	case c.reply(p.h, p.resp, p.code, p.end, p.holds, batch):
+		c.flush()
 		c.close()
 	}
 }
