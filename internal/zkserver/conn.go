@@ -194,7 +194,7 @@ func (c *conn) run() {
 			continue
 		}
 		requests.Add(1)
-		go func() { defer requests.Done(); c.runPending(p) }()
+		c.l.runners.do(func() { defer requests.Done(); c.runPending(p) })
 	}
 }
 

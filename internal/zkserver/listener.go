@@ -67,6 +67,9 @@ type Listener struct {
 	// sharded: the cluster has more than one shard (each with its own log).
 	sharded bool
 
+	// runners runs the connections' requests (runners.go).
+	runners *runners
+
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
 	lns    []net.Listener
@@ -100,8 +103,12 @@ func New(srv *server.Server, cfg Config) *Listener {
 		allowed[w] = true
 	}
 	return &Listener{srv: srv, cfg: cfg, log: cfg.Logger, allowed: allowed, started: time.Now(), conns: map[*conn]struct{}{},
-		sharded: srv.Config().Shards > 1}
+		sharded: srv.Config().Shards > 1, runners: newRunners(maxIdleRunners)}
 }
+
+// maxIdleRunners bounds the goroutines kept waiting for requests: enough
+// for a few hundred requests in flight, a few MiB of stacks at most.
+const maxIdleRunners = 256
 
 // ErrClosed is returned by Serve once Close was called.
 var ErrClosed = errors.New("zkserver: listener closed")
@@ -189,5 +196,6 @@ func (l *Listener) Close() error {
 		c.close()
 	}
 	l.wg.Wait()
+	l.runners.stop()
 	return nil
 }
