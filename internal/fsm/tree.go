@@ -83,7 +83,12 @@ func (e *entry) meta() NodeMeta {
 // prefix plus "/"), and a parent always comes before its children.
 func pathLess(a, b string) bool {
 	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
+	// Skip the shared prefix eight bytes at a time: in a namespace of deep
+	// paths it is most of each comparison of a B-tree search.
+	i := 0
+	for ; i+8 <= n && load64(a[i:i+8]) == load64(b[i:i+8]); i += 8 {
+	}
+	for ; i < n; i++ {
 		x, y := a[i], b[i]
 		if x == y {
 			continue
@@ -97,6 +102,14 @@ func pathLess(a, b string) bool {
 		return x < y
 	}
 	return len(a) < len(b)
+}
+
+// load64 returns the first eight bytes of s as one word (the compiler
+// makes it one load).
+func load64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
 func entryLess(a, b entry) bool { return pathLess(a.path, b.path) }
