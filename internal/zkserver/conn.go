@@ -290,8 +290,7 @@ func (c *conn) sendFrame(h zkproto.ReplyHeader, body zkproto.Record, flush bool)
 }
 
 // maxUnflushed is how many frames the sender may leave buffered: a bound
-// on a batch's length, so that the write deadline set at its first frame
-// is still far when the buffer spills or is flushed.
+// on how long a batch waits for its flush.
 const maxUnflushed = 64
 
 // writeFrame writes and flushes one frame; c.wmu must be held.
@@ -301,16 +300,18 @@ func (c *conn) writeFrame(record []byte) error {
 
 // writeFrameLocked writes one frame, and flushes it (and the frames left
 // buffered before it) if flush is set or the batch is full; c.wmu must be
-// held. The write deadline is set at a batch's first frame.
+// held. The write deadline is set right before each system call: a frame
+// that spills the buffer, and the flush.
 func (c *conn) writeFrameLocked(record []byte, flush bool) error {
 	if len(record) > zkproto.MaxPacket {
 		// No client would read it (jute.maxbuffer): end the connection
-		// rather than send it.
+		// rather than send it, after the replies before it.
+		_ = c.flushLocked()
 		c.close()
 		return zkproto.ErrFrameTooLarge
 	}
-	if c.unflushed == 0 {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(max(c.timeout, 5*time.Second)))
+	if len(record)+4 > c.bw.Available() {
+		c.setWriteDeadline()
 	}
 	if err := zkproto.WriteFrame(c.bw, record); err != nil {
 		c.close()
@@ -323,6 +324,12 @@ func (c *conn) writeFrameLocked(record []byte, flush bool) error {
 		return c.flushLocked()
 	}
 	return nil
+}
+
+// setWriteDeadline gives the next write to the client the connection's
+// write timeout.
+func (c *conn) setWriteDeadline() {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(max(c.timeout, 5*time.Second)))
 }
 
 // flush sends the frames left buffered, if any.
@@ -338,6 +345,7 @@ func (c *conn) flushLocked() error {
 		return nil
 	}
 	c.unflushed = 0
+	c.setWriteDeadline()
 	if err := c.bw.Flush(); err != nil {
 		c.close()
 		return err

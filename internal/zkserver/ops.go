@@ -32,6 +32,11 @@ func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.
 		c.watches.release(holds, nil, nil)
 		return true
 	}
+	if batch && len(holds) > 0 {
+		// Waiting for notifications or the watch table may take a while:
+		// the replies before this one do not wait with it.
+		c.flush()
+	}
 	through := c.awaitNotifications(len(holds) > 0)
 	if len(holds) == 0 {
 		// With batch, the sender flushes it (nextDone, or answer before

@@ -194,3 +194,75 @@ func TestLostWriteEndsTheConnection(t *testing.T) {
 		t.Fatalf("a write on the session's new connection: %d", h.Err)
 	}
 }
+
+// TestReplyNotHeldBehindPendingWrite: the sender leaves a reply buffered
+// only while the next one is ready too, so a write's reply reaches the
+// client while the write pipelined after it is still held back.
+func TestReplyNotHeldBehindPendingWrite(t *testing.T) {
+	c := startZK(t, 1, Config{})
+	r := dialRaw(t, c.addrs[0])
+	r.session()
+	held := r.xid + 2
+	release := make(chan struct{})
+	hook := func(xid int32, _ *server.WriteTurn) {
+		if xid == held {
+			<-release
+		}
+	}
+	c.listeners[0].beforeWrite.Store(&hook)
+	t.Cleanup(func() { c.listeners[0].beforeWrite.Store(nil) })
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	first := r.send(zkproto.OpCreate, &zkproto.CreateRequest{Path: "/first", ACL: worldAnyone})
+	second := r.send(zkproto.OpCreate, &zkproto.CreateRequest{Path: "/second", ACL: worldAnyone})
+	if second != held {
+		t.Fatalf("second write has xid %d, want %d", second, held)
+	}
+	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if h, _ := r.reply(); h.Xid != first || h.Err != zkproto.ErrOK {
+		t.Fatalf("reply xid %d err %d, want xid %d OK while the next write is held", h.Xid, h.Err, first)
+	}
+	close(release)
+	released = true
+	if h, _ := r.reply(); h.Xid != second || h.Err != zkproto.ErrOK {
+		t.Fatalf("reply xid %d err %d, want xid %d OK", h.Xid, h.Err, second)
+	}
+}
+
+// TestRunnersEndAtClose: the goroutines kept to run requests end when the
+// listener closes.
+func TestRunnersEndAtClose(t *testing.T) {
+	c := startZK(t, 1, Config{})
+	r := dialRaw(t, c.addrs[0])
+	r.session()
+	const n = 20
+	for i := range n {
+		r.send(zkproto.OpCreate, &zkproto.CreateRequest{Path: fmt.Sprintf("/r%d", i), ACL: worldAnyone})
+	}
+	for range n {
+		if h, _ := r.reply(); h.Err != zkproto.ErrOK {
+			t.Fatalf("create: %d", h.Err)
+		}
+	}
+	l := c.listeners[0]
+	waitRunners(t, l, func(idle int32) bool { return idle > 0 }, "some runner waiting for work after the requests")
+	l.Close()
+	waitRunners(t, l, func(idle int32) bool { return idle == 0 }, "no runner waiting after Close")
+}
+
+// waitRunners waits up to 10 s until l's count of waiting runners meets
+// cond.
+func waitRunners(t *testing.T, l *Listener, cond func(idle int32) bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond(l.runners.idle.Load()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("want %s; %d runners wait", what, l.runners.idle.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
