@@ -50,6 +50,12 @@ import (
 //
 // So reads pipeline with reads, writes with writes (one shard), and a
 // connection's requests take effect in the order it sent them.
+//
+// A request handed off runs on a goroutine kept from an earlier request
+// (runners.go). The sender leaves a reply in the connection's buffer while
+// the next request in order is already done, and flushes before it waits
+// (nextDone): the replies of writes one apply completed leave together,
+// and no reply waits for a request that is not done.
 
 // reqClass is how a request is ordered against the requests before it.
 type reqClass uint8
