@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 )
 
@@ -70,6 +71,27 @@ func BenchmarkApplyTxnSet256(b *testing.B) {
 	benchUpdates(b, func(path string) command.Command {
 		return command.Command{Op: command.OpTxn, Ops: []command.TxnOp{{Kind: command.TxnSet, Path: path, Value: benchValue}}}
 	})
+}
+
+// BenchmarkApplyTxnCheckCreate256 applies transactions of a check that
+// the parent exists and a create of a new key beside existing ones: a
+// ZooKeeper client's create.
+func BenchmarkApplyTxnCheckCreate256(b *testing.B) {
+	const keys = 100_000
+	f := buildBench(b, keys)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		path := fmt.Sprintf("/bench/d%03d/new-%09d", i%1000, i)
+		c := command.Command{Op: command.OpTxn, Ops: []command.TxnOp{
+			{Kind: command.TxnCheck, Path: api.Parent(path), Precondition: command.PrecondAny},
+			{Kind: command.TxnCreate, Path: path, Value: benchValue},
+		}}
+		if r, _ := f.Apply(f.Applied()+1, &c); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		i += 7919
+	}
 }
 
 // benchUpdates applies update(path) to existing keys of a 100,000-key

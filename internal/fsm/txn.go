@@ -49,13 +49,16 @@ type TxnOpResult struct {
 // touch members, removed members, the applied index or a dedup table, so
 // nothing else needs restoring.
 //
-// A transaction of one operation takes no undo copy: an operation refuses
-// before it changes anything, as the same write outside a transaction
-// does (TestRefusedWritesChangeNothing). The copy is O(1), but it makes
-// the next change of each tree copy every node on its path (the trees
-// are shared with the copy until then), which is most of the apply cost
-// of a ZooKeeper client's create, setData or delete (one-operation
-// transactions all).
+// The copy is taken only when it can be needed, right before the first
+// operation that changes the state and is not the last one: an operation
+// refuses before it changes anything, as the same write outside a
+// transaction does (TestRefusedWritesChangeNothing), and a check changes
+// nothing. So one operation, or checks followed by one change (a
+// ZooKeeper client's create, a check of the parent and the create; a
+// delete at a version), takes none. The copy is O(1), but it makes the
+// next change of each tree copy every node on its path (the trees are
+// shared with the copy until then), which was most of the apply cost of
+// those writes.
 //
 // A refusal keeps the refused operation's Redo (sharding's protocol
 // steps: a fence passed, a directory to open), so the server takes the
@@ -64,14 +67,17 @@ func (f *FSM) txn(index uint64, cmd *command.Command) (Result, []Event) {
 	if len(cmd.Ops) == 0 {
 		return refuse(api.Errorf(api.CodeInvalidArgument, "a transaction needs at least one operation"))
 	}
-	var undo txnUndo // one operation refuses before it changes anything
-	if len(cmd.Ops) > 1 {
-		undo = f.undoCopy()
-	}
+	var undo txnUndo
 	results := make([]TxnOpResult, 0, len(cmd.Ops))
 	var events []Event
 	for i := range cmd.Ops {
-		result, opEvents, refusal := f.txnOp(index, cmd, &cmd.Ops[i])
+		op := &cmd.Ops[i]
+		if undo.nodes == nil && op.Kind != command.TxnCheck && i < len(cmd.Ops)-1 {
+			// A later operation may refuse once this one changed the
+			// state; only checks, which change nothing, ran before it.
+			undo = f.undoCopy()
+		}
+		result, opEvents, refusal := f.txnOp(index, cmd, op)
 		if refusal.Err != nil {
 			f.restore(undo)
 			return Result{Err: refusal.Err, Redo: refusal.Redo, Txn: &TxnResult{Failed: i}}, nil

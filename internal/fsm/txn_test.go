@@ -114,6 +114,9 @@ func TestTxnRefusalChangesNothing(t *testing.T) {
 		{"ephemeral without a session", []command.TxnOp{txnCreate("/z", ""), {Kind: command.TxnCreate, Path: "/e2", Ephemeral: true}}, 1, api.CodeInvalidArgument},
 		{"invalid path", []command.TxnOp{txnCreate("/z", ""), txnCreate("/bad/", "")}, 1, api.CodeInvalidArgument},
 		{"root delete", []command.TxnOp{txnDelete("/")}, 0, api.CodeInvalidArgument},
+		{"checks, a change, then a refusal", []command.TxnOp{txnCheck("/a", command.PrecondAny, 0), txnCheck("/dir", command.PrecondAny, 0), txnCreate("/new", "x"), txnCreate("/a", "y")}, 3, api.CodePreconditionFailed},
+		{"a check, then the refused change", []command.TxnOp{txnCheck("/dir", command.PrecondAny, 0), txnCreate("/dir/child", "y")}, 1, api.CodePreconditionFailed},
+		{"a check, a change, a refused check", []command.TxnOp{txnCheck("/a", command.PrecondAny, 0), txnSet("/a", "2", 0), txnCheck("/a", command.PrecondVersion, 1)}, 2, api.CodePreconditionFailed},
 		{"last op fails after many", []command.TxnOp{txnCreate("/m/1", ""), txnCreate("/m/2", ""), txnSet("/a", "9", 0), txnDelete("/dir/child"), txnCheck("/m/1", command.PrecondNone, 0)}, 4, api.CodePreconditionFailed},
 	}
 	for _, tt := range tests {
