@@ -36,7 +36,7 @@ func ValidatePath(p string) error {
 			return Errorf(CodeInvalidArgument, "path %q has a control character", p)
 		}
 	}
-	for _, seg := range strings.Split(p[1:], "/") {
+	for seg := range strings.SplitSeq(p[1:], "/") {
 		switch seg {
 		case "":
 			return Errorf(CodeInvalidArgument, "path %q has an empty segment", p)

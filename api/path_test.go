@@ -87,3 +87,13 @@ func TestCodeStatus(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkValidatePath validates a benchmark's key: no allocation.
+func BenchmarkValidatePath(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := ValidatePath("/bench/set1764672000000000000/k00001234"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
