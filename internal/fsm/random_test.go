@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/testkit/testseed"
 )
@@ -263,13 +264,50 @@ func TestCloneIsolation(t *testing.T) {
 // TestRefusedWritesChangeNothing applies random commands (transactions of
 // one to four operations among them) and checks that every refused one
 // without an exactly-once request (whose refusal the window records)
-// leaves the state as it was, but for the applied index. A transaction of
-// one operation relies on it: it takes no undo copy (txn).
+// leaves the state as it was, but for the applied index: on one shard,
+// under quotas, and on a shard of several (where the generator's commands
+// mostly meet sharding's refusals: sessions live in shard 0, a directory
+// must be opened in its children's shard). A transaction relies on it: it
+// takes no undo copy for its last operation (txn).
 func TestRefusedWritesChangeNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		setup   func(t *testing.T, g *commandGenerator) *FSM
+		mustSee api.Code // a refusal the run must include
+	}{
+		{"one shard", func(*testing.T, *commandGenerator) *FSM { return New() }, api.CodePreconditionFailed},
+		{"quotas", func(t *testing.T, g *commandGenerator) *FSM {
+			// Small limits on the generator's paths, so that quota
+			// refusals are frequent: nodes under /a, bytes under /b.
+			f := New()
+			for _, q := range []command.Command{quotaSet("/a", 4, 1<<20), quotaSet("/b", 1<<20, 48)} {
+				g.index++
+				if r, _ := f.Apply(g.index, &q); r.Err != nil {
+					t.Fatalf("set quota: %v", r.Err)
+				}
+			}
+			return f
+		}, api.CodeQuotaExceeded},
+		{"shard 1 of 3", func(t *testing.T, _ *commandGenerator) *FSM {
+			f, err := NewShard(1, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}, api.CodeUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) { refusedWritesChangeNothing(t, tc.setup, tc.mustSee) })
+	}
+}
+
+// refusedWritesChangeNothing applies random commands to the state machine
+// setup returns, and checks that every refused one left it as it was.
+func refusedWritesChangeNothing(t *testing.T, setup func(t *testing.T, g *commandGenerator) *FSM, mustSee api.Code) {
 	seed := testSeed(t)
 	g := newCommandGenerator(seed)
-	f := New()
+	f := setup(t, g)
 	refused := map[command.Op]int{}
+	codes := map[api.Code]int{}
 	for range *stepsFlag {
 		var c command.Command
 		if c = g.next(); g.rng.IntN(2) == 0 {
@@ -281,6 +319,7 @@ func TestRefusedWritesChangeNothing(t *testing.T) {
 			continue
 		}
 		refused[c.Op]++
+		codes[api.CodeOf(result.Err)]++
 		if len(events) > 0 {
 			t.Fatalf("seed %d, index %d: refused %+v published %v", seed, g.index, c, events)
 		}
@@ -292,8 +331,8 @@ func TestRefusedWritesChangeNothing(t *testing.T) {
 			t.Fatalf("seed %d, index %d: refused %+v (%v) changed the state:\n%s\nwas\n%s", seed, g.index, c, result.Err, tree(f), tree(before))
 		}
 	}
-	if refused[command.OpTxn] == 0 || refused[command.OpPut] == 0 {
-		t.Fatalf("seed %d: too few refusals to test: %v", seed, refused)
+	if refused[command.OpTxn] == 0 || refused[command.OpPut] == 0 || codes[mustSee] == 0 {
+		t.Fatalf("seed %d: too few refusals to test: %v, %v (want some %s)", seed, refused, codes, mustSee)
 	}
-	t.Logf("refusals checked by operation: %v", refused)
+	t.Logf("refusals checked by operation: %v; by code: %v", refused, codes)
 }
