@@ -136,19 +136,36 @@ func (gm groupMetrics) LeaderChanged(leader, term uint64) {
 }
 
 // commitCollector reports every running group's commit index, read from
-// raft at scrape time.
+// raft at scrape time, and how its Ready loop batches: the Readys it took
+// and the proposals and peer messages stepped into raft
+// (raftnode.Node.Batching).
 type commitCollector struct{ s *Server }
 
-var commitIndexDesc = prometheus.NewDesc("latch_raft_commit_index", "Commit index known here, per shard.", shardLabel, nil)
+var (
+	commitIndexDesc = prometheus.NewDesc("latch_raft_commit_index", "Commit index known here, per shard.", shardLabel, nil)
+	readysDesc      = prometheus.NewDesc("latch_raft_readys_total",
+		"Readys the shard's Ready loop took (each one WAL save of what raft gathered since the last, and one send of each peer's messages), per shard.", shardLabel, nil)
+	steppedDesc = prometheus.NewDesc("latch_raft_messages_stepped_total",
+		"Proposals and peer messages stepped into the shard's raft, per shard: over latch_raft_readys_total, what one Ready carries.", shardLabel, nil)
+)
 
-func (c commitCollector) Describe(ch chan<- *prometheus.Desc) { ch <- commitIndexDesc }
+func (c commitCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- commitIndexDesc
+	ch <- readysDesc
+	ch <- steppedDesc
+}
 
 func (c commitCollector) Collect(ch chan<- prometheus.Metric) {
 	for shard, g := range c.s.allGroups() {
-		if g != nil {
-			ch <- prometheus.MustNewConstMetric(commitIndexDesc, prometheus.GaugeValue,
-				float64(g.Node().Status().Commit), strconv.Itoa(shard))
+		if g == nil {
+			continue
 		}
+		label := strconv.Itoa(shard)
+		node := g.Node()
+		ch <- prometheus.MustNewConstMetric(commitIndexDesc, prometheus.GaugeValue, float64(node.Status().Commit), label)
+		readys, stepped := node.Batching()
+		ch <- prometheus.MustNewConstMetric(readysDesc, prometheus.CounterValue, float64(readys), label)
+		ch <- prometheus.MustNewConstMetric(steppedDesc, prometheus.CounterValue, float64(stepped), label)
 	}
 }
 

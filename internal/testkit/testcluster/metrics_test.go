@@ -209,6 +209,10 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		t.Errorf("WAL flush counts: %v flushes, %v saves, %v groups, %v entries: want flushes >= 1, saves and groups >= flushes, groups <= saves, entries >= 3",
 			flushes, saves, groups, entries)
 	}
+	// The Ready loop's batching: the writes above took Readys and stepped
+	// their proposals (or, on a follower, the leader's appends).
+	atLeast(sc, 1, "latch_raft_readys_total", "shard", "0")
+	atLeast(sc, 3, "latch_raft_messages_stepped_total", "shard", "0")
 	kv := "/v1/kv/{path...}"
 	expect(sc, 3, "latch_http_requests_total", "method", "PUT", "route", kv, "code", "200")
 	atLeast(sc, 3, "latch_http_requests_total", "method", "GET", "route", kv, "code", "200")
