@@ -45,7 +45,8 @@ type TxnOpResult struct {
 // operations may change (nodes, sessions for the ephemeral counts, owners,
 // the quota counts, and, with several shards, the directory records whose
 // children counts and sequence counters a create or delete moves), taken
-// before the first operation and put back on refusal. Operations never
+// before the first operation that needs it (below) and put back on
+// refusal. Operations never
 // touch members, removed members, the applied index or a dedup table, so
 // nothing else needs restoring.
 //
