@@ -73,7 +73,7 @@ func newMetrics(s *Server) *metrics {
 	m.registry.MustRegister(lockWakeups, storageFullGauge(s), quiesced)
 	m.registry.MustRegister(walFlushCounters(s)...)
 	m.addSessionMetrics(s)
-	m.registry.MustRegister(watchCollector{s}, commitCollector{s})
+	m.registry.MustRegister(watchCollector{s}, raftCollector{s})
 	m.addHTTPMetrics()
 	m.registry.MustRegister(m.term, m.hasLeader, m.leaderChanges, m.appliedIndex,
 		m.proposalsPending, m.proposalsFailed, m.walFsync, m.entriesPerSave, m.applyDuration, m.snapshotDuration, m.snapshotsFailed,
@@ -135,11 +135,11 @@ func (gm groupMetrics) LeaderChanged(leader, term uint64) {
 	}
 }
 
-// commitCollector reports every running group's commit index, read from
+// raftCollector reports every running group's commit index, read from
 // raft at scrape time, and how its Ready loop batches: the Readys it took
 // and the proposals and peer messages stepped into raft
 // (raftnode.Node.Batching).
-type commitCollector struct{ s *Server }
+type raftCollector struct{ s *Server }
 
 var (
 	commitIndexDesc = prometheus.NewDesc("latch_raft_commit_index", "Commit index known here, per shard.", shardLabel, nil)
@@ -149,13 +149,13 @@ var (
 		"Proposals and peer messages stepped into the shard's raft, per shard: over latch_raft_readys_total, what one Ready carries.", shardLabel, nil)
 )
 
-func (c commitCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- commitIndexDesc
 	ch <- readysDesc
 	ch <- steppedDesc
 }
 
-func (c commitCollector) Collect(ch chan<- prometheus.Metric) {
+func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
 	for shard, g := range c.s.allGroups() {
 		if g == nil {
 			continue
