@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/testkit/testcluster"
 	"github.com/latch-io/latch/internal/zkproto"
 )
 
@@ -249,20 +250,11 @@ func TestRunnersEndAtClose(t *testing.T) {
 		}
 	}
 	l := c.listeners[0]
-	waitRunners(t, l, func(idle int32) bool { return idle > 0 }, "some runner waiting for work after the requests")
+	if !testcluster.WaitFor(10*time.Second, func() bool { return l.runners.idle.Load() > 0 }) {
+		t.Fatal("no runner waits for work after the requests")
+	}
 	l.Close()
-	waitRunners(t, l, func(idle int32) bool { return idle == 0 }, "no runner waiting after Close")
-}
-
-// waitRunners waits up to 10 s until l's count of waiting runners meets
-// cond.
-func waitRunners(t *testing.T, l *Listener, cond func(idle int32) bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond(l.runners.idle.Load()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("want %s; %d runners wait", what, l.runners.idle.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testcluster.WaitFor(10*time.Second, func() bool { return l.runners.idle.Load() == 0 }) {
+		t.Fatalf("%d runners still wait 10 s after Close", l.runners.idle.Load())
 	}
 }
