@@ -73,7 +73,7 @@ func (f *FSM) txn(index uint64, cmd *command.Command) (Result, []Event) {
 	var events []Event
 	for i := range cmd.Ops {
 		op := &cmd.Ops[i]
-		if undo.nodes == nil && op.Kind != command.TxnCheck && i < len(cmd.Ops)-1 {
+		if !undo.taken() && op.Kind != command.TxnCheck && i < len(cmd.Ops)-1 {
 			// A later operation may refuse once this one changed the
 			// state; only checks, which change nothing, ran before it.
 			undo = f.undoCopy()
@@ -108,9 +108,12 @@ func (f *FSM) undoCopy() txnUndo {
 	return txnUndo{nodes: f.nodes.Copy(), sessions: f.sessions.Copy(), owners: f.owners.Copy(), counts: f.quota.counts.Copy(), dirs: f.dirs.Copy()}
 }
 
+// taken reports whether u holds copies.
+func (u txnUndo) taken() bool { return u.nodes != nil }
+
 // restore puts back the trees of u, if it holds any.
 func (f *FSM) restore(u txnUndo) {
-	if u.nodes != nil {
+	if u.taken() {
 		f.nodes, f.sessions, f.owners, f.quota.counts, f.dirs = u.nodes, u.sessions, u.owners, u.counts, u.dirs
 	}
 }
