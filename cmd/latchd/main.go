@@ -24,6 +24,7 @@ import (
 	"github.com/latch-io/latch/internal/buildinfo"
 	"github.com/latch-io/latch/internal/httpapi"
 	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/timeline"
 	"github.com/latch-io/latch/internal/tlsconfig"
 )
 
@@ -114,6 +115,9 @@ func run(args []string) error {
 		logger.Error("ZooKeeper listener failed", "err", err)
 	}
 	zkServer.close()
+	if err := timeline.Dump(); err != nil {
+		logger.Error("write timeline", "err", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = httpServer.Shutdown(ctx)

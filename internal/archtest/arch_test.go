@@ -51,7 +51,10 @@ var allowed = map[string]rule{
 	"internal/clock":     {stdlibOnly: true},
 	"internal/buildinfo": {},
 	"internal/vfs":       {},
-	"api":                {stdlibOnly: true},
+	// A measuring tool: the write pipeline's timeline (build tag latchtimeline).
+	"internal/timeline":        {stdlibOnly: true},
+	"internal/timeline/report": {imports: []string{"internal/timeline"}, stdlibOnly: true},
+	"api":                      {stdlibOnly: true},
 	// Where a path lives in a sharded cluster: a pure function.
 	"internal/placement": {tests: []string{"api", testkit + "testseed"}, stdlibOnly: true, never: []string{"net", "os", "time", "math/rand"}},
 
@@ -73,7 +76,7 @@ var allowed = map[string]rule{
 	// Storage and network.
 	"internal/snap":      {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
 	"internal/wal":       {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
-	"internal/transport": {tests: []string{"internal/tlsconfig", testkit + "testcerts"}},
+	"internal/transport": {imports: []string{"internal/timeline"}, tests: []string{"internal/tlsconfig", testkit + "testcerts"}},
 	// The TLS configs of every port, reloaded from files.
 	"internal/tlsconfig": {tests: []string{testkit + "testcerts"}, stdlibOnly: true},
 	// The ZooKeeper wire codec: bytes only.
@@ -81,11 +84,11 @@ var allowed = map[string]rule{
 
 	// One group's raft node and runtime.
 	"internal/raftnode": {
-		imports: []string{"internal/clock", "internal/snap", "internal/transport", "internal/wal"},
+		imports: []string{"internal/clock", "internal/snap", "internal/timeline", "internal/transport", "internal/wal"},
 		tests:   []string{"internal/vfs", testkit + "testseed"},
 	},
 	"internal/replica": {
-		imports: []string{"api", "internal/clock", "internal/command", "internal/fsm", "internal/raftnode", "internal/snap"},
+		imports: []string{"api", "internal/clock", "internal/command", "internal/fsm", "internal/raftnode", "internal/snap", "internal/timeline"},
 		tests:   []string{"internal/transport", "internal/vfs", "internal/wal"},
 	},
 
@@ -129,7 +132,7 @@ var allowed = map[string]rule{
 		tests:   append(testHarness, testkit+"testcerts"),
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
-	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/clock", "internal/httpapi", "internal/placement", "internal/server", "internal/tlsconfig", "internal/zkserver"}},
+	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/clock", "internal/httpapi", "internal/placement", "internal/server", "internal/timeline", "internal/tlsconfig", "internal/zkserver"}},
 
 	// The test harnesses.
 	testkit + "testseed":  {stdlibOnly: true},

@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/internal/timeline"
 )
 
 // appender is the node's append thread (raft's LocalAppendThread): it makes
@@ -56,6 +58,7 @@ func newAppender(n *Node) *appender {
 // enqueue queues m for the append goroutine; it never blocks. Called from
 // the Ready loop.
 func (a *appender) enqueue(work appendWork) {
+	timeline.Mark(timeline.AppendQueued)
 	a.mu.Lock()
 	a.queue = append(a.queue, work)
 	a.mu.Unlock()
@@ -128,7 +131,9 @@ func (a *appender) save(work []appendWork) error {
 		}
 	}
 	a.busySince.Store(max(1, int64(a.n.cfg.Clock.Since(a.n.started))))
+	timeline.Mark(timeline.SaveStart)
 	err := a.n.storeAppends(msgs, nil)
+	timeline.Mark(timeline.SaveEnd)
 	a.busySince.Store(0)
 	a.n.storageProgressed()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/latch-io/latch/internal/timeline"
 	"github.com/latch-io/latch/internal/wal"
 )
 
@@ -193,9 +194,15 @@ func (n *Node) snapshotIfPinning() {
 // learns of durable entries and applied ones from the responses that
 // deliver steps back into it.
 func (n *Node) handleReady(rd raft.Ready) error {
+	if len(rd.Entries) > 0 {
+		timeline.Mark(timeline.ReadyTaken)
+	}
 	n.observe(rd)
 	peers, local := splitLocal(rd.Messages)
 	n.send(coalesceAppends(peers))
+	if len(rd.Entries) > 0 {
+		timeline.Mark(timeline.Sent)
+	}
 	for i := range local {
 		m := &local[i]
 		switch m.To {
@@ -204,9 +211,11 @@ func (n *Node) handleReady(rd raft.Ready) error {
 				return err
 			}
 		case raft.LocalApplyThread:
+			timeline.Mark(timeline.ApplyStart)
 			if err := n.apply(m.Entries); err != nil {
 				return err
 			}
+			timeline.Mark(timeline.ApplyEnd)
 			if err := n.deliver(m.Responses); err != nil {
 				return err
 			}

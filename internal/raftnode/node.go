@@ -15,6 +15,7 @@ import (
 
 	"github.com/latch-io/latch/internal/clock"
 	"github.com/latch-io/latch/internal/snap"
+	"github.com/latch-io/latch/internal/timeline"
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/wal"
 )
@@ -406,6 +407,7 @@ func (n *Node) ReadIndex(_ context.Context, rctx []byte) error {
 // did. Every message but an idle heartbeat wakes a quiesced group
 // (wakesGroup).
 func (n *Node) Step(_ context.Context, m raftpb.Message) error {
+	markStep(&m)
 	if n.wakesGroup(&m) {
 		n.wake()
 	}
@@ -519,4 +521,18 @@ func (n *Node) fail(err error) {
 	}
 	n.errMu.Unlock()
 	n.log.Error("raft node stopping on fatal error", "err", err)
+}
+
+// markStep records a peer's message in the write timeline (a measuring
+// tool compiled in only with the build tag latchtimeline).
+func markStep(m *raftpb.Message) {
+	if !timeline.Enabled {
+		return
+	}
+	switch {
+	case m.Type == raftpb.MsgApp && len(m.Entries) > 0:
+		timeline.Mark(timeline.AppendStepped)
+	case m.Type == raftpb.MsgAppResp:
+		timeline.Mark(timeline.AckStepped)
+	}
 }

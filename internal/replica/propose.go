@@ -14,6 +14,7 @@ import (
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/timeline"
 )
 
 // outcome is what a proposal's waiter receives.
@@ -95,6 +96,7 @@ func (t *waiterTable) failAll(err error) {
 // may carry a deterministic refusal in Result.Err; the error is for failures
 // (overload, no quorum in time, leader change) whose outcome is unknown.
 func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result, uint64, error) {
+	timeline.Mark(timeline.Propose)
 	m := r.cfg.Metrics
 	if r.waiters.len() >= r.cfg.MaxPending {
 		m.ProposalFailed()
@@ -146,6 +148,7 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 	}
 	select {
 	case o := <-ch:
+		timeline.Mark(timeline.Answered)
 		if o.err != nil {
 			m.ProposalFailed()
 		}

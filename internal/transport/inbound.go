@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/internal/timeline"
 )
 
 // acceptLoop accepts peer connections until the listener is closed.
@@ -146,6 +148,7 @@ func (t *TCP) readMessages(conn net.Conn, reader *bufio.Reader, from uint64) {
 			t.logger.Debug("peer stream ended", "peer", from, "err", err)
 			return
 		}
+		timeline.Mark(timeline.FrameRead)
 		if frame.peer != nil {
 			t.receivePeer(from, &frame)
 			continue

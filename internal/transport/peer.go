@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/internal/timeline"
 )
 
 // Peer states. Send queues while a peer is dialing or connected and drops at
@@ -227,6 +229,7 @@ func (p *peer) stream(conn net.Conn) error {
 		case <-p.ctx.Done():
 			return p.ctx.Err()
 		}
+		timeline.Mark(timeline.WriterTook)
 		var err error
 		if scratch, err = p.writeBatch(conn, writer, first, scratch); err != nil {
 			return err
@@ -270,6 +273,7 @@ func (p *peer) writeBatch(conn net.Conn, writer *bufio.Writer, first outgoing, s
 	if err := writer.Flush(); err != nil {
 		return scratch, p.failBatch(groups, count, err)
 	}
+	timeline.Mark(timeline.WriterFlushed)
 	p.t.counters.messagesSent.Add(uint64(count))
 	p.t.counters.bytesSent.Add(uint64(bytes))
 	return scratch, nil
