@@ -189,35 +189,25 @@ func hasAll(first map[Stage]int64, stages ...Stage) bool {
 
 // String names the stage.
 func (s Stage) String() string {
-	switch s {
-	case Propose:
-		return "proposed"
-	case ReadyTaken:
-		return "Ready taken"
-	case Sent:
-		return "messages handed to the transport"
-	case WriterTook:
-		return "peer writer took a message"
-	case WriterFlushed:
-		return "peer writer wrote the socket"
-	case FrameRead:
-		return "frame read from the socket"
-	case AppendStepped:
-		return "MsgApp stepped into raft"
-	case AppendQueued:
-		return "append queued"
-	case SaveStart:
-		return "WAL save began"
-	case SaveEnd:
-		return "WAL save returned"
-	case AckStepped:
-		return "follower's ack stepped"
-	case ApplyStart:
-		return "apply began"
-	case ApplyEnd:
-		return "apply ended"
-	case Answered:
-		return "proposer answered"
+	if name, ok := stageNames[s]; ok {
+		return name
 	}
 	return fmt.Sprintf("stage %q", byte(s))
+}
+
+var stageNames = map[Stage]string{
+	Propose:       "proposed",
+	ReadyTaken:    "Ready taken",
+	Sent:          "messages handed to the transport",
+	WriterTook:    "peer writer took a message",
+	WriterFlushed: "peer writer wrote the socket",
+	FrameRead:     "frame read from the socket",
+	AppendStepped: "MsgApp stepped into raft",
+	AppendQueued:  "append queued",
+	SaveStart:     "WAL save began",
+	SaveEnd:       "WAL save returned",
+	AckStepped:    "follower's ack stepped",
+	ApplyStart:    "apply began",
+	ApplyEnd:      "apply ended",
+	Answered:      "proposer answered",
 }

@@ -39,13 +39,13 @@ func TestBreakdownLinesFollowersUpWithTheLeader(t *testing.T) {
 		got[s.Member+"/"+s.What] = s
 	}
 	want := map[string][2]time.Duration{ // p50 over {write 1, write 2} is the larger (index 1 of 2)
-		"leader/" + Sent.String():            {12 * time.Microsecond, 22 * time.Microsecond},
-		"follower 1/" + FrameRead.String():   {200 * time.Microsecond, 200 * time.Microsecond},
-		"follower 1/" + SaveEnd.String():     {900 * time.Microsecond, 800 * time.Microsecond},
-		"follower 1/" + WriterTook.String():  {903 * time.Microsecond, 803 * time.Microsecond},
-		"leader/" + AckStepped.String():      {1000 * time.Microsecond, 900 * time.Microsecond},
-		"leader/" + Answered.String():        {1070 * time.Microsecond, 980 * time.Microsecond},
-		"leader/" + WriterFlushed.String():   {140 * time.Microsecond, 140 * time.Microsecond},
+		"leader/" + Sent.String():             {12 * time.Microsecond, 22 * time.Microsecond},
+		"follower 1/" + FrameRead.String():    {200 * time.Microsecond, 200 * time.Microsecond},
+		"follower 1/" + SaveEnd.String():      {900 * time.Microsecond, 800 * time.Microsecond},
+		"follower 1/" + WriterTook.String():   {903 * time.Microsecond, 803 * time.Microsecond},
+		"leader/" + AckStepped.String():       {1000 * time.Microsecond, 900 * time.Microsecond},
+		"leader/" + Answered.String():         {1070 * time.Microsecond, 980 * time.Microsecond},
+		"leader/" + WriterFlushed.String():    {140 * time.Microsecond, 140 * time.Microsecond},
 		"follower 1/" + AppendQueued.String(): {241 * time.Microsecond, 231 * time.Microsecond},
 	}
 	for name, w := range want {
