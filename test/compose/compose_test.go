@@ -64,7 +64,7 @@ func TestReplaceVoter(t *testing.T) {
 	phase = w.mark()
 	p.mustLatchctl(survivor, "members", "remove", victim)
 	p.mustLatchctl(survivor, "members", "add", "n4", "--peer-url", "n4:2380", "--client-url", "http://n4:2379", "--learner")
-	p.must(2*time.Minute, "up", "-d", "--no-deps", "n4")
+	p.startService("n4")
 	p.mustLatchctl(survivor, "members", "promote", "n4", "--wait", "60s")
 	if !testcluster.WaitFor(30*time.Second, func() bool { return p.role(ctx, "n4") == "follower" }) {
 		t.Fatalf("n4 is %q after its promotion, want follower", p.role(ctx, "n4"))

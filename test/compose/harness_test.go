@@ -87,11 +87,23 @@ func newProject(t *testing.T) *project {
 func (p *project) pickPorts() {
 	p.env = append(os.Environ(), "LATCH_IMAGE="+p.image())
 	p.ports = map[string]string{}
-	for service, variable := range portVariables {
-		port := freePort(p.t)
-		p.env = append(p.env, variable+"="+strconv.Itoa(port))
-		p.ports[service] = fmt.Sprintf("http://127.0.0.1:%d", port)
+	for service := range portVariables {
+		p.pickPort(service)
 	}
+}
+
+// pickPort chooses a free host port for one service's published port (a
+// later value of the variable in p.env wins over an earlier one).
+func (p *project) pickPort(service string) {
+	port := freePort(p.t)
+	p.env = append(p.env, portVariables[service]+"="+strconv.Itoa(port))
+	p.ports[service] = fmt.Sprintf("http://127.0.0.1:%d", port)
+}
+
+// portTaken reports whether docker-compose failed because a published
+// port chosen free was bound by someone else before Docker bound it.
+func portTaken(output string) bool {
+	return strings.Contains(output, "address already in use") || strings.Contains(output, "port is already allocated")
 }
 
 // up starts the project. A port chosen free can be taken by another test
@@ -104,12 +116,31 @@ func (p *project) up() {
 		if err == nil {
 			return
 		}
-		if attempt == 3 || !strings.Contains(out+err.Error(), "address already in use") {
+		if attempt == 3 || !portTaken(out+err.Error()) {
 			p.t.Fatalf("docker-compose up -d: %v\n%s", err, out)
 		}
 		p.t.Logf("a published port was taken meanwhile; starting again on other ports")
 		_, _ = p.compose(2*time.Minute, "down", "-v")
 		p.pickPorts()
+	}
+}
+
+// startService starts one more service of the running project. Its port
+// was chosen free when the project was made, and may have been taken since
+// (any process's outgoing connection can get it as its local port): then
+// it is started on another (three attempts), and p.ports names the new one.
+func (p *project) startService(service string) {
+	p.t.Helper()
+	for attempt := 1; ; attempt++ {
+		out, err := p.compose(2*time.Minute, "up", "-d", "--no-deps", service)
+		if err == nil {
+			return
+		}
+		if attempt == 3 || !portTaken(out+err.Error()) {
+			p.t.Fatalf("docker-compose up -d --no-deps %s: %v\n%s", service, err, out)
+		}
+		p.t.Logf("%s's published port was taken meanwhile; starting it on another", service)
+		p.pickPort(service)
 	}
 }
 
