@@ -206,10 +206,11 @@ func TestProposalDroppedDuringTransferIsProposedAgain(t *testing.T) {
 		}
 	}()
 	g.network.Heal()
-	waitFor(t, "the transferee to lead", func() bool {
+	waitForWithin(t, 25*time.Second, "the transferee to lead", func() bool {
 		// raft gives a transfer an election timeout to finish; on a loaded
 		// machine the catch-up can take longer and the transfer is
-		// abandoned: ask again (the re-proposals go on meanwhile).
+		// abandoned: ask again (the re-proposals go on meanwhile), for as
+		// long as the proposals' context lasts.
 		l := g.leader()
 		if l != nil && l != transferee && l.Status().LeadTransferee == raft.None {
 			l.TransferLeadership(ctx, transferee.cfg.ID)
