@@ -1,6 +1,8 @@
 package timeline
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -100,11 +102,7 @@ func TestParse(t *testing.T) {
 }
 
 func sortedCopy(events []Event) []Event {
-	out := append([]Event(nil), events...)
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].At < out[j-1].At; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	out := slices.Clone(events)
+	slices.SortStableFunc(out, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
