@@ -41,7 +41,6 @@ func Parse(r io.Reader, name string) ([]Event, error) {
 type Step struct {
 	Member   string // "leader", "follower 1", ...
 	Stage    Stage
-	What     string
 	P50, P90 time.Duration
 	Writes   int
 }
@@ -108,7 +107,7 @@ func Breakdown(leader []Event, followers [][]Event) []Step {
 		if k.member > 0 {
 			member = fmt.Sprintf("follower %d", k.member)
 		}
-		steps = append(steps, Step{Member: member, Stage: k.stage, What: k.stage.String(),
+		steps = append(steps, Step{Member: member, Stage: k.stage,
 			P50: d[len(d)/2], P90: d[len(d)*9/10], Writes: len(d)})
 	}
 	sort.SliceStable(steps, func(a, b int) bool { return steps[a].P50 < steps[b].P50 })

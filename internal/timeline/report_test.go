@@ -38,7 +38,7 @@ func TestBreakdownLinesFollowersUpWithTheLeader(t *testing.T) {
 	steps := Breakdown(sortedCopy(leader), [][]Event{follower})
 	got := map[string]Step{}
 	for _, s := range steps {
-		got[s.Member+"/"+s.What] = s
+		got[s.Member+"/"+s.Stage.String()] = s
 	}
 	want := map[string][2]time.Duration{ // p50 over {write 1, write 2} is the larger (index 1 of 2)
 		"leader/" + Sent.String():             {12 * time.Microsecond, 22 * time.Microsecond},
@@ -82,7 +82,7 @@ func TestBreakdownSkipsWritesWithoutTheirStages(t *testing.T) {
 	}
 	for _, s := range steps {
 		if s.Writes != 1 {
-			t.Fatalf("%s counted in %d writes, want 1: %v", s.What, s.Writes, steps)
+			t.Fatalf("%s counted in %d writes, want 1: %v", s.Stage, s.Writes, steps)
 		}
 	}
 	if steps[0].Stage != ReadyTaken || steps[0].P50 != 5*time.Microsecond {

@@ -34,7 +34,7 @@ func main() {
 	steps := timeline.Breakdown(members[0], members[1:])
 	fmt.Printf("| member | stage | after the proposal: p50 | p90 | writes |\n| --- | --- | --- | --- | --- |\n")
 	for _, s := range steps {
-		fmt.Printf("| %s | %s | %.0f µs | %.0f µs | %d |\n", s.Member, s.What,
+		fmt.Printf("| %s | %s | %.0f µs | %.0f µs | %d |\n", s.Member, s.Stage,
 			float64(s.P50.Nanoseconds())/1e3, float64(s.P90.Nanoseconds())/1e3, s.Writes)
 	}
 }
