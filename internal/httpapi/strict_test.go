@@ -1,7 +1,10 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -93,6 +96,126 @@ func FuzzDecodeStrict(f *testing.F) {
 		if strings.ContainsRune(*strict.Value, utf8.RuneError) && !strings.ContainsRune(body, utf8.RuneError) &&
 			!strings.Contains(strings.ToLower(body), `\ufffd`) {
 			t.Fatalf("%q: accepted, and decoding replaced something with U+FFFD", body)
+		}
+	})
+}
+
+// TestPlainObject: the bodies that take plainObject's one scan, and those
+// left to the token walk.
+func TestPlainObject(t *testing.T) {
+	fields := jsonFields(reflect.TypeOf(plainTarget{}))
+	tests := []struct {
+		body  string
+		plain bool
+	}{
+		{`{}`, true},
+		{" { } \n", true},
+		{`{"name":"bench-lock-1","session_id":"0x1f","wait_ms":10000}`, true},
+		{`{"ids":[1, 2,3],"on":true,"off":false,"n":0}`, true},
+		{`{"names":[],"name":""}`, true},
+		{`{"n":9007199254740991}`, true},
+		{`{"name":1}`, true}, // the decoder refuses the type
+		{`{"n":9007199254740992}`, false},
+		{`{"n":12345678901234567}`, false},
+		{`{"n":01}`, false},
+		{`{"n":-1}`, false},
+		{`{"n":1.5}`, false},
+		{`{"n":1e2}`, false},
+		{`{"n":null}`, false},
+		{`{"name":"a\"b"}`, false},
+		{`{"name":"\u0061"}`, false},
+		{"{\"name\":\"a\tb\"}", false},
+		{`{"nam\u0065":"a"}`, false},
+		{`{"Name":"a"}`, false},
+		{`{"other":"a"}`, false},
+		{`{"name":"a","name":"b"}`, false},
+		{`{"ids":[[1]]}`, false},
+		{`{"ids":[1,]}`, false},
+		{`{"ids":[1 2]}`, false},
+		{`{"name":{"a":1}}`, false},
+		{`{"name":"a",}`, false},
+		{`{"name":"a"} {}`, false},
+		{`{"name":"a"`, false},
+		{`{"on":truex}`, false},
+		{`{"on":tru}`, false},
+		{`[]`, false},
+		{`"name"`, false},
+	}
+	for _, tt := range tests {
+		if got := plainObject([]byte(tt.body), fields); got != tt.plain {
+			t.Errorf("plainObject(%s) = %v, want %v", tt.body, got, tt.plain)
+		}
+	}
+}
+
+// plainTarget has a field of every kind the API's bodies use.
+type plainTarget struct {
+	Name  string   `json:"name"`
+	ID    string   `json:"session_id"`
+	Wait  uint64   `json:"wait_ms"`
+	N     uint64   `json:"n"`
+	On    bool     `json:"on"`
+	Off   bool     `json:"off"`
+	IDs   []uint64 `json:"ids"`
+	Names []string `json:"names"`
+}
+
+// FuzzPlainObjectDecodesAlike: decodeStrict, which decodes a plain body
+// with encoding/json alone, gives every body the outcome of the token walk
+// (decodeChecked): the same refusal message, or the same value, for each
+// kind of body the API reads.
+func FuzzPlainObjectDecodesAlike(f *testing.F) {
+	for _, seed := range []string{
+		`{}`, `{"name":"l","session_id":"0x1","wait_ms":10}`, `{"timeout_ms":60000}`,
+		`{"session_ids":["0x1","0x2"]}`, `{"ids":[1,2],"on":true,"names":["a"]}`,
+		`{"name":"a","name":"b"}`, `{"name":1}`, `{"ids":["x"]}`, `{"n":9007199254740992}`,
+		`{"fencing_token":7,"session_id":"0x2","name":"x"}`, `{"session_id":null}`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		data := []byte(body)
+		if !utf8.Valid(data) || len(bytes.TrimSpace(data)) == 0 {
+			return // decodeStrict answers these before either path
+		}
+		compare := func(fast, checked any) {
+			errFast := decodeStrict(data, fast)
+			errChecked := decodeChecked(data, checked, jsonFields(reflect.TypeOf(checked).Elem()))
+			if fmt.Sprint(errFast) != fmt.Sprint(errChecked) {
+				t.Fatalf("%s into %T: %v, the token walk says %v", body, fast, errFast, errChecked)
+			}
+			if errFast == nil && !reflect.DeepEqual(fast, checked) {
+				t.Fatalf("%s into %T: %+v, the token walk gives %+v", body, fast, fast, checked)
+			}
+		}
+		compare(&plainTarget{}, &plainTarget{})
+		compare(&api.LockRequest{}, &api.LockRequest{})
+		compare(&api.SessionRequest{}, &api.SessionRequest{})
+		compare(&api.SessionCreateRequest{}, &api.SessionCreateRequest{})
+	})
+}
+
+// BenchmarkDecodeStrict: a lock acquire's body, by the one scan and by
+// the token walk.
+func BenchmarkDecodeStrict(b *testing.B) {
+	body := []byte(`{"name":"bench-lock-3","session_id":"0x5c0ffee15bad5eed","wait_ms":10000}`)
+	fields := jsonFields(reflect.TypeOf(api.LockRequest{}))
+	b.Run("plain", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var req api.LockRequest
+			if err := decodeStrict(body, &req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("token-walk", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var req api.LockRequest
+			if err := decodeChecked(body, &req, fields); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }
