@@ -170,6 +170,7 @@ func FuzzPlainObjectDecodesAlike(f *testing.F) {
 		`{"session_ids":["0x1","0x2"]}`, `{"ids":[1,2],"on":true,"names":["a"]}`,
 		`{"name":"a","name":"b"}`, `{"name":1}`, `{"ids":["x"]}`, `{"n":9007199254740992}`,
 		`{"fencing_token":7,"session_id":"0x2","name":"x"}`, `{"session_id":null}`,
+		`{"ops":["x",1],"request_seq":3}`, `{"reads":[]}`, `{"value":"v","ttl_ms":5}`, `{"learner":true,"name":"n4"}`,
 	} {
 		f.Add(seed)
 	}
@@ -192,6 +193,11 @@ func FuzzPlainObjectDecodesAlike(f *testing.F) {
 		compare(&api.LockRequest{}, &api.LockRequest{})
 		compare(&api.SessionRequest{}, &api.SessionRequest{})
 		compare(&api.SessionCreateRequest{}, &api.SessionCreateRequest{})
+		compare(&putBody{}, &putBody{})
+		compare(&txnBody{}, &txnBody{})
+		compare(&readManyBody{}, &readManyBody{})
+		compare(&addMemberRequest{}, &addMemberRequest{})
+		compare(&api.ReadOp{}, &api.ReadOp{})
 	})
 }
 
