@@ -205,17 +205,25 @@ func TestProposalDroppedDuringTransferIsProposedAgain(t *testing.T) {
 			}
 		}
 	}()
+	// The entry the transferee missed is committed (by the leader and the
+	// third node) before the cut heals, so no message of its commit is left
+	// to reach the transferee after: the leader learns that the transferee
+	// is behind from its answer to a heartbeat, and heartbeats go with the
+	// ticks of the test's clock.
+	waitFor(t, "the entry before the transfer to commit", func() bool { return leader.Status().Commit >= lastBefore })
 	g.network.Heal()
-	waitForWithin(t, 25*time.Second, "the transferee to lead", func() bool {
-		// raft gives a transfer an election timeout to finish; on a loaded
-		// machine the catch-up can take longer and the transfer is
-		// abandoned: ask again (the re-proposals go on meanwhile), for as
-		// long as the proposals' context lasts.
+	waitFor(t, "the transferee to lead", func() bool {
+		// raft gives a transfer an election timeout of ticks to finish;
+		// if it is abandoned, ask again (the re-proposals go on meanwhile).
 		l := g.leader()
-		if l != nil && l != transferee && l.Status().LeadTransferee == raft.None {
+		if l == transferee {
+			return true
+		}
+		if l != nil && l.Status().LeadTransferee == raft.None {
 			l.TransferLeadership(ctx, transferee.cfg.ID)
 		}
-		return l == transferee
+		g.tick(t)
+		return false
 	})
 	if err := <-accepted; err != nil {
 		t.Fatalf("propose again: %v", err)

@@ -91,13 +91,7 @@ func (h *stepHandler) ReceivePeer(_ context.Context, from uint64, m transport.Pe
 // waitFor polls cond until it holds or 10 seconds pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	waitForWithin(t, 10*time.Second, what, cond)
-}
-
-// waitForWithin is waitFor with another deadline.
-func waitForWithin(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
