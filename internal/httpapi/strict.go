@@ -22,9 +22,9 @@ import (
 // numbers are integers in [0, api.MaxInteger].
 //
 // A plain body (plainObject), which is what clients send, is checked by one
-// scan and decoded by json.Unmarshal; any other takes the token walk
-// (decodeChecked), which gives every refusal its message. Both decode a
-// plain body alike (FuzzPlainObjectDecodesAlike).
+// scan; any other takes the token walk (decodeChecked), which gives every
+// refusal its message. Both then decode alike (decodeInto), and both give a
+// plain body the same outcome (FuzzPlainObjectDecodesAlike).
 func decodeStrict(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
@@ -34,10 +34,7 @@ func decodeStrict(data []byte, v any) error {
 	}
 	fields := jsonFields(reflect.TypeOf(v).Elem())
 	if plainObject(data, fields) {
-		if err := json.Unmarshal(data, v); err != nil {
-			return decodeError(err)
-		}
-		return nil
+		return decodeInto(data, v)
 	}
 	return decodeChecked(data, v, fields)
 }
@@ -51,6 +48,12 @@ func decodeChecked(data []byte, v any, fields []string) error {
 	if err := checkObject(data, fields); err != nil {
 		return err
 	}
+	return decodeInto(data, v)
+}
+
+// decodeInto is the decode both of decodeStrict's paths end with, once data
+// has passed their checks.
+func decodeInto(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
