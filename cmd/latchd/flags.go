@@ -178,6 +178,7 @@ func scalarChecks(cfg *server.Config, logLevel string) []flagCheck {
 		{"cluster-token", strconv.Quote(cfg.ClusterToken), checkClusterToken(cfg.ClusterToken)},
 		{"shards", cfg.Shards, inRange(cfg.Shards, 1, placement.MaxShards)},
 		{"snapshot-count", cfg.SnapshotEvery, orNil(cfg.SnapshotEvery == 0, func() error { return errors.New("must be at least 1") })},
+		{"snapshot-bytes", cfg.SnapshotBytes, orNil(cfg.SnapshotBytes == 0, func() error { return errors.New("must be at least 1") })},
 		{"max-value-size", cfg.MaxValueSize, inRange(cfg.MaxValueSize, 1, server.MaxMaxValueSize)},
 		{"tick", cfg.TickInterval, positive(cfg.TickInterval)},
 		{"election-ticks", cfg.ElectionTicks, orNil(cfg.ElectionTicks <= heartbeatTicks, func() error {

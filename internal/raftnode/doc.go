@@ -93,9 +93,10 @@
 // so a leader with a stuck disk stops heartbeating and the others elect a
 // leader that can commit.
 //
-// Every SnapshotEvery applied entries, and at the first chance after a conf
-// change (so a snapshot sent to a new member names it), the state machine is
-// cloned in O(1) on the Ready loop, the clone is written by snap.Store on a background
+// Every SnapshotEvery applied entries, or sooner once SnapshotBytes of entry
+// data were applied, and at the first chance after a conf change (so a
+// snapshot sent to a new member names it), the state machine is cloned in
+// O(1) on the Ready loop, the clone is written by snap.Store on a background
 // goroutine, and only then is the WAL marker written, the raft log compacted
 // and old WAL segments released. At most one snapshot is in flight.
 //

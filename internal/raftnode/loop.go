@@ -363,6 +363,7 @@ func (n *Node) apply(entries []raftpb.Entry) error {
 			run = i + 1 // already covered by a snapshot
 			continue
 		}
+		n.appliedBytes += uint64(len(e.Data))
 		if e.Type == raftpb.EntryNormal {
 			continue
 		}

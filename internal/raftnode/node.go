@@ -79,8 +79,15 @@ type Config struct {
 	Ticker        *Ticks
 	ElectionTicks int // default 10
 	HeartbeatTick int // default 1
-	// SnapshotEvery is how many applied entries trigger a snapshot (default 10,000).
+	// SnapshotEvery is how many applied entries trigger a snapshot (default
+	// 100,000, as etcd's and ZooKeeper's defaults: a snapshot writes the
+	// whole state, so its cost per write is the state's size over this).
 	SnapshotEvery uint64
+	// SnapshotBytes triggers a snapshot before SnapshotEvery entries once the
+	// data of the entries applied since the last one reaches it (default
+	// 64 MiB): it bounds the raft log kept in memory and replayed at start
+	// when entries are large.
+	SnapshotBytes uint64
 	// CompactionLag is how many entries before a snapshot stay in the raft log
 	// for slow followers (default 5,000, or half of SnapshotEvery if smaller).
 	CompactionLag uint64
@@ -177,7 +184,10 @@ type Node struct {
 	confState     raftpb.ConfState
 	appliedIndex  uint64
 	snapshotIndex uint64
-	snapshotting  bool
+	// appliedBytes is the data of the entries applied since the last
+	// snapshot began (or was restored): see Config.SnapshotBytes.
+	appliedBytes uint64
+	snapshotting bool
 	// snapshotDue forces the next snapshot whatever the interval: after a
 	// conf change, so the snapshot a new member is sent names it (raft
 	// ignores a snapshot whose configuration leaves the receiver out).
@@ -254,7 +264,10 @@ func (c *Config) setDefaults() {
 		c.HeartbeatTick = 1
 	}
 	if c.SnapshotEvery == 0 {
-		c.SnapshotEvery = 10000
+		c.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if c.SnapshotBytes == 0 {
+		c.SnapshotBytes = DefaultSnapshotBytes
 	}
 	if c.CompactionLag == 0 {
 		c.CompactionLag = max(1, min(5000, c.SnapshotEvery/2))

@@ -55,5 +55,6 @@ func (n *Node) restoreSnapshot(index uint64) error {
 	n.confState = meta.ConfState
 	n.appliedIndex = meta.Index
 	n.snapshotIndex = meta.Index
+	n.appliedBytes = 0
 	return nil
 }

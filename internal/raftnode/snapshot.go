@@ -17,11 +17,16 @@ type snapshotResult struct {
 	duration time.Duration
 }
 
+// Defaults of Config.SnapshotEvery and Config.SnapshotBytes.
+const (
+	DefaultSnapshotEvery = 100_000
+	DefaultSnapshotBytes = 64 << 20
+)
+
 // maybeSnapshot starts a background snapshot when enough entries were applied
 // since the last one and none is in flight.
 func (n *Node) maybeSnapshot() {
-	due := n.snapshotDue && n.appliedIndex > n.snapshotIndex
-	if n.snapshotting || !due && n.appliedIndex < n.snapshotIndex+n.cfg.SnapshotEvery {
+	if n.snapshotting || !n.snapshotWanted() {
 		return
 	}
 	if !n.snapshotRetryAt.IsZero() && n.cfg.Clock.Now().Before(n.snapshotRetryAt) {
@@ -36,11 +41,23 @@ func (n *Node) maybeSnapshot() {
 	meta := snap.Meta{Group: n.cfg.Group, Index: n.appliedIndex, Term: term, ConfState: n.confState}
 	write := n.cfg.Machine.Snapshot()
 	n.snapshotting = true
+	n.appliedBytes = 0
 	go func() {
 		start := n.cfg.Clock.Now()
 		err := n.cfg.Snapshots.Save(meta, write)
 		n.snapDone <- snapshotResult{meta: meta, err: err, duration: n.cfg.Clock.Since(start)}
 	}()
+}
+
+// snapshotWanted reports whether a snapshot is due: after a conf change, or
+// once SnapshotEvery entries or SnapshotBytes of entry data were applied
+// since the last one.
+func (n *Node) snapshotWanted() bool {
+	if n.appliedIndex <= n.snapshotIndex {
+		return false
+	}
+	return n.snapshotDue || n.appliedIndex >= n.snapshotIndex+n.cfg.SnapshotEvery ||
+		n.appliedBytes >= n.cfg.SnapshotBytes
 }
 
 // finishSnapshot records a durable snapshot in the WAL, compacts the raft log

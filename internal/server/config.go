@@ -13,6 +13,7 @@ import (
 
 	"github.com/latch-io/latch/internal/clock"
 	"github.com/latch-io/latch/internal/placement"
+	"github.com/latch-io/latch/internal/raftnode"
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/vfs"
 )
@@ -25,6 +26,9 @@ const (
 	DefaultPeerAddr     = "127.0.0.1:2380"
 	DefaultMaxValueSize = 1 << 10
 	MaxMaxValueSize     = 1 << 20
+	// DefaultSnapshotEvery and DefaultSnapshotBytes are raftnode's.
+	DefaultSnapshotEvery = raftnode.DefaultSnapshotEvery
+	DefaultSnapshotBytes = raftnode.DefaultSnapshotBytes
 )
 
 // Config configures a server. Zero fields take the defaults above.
@@ -65,7 +69,8 @@ type Config struct {
 
 	TickInterval  time.Duration // raft tick (default 100ms)
 	ElectionTicks int           // election timeout in ticks (default 10)
-	SnapshotEvery uint64        // applied entries between snapshots (default 10,000)
+	SnapshotEvery uint64        // applied entries between snapshots (default 100,000)
+	SnapshotBytes uint64        // applied entry data that triggers a snapshot sooner (default 64 MiB)
 
 	MaxValueSize   int           // bytes (default 1 KiB, at most 1 MiB)
 	RequestTimeout time.Duration // deadline of a proposal or a read barrier (default 5s)
@@ -140,7 +145,10 @@ func (c *Config) setDefaults() {
 		c.ElectionTicks = 10
 	}
 	if c.SnapshotEvery == 0 {
-		c.SnapshotEvery = 10000
+		c.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if c.SnapshotBytes == 0 {
+		c.SnapshotBytes = DefaultSnapshotBytes
 	}
 	if c.MaxValueSize == 0 {
 		c.MaxValueSize = DefaultMaxValueSize

@@ -229,7 +229,7 @@ func (s *Server) startGroup(shard int, recovered *wal.GroupState) error {
 		ID: s.id, Group: id, Peers: s.bootstrapPeers(), Join: s.cfg.Join, Recovered: recovered,
 		WAL: s.wal, Snapshots: s.snaps, Transport: s.transport, Machine: g.Replica, Observer: g.Replica,
 		Logger: s.log, TickInterval: s.cfg.TickInterval, ElectionTicks: s.cfg.ElectionTicks,
-		SnapshotEvery: s.cfg.SnapshotEvery, Hooks: s.nodeHooks(), Clock: s.cfg.Clock,
+		SnapshotEvery: s.cfg.SnapshotEvery, SnapshotBytes: s.cfg.SnapshotBytes, Hooks: s.nodeHooks(), Clock: s.cfg.Clock,
 		Ticker: s.ticker, Quiesce: shard != MetaShard && !s.cfg.NoQuiesce, // quiesce.go
 	})
 	if err != nil {

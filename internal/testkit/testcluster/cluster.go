@@ -33,7 +33,7 @@ type Options struct {
 	WALSegmentSize   int64         // default 1 MiB
 	TickInterval     time.Duration // default 10ms
 	ElectionTicks    int           // default 10
-	SnapshotEvery    uint64        // default 10,000
+	SnapshotEvery    uint64        // default latchd's (100,000)
 	RequestTimeout   time.Duration // default 2s
 	MinSessionTTL    time.Duration
 	MaxSessionTTL    time.Duration
