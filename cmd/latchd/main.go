@@ -101,7 +101,7 @@ func run(args []string) error {
 	go func() { serveErr <- httpServer.Serve(ln) }()
 	logger.Info("latchd serving", "name", cfg.Name, "client", cfg.ClientAddr, "peer", cfg.PeerAddr, "data", cfg.DataDir,
 		"client_tls", clientTLS != nil, "peer_tls", cfg.PeerServerTLS != nil)
-	zkServer := serveZK(zkln, s, zk, logger)
+	zkServer := serveZK(zkln, s, zk, limits.MaxConnections, logger)
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)

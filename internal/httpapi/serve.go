@@ -78,7 +78,7 @@ func (l *Limits) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&l.BodyTimeout, "http-body-timeout", l.BodyTimeout, "deadline for reading a request's body")
 	fs.DurationVar(&l.WriteTimeout, "http-write-timeout", l.WriteTimeout, "deadline for a client to take each write of a reply or event stream")
 	fs.DurationVar(&l.IdleTimeout, "http-idle-timeout", l.IdleTimeout, "how long an idle keep-alive connection stays open")
-	fs.IntVar(&l.MaxConnections, "max-connections", l.MaxConnections, "open client connections; more are answered 429 and closed")
+	fs.IntVar(&l.MaxConnections, "max-connections", l.MaxConnections, "open client connections, on each client port (HTTP, ZooKeeper); more are refused and closed")
 }
 
 // Validate reports the first limit that is not positive, naming its flag.

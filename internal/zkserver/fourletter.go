@@ -87,6 +87,7 @@ func (l *Listener) monitor() string {
 		{"zk_packets_received", l.received.Load()},
 		{"zk_packets_sent", l.sent.Load()},
 		{"zk_num_alive_connections", l.connCount()},
+		{"zk_connection_rejected", l.refused.Load()},
 		{"zk_outstanding_requests", 0},
 		{"zk_znode_count", counts.Nodes},
 		{"zk_global_sessions", counts.Sessions},
@@ -112,6 +113,7 @@ func (l *Listener) conf() string {
 	fmt.Fprintf(&b, "secureClientPort=-1\n")
 	fmt.Fprintf(&b, "minSessionTimeout=%d\n", minMs)
 	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", maxMs)
+	fmt.Fprintf(&b, "maxClientCnxns=%d\n", l.cfg.MaxConnectionsPerHost)
 	fmt.Fprintf(&b, "serverName=%s\n", l.srv.Name())
 	return b.String()
 }

@@ -28,7 +28,15 @@ type Config struct {
 	// ConnectCatchUp bounds the wait for this member to apply a client's
 	// lastZxidSeen before the connect is refused (default 2s).
 	ConnectCatchUp time.Duration
-	Logger         *slog.Logger
+	// MaxConnections caps the listener's open connections (0: no cap).
+	// MaxConnectionsPerHost caps those from one IP address (0: no cap), as
+	// ZooKeeper's maxClientCnxns. A connection over either cap is closed at
+	// once, before its handshake, as ZooKeeper closes one: its client tries
+	// another member. The caps keep a storm of connections from taking the
+	// file descriptors the member's log and peers need.
+	MaxConnections        int
+	MaxConnectionsPerHost int
+	Logger                *slog.Logger
 }
 
 // DefaultFourLetterWords is ZooKeeper's default whitelist.
@@ -70,11 +78,18 @@ type Listener struct {
 	// runners runs the connections' requests (runners.go).
 	runners *runners
 
-	mu     sync.Mutex
-	conns  map[*conn]struct{}
-	lns    []net.Listener
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	perHost map[string]int // open connections by remote IP, when MaxConnectionsPerHost is set
+	lns     []net.Listener
+	closed  bool
+	wg      sync.WaitGroup
+
+	// refused counts the connections closed over a cap (mntr's
+	// zk_connection_rejected); lastRefusalLog and lastAcceptLog rate-limit
+	// the log lines about refusals and accept failures.
+	refused                       atomic.Uint64
+	lastRefusalLog, lastAcceptLog atomic.Int64
 
 	received, sent atomic.Uint64 // packets, for srvr and mntr
 
@@ -103,7 +118,7 @@ func New(srv *server.Server, cfg Config) *Listener {
 		allowed[w] = true
 	}
 	return &Listener{srv: srv, cfg: cfg, log: cfg.Logger, allowed: allowed, started: time.Now(), conns: map[*conn]struct{}{},
-		sharded: srv.Config().Shards > 1, runners: newRunners(maxIdleRunners)}
+		perHost: map[string]int{}, sharded: srv.Config().Shards > 1, runners: newRunners(maxIdleRunners)}
 }
 
 // maxIdleRunners bounds the goroutines kept waiting for requests: enough
@@ -114,6 +129,9 @@ const maxIdleRunners = 256
 var ErrClosed = errors.New("zkserver: listener closed")
 
 // Serve accepts connections on ln until Close; it always returns an error.
+// A failed accept (out of file descriptors, say) is logged and retried
+// after a pause growing from 5 ms to 1 s, as the peer port does: the
+// listener outlasts a storm of connections rather than ending with it.
 func (l *Listener) Serve(ln net.Listener) error {
 	l.mu.Lock()
 	if l.closed {
@@ -123,22 +141,27 @@ func (l *Listener) Serve(ln net.Listener) error {
 	}
 	l.lns = append(l.lns, ln)
 	l.mu.Unlock()
+	var pause time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if l.isClosed() {
+			if l.isClosed() || errors.Is(err, net.ErrClosed) {
 				return ErrClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return fmt.Errorf("zkserver: accept: %w", err)
+			pause = min(max(2*pause, acceptPauseMin), acceptPauseMax)
+			l.logRateLimited(&l.lastAcceptLog, "ZooKeeper port: accept failed; retrying", "err", err, "pause", pause)
+			time.Sleep(pause)
+			continue
 		}
+		pause = 0
 		c := newConn(l, nc)
-		if !l.track(c) {
+		switch l.track(c) {
+		case trackClosed:
 			nc.Close()
 			return ErrClosed
+		case trackOverCap:
+			l.refuse(c)
+			continue
 		}
 		go func() {
 			defer l.wg.Done()
@@ -148,27 +171,92 @@ func (l *Listener) Serve(ln net.Listener) error {
 	}
 }
 
+// The pause after a failed accept: doubled from acceptPauseMin on each
+// failure in a row, at most acceptPauseMax.
+const (
+	acceptPauseMin = 5 * time.Millisecond
+	acceptPauseMax = time.Second
+	// logEvery rate-limits the log lines about refusals and accept failures.
+	logEvery = 10 * time.Second
+)
+
+// refuse closes c, a connection over a cap.
+func (l *Listener) refuse(c *conn) {
+	n := l.refused.Add(1)
+	l.logRateLimited(&l.lastRefusalLog, "ZooKeeper port: refusing connections over the cap",
+		"max_connections", l.cfg.MaxConnections, "max_per_host", l.cfg.MaxConnectionsPerHost,
+		"remote", c.nc.RemoteAddr().String(), "refused_total", n)
+	c.close()
+}
+
+// logRateLimited logs a warning at most once per logEvery per last.
+func (l *Listener) logRateLimited(last *atomic.Int64, msg string, args ...any) {
+	now := time.Now().UnixNano()
+	if prev := last.Load(); now-prev >= int64(logEvery) && last.CompareAndSwap(prev, now) {
+		l.log.Warn(msg, args...)
+	}
+}
+
 func (l *Listener) isClosed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.closed
 }
 
-func (l *Listener) track(c *conn) bool {
+// The outcomes of track.
+type trackResult int
+
+const (
+	tracked trackResult = iota
+	trackClosed
+	trackOverCap
+)
+
+// track records c as open, unless the listener is closed or c is over a
+// connection cap.
+func (l *Listener) track(c *conn) trackResult {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return false
+		return trackClosed
+	}
+	if l.cfg.MaxConnections > 0 && len(l.conns) >= l.cfg.MaxConnections {
+		return trackOverCap
+	}
+	if l.cfg.MaxConnectionsPerHost > 0 {
+		host := remoteHost(c.nc)
+		if l.perHost[host] >= l.cfg.MaxConnectionsPerHost {
+			return trackOverCap
+		}
+		l.perHost[host]++
 	}
 	l.conns[c] = struct{}{}
 	l.wg.Add(1)
-	return true
+	return tracked
 }
 
 func (l *Listener) untrack(c *conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.conns, c)
+	if l.cfg.MaxConnectionsPerHost > 0 {
+		host := remoteHost(c.nc)
+		if l.perHost[host] <= 1 {
+			delete(l.perHost, host)
+		} else {
+			l.perHost[host]--
+		}
+	}
+}
+
+// remoteHost is the IP address nc comes from (its whole remote address if
+// that has no port).
+func remoteHost(nc net.Conn) string {
+	addr := nc.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 // connCount is the number of open connections.

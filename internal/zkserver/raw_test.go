@@ -50,10 +50,15 @@ func (r *rawClient) connect(req zkproto.ConnectRequest) (zkproto.ConnectResponse
 	return resp, nil
 }
 
+// sessionRequest asks for a new session with the trailing readOnly byte.
+func sessionRequest() zkproto.ConnectRequest {
+	return zkproto.ConnectRequest{TimeOut: 10000, Passwd: make([]byte, 16), HasReadOnly: true}
+}
+
 // session opens a new session with the trailing readOnly byte.
 func (r *rawClient) session() zkproto.ConnectResponse {
 	r.t.Helper()
-	resp, err := r.connect(zkproto.ConnectRequest{TimeOut: 10000, Passwd: make([]byte, 16), HasReadOnly: true})
+	resp, err := r.connect(sessionRequest())
 	if err != nil || resp.SessionID == 0 {
 		r.t.Fatalf("connect = %+v, %v", resp, err)
 	}
@@ -261,54 +266,64 @@ func TestUnknownOpcodesKeepTheConnection(t *testing.T) {
 	}
 }
 
+// fourLetterWord sends word on a new connection to addr and returns the
+// answer.
+func fourLetterWord(t *testing.T, addr, word string) string {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readWord(t, nc, word)
+}
+
+// readWord sends word on nc and returns the answer, up to the server's
+// close; it closes nc.
+func readWord(t *testing.T, nc net.Conn, word string) string {
+	t.Helper()
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := nc.Write([]byte(word)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
 // TestFourLetterWords: whitelisted words answer in ZooKeeper's format,
 // others get ZooKeeper's refusal.
 func TestFourLetterWords(t *testing.T) {
 	c := startZK(t, 1, Config{FourLetterWords: []string{"ruok", "srvr", "mntr", "conf", "isro", "stat"}})
-	ask := func(addr, word string) string {
-		t.Helper()
-		nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := nc.Write([]byte(word)); err != nil {
-			t.Fatal(err)
-		}
-		out, err := io.ReadAll(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(out)
-	}
-	if got := ask(c.addrs[0], "ruok"); got != "imok" {
+	if got := fourLetterWord(t, c.addrs[0], "ruok"); got != "imok" {
 		t.Fatalf("ruok = %q", got)
 	}
-	if got := ask(c.addrs[0], "isro"); got != "rw" {
+	if got := fourLetterWord(t, c.addrs[0], "isro"); got != "rw" {
 		t.Fatalf("isro = %q", got)
 	}
-	srvr := ask(c.addrs[0], "srvr")
+	srvr := fourLetterWord(t, c.addrs[0], "srvr")
 	for _, want := range []string{"Zookeeper version: ", "Mode: standalone\n", "Node count: ", "Zxid: 0x"} {
 		if !strings.Contains(srvr, want) {
 			t.Fatalf("srvr = %q, lacks %q", srvr, want)
 		}
 	}
-	mntr := ask(c.addrs[0], "mntr")
+	mntr := fourLetterWord(t, c.addrs[0], "mntr")
 	if !strings.Contains(mntr, "zk_server_state\tstandalone\n") || !strings.Contains(mntr, "zk_znode_count\t") {
 		t.Fatalf("mntr = %q", mntr)
 	}
-	if conf := ask(c.addrs[0], "conf"); !strings.Contains(conf, "maxSessionTimeout=30000\n") {
+	if conf := fourLetterWord(t, c.addrs[0], "conf"); !strings.Contains(conf, "maxSessionTimeout=30000\n") {
 		t.Fatalf("conf = %q", conf)
 	}
-	if stat := ask(c.addrs[0], "stat"); !strings.Contains(stat, "Clients:\n") {
+	if stat := fourLetterWord(t, c.addrs[0], "stat"); !strings.Contains(stat, "Clients:\n") {
 		t.Fatalf("stat = %q", stat)
 	}
 	d := startZK(t, 1, Config{FourLetterWords: DefaultFourLetterWords})
-	if got := ask(d.addrs[0], "ruok"); got != "ruok is not executed because it is not in the whitelist.\n" {
+	if got := fourLetterWord(t, d.addrs[0], "ruok"); got != "ruok is not executed because it is not in the whitelist.\n" {
 		t.Fatalf("ruok outside the whitelist = %q", got)
 	}
-	if got := ask(d.addrs[0], "srvr"); !strings.HasPrefix(got, "Zookeeper version: ") {
+	if got := fourLetterWord(t, d.addrs[0], "srvr"); !strings.HasPrefix(got, "Zookeeper version: ") {
 		t.Fatalf("srvr on the default whitelist = %q", got)
 	}
 }
