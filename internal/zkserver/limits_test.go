@@ -3,6 +3,7 @@ package zkserver
 import (
 	"bufio"
 	"errors"
+	"maps"
 	"net"
 	"os"
 	"strings"
@@ -117,8 +118,11 @@ func TestConnectionCapPerHost(t *testing.T) {
 	waitConns(t, l, 3)
 	dialFrom(t, "127.0.0.1", addr).session()
 	waitConns(t, l, 4)
-	if len(l.perHost) != 2 || l.perHost["127.0.0.1"] != 2 || l.perHost["127.0.0.2"] != 2 {
-		t.Fatalf("per-host counts = %v, want 2 each", l.perHost)
+	l.mu.Lock()
+	perHost := maps.Clone(l.perHost)
+	l.mu.Unlock()
+	if len(perHost) != 2 || perHost["127.0.0.1"] != 2 || perHost["127.0.0.2"] != 2 {
+		t.Fatalf("per-host counts = %v, want 2 each", perHost)
 	}
 	// conf needs a slot: from a third address.
 	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}
