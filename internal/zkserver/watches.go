@@ -507,12 +507,14 @@ func (t *watchTable) cancelAll() {
 }
 
 // pumpEvents waits for the session to be ready (auth.go), then hands the
-// session's events to the watch table until the
-// stream ends, then ends the connection: the session ended (the client
-// learns it when it reconnects), another connection took the stream, or
-// the connection fell too far behind; the client reconnects and sets its
-// watches again. After a closeSession on this connection the pipeline
-// closes it instead, once the reply is sent.
+// session's events to the watch table until the stream ends, then ends the
+// connection: the session ended (the client learns it when it reconnects),
+// another connection took the stream, or the connection fell too far
+// behind; the client reconnects and sets its watches again. After a
+// closeSession on this connection the pipeline closes it instead, once the
+// reply is sent. It takes the queued events itself (the stream's Take),
+// every one queued at once: no goroutine and no hand-off between the watch
+// registry and the connection.
 func (c *conn) pumpEvents() {
 	defer close(c.pumpDone)
 	select {
@@ -520,28 +522,41 @@ func (c *conn) pumpEvents() {
 	case <-c.ctx.Done():
 		return
 	}
-	events := c.stream.Events()
+	var taken [eventBatch]server.Delivery
 	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case ev, ok := <-events:
-			if !ok {
-				c.l.log.Debug("zk: event stream ended", "session", c.session, "reason", c.stream.Reason())
-				if !c.closing.Load() {
-					c.close()
-				}
-				return
+		n, ended := c.stream.Take(taken[:])
+		if ended {
+			c.l.log.Debug("zk: event stream ended", "session", c.session, "reason", c.stream.Reason())
+			if !c.closing.Load() {
+				c.close()
 			}
-			c.watches.dispatch(ev)
-			c.handled.Add(1)
+			return
+		}
+		for _, d := range taken[:n] {
+			c.watches.dispatch(d.Event())
+		}
+		clear(taken[:n]) // keeps no event alive while the stream idles
+		if n > 0 {
+			c.handled.Add(uint64(n))
 			select {
 			case c.progress <- struct{}{}:
 			default:
 			}
 		}
+		if n == len(taken) {
+			continue // more may be queued
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.stream.Ready():
+		case <-c.stream.Done():
+		}
 	}
 }
+
+// eventBatch is the most events pumpEvents takes from its stream at once.
+const eventBatch = 32
 
 // backlogger is the part of an event stream that tells how many events it
 // will have handed over once it has handed over those queued now

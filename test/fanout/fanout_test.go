@@ -44,17 +44,26 @@ func TestWatchFanout(t *testing.T) {
 	if os.Getenv("LATCH_FIGURES") == "" {
 		t.Skip("a measurement, not a test: LATCH_FIGURES=1 go test -run TestWatchFanout -v ./test/fanout")
 	}
-	watchers := 10000
-	if n, err := strconv.Atoi(os.Getenv("LATCH_WATCHERS")); err == nil && n > 0 {
-		watchers = n
-	}
+	watchers := watcherCount()
 	for _, spread := range []bool{true, false} {
-		name := "all on one member"
-		if spread {
-			name = "spread over 3 members"
-		}
-		t.Run(name, func(t *testing.T) { measure(t, watchers, spread) })
+		t.Run(name(spread), func(t *testing.T) { measure(t, watchers, spread) })
 	}
+}
+
+// name names a case by where its watchers are.
+func name(spread bool) string {
+	if spread {
+		return "spread over 3 members"
+	}
+	return "all on one member"
+}
+
+// watcherCount is LATCH_WATCHERS, by default 10,000.
+func watcherCount() int {
+	if n, err := strconv.Atoi(os.Getenv("LATCH_WATCHERS")); err == nil && n > 0 {
+		return n
+	}
+	return 10000
 }
 
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}
@@ -118,6 +127,8 @@ func measure(t *testing.T, watchers int, spread bool) {
 	const writes = 20
 	t.Logf("load average before the writes: %s", loadAverage())
 	profiles := startProfiles(t, profileDir, map[bool]string{true: "spread", false: "one"}[spread], urls)
+	meter := meterOf(c)
+	membersCPU, selfCPU := meter.read(t)
 	// Commit happens between a write's sending and its acknowledgement, and
 	// followers may notify before the leader's reply arrives: latencies are
 	// measured from the sending, an upper bound of commit-to-notification.
@@ -134,6 +145,7 @@ func measure(t *testing.T, watchers int, spread bool) {
 		// below).
 		testcluster.WaitFor(time.Minute, func() bool { return arrivals.count(n.Index) >= watchers })
 	}
+	meter.logPer(t, name(spread), membersCPU, selfCPU, writes*watchers)
 	profiles.stop()
 	t.Logf("load average after the writes: %s", loadAverage())
 	if !arrivals.waitAll(acked, watchers, time.Minute) {
@@ -141,7 +153,7 @@ func measure(t *testing.T, watchers int, spread bool) {
 	}
 	cancel()
 	wg.Wait()
-	report(t, acked, arrivals, watchers, spread, rssBefore, rssAfter)
+	report(t, acked, arrivals, watchers, name(spread), rssBefore, rssAfter)
 }
 
 // createSessions creates n sessions with a timeout long enough for the run.
@@ -255,9 +267,10 @@ func (a *arrivals) missing(acked map[uint64]time.Time, watchers int) string {
 	return strings.Join(out, ", ")
 }
 
-// report logs, per case, the time from each write's acknowledgement to its
-// last notification (p50/p99 over writes) and every notification's latency.
-func report(t *testing.T, acked map[uint64]time.Time, a *arrivals, watchers int, spread bool, before, after []float64) {
+// report logs, for the case named name, the time from each write's sending
+// to its last notification (p50/p99 over writes) and every notification's
+// latency.
+func report(t *testing.T, acked map[uint64]time.Time, a *arrivals, watchers int, name string, before, after []float64) {
 	var last, all []time.Duration
 	a.mu.Lock()
 	for index, ack := range acked {
@@ -277,7 +290,7 @@ func report(t *testing.T, acked map[uint64]time.Time, a *arrivals, watchers int,
 		memory = append(memory, fmt.Sprintf("%.0f B", (after[i]-before[i])/float64(watchers)))
 	}
 	t.Logf("%d watchers (%s): write sent -> last notification p50 %v p99 %v; every notification p50 %v p99 %v; server RSS per session+watch+stream %s",
-		watchers, map[bool]string{true: "spread over 3 members", false: "all on one member"}[spread],
+		watchers, name,
 		pct(last, 50), pct(last, 99), pct(all, 50), pct(all, 99), strings.Join(memory, ", "))
 }
 

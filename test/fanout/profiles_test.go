@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
 // profiles are the CPU profiles taken during one case's writes: one per
@@ -99,4 +101,59 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(fields[:3], " ")
+}
+
+// cpuMeter reads the CPU time (user and system) the members and this
+// process (the watchers) have used, from /proc/PID/stat.
+type cpuMeter struct {
+	members []int // process ids
+}
+
+// meterOf measures c's members (as they run now) and this process.
+func meterOf(c *proccluster.Cluster) cpuMeter {
+	var m cpuMeter
+	for _, member := range c.Members {
+		m.members = append(m.members, member.PID())
+	}
+	return m
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times.
+const clockTicks = 100
+
+// read returns the members' CPU seconds, summed, and this process's.
+func (m cpuMeter) read(t *testing.T) (members, self float64) {
+	for _, pid := range m.members {
+		members += cpuSeconds(t, pid)
+	}
+	return members, cpuSeconds(t, os.Getpid())
+}
+
+// cpuSeconds is process pid's user and system CPU time so far.
+func cpuSeconds(t *testing.T, pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatalf("CPU time of process %d: %v", pid, err)
+	}
+	// The fields after the command name, which is in parentheses and may
+	// hold spaces: utime and stime are the 12th and 13th of them.
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(fields) < 13 {
+		t.Fatalf("/proc/%d/stat: %d fields after the command", pid, len(fields))
+	}
+	utime, err1 := strconv.ParseFloat(fields[11], 64)
+	stime, err2 := strconv.ParseFloat(fields[12], 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: utime %q, stime %q", pid, fields[11], fields[12])
+	}
+	return (utime + stime) / clockTicks
+}
+
+// logPer logs the CPU time per notification spent since before (from
+// read) by the members and by this process, over n notifications.
+func (m cpuMeter) logPer(t *testing.T, what string, beforeMembers, beforeSelf float64, n int) {
+	t.Helper()
+	members, self := m.read(t)
+	t.Logf("%s: CPU per notification: members %.1f µs, watchers' process %.1f µs (%d notifications)",
+		what, (members-beforeMembers)*1e6/float64(n), (self-beforeSelf)*1e6/float64(n), n)
 }
