@@ -72,6 +72,9 @@ type conn struct {
 	ending   atomic.Bool
 	received atomic.Uint64
 	sent     atomic.Uint64
+	// inFlight counts the requests read and not yet answered (srvr's
+	// Outstanding, stat's queued).
+	inFlight atomic.Int64
 
 	// handled counts the events of stream that pumpEvents has dispatched
 	// (their notifications sent); progress (capacity 1) wakes
@@ -152,6 +155,7 @@ func (c *conn) run() {
 	flight := inFlight{sharded: c.l.sharded, writes: c.writes}
 	for {
 		frame, err := zkproto.ReadFrame(c.br, zkproto.MaxPacket)
+		arrived := time.Now()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && c.ctx.Err() == nil {
 				c.l.log.Debug("zk: read", "session", c.session, "err", err)
@@ -167,6 +171,8 @@ func (c *conn) run() {
 		// goroutine takes them).
 		quiet := len(slots) == 0
 		p := newPending(frame)
+		p.arrived = arrived
+		c.inFlight.Add(1)
 		if p.answered() {
 			c.l.log.Debug("zk: bad request", "session", c.session, "op", p.h.Type)
 		}

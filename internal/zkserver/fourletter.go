@@ -58,17 +58,18 @@ func (l *Listener) serverStats(clients bool) string {
 		b.WriteString("Clients:\n")
 		l.mu.Lock()
 		for c := range l.conns {
-			fmt.Fprintf(&b, " /%s[1](queued=0,recved=%d,sent=%d)\n", c.nc.RemoteAddr(), c.received.Load(), c.sent.Load())
+			fmt.Fprintf(&b, " /%s[1](queued=%d,recved=%d,sent=%d)\n", c.nc.RemoteAddr(), c.inFlight.Load(), c.received.Load(), c.sent.Load())
 		}
 		l.mu.Unlock()
 		b.WriteString("\n")
 	}
 	counts := l.srv.StateCounts()
-	fmt.Fprintf(&b, "Latency min/avg/max: 0/0.0/0\n")
+	minMs, maxMs, avgMs := l.latencies.summary()
+	fmt.Fprintf(&b, "Latency min/avg/max: %d/%s/%d\n", minMs, avgMs, maxMs)
 	fmt.Fprintf(&b, "Received: %d\n", l.received.Load())
 	fmt.Fprintf(&b, "Sent: %d\n", l.sent.Load())
 	fmt.Fprintf(&b, "Connections: %d\n", l.connCount())
-	fmt.Fprintf(&b, "Outstanding: 0\n")
+	fmt.Fprintf(&b, "Outstanding: %d\n", l.outstanding())
 	fmt.Fprintf(&b, "Zxid: 0x%x\n", counts.Index)
 	fmt.Fprintf(&b, "Mode: %s\n", l.mode())
 	fmt.Fprintf(&b, "Node count: %d\n", counts.Nodes)
@@ -78,17 +79,18 @@ func (l *Listener) serverStats(clients bool) string {
 // monitor is mntr: tab-separated key and value lines.
 func (l *Listener) monitor() string {
 	counts := l.srv.StateCounts()
+	minMs, maxMs, avgMs := l.latencies.summary()
 	lines := [][2]any{
 		{"zk_version", zkVersionString},
 		{"zk_server_state", l.mode()},
-		{"zk_avg_latency", "0.0"},
-		{"zk_max_latency", 0},
-		{"zk_min_latency", 0},
+		{"zk_avg_latency", avgMs},
+		{"zk_max_latency", maxMs},
+		{"zk_min_latency", minMs},
 		{"zk_packets_received", l.received.Load()},
 		{"zk_packets_sent", l.sent.Load()},
 		{"zk_num_alive_connections", l.connCount()},
 		{"zk_connection_rejected", l.refused.Load()},
-		{"zk_outstanding_requests", 0},
+		{"zk_outstanding_requests", l.outstanding()},
 		{"zk_znode_count", counts.Nodes},
 		{"zk_global_sessions", counts.Sessions},
 		{"zk_last_zxid", fmt.Sprintf("0x%x", counts.Index)},
@@ -99,6 +101,18 @@ func (l *Listener) monitor() string {
 		fmt.Fprintf(&b, "%s\t%v\n", kv[0], kv[1])
 	}
 	return b.String()
+}
+
+// outstanding is the requests read and not yet answered, over every open
+// connection.
+func (l *Listener) outstanding() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n int64
+	for c := range l.conns {
+		n += c.inFlight.Load()
+	}
+	return n
 }
 
 // conf is the conf word: the settings a ZooKeeper client can use.

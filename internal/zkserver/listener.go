@@ -92,6 +92,7 @@ type Listener struct {
 	lastRefusalLog, lastAcceptLog atomic.Int64
 
 	received, sent atomic.Uint64 // packets, for srvr and mntr
+	latencies      *latencies    // of the requests answered, for srvr and mntr
 
 	// beforeRead, if set (by tests), runs before each read of a read
 	// request: it delays some to reorder concurrent reads.
@@ -118,7 +119,7 @@ func New(srv *server.Server, cfg Config) *Listener {
 		allowed[w] = true
 	}
 	return &Listener{srv: srv, cfg: cfg, log: cfg.Logger, allowed: allowed, started: time.Now(), conns: map[*conn]struct{}{},
-		perHost: map[string]int{}, sharded: srv.Config().Shards > 1, runners: newRunners(maxIdleRunners)}
+		perHost: map[string]int{}, latencies: newLatencies(), sharded: srv.Config().Shards > 1, runners: newRunners(maxIdleRunners)}
 }
 
 // maxIdleRunners bounds the goroutines kept waiting for requests: enough

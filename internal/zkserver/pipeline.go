@@ -3,6 +3,7 @@ package zkserver
 import (
 	"github.com/latch-io/latch/internal/server"
 	"github.com/latch-io/latch/internal/zkproto"
+	"time"
 )
 
 // The request pipeline of a connection: the reader decodes each request
@@ -84,6 +85,9 @@ type pending struct {
 	// holds are the watches the request set: their notifications wait for
 	// its reply (watchGen).
 	holds []*watchGen
+
+	// arrived is when the request's frame was read (its latency's start).
+	arrived time.Time
 
 	// Set before done is closed.
 	resp zkproto.Record
@@ -250,6 +254,15 @@ func (c *conn) sendReplies(order <-chan *pending, slots <-chan struct{}) {
 	}
 }
 
+// answered counts p out of the connection's requests in flight and, if
+// it got a reply, into the port's latencies.
+func (c *conn) answered(p *pending) {
+	c.inFlight.Add(-1)
+	if !p.mute && c.ctx.Err() == nil {
+		c.l.latencies.record(p.arrived)
+	}
+}
+
 // nextDone returns the next request of order once it is done, and false
 // once order is closed. Before it waits for either, it flushes the replies
 // left buffered: a reply waits in the buffer only while the next one is
@@ -282,6 +295,7 @@ func (c *conn) nextDone(order <-chan *pending) (*pending, bool) {
 // queued, and the reader answers a request itself only when nothing
 // before it is unanswered.
 func (c *conn) answer(p *pending, batch bool) {
+	defer c.answered(p)
 	switch {
 	case c.ctx.Err() != nil:
 	case p.mute:
