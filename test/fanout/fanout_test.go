@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"regexp"
@@ -272,19 +273,22 @@ func (a *arrivals) missing(acked map[uint64]time.Time, watchers int) string {
 // latency.
 func report(t *testing.T, acked map[uint64]time.Time, a *arrivals, watchers int, name string, before, after []float64) {
 	var last, all []time.Duration
+	var inOrder []string // each write's last notification, in write order
 	a.mu.Lock()
-	for index, ack := range acked {
-		times := a.at[index]
+	for _, index := range slices.Sorted(maps.Keys(acked)) {
+		ack, times := acked[index], a.at[index]
 		if len(times) == 0 {
 			continue
 		}
 		latest := slices.MaxFunc(times, func(x, y time.Time) int { return x.Compare(y) })
 		last = append(last, latest.Sub(ack))
+		inOrder = append(inOrder, latest.Sub(ack).Round(time.Millisecond).String())
 		for _, at := range times {
 			all = append(all, at.Sub(ack))
 		}
 	}
 	a.mu.Unlock()
+	t.Logf("%s: last notification of each write, in order: %s", name, strings.Join(inOrder, " "))
 	var memory []string
 	for i := range before {
 		memory = append(memory, fmt.Sprintf("%.0f B", (after[i]-before[i])/float64(watchers)))
