@@ -523,7 +523,7 @@ func (c *conn) pumpEvents() {
 		return
 	}
 	var taken [eventBatch]server.Delivery
-	for {
+	for c.ctx.Err() == nil {
 		n, ended := c.stream.Take(taken[:])
 		if ended {
 			c.l.log.Debug("zk: event stream ended", "session", c.session, "reason", c.stream.Reason())
