@@ -3,6 +3,7 @@ package zkserver
 import (
 	"bufio"
 	"errors"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -31,14 +32,37 @@ func dialFrom(t *testing.T, local, addr string) *rawClient {
 }
 
 // refused reports whether the server closed r's connection instead of
-// answering its connect request.
+// answering its connect request: the read ends at EOF or a reset within
+// refusalWithin (a closed connection, not a slow one).
 func (r *rawClient) refused() bool {
 	r.t.Helper()
+	_ = r.nc.SetReadDeadline(time.Now().Add(refusalWithin))
 	resp, err := r.connect(sessionRequest())
-	if err == nil {
+	switch {
+	case err == nil:
 		r.t.Logf("connect answered: session 0x%x", resp.SessionID)
+		return false
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+		return true
+	default:
+		r.t.Logf("connect neither answered nor closed within %v: %v", refusalWithin, err)
+		return false
 	}
-	return err != nil
+}
+
+// refusalWithin bounds the wait for a refused connection's close: the
+// listener closes it as it accepts it.
+const refusalWithin = 5 * time.Second
+
+// skipWithoutLoopbackAlias skips t where the host cannot dial from local
+// (127.0.0.2 and above answer on Linux's loopback, not everywhere).
+func skipWithoutLoopbackAlias(t *testing.T, local string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(local, "0"))
+	if err != nil {
+		t.Skipf("this host has no loopback address %s (needed to connect from several hosts): %v", local, err)
+	}
+	ln.Close()
 }
 
 // waitConns waits until l holds n connections.
@@ -101,6 +125,8 @@ func TestConnectionCap(t *testing.T) {
 // TestConnectionCapPerHost: MaxConnectionsPerHost counts connections by
 // remote IP address, as ZooKeeper's maxClientCnxns, and conf reports it.
 func TestConnectionCapPerHost(t *testing.T) {
+	skipWithoutLoopbackAlias(t, "127.0.0.2")
+	skipWithoutLoopbackAlias(t, "127.0.0.3")
 	c := startZK(t, 1, Config{MaxConnectionsPerHost: 2, FourLetterWords: []string{"conf"}})
 	addr, l := c.addrs[0], c.listeners[0]
 	a1, a2 := dialFrom(t, "127.0.0.1", addr), dialFrom(t, "127.0.0.1", addr)
@@ -180,5 +206,33 @@ func TestAcceptFailuresAreRetried(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after Close")
+	}
+}
+
+// TestCloseEndsAcceptPause: Close ends Serve at once even while it waits
+// out the pause after a failed accept.
+func TestCloseEndsAcceptPause(t *testing.T) {
+	c := startZK(t, 1, Config{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &failingListener{Listener: ln}
+	fl.failures.Store(1 << 30)
+	l := New(c.Nodes[0].Server, Config{Addr: ln.Addr().String()})
+	l.acceptPauses = [2]time.Duration{time.Hour, time.Hour}
+	served := make(chan error, 1)
+	go func() { served <- l.Serve(fl) }()
+	if !testcluster.WaitFor(10*time.Second, func() bool { return fl.failures.Load() < 1<<30 }) {
+		t.Fatal("Serve never called Accept")
+	}
+	l.Close()
+	select {
+	case err := <-served:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("Serve after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve still pausing after Close")
 	}
 }

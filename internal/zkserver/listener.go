@@ -83,6 +83,7 @@ type Listener struct {
 	perHost map[string]int // open connections by remote IP, when MaxConnectionsPerHost is set
 	lns     []net.Listener
 	closed  bool
+	done    chan struct{} // closed by Close: ends an accept-retry pause
 	wg      sync.WaitGroup
 
 	// refused counts the connections closed over a cap (mntr's
@@ -90,6 +91,9 @@ type Listener struct {
 	// the log lines about refusals and accept failures.
 	refused                       atomic.Uint64
 	lastRefusalLog, lastAcceptLog atomic.Int64
+	// acceptPauses are the first and the longest pause after a failed
+	// accept (acceptPauseMin, acceptPauseMax; tests lengthen them).
+	acceptPauses [2]time.Duration
 
 	received, sent atomic.Uint64 // packets, for srvr and mntr
 	latencies      *latencies    // of the requests answered, for srvr and mntr
@@ -119,7 +123,7 @@ func New(srv *server.Server, cfg Config) *Listener {
 		allowed[w] = true
 	}
 	return &Listener{srv: srv, cfg: cfg, log: cfg.Logger, allowed: allowed, started: time.Now(), conns: map[*conn]struct{}{},
-		perHost: map[string]int{}, latencies: newLatencies(), sharded: srv.Config().Shards > 1, runners: newRunners(maxIdleRunners)}
+		perHost: map[string]int{}, done: make(chan struct{}), acceptPauses: [2]time.Duration{acceptPauseMin, acceptPauseMax}, latencies: newLatencies(), sharded: srv.Config().Shards > 1, runners: newRunners(maxIdleRunners)}
 }
 
 // maxIdleRunners bounds the goroutines kept waiting for requests: enough
@@ -149,19 +153,21 @@ func (l *Listener) Serve(ln net.Listener) error {
 			if l.isClosed() || errors.Is(err, net.ErrClosed) {
 				return ErrClosed
 			}
-			pause = min(max(2*pause, acceptPauseMin), acceptPauseMax)
+			pause = min(max(2*pause, l.acceptPauses[0]), l.acceptPauses[1])
 			l.logRateLimited(&l.lastAcceptLog, "ZooKeeper port: accept failed; retrying", "err", err, "pause", pause)
-			time.Sleep(pause)
+			if !l.pause(pause) {
+				return ErrClosed
+			}
 			continue
 		}
 		pause = 0
-		c := newConn(l, nc)
-		switch l.track(c) {
+		c, res := l.track(nc)
+		switch res {
 		case trackClosed:
 			nc.Close()
 			return ErrClosed
 		case trackOverCap:
-			l.refuse(c)
+			l.refuse(nc)
 			continue
 		}
 		go func() {
@@ -181,13 +187,25 @@ const (
 	logEvery = 10 * time.Second
 )
 
-// refuse closes c, a connection over a cap.
-func (l *Listener) refuse(c *conn) {
+// pause waits d after a failed accept; it reports false if Close came first.
+func (l *Listener) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+// refuse closes nc, a connection over a cap, before anything is built for it.
+func (l *Listener) refuse(nc net.Conn) {
 	n := l.refused.Add(1)
 	l.logRateLimited(&l.lastRefusalLog, "ZooKeeper port: refusing connections over the cap",
 		"max_connections", l.cfg.MaxConnections, "max_per_host", l.cfg.MaxConnectionsPerHost,
-		"remote", c.nc.RemoteAddr().String(), "refused_total", n)
-	c.close()
+		"remote", nc.RemoteAddr().String(), "refused_total", n)
+	nc.Close()
 }
 
 // logRateLimited logs a warning at most once per logEvery per last.
@@ -213,27 +231,29 @@ const (
 	trackOverCap
 )
 
-// track records c as open, unless the listener is closed or c is over a
-// connection cap.
-func (l *Listener) track(c *conn) trackResult {
+// track builds and records the connection for nc, unless the listener is
+// closed or nc is over a connection cap: the caps are checked first, so a
+// storm of refused connections costs no buffers.
+func (l *Listener) track(nc net.Conn) (*conn, trackResult) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return trackClosed
+		return nil, trackClosed
 	}
 	if l.cfg.MaxConnections > 0 && len(l.conns) >= l.cfg.MaxConnections {
-		return trackOverCap
+		return nil, trackOverCap
 	}
 	if l.cfg.MaxConnectionsPerHost > 0 {
-		host := remoteHost(c.nc)
+		host := remoteHost(nc)
 		if l.perHost[host] >= l.cfg.MaxConnectionsPerHost {
-			return trackOverCap
+			return nil, trackOverCap
 		}
 		l.perHost[host]++
 	}
+	c := newConn(l, nc)
 	l.conns[c] = struct{}{}
 	l.wg.Add(1)
-	return tracked
+	return c, tracked
 }
 
 func (l *Listener) untrack(c *conn) {
@@ -271,6 +291,9 @@ func (l *Listener) connCount() int {
 // Sessions stay: they expire unless their clients reconnect elsewhere.
 func (l *Listener) Close() error {
 	l.mu.Lock()
+	if !l.closed {
+		close(l.done)
+	}
 	l.closed = true
 	lns := l.lns
 	conns := make([]*conn, 0, len(l.conns))
