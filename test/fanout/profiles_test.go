@@ -65,6 +65,7 @@ func (p *profiles) stop() {
 	if err := p.self.Close(); err != nil {
 		p.t.Error(err)
 	}
+	p.self = nil // stop is called again by a test's teardown
 	p.members.Wait()
 }
 

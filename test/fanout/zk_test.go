@@ -56,7 +56,17 @@ func TestWatchFanoutZooKeeper(t *testing.T) {
 	rssBefore := rss(t, urls)
 	start := time.Now()
 	conns := connectZK(t, c, watchers)
-	defer closeZK(conns)
+	var wg sync.WaitGroup
+	profiles := startProfiles(t, "", "zk", urls) // none until the writes
+	// teardown ends the watchers (the context first, then their clients,
+	// which ends their requests in flight) and the profiles, on every path.
+	teardown := sync.OnceFunc(func() {
+		cancel()
+		closeZK(conns)
+		wg.Wait()
+		profiles.stop()
+	})
+	defer teardown()
 	t.Logf("connected %d ZooKeeper clients in %v", watchers, time.Since(start).Round(time.Millisecond))
 
 	// Two series of writes on the same watchers: first each watch is set
@@ -68,7 +78,6 @@ func TestWatchFanoutZooKeeper(t *testing.T) {
 	for range 2 * writes {
 		w.gates = append(w.gates, make(chan struct{}))
 	}
-	var wg sync.WaitGroup
 	for _, conn := range conns {
 		wg.Add(1)
 		go func() {
@@ -76,7 +85,7 @@ func TestWatchFanoutZooKeeper(t *testing.T) {
 			w.watch(ctx, t, conn)
 		}()
 	}
-	profiles := startProfiles(t, profileDir, "zk", urls)
+	profiles = startProfiles(t, profileDir, "zk", urls)
 	meter := meterOf(c)
 	var membersCPU, selfCPU float64
 	var rssAfter []float64
@@ -102,16 +111,15 @@ func TestWatchFanoutZooKeeper(t *testing.T) {
 			t.Fatalf("round %d: %d of %d watchers notified within a minute", round, w.arrivals.count(round), watchers)
 		}
 		if round%writes == 0 {
-			// The second series counts the watches set again with it.
+			// Both series count the getData that sets each watch again:
+			// the first after the round, inside the window all the same.
 			meter.logPer(t, seriesName[(round-1)/writes], membersCPU, selfCPU, writes*watchers)
 		}
 		close(w.gates[round-1])
 	}
 	profiles.stop()
 	t.Logf("load average after the writes: %s", loadAverage())
-	cancel()
-	closeZK(conns) // ends the watchers' requests in flight
-	wg.Wait()
+	teardown()
 	for i, acked := range series {
 		report(t, acked, w.arrivals, watchers, seriesName[i], rssBefore, rssAfter)
 	}
