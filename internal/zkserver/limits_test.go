@@ -175,21 +175,47 @@ func (f *failingListener) Accept() (net.Conn, error) {
 	return f.Listener.Accept()
 }
 
-// TestAcceptFailuresAreRetried: a listener whose accepts fail for a while
-// (too many open files) keeps serving once they succeed again, rather than
-// ending, which stopped latchd.
-func TestAcceptFailuresAreRetried(t *testing.T) {
+// serveFailing serves a one-member cluster on a listener whose first
+// failures accepts fail; pauses, if set, replaces the pauses after them.
+// Serve's result arrives on served.
+func serveFailing(t *testing.T, failures int32, pauses [2]time.Duration) (l *Listener, fl *failingListener, served chan error) {
+	t.Helper()
 	c := startZK(t, 1, Config{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl := &failingListener{Listener: ln}
-	fl.failures.Store(5)
-	l := New(c.Nodes[0].Server, Config{Addr: ln.Addr().String()})
-	served := make(chan error, 1)
+	fl = &failingListener{Listener: ln}
+	fl.failures.Store(failures)
+	l = New(c.Nodes[0].Server, Config{Addr: ln.Addr().String()})
+	if pauses[0] > 0 {
+		l.acceptPauses = pauses
+	}
+	served = make(chan error, 1)
 	go func() { served <- l.Serve(fl) }()
-	conn, _ := connect(t, []string{ln.Addr().String()}, 10*time.Second)
+	return l, fl, served
+}
+
+// closeServing closes l and fails t unless Serve returns ErrClosed soon.
+func closeServing(t *testing.T, l *Listener, served chan error) {
+	t.Helper()
+	l.Close()
+	select {
+	case err := <-served:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("Serve after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return within 10 s of Close")
+	}
+}
+
+// TestAcceptFailuresAreRetried: a listener whose accepts fail for a while
+// (too many open files) keeps serving once they succeed again, rather than
+// ending, which stopped latchd.
+func TestAcceptFailuresAreRetried(t *testing.T) {
+	l, fl, served := serveFailing(t, 5, [2]time.Duration{})
+	conn, _ := connect(t, []string{fl.Addr().String()}, 10*time.Second)
 	if _, err := conn.Create("/after-emfile", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatalf("create after failed accepts: %v", err)
 	}
@@ -198,41 +224,16 @@ func TestAcceptFailuresAreRetried(t *testing.T) {
 		t.Fatalf("Serve returned after failed accepts: %v", err)
 	default:
 	}
-	l.Close()
-	select {
-	case err := <-served:
-		if !errors.Is(err, ErrClosed) {
-			t.Fatalf("Serve after Close = %v, want ErrClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve did not return after Close")
-	}
+	closeServing(t, l, served)
 }
 
 // TestCloseEndsAcceptPause: Close ends Serve at once even while it waits
-// out the pause after a failed accept.
+// out the pause after a failed accept (an hour here).
 func TestCloseEndsAcceptPause(t *testing.T) {
-	c := startZK(t, 1, Config{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fl := &failingListener{Listener: ln}
-	fl.failures.Store(1 << 30)
-	l := New(c.Nodes[0].Server, Config{Addr: ln.Addr().String()})
-	l.acceptPauses = [2]time.Duration{time.Hour, time.Hour}
-	served := make(chan error, 1)
-	go func() { served <- l.Serve(fl) }()
-	if !testcluster.WaitFor(10*time.Second, func() bool { return fl.failures.Load() < 1<<30 }) {
+	const failures = 1 << 30
+	l, fl, served := serveFailing(t, failures, [2]time.Duration{time.Hour, time.Hour})
+	if !testcluster.WaitFor(10*time.Second, func() bool { return fl.failures.Load() < failures }) {
 		t.Fatal("Serve never called Accept")
 	}
-	l.Close()
-	select {
-	case err := <-served:
-		if !errors.Is(err, ErrClosed) {
-			t.Fatalf("Serve after Close = %v, want ErrClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve still pausing after Close")
-	}
+	closeServing(t, l, served)
 }

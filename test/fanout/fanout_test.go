@@ -69,28 +69,36 @@ func watcherCount() int {
 
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}}
 
-func measure(t *testing.T, watchers int, spread bool) {
-	// One member may hold every stream, beside the test's other connections:
-	// more than --max-connections' default of 4,096.
-	opts := proccluster.Options{Nodes: 3, Tick: 100 * time.Millisecond, LogLevel: "error",
+// startCluster starts the three members a fan-out runs on (with their
+// ZooKeeper ports if zkPort, with pprof if LATCH_FANOUT_PROFILE is set) and
+// writes the hot key's first value through the leader, whose index it
+// returns. One member may hold every watcher beside the test's other
+// connections: more than --max-connections' default of 4,096.
+func startCluster(t *testing.T, ctx context.Context, watchers int, zkPort bool) (*proccluster.Cluster, int) {
+	t.Helper()
+	opts := proccluster.Options{Nodes: 3, Tick: 100 * time.Millisecond, LogLevel: "error", ZK: zkPort,
 		ExtraFlags: []string{"--max-connections", strconv.Itoa(max(4096, watchers+1024))}}
-	profileDir := os.Getenv("LATCH_FANOUT_PROFILE")
-	if profileDir != "" {
+	if os.Getenv("LATCH_FANOUT_PROFILE") != "" {
 		opts.ExtraFlags = append(opts.ExtraFlags, "--enable-pprof")
 	}
 	c := proccluster.Start(t, opts)
 	leader := c.WaitLeader(20 * time.Second)
+	if err := testcluster.Do(ctx, "PUT", c.URLs()[leader], "/v1/kv"+hotKey, nil, api.PutRequest{Value: "0"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return c, leader
+}
+
+func measure(t *testing.T, watchers int, spread bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	c, leader := startCluster(t, ctx, watchers, false)
 	urls := c.URLs()
 	home := func(i int) string {
 		if spread {
 			return urls[i%len(urls)]
 		}
 		return urls[(leader+1)%len(urls)] // one follower takes every watcher
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	if err := testcluster.Do(ctx, "PUT", urls[leader], "/v1/kv"+hotKey, nil, api.PutRequest{Value: "0"}, nil); err != nil {
-		t.Fatal(err)
 	}
 	rssBefore := rss(t, urls)
 	start := time.Now()
@@ -127,7 +135,7 @@ func measure(t *testing.T, watchers int, spread bool) {
 
 	const writes = 20
 	t.Logf("load average before the writes: %s", loadAverage())
-	profiles := startProfiles(t, profileDir, map[bool]string{true: "spread", false: "one"}[spread], urls)
+	profiles := startProfiles(t, os.Getenv("LATCH_FANOUT_PROFILE"), map[bool]string{true: "spread", false: "one"}[spread], urls)
 	meter := meterOf(c)
 	membersCPU, selfCPU := meter.read(t)
 	// Commit happens between a write's sending and its acknowledgement, and

@@ -39,20 +39,10 @@ func TestWatchFanoutZooKeeper(t *testing.T) {
 		t.Skip("a measurement, not a test: LATCH_FIGURES=1 go test -run TestWatchFanoutZooKeeper -v ./test/fanout")
 	}
 	watchers := watcherCount()
-	opts := proccluster.Options{Nodes: 3, Tick: 100 * time.Millisecond, LogLevel: "error", ZK: true,
-		ExtraFlags: []string{"--max-connections", strconv.Itoa(max(4096, watchers+1024))}}
-	profileDir := os.Getenv("LATCH_FANOUT_PROFILE")
-	if profileDir != "" {
-		opts.ExtraFlags = append(opts.ExtraFlags, "--enable-pprof")
-	}
-	c := proccluster.Start(t, opts)
-	leader := c.WaitLeader(20 * time.Second)
-	urls := c.URLs()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	if err := testcluster.Do(ctx, "PUT", urls[leader], "/v1/kv"+hotKey, nil, api.PutRequest{Value: "0"}, nil); err != nil {
-		t.Fatal(err)
-	}
+	c, leader := startCluster(t, ctx, watchers, true)
+	urls := c.URLs()
 	rssBefore := rss(t, urls)
 	start := time.Now()
 	conns := connectZK(t, c, watchers)
@@ -85,7 +75,7 @@ func TestWatchFanoutZooKeeper(t *testing.T) {
 			w.watch(ctx, t, conn)
 		}()
 	}
-	profiles = startProfiles(t, profileDir, "zk", urls)
+	profiles = startProfiles(t, os.Getenv("LATCH_FANOUT_PROFILE"), "zk", urls)
 	meter := meterOf(c)
 	var membersCPU, selfCPU float64
 	var rssAfter []float64
