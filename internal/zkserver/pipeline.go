@@ -254,11 +254,13 @@ func (c *conn) sendReplies(order <-chan *pending, slots <-chan struct{}) {
 	}
 }
 
-// answered counts p out of the connection's requests in flight and, if
-// it got a reply, into the port's latencies.
-func (c *conn) answered(p *pending) {
+// answering counts p out of the connection's requests in flight and, if
+// it gets a reply, into the port's latencies. As in ZooKeeper, both are
+// counted when the reply is ready, before it is written: a client that
+// has read its reply finds srvr, stat and mntr agree.
+func (c *conn) answering(p *pending) {
 	c.inFlight.Add(-1)
-	if !p.mute && c.ctx.Err() == nil {
+	if !p.mute && c.ctx.Err() == nil && p.code != zkproto.ErrOperationTimeout {
 		c.l.latencies.record(p.arrived)
 	}
 }
@@ -295,7 +297,7 @@ func (c *conn) nextDone(order <-chan *pending) (*pending, bool) {
 // queued, and the reader answers a request itself only when nothing
 // before it is unanswered.
 func (c *conn) answer(p *pending, batch bool) {
-	defer c.answered(p)
+	c.answering(p)
 	switch {
 	case c.ctx.Err() != nil:
 	case p.mute:
