@@ -48,22 +48,31 @@ func watchAs(t *testing.T, ctx context.Context, srv *server.Server, token string
 
 // collectUntil reads stream until an event of watch on path arrives, and
 // returns every event read by watch id.
+// It takes one event at a time, so it leaves the events after that one
+// queued.
 func collectUntil(t *testing.T, stream server.EventStream, watch, path string) map[string][]api.Event {
 	t.Helper()
 	got := map[string][]api.Event{}
 	deadline := time.After(30 * time.Second)
+	into := make([]server.Delivery, 1)
 	for {
-		select {
-		case ev, ok := <-stream.Events():
-			if !ok {
-				t.Fatalf("the event stream ended: %s", stream.Reason())
+		n, ended := stream.Take(into)
+		if ended {
+			t.Fatalf("the event stream ended: %s", stream.Reason())
+		}
+		if n == 0 {
+			select {
+			case <-stream.Ready():
+			case <-stream.Done():
+			case <-deadline:
+				t.Fatalf("no event of watch %s on %s within 30s; got %v", watch, path, got)
 			}
-			got[ev.WatchID] = append(got[ev.WatchID], ev)
-			if ev.WatchID == watch && ev.Path == path {
-				return got
-			}
-		case <-deadline:
-			t.Fatalf("no event of watch %s on %s within 30s; got %v", watch, path, got)
+			continue
+		}
+		ev := into[0].Event()
+		got[ev.WatchID] = append(got[ev.WatchID], ev)
+		if ev.WatchID == watch && ev.Path == path {
+			return got
 		}
 	}
 }

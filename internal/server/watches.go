@@ -26,15 +26,13 @@ type WatchRequest struct {
 }
 
 // EventStream is a session's stream of watch events as the wire layer reads
-// it, in one of two ways, never both: Events yields them one at a time and
-// is closed when the stream ends; or Take moves every queued event, up to
-// its slice's length, at once, Ready says when more were queued, and Take
-// reports the end (Done is closed then). Reason then says why, and Close
-// ends it from the reader's side. Take serves a stream without a goroutine
-// between the registry and the writer, and lets a writer send a burst with
-// one write; it is called from one goroutine at a time.
+// it: Take moves every queued event, up to its slice's length, at once,
+// Ready says when more were queued, and Take reports the end (Done is
+// closed then). Reason then says why, and Close ends it from the reader's
+// side. Take serves a stream without a goroutine between the registry and
+// the writer, and lets a writer send a burst with one write; it is called
+// from one goroutine at a time.
 type EventStream interface {
-	Events() <-chan api.Event
 	Take(into []Delivery) (n int, ended bool)
 	Ready() <-chan struct{}
 	Done() <-chan struct{}
@@ -47,7 +45,7 @@ type EventStream interface {
 // the watches it fired.
 type Delivery = watch.Delivery
 
-// The registry's stream is what Events hands out.
+// The registry's stream is what Server.Events hands out.
 var _ EventStream = (*watch.Stream)(nil)
 
 // Watch registers a watch for a live session on this server. It fires at

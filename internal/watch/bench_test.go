@@ -1,7 +1,6 @@
 package watch
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"slices"
@@ -79,17 +78,9 @@ func BenchmarkPublishFanOut(b *testing.B) {
 // BenchmarkFanOutDelivered measures, for one change of a key that 10,000
 // sessions watch (each with its own stream and consumer goroutine), the time
 // from Publish to the last consumer having the event's JSON, as an SSE
-// writer needs it: "events" reads Events and encodes each api.Event with
-// encoding/json (a pump goroutine per stream, one encoding per watcher);
-// "take" waits on Ready, takes and appends Delivery.AppendJSON (no pump, one
-// encoding per event).
+// writer needs it: each consumer waits on Ready, takes and appends
+// Delivery.AppendJSON (one encoding per event, shared by its watchers).
 func BenchmarkFanOutDelivered(b *testing.B) {
-	for _, take := range []bool{false, true} {
-		b.Run(map[bool]string{false: "events", true: "take"}[take], func(b *testing.B) { fanOutDelivered(b, take) })
-	}
-}
-
-func fanOutDelivered(b *testing.B, take bool) {
 	const watchers = 10_000
 	r := New(Options{})
 	var received sync.WaitGroup
@@ -99,18 +90,7 @@ func fanOutDelivered(b *testing.B, take bool) {
 		mustAdd(b, r, session, Spec{Path: "/hot", Persistent: true}, 1, Current{})
 		stream := r.Stream(session)
 		streams = append(streams, stream)
-		if take {
-			consumers.Go(func() { takeAndEncode(stream, received.Done) })
-			continue
-		}
-		consumers.Go(func() {
-			for ev := range stream.Events() {
-				if _, err := json.Marshal(ev); err != nil {
-					panic(err)
-				}
-				received.Done()
-			}
-		})
+		consumers.Go(func() { takeAndEncode(stream, received.Done) })
 	}
 	events := []fsm.Event{changed("/hot", 0)}
 	var latencies []time.Duration

@@ -62,7 +62,7 @@
 //
 // Locks: Registry.mu guards the watch index, the sessions and the history;
 // each session's mu guards its queue and stream and is taken after
-// Registry.mu, or alone by the stream's consumer (Stream.Take, or the pump
-// goroutine that feeds Stream.Events), so delivery to many streams runs in
-// parallel with PublishLocked and with itself.
+// Registry.mu, or alone by the stream's consumer (Stream.Take), so
+// delivery to many streams runs in parallel with PublishLocked and with
+// itself.
 package watch

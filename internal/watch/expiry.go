@@ -13,10 +13,9 @@ import (
 // credential registered: it drops them and ends the stream of each session
 // that held one, reason ReasonTokenExpired. Until the timer has run, two
 // checks keep an expired watch silent: PublishLocked fires no watch past
-// its expiry, and a stream (its pump, or Take) drops, unsent, a queued
-// event of a watch past its expiry. So no event of the watch is handed to a
-// consumer after the expiry, but one the stream is handing over at that
-// very instant.
+// its expiry, and Take drops, unsent, a queued event of a watch past its
+// expiry. So no event of the watch is handed to a consumer after the
+// expiry, but one Take is handing over at that very instant.
 
 // credential is the set of registered watches of one expiring credential,
 // with the timer that ends them. Guarded by Registry.mu.

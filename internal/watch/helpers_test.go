@@ -49,24 +49,42 @@ func mustAdd(t testing.TB, r *Registry, session uint64, spec Spec, at uint64, cu
 	return id
 }
 
-// receive reads n events from stream, failing the test after waitTimeout.
+// receive takes n events from stream, no more, waiting on Ready between
+// takes, and fails the test if the stream ends first or after waitTimeout.
 func receive(t *testing.T, stream *Stream, n int) []api.Event {
 	t.Helper()
 	deadline := time.NewTimer(waitTimeout)
 	defer deadline.Stop()
+	into := make([]Delivery, n)
 	var events []api.Event
 	for len(events) < n {
+		got, ended := stream.Take(into[:n-len(events)])
+		for _, d := range into[:got] {
+			events = append(events, d.Event())
+		}
+		if ended {
+			t.Fatalf("stream ended (%q) after %d of %d events", stream.Reason(), len(events), n)
+		}
+		if got > 0 {
+			continue
+		}
 		select {
-		case e, ok := <-stream.Events():
-			if !ok {
-				t.Fatalf("stream ended (%q) after %d of %d events", stream.Reason(), len(events), n)
-			}
-			events = append(events, e)
+		case <-stream.Ready():
+		case <-stream.Done():
 		case <-deadline.C:
-			t.Fatalf("got %d of %d events within %v", len(events), n, waitTimeout)
+			t.Fatalf("took %d of %d events within %v", len(events), n, waitTimeout)
 		}
 	}
 	return events
+}
+
+// takeNothing fails the test if an ended stream hands anything over.
+func takeNothing(t *testing.T, stream *Stream) {
+	t.Helper()
+	into := make([]Delivery, 1)
+	if n, ended := stream.Take(into); n != 0 || !ended {
+		t.Fatalf("Take on the ended stream = %d, %v: want nothing, ended", n, ended)
+	}
 }
 
 // waitDone waits for stream to end and returns its reason.
@@ -81,8 +99,7 @@ func waitDone(t *testing.T, stream *Stream) string {
 	}
 }
 
-// waitQueued waits until session has n events queued (the pump took none,
-// or handed them to nobody yet).
+// waitQueued waits until session has n events queued.
 func waitQueued(t *testing.T, r *Registry, session uint64, n int) {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)

@@ -30,8 +30,6 @@ func TestRequireStream(t *testing.T) {
 	}
 	first.Close()
 	waitDone(t, first)
-	for range first.Events() {
-	}
 	if _, err := r.AddLocked(1, Spec{Path: "/j"}, 1, Current{}); !errors.Is(err, ErrNoStream) {
 		t.Fatalf("Add after the client closed its stream: %v, want ErrNoStream", err)
 	}

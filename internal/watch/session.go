@@ -13,7 +13,7 @@ type session struct {
 
 	// mu guards the fields below and the closed state of the session's
 	// streams. It is taken after Registry.mu, or alone by a stream's
-	// consumer (its pump, or Take), so consumers never contend on the
+	// consumer (Take), so consumers never contend on the
 	// registry's lock.
 	mu     sync.Mutex
 	queue  eventQueue // fired, not yet received by a consumer
@@ -21,10 +21,6 @@ type session struct {
 	// lostReason is why the session was disconnected while no stream was
 	// attached; the next stream reports it and ends at once.
 	lostReason string
-	// latest is the last stream attached, open or not: the next one's
-	// consumer starts once latest's pump, if it has one, has stopped (see
-	// Stream.previous).
-	latest *Stream
 }
 
 // queued is one fired event waiting for delivery to one watch's session.

@@ -4,45 +4,14 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"reflect"
-	"runtime"
 	"testing"
 	"time"
 
-	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/fsm"
 )
 
-// takeAll takes from stream until it has n events or the stream ends,
-// waiting on Ready, failing the test after waitTimeout.
-func takeAll(t *testing.T, stream *Stream, n int) []api.Event {
-	t.Helper()
-	deadline := time.NewTimer(waitTimeout)
-	defer deadline.Stop()
-	into := make([]Delivery, 2)
-	var events []api.Event
-	for len(events) < n {
-		got, ended := stream.Take(into)
-		for _, d := range into[:got] {
-			events = append(events, d.Event())
-		}
-		if ended {
-			t.Fatalf("stream ended (%q) after %d of %d events", stream.Reason(), len(events), n)
-		}
-		if got > 0 {
-			continue
-		}
-		select {
-		case <-stream.Ready():
-		case <-stream.Done():
-		case <-deadline.C:
-			t.Fatalf("took %d of %d events within %v", len(events), n, waitTimeout)
-		}
-	}
-	return events
-}
-
 // TestTakeDeliversInOrderAndCounts: Take moves the queued events, oldest
-// first, at most len(into) at a time, without a pump; they leave the queue
+// first, at most len(into) at a time; they leave the queue
 // and count as delivered and received.
 func TestTakeDeliversInOrderAndCounts(t *testing.T) {
 	r := New(Options{})
@@ -66,7 +35,7 @@ func TestTakeDeliversInOrderAndCounts(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("Ready did not signal a queued event")
 	}
-	if got := indexes(takeAll(t, stream, 2)); !reflect.DeepEqual(got, []uint64{4, 5}) {
+	if got := indexes(receive(t, stream, 2)); !reflect.DeepEqual(got, []uint64{4, 5}) {
 		t.Fatalf("then took %v, want [4 5]", got)
 	}
 	if n, ended := stream.Take(into); n != 0 || ended {
@@ -82,45 +51,6 @@ func TestTakeDeliversInOrderAndCounts(t *testing.T) {
 	}
 	if got := pending(r, 1); len(got) != 1 || got[0].Index != 6 {
 		t.Fatalf("queued after Close: %v, want index 6 kept for the next stream", got)
-	}
-}
-
-// TestTakeAfterPumpedStreamLosesAndDuplicatesNothing: a stream read with
-// Take that replaces one read from Events gets exactly what the replaced
-// stream's consumer did not receive, though the replaced pump pops the
-// event its consumer received only after the handover, and the new stream
-// may take at once.
-func TestTakeAfterPumpedStreamLosesAndDuplicatesNothing(t *testing.T) {
-	for round := range 300 {
-		r := New(Options{})
-		mustAdd(t, r, 1, Spec{Path: "/k", Persistent: true}, 1, Current{})
-		r.PublishLocked([]fsm.Event{changed("/k", 2), changed("/k", 3), changed("/k", 4)})
-		old := r.Stream(1)
-		got := receive(t, old, 1)
-		waitQueued(t, r, 1, 2) // the pump popped index 2; it offers index 3 next
-		for range 1 + round%4 {
-			runtime.Gosched()
-		}
-		got = append(got, receive(t, old, 1)...) // the pump pops it once it runs again
-		replacement := r.Stream(1)
-		into := make([]Delivery, 4)
-		n, ended := replacement.Take(into)
-		for e := range old.Events() {
-			got = append(got, e)
-		}
-		for _, d := range into[:n] {
-			got = append(got, d.Event())
-		}
-		if !ended && len(got) < 3 {
-			got = append(got, takeAll(t, replacement, 3-len(got))...)
-		}
-		if n, _ := replacement.Take(into); n != 0 {
-			t.Fatalf("round %d: %d events more than were queued", round, n)
-		}
-		if ix := indexes(got); !reflect.DeepEqual(ix, []uint64{2, 3, 4}) {
-			t.Fatalf("round %d: the two streams handed over %v, want [2 3 4]", round, ix)
-		}
-		replacement.Close()
 	}
 }
 
