@@ -39,10 +39,10 @@ func Parse(r io.Reader, name string) ([]Event, error) {
 // Step is one row of a breakdown: a stage on one member, and how long after
 // the leader's Propose it was reached, over the writes it was seen in.
 type Step struct {
-	Member   string // "leader", "follower 1", ...
-	Stage    Stage
-	P50, P90 time.Duration
-	Writes   int
+	Member        string // "leader", "follower 1", ...
+	Stage         Stage
+	P50, P90, P99 time.Duration
+	Writes        int
 }
 
 // Breakdown lines the followers' marks up against the leader's proposals,
@@ -108,7 +108,7 @@ func Breakdown(leader []Event, followers [][]Event) []Step {
 			member = fmt.Sprintf("follower %d", k.member)
 		}
 		steps = append(steps, Step{Member: member, Stage: k.stage,
-			P50: d[len(d)/2], P90: d[len(d)*9/10], Writes: len(d)})
+			P50: d[len(d)/2], P90: d[len(d)*9/10], P99: d[len(d)*99/100], Writes: len(d)})
 	}
 	sort.SliceStable(steps, func(a, b int) bool { return steps[a].P50 < steps[b].P50 })
 	return steps

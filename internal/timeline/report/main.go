@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/latch-io/latch/internal/timeline"
 )
@@ -32,9 +33,13 @@ func main() {
 		members = append(members, events)
 	}
 	steps := timeline.Breakdown(members[0], members[1:])
-	fmt.Printf("| member | stage | after the proposal: p50 | p90 | writes |\n| --- | --- | --- | --- | --- |\n")
+	fmt.Printf("| member | stage | after the proposal: p50 | p90 | p99 | writes |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, s := range steps {
-		fmt.Printf("| %s | %s | %.0f µs | %.0f µs | %d |\n", s.Member, s.Stage,
-			float64(s.P50.Nanoseconds())/1e3, float64(s.P90.Nanoseconds())/1e3, s.Writes)
+		fmt.Printf("| %s | %s | %.0f µs | %.0f µs | %.0f µs | %d |\n", s.Member, s.Stage,
+			micros(s.P50), micros(s.P90), micros(s.P99), s.Writes)
 	}
+}
+
+func micros(d time.Duration) float64 {
+	return float64(d.Nanoseconds()) / 1e3
 }
