@@ -110,7 +110,7 @@ var allowed = map[string]rule{
 	"internal/ui": {stdlibOnly: true},
 	// The ZooKeeper-protocol listener: the server's API over zkproto's codec.
 	"internal/zkserver": {
-		imports: []string{"api", "internal/server", "internal/tlsconfig", "internal/zkproto"},
+		imports: []string{"api", "internal/server", "internal/timeline", "internal/tlsconfig", "internal/zkproto"},
 		tests:   []string{"internal/clock", "internal/placement", testkit + "testcluster", testkit + "proccluster", testkit + "testcerts"},
 	},
 

@@ -50,8 +50,11 @@ type Step struct {
 // first mark of each leader stage; on each follower, the first
 // AppendStepped after the leader's Sent and what followed it (the frame
 // read just before, its Ready, queue, save and acknowledgement); and the
-// leader's first AckStepped after the earliest follower's SaveEnd. Writes
-// missing a leader stage (a Ready that carried another write) are skipped.
+// leader's first AckStepped after the earliest follower's SaveEnd. On a
+// client port that marks them, the request's read is the last RequestRead
+// since the previous proposal (a negative offset), and its reply's write
+// the first ReplyFlushed after the proposer was answered. Writes missing a
+// leader stage (a Ready that carried another write) are skipped.
 func Breakdown(leader []Event, followers [][]Event) []Step {
 	type key struct {
 		member int // 0 leader, i follower i
@@ -97,6 +100,16 @@ func Breakdown(leader []Event, followers [][]Event) []Step {
 		}
 		for _, s := range []Stage{ApplyStart, ApplyEnd, Answered} {
 			add(key{0, s}, time.Duration(first[s]-start))
+		}
+		since := 0
+		if j > 0 {
+			since = proposals[j-1] + 1
+		}
+		if at, ok := lastOf(leader[since:proposals[j]], RequestRead); ok {
+			add(key{0, RequestRead}, time.Duration(at-start))
+		}
+		if at, ok := firstAfter(window, ReplyFlushed, first[Answered]); ok {
+			add(key{0, ReplyFlushed}, time.Duration(at-start))
 		}
 	}
 	steps := make([]Step, 0, len(order))
@@ -177,6 +190,15 @@ func firstAfter(events []Event, s Stage, after int64) (int64, bool) {
 	return 0, false
 }
 
+func lastOf(events []Event, s Stage) (int64, bool) {
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Stage == s {
+			return events[i].At, true
+		}
+	}
+	return 0, false
+}
+
 func hasAll(first map[Stage]int64, stages ...Stage) bool {
 	for _, s := range stages {
 		if _, ok := first[s]; !ok {
@@ -209,4 +231,6 @@ var stageNames = map[Stage]string{
 	ApplyStart:    "apply began",
 	ApplyEnd:      "apply ended",
 	Answered:      "proposer answered",
+	RequestRead:   "client port read the request",
+	ReplyFlushed:  "client port wrote the reply",
 }

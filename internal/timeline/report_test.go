@@ -106,3 +106,34 @@ func sortedCopy(events []Event) []Event {
 	slices.SortStableFunc(out, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
+
+// TestBreakdownPlacesTheClientPortAroundTheWrite: the request's read is
+// the last RequestRead before its proposal (an earlier one was a ping's),
+// and its reply the first ReplyFlushed after the proposer's answer (one
+// before it was a ping's reply).
+func TestBreakdownPlacesTheClientPortAroundTheWrite(t *testing.T) {
+	write := func(at int) []any {
+		return []any{at, Propose, at + 10, ReadyTaken, at + 12, Sent, at + 15, SaveStart, at + 500, SaveEnd,
+			at + 900, AckStepped, at + 950, ApplyStart, at + 960, ApplyEnd, at + 980, Answered}
+	}
+	var marks []any
+	marks = append(marks, -500, RequestRead, -80, RequestRead)
+	marks = append(marks, write(0)...)
+	marks = append(marks, 500, ReplyFlushed, 1100, ReplyFlushed, 1900, RequestRead)
+	marks = append(marks, write(2000)...)
+	marks = append(marks, 3030, ReplyFlushed, 3950, RequestRead, 4000, Propose)
+	follower := us(210, AppendStepped, 2210, AppendStepped)
+	got := map[Stage]Step{}
+	for _, s := range Breakdown(sortedCopy(us(marks...)), [][]Event{follower}) {
+		if s.Member == "leader" {
+			got[s.Stage] = s
+		}
+	}
+	// p50 of two is the larger.
+	if s := got[RequestRead]; s.Writes != 2 || s.P50 != -80*time.Microsecond {
+		t.Errorf("request read: %+v, want 2 writes, p50 -80µs (the reads at -80 and -100 µs)", s)
+	}
+	if s := got[ReplyFlushed]; s.Writes != 2 || s.P50 != 1100*time.Microsecond {
+		t.Errorf("reply written: %+v, want 2 writes, p50 1100µs (at 1100 and 1030 µs)", s)
+	}
+}

@@ -26,9 +26,10 @@ package timeline
 // wall time").
 type Stage byte
 
-// The stages, in the order a write meets them. Leader: Propose, ReadyTaken,
+// The stages, in the order a write meets them. Leader: RequestRead (on a
+// client port that marks it: the ZooKeeper port), Propose, ReadyTaken,
 // Sent, WriterTook, WriterFlushed, SaveStart, SaveEnd, AckStepped,
-// ApplyStart, ApplyEnd, Answered. Follower: FrameRead, AppendStepped,
+// ApplyStart, ApplyEnd, Answered, ReplyFlushed. Follower: FrameRead, AppendStepped,
 // ReadyTaken, AppendQueued, SaveStart, SaveEnd, WriterTook, WriterFlushed.
 const (
 	Propose       Stage = 'P' // replica.Propose entered (the request was parsed)
@@ -45,4 +46,6 @@ const (
 	ApplyStart    Stage = 'X' // the Ready loop began applying committed entries
 	ApplyEnd      Stage = 'Z' // ... and finished
 	Answered      Stage = 'Y' // the proposer's waiter received its outcome
+	RequestRead   Stage = 'r' // a client port read a request's frame
+	ReplyFlushed  Stage = 'y' // a client port wrote its buffered replies to the socket
 )

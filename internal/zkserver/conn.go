@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/timeline"
 	"github.com/latch-io/latch/internal/zkproto"
 )
 
@@ -163,6 +164,7 @@ func (c *conn) run() {
 			c.close()
 			return
 		}
+		timeline.Mark(timeline.RequestRead)
 		c.received.Add(1)
 		c.l.received.Add(1)
 		c.active.Store(true)
@@ -356,5 +358,6 @@ func (c *conn) flushLocked() error {
 		c.close()
 		return err
 	}
+	timeline.Mark(timeline.ReplyFlushed)
 	return nil
 }
