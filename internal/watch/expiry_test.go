@@ -124,7 +124,7 @@ func TestTokenExpiryEndsEveryShardsRecord(t *testing.T) {
 	}
 }
 
-// TestTakeDropsExpiredWatchesEvents: Take, like the pump, never hands over
+// TestTakeDropsExpiredWatchesEvents: Take never hands over
 // an event queued for a watch whose token has expired since; the session's
 // other watch's event goes to its next stream.
 func TestTakeDropsExpiredWatchesEvents(t *testing.T) {
