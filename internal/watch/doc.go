@@ -50,8 +50,10 @@
 //     whose queue would exceed Options.QueueLen is disconnected: its stream
 //     closes with a "slow consumer" reason, all its watches are dropped and
 //     its queue is emptied; the client re-registers with known_index;
-//   - an event leaves a session's queue only once a stream's consumer has
-//     received it, so replacing a stream loses and duplicates nothing;
+//   - an event leaves a session's queue only when Take moves it, under the
+//     session's lock, and a replaced stream was closed under that lock before
+//     its successor was attached, so replacing a stream loses and duplicates
+//     nothing;
 //   - memory per watch is a small constant (about 155 bytes of heap plus its
 //     path and, registered with a token, its 32-byte digest, see
 //     BenchmarkAdd), per session it is bounded by MaxPerSession watches and

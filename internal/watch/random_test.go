@@ -312,15 +312,19 @@ func (sr *streamReader) poll(wait time.Duration) ([]api.Event, bool) {
 
 // drain returns what the stream hands over until it has ended: nothing,
 // once it has (what is still queued stays for the session's next stream).
-func (sr *streamReader) drain() []api.Event {
+// It fails the test if the stream has not ended within waitTimeout.
+func (sr *streamReader) drain(t *testing.T) []api.Event {
+	deadline := time.Now().Add(waitTimeout)
 	var events []api.Event
-	for {
-		got, open := sr.poll(0)
+	for time.Now().Before(deadline) {
+		got, open := sr.poll(time.Millisecond)
 		events = append(events, got...)
 		if !open {
 			return events
 		}
 	}
+	t.Errorf("the stream did not end within %v", waitTimeout)
+	return events
 }
 
 // runClient is one session's client: it adds and cancels watches, replaces
@@ -366,7 +370,7 @@ func runClient(t *testing.T, r *Registry, session uint64, rng *rand.Rand, lockSt
 		case 4:
 			old := reader
 			reader = attach()
-			if got := old.drain(); len(got) > 0 { // what it did not take is the new stream's
+			if got := old.drain(t); len(got) > 0 { // what it did not take is the new stream's
 				t.Errorf("session %d: the replaced stream handed over %v", session, indexes(got))
 				return
 			}
@@ -383,7 +387,7 @@ func runClient(t *testing.T, r *Registry, session uint64, rng *rand.Rand, lockSt
 		}
 	}
 	reader.stream.Close()
-	for _, e := range reader.drain() {
+	for _, e := range reader.drain(t) {
 		check.check(t, session, e)
 	}
 }

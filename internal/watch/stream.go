@@ -109,7 +109,9 @@ func (s *Stream) Reason() string {
 }
 
 // Close ends the stream (reason "closed") and detaches it from its session,
-// which keeps its watches and queued events for the next stream.
+// which keeps its watches and queued events for the next stream. The
+// consumer calls it even after the stream has ended otherwise: it is what
+// frees the session's record once nothing is left in it.
 func (s *Stream) Close() {
 	s.registry.mu.Lock()
 	defer s.registry.mu.Unlock()

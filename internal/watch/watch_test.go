@@ -3,6 +3,7 @@ package watch
 import (
 	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -495,6 +496,60 @@ func TestRestoredDisconnectsWatchers(t *testing.T) {
 	}
 	if s := r.Stats(); s.Watches != 0 {
 		t.Fatalf("stats %+v", s)
+	}
+	stream.Close() // the consumer's close frees the emptied record
+	if s := r.Stats(); s.Sessions != 0 {
+		t.Fatalf("after Close: stats %+v, want no session record", s)
+	}
+}
+
+// TestReplacementWhileTheOldConsumerTakes: a stream replaced while its
+// consumer is taking, in another goroutine, hands over with its successor
+// every event once, in order. Rounds vary where the replacement lands.
+func TestReplacementWhileTheOldConsumerTakes(t *testing.T) {
+	const events = 40
+	for round := range 200 {
+		r := New(Options{})
+		mustAdd(t, r, 1, Spec{Path: "/k", Persistent: true}, 1, Current{})
+		batch := make([]fsm.Event, 0, events)
+		for i := range events {
+			batch = append(batch, changed("/k", uint64(2+i)))
+		}
+		r.PublishLocked(batch)
+		old := r.Stream(1)
+		oldGot := make(chan []api.Event)
+		go func() {
+			var got []api.Event
+			into := make([]Delivery, 1+round%3)
+			for {
+				n, ended := old.Take(into)
+				for _, d := range into[:n] {
+					got = append(got, d.Event())
+				}
+				if ended {
+					oldGot <- got
+					return
+				}
+				runtime.Gosched()
+			}
+		}()
+		for range round % 7 {
+			runtime.Gosched()
+		}
+		replacement := r.Stream(1)
+		got := <-oldGot
+		got = append(got, receive(t, replacement, events-len(got))...)
+		want := make([]uint64, events)
+		for i := range want {
+			want[i] = uint64(2 + i)
+		}
+		if ix := indexes(got); !reflect.DeepEqual(ix, want) {
+			t.Fatalf("round %d: the two streams handed over %v, want 2..%d once each, in order", round, ix, events+1)
+		}
+		if n, _ := replacement.Take(make([]Delivery, 1)); n != 0 {
+			t.Fatalf("round %d: %d events more than were published", round, n)
+		}
+		replacement.Close()
 	}
 }
 
