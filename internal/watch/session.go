@@ -37,14 +37,12 @@ type queued struct {
 // eventQueue is a growable ring of queued events. Its capacity grows by
 // doubling as needed (the registry bounds its length); a drained ring larger
 // than keptRing is released, so a burst costs nothing once delivered, and a
-// small one is kept, so a steady trickle allocates nothing. Sequence numbers identify
-// entries across pops and clears: head is the sequence number of the oldest
-// entry and never goes back.
+// small one is kept, so a steady trickle allocates nothing. It is guarded
+// by its session's mu.
 type eventQueue struct {
 	ring  []queued
-	start int    // ring position of the oldest entry
-	count int    // entries queued
-	head  uint64 // sequence number of the oldest entry
+	start int // ring position of the oldest entry
+	count int // entries queued
 }
 
 func (q *eventQueue) len() int { return q.count }
@@ -65,35 +63,25 @@ func (q *eventQueue) grow() {
 	q.ring, q.start = ring, 0
 }
 
-// peek returns the oldest entry and its sequence number; ok is false if the
-// queue is empty.
-func (q *eventQueue) peek() (item queued, sequence uint64, ok bool) {
+// pop removes and returns the oldest entry; ok is false if the queue is
+// empty.
+func (q *eventQueue) pop() (item queued, ok bool) {
 	if q.count == 0 {
-		return queued{}, 0, false
+		return queued{}, false
 	}
-	return q.ring[q.start], q.head, true
-}
-
-// popIf removes the oldest entry if its sequence number is sequence; it
-// reports whether it did.
-func (q *eventQueue) popIf(sequence uint64) bool {
-	if q.count == 0 || q.head != sequence {
-		return false
-	}
+	item = q.ring[q.start]
 	q.ring[q.start] = queued{}
 	q.start = (q.start + 1) % len(q.ring)
 	q.count--
-	q.head++
 	if q.count == 0 {
 		q.release()
 	}
-	return true
+	return item, true
 }
 
 // clear drops every entry and returns how many there were.
 func (q *eventQueue) clear() int {
 	n := q.count
-	q.head += uint64(n)
 	clear(q.ring)
 	q.count = 0
 	q.release()

@@ -74,11 +74,10 @@ func (s *Stream) Take(into []Delivery) (n int, ended bool) {
 	}
 	queue := &s.session.queue
 	for n < len(into) {
-		item, sequence, ok := queue.peek()
+		item, ok := queue.pop()
 		if !ok {
 			break
 		}
-		queue.popIf(sequence)
 		if item.expires != nil && expiredAt(*item.expires, now) {
 			dropped++
 			continue
