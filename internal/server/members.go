@@ -146,14 +146,7 @@ func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, erro
 		return api.Member{}, err
 	}
 	g := s.metaGroup()
-	st, err := g.leaderStatus()
-	if err != nil {
-		return api.Member{}, err
-	}
-	if _, ok := st.Config.Learners[id]; !ok {
-		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "%s is not a learner", s.describeMember(id))
-	}
-	if err := s.checkCaughtUp(st, id); err != nil {
+	if err := s.awaitCaughtUp(ctx, g, id); err != nil {
 		return api.Member{}, err
 	}
 	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode, NodeID: id}
@@ -163,6 +156,32 @@ func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, erro
 	m := s.memberByID(id)
 	m.Learner = false
 	return toAPIMembers([]command.Member{m})[0], nil
+}
+
+// awaitCaughtUp returns nil once learner id of g, which this server leads,
+// has caught up (checkCaughtUp), looking every tick for at most one
+// election timeout before the refusal stands. What the leader knows of a
+// learner lags behind it: its acknowledgement of the last entries may be on
+// its way, and raft forgets whom it heard from at every election timeout's
+// quorum check, to learn it again from the answers to the next heartbeat.
+// A live learner is thus never refused for a moment's view, and one that is
+// down is refused one election timeout after the call.
+func (s *Server) awaitCaughtUp(ctx context.Context, g *group, id uint64) error {
+	clk := s.cfg.Clock
+	deadline := clk.Now().Add(s.electionTimeout())
+	for {
+		st, err := g.leaderStatus()
+		if err != nil {
+			return err
+		}
+		if _, ok := st.Config.Learners[id]; !ok {
+			return api.Errorf(api.CodePreconditionFailed, "%s is not a learner", s.describeMember(id))
+		}
+		err = s.checkCaughtUp(st, id)
+		if err == nil || !clk.Now().Before(deadline) || !s.pauseCtx(ctx, s.cfg.TickInterval) {
+			return err
+		}
+	}
 }
 
 // checkCaughtUp refuses the promotion of learner id, with the reason, unless

@@ -1,0 +1,117 @@
+package testcluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/clock"
+)
+
+// learnerCluster starts three voters in virtual time, without quiescing (so
+// the leader keeps ticking and checking its quorum), adds n4 as a learner
+// and waits until it has caught up. It returns the cluster, the leader and
+// n4's index.
+func learnerCluster(t *testing.T, ctx context.Context) (c *Cluster, leader, n4 int) {
+	t.Helper()
+	c = New(t, 3, Options{Time: clock.NewFake(time.Unix(1_700_000_000, 0)), NoQuiesce: []string{"n1", "n2", "n3", "n4"}})
+	leader = c.WaitLeader(10 * time.Second)
+	var added api.Member
+	if err := Do(ctx, "POST", c.URL(leader), "/v1/cluster/members", nil,
+		map[string]any{"name": "n4", "peer_url": c.PeerURL("n4"), "learner": true}, &added); err != nil || !added.Learner {
+		t.Fatalf("add learner: %+v, %v", added, err)
+	}
+	n4 = c.AddNode("n4")
+	voters := sortedIDs(c.Nodes[0].ID, c.Nodes[1].ID, c.Nodes[2].ID)
+	if !c.AdvanceUntil(30*time.Second, func() bool {
+		return c.shardConfigsAre(leader, 1, voters, []uint64{c.Nodes[n4].ID}) && sameShardIndexes(c)
+	}) {
+		t.Fatalf("n4 did not catch up as a learner: %+v", c.Status(n4))
+	}
+	return c, leader, n4
+}
+
+// promoteWhileAdvancing asks the leader to promote n4 and advances virtual
+// time until the answer comes, calling during after each tick with the
+// ticks taken so far; it returns the answer and the virtual time the
+// promotion took.
+func promoteWhileAdvancing(t *testing.T, ctx context.Context, c *Cluster, leader, n4 int, during func(ticks int)) (api.Member, error, time.Duration) {
+	t.Helper()
+	start := c.Now()
+	var promoted api.Member
+	done := make(chan error, 1)
+	asked := make(chan struct{})
+	go func() {
+		close(asked)
+		var err error
+		promoted, err = c.Nodes[leader].Server.PromoteMember(ctx, c.Nodes[n4].ID)
+		done <- err
+	}()
+	<-asked
+	var err error
+	ticks := 0
+	answered := func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			during(ticks)
+			ticks++
+			return false
+		}
+	}
+	if !c.AdvanceUntil(30*time.Second, answered) {
+		t.Fatal("the promotion did not answer within 30 s")
+	}
+	return promoted, err, c.Now().Sub(start)
+}
+
+// TestPromotionHearsFromTheLearnerAgain: raft's leader forgets whom it heard
+// from at each election timeout's quorum check. A learner that was silent
+// across such a check and answers again while the promotion waits is
+// promoted: the leader waits to hear from it instead of refusing at once.
+func TestPromotionHearsFromTheLearnerAgain(t *testing.T) {
+	ctx := ctxT(t, 90*time.Second)
+	c, leader, n4 := learnerCluster(t, ctx)
+	election := time.Duration(c.opts.ElectionTicks) * c.opts.TickInterval
+	c.Net.Isolate(c.Nodes[n4].ID)
+	c.Advance(2 * election) // at least one quorum check with n4 silent since
+	// The promotion asks while n4 is still cut off, and n4 comes back
+	// three ticks later.
+	promoted, err, took := promoteWhileAdvancing(t, ctx, c, leader, n4, func(ticks int) {
+		if ticks == 3 {
+			c.Net.Heal()
+		}
+	})
+	if err != nil || promoted.Learner {
+		t.Fatalf("promote n4, back three ticks after the promotion asked: %+v, %v; want it a voter", promoted, err)
+	}
+	if took > election {
+		t.Fatalf("the promotion took %v of virtual time, more than an election timeout (%v)", took, election)
+	}
+}
+
+// TestPromotionRefusesASilentLearner: a learner the leader does not hear
+// from for an election timeout after the promotion asks is refused, with
+// that reason, and stays a learner.
+func TestPromotionRefusesASilentLearner(t *testing.T) {
+	ctx := ctxT(t, 90*time.Second)
+	c, leader, n4 := learnerCluster(t, ctx)
+	election := time.Duration(c.opts.ElectionTicks) * c.opts.TickInterval
+	c.Net.Isolate(c.Nodes[n4].ID)
+	c.Advance(2 * election)
+	_, err, took := promoteWhileAdvancing(t, ctx, c, leader, n4, func(int) {})
+	if api.CodeOf(err) != api.CodePreconditionFailed || !strings.Contains(err.Error(), "has not heard from it within the last election timeout") {
+		t.Fatalf("promote the isolated n4: %v; want precondition_failed, not heard from", err)
+	}
+	if took < election {
+		t.Fatalf("refused after %v of virtual time, before an election timeout (%v) to hear from n4", took, election)
+	}
+	voters := sortedIDs(c.Nodes[0].ID, c.Nodes[1].ID, c.Nodes[2].ID)
+	if !c.shardConfigsAre(leader, 1, voters, []uint64{c.Nodes[n4].ID}) {
+		v, l := c.Nodes[leader].Server.ShardConfig(0)
+		t.Fatalf("after the refusal: voters %v learners %v; want n4 still a learner", v, l)
+	}
+}
