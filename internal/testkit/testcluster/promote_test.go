@@ -35,9 +35,9 @@ func learnerCluster(t *testing.T, ctx context.Context) (c *Cluster, leader, n4 i
 
 // promoteWhileAdvancing asks the leader to promote n4 and advances virtual
 // time until the answer comes, calling during after each tick with the
-// ticks taken so far; it returns the answer and the virtual time the
-// promotion took.
-func promoteWhileAdvancing(t *testing.T, ctx context.Context, c *Cluster, leader, n4 int, during func(ticks int)) (api.Member, error, time.Duration) {
+// ticks taken so far; it returns the answer, the virtual time the
+// promotion took and its error.
+func promoteWhileAdvancing(t *testing.T, ctx context.Context, c *Cluster, leader, n4 int, during func(ticks int)) (api.Member, time.Duration, error) {
 	t.Helper()
 	start := c.Now()
 	var promoted api.Member
@@ -65,7 +65,7 @@ func promoteWhileAdvancing(t *testing.T, ctx context.Context, c *Cluster, leader
 	if !c.AdvanceUntil(30*time.Second, answered) {
 		t.Fatal("the promotion did not answer within 30 s")
 	}
-	return promoted, err, c.Now().Sub(start)
+	return promoted, c.Now().Sub(start), err
 }
 
 // TestPromotionHearsFromTheLearnerAgain: raft's leader forgets whom it heard
@@ -80,7 +80,7 @@ func TestPromotionHearsFromTheLearnerAgain(t *testing.T) {
 	c.Advance(2 * election) // at least one quorum check with n4 silent since
 	// The promotion asks while n4 is still cut off, and n4 comes back
 	// three ticks later.
-	promoted, err, took := promoteWhileAdvancing(t, ctx, c, leader, n4, func(ticks int) {
+	promoted, took, err := promoteWhileAdvancing(t, ctx, c, leader, n4, func(ticks int) {
 		if ticks == 3 {
 			c.Net.Heal()
 		}
@@ -102,7 +102,7 @@ func TestPromotionRefusesASilentLearner(t *testing.T) {
 	election := time.Duration(c.opts.ElectionTicks) * c.opts.TickInterval
 	c.Net.Isolate(c.Nodes[n4].ID)
 	c.Advance(2 * election)
-	_, err, took := promoteWhileAdvancing(t, ctx, c, leader, n4, func(int) {})
+	_, took, err := promoteWhileAdvancing(t, ctx, c, leader, n4, func(int) {})
 	if api.CodeOf(err) != api.CodePreconditionFailed || !strings.Contains(err.Error(), "has not heard from it within the last election timeout") {
 		t.Fatalf("promote the isolated n4: %v; want precondition_failed, not heard from", err)
 	}
