@@ -140,13 +140,22 @@ func checkHostPort(addr string) error {
 	return nil
 }
 
-// PromoteMember makes a caught-up learner a voter.
+// PromoteMember makes a caught-up learner a voter, refusing one that has
+// not caught up (awaitLeaderView: for one election timeout).
 func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, error) {
 	if err := s.authorizeAs(ctx, permAdmin, "/", 0); err != nil {
 		return api.Member{}, err
 	}
 	g := s.metaGroup()
-	if err := s.awaitCaughtUp(ctx, g, id); err != nil {
+	st, err := g.leaderStatus()
+	if err != nil {
+		return api.Member{}, err
+	}
+	if _, ok := st.Config.Learners[id]; !ok {
+		return api.Member{}, api.Errorf(api.CodePreconditionFailed, "%s is not a learner", s.describeMember(id))
+	}
+	caughtUp := func(st raft.Status) error { return s.checkCaughtUp(st, id) }
+	if _, err := s.awaitLeaderView(ctx, g, caughtUp); err != nil {
 		return api.Member{}, err
 	}
 	change := raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode, NodeID: id}
@@ -158,28 +167,25 @@ func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, erro
 	return toAPIMembers([]command.Member{m})[0], nil
 }
 
-// awaitCaughtUp returns nil once learner id of g, which this server leads,
-// has caught up (checkCaughtUp), looking every tick for at most one
-// election timeout before the refusal stands. What the leader knows of a
-// learner lags behind it: its acknowledgement of the last entries may be on
-// its way, and raft forgets whom it heard from at every election timeout's
-// quorum check, to learn it again from the answers to the next heartbeat.
-// A live learner is thus never refused for a moment's view, and one that is
-// down is refused one election timeout after the call.
-func (s *Server) awaitCaughtUp(ctx context.Context, g *group, id uint64) error {
+// awaitLeaderView returns the status of g, which this server leads, once
+// check passes on it, looking every tick for at most one election timeout
+// before check's refusal stands. What a leader knows of its members lags
+// behind them: an acknowledgement may be on its way, and raft forgets whom
+// it heard from at every election timeout's quorum check, to learn it again
+// from the answers to the next heartbeat. A check of members' liveness on
+// one moment's view would now and then refuse live members; this one
+// refuses a member that is down one election timeout after the call.
+func (s *Server) awaitLeaderView(ctx context.Context, g *group, check func(raft.Status) error) (raft.Status, error) {
 	clk := s.cfg.Clock
 	deadline := clk.Now().Add(s.electionTimeout())
 	for {
 		st, err := g.leaderStatus()
 		if err != nil {
-			return err
+			return st, err
 		}
-		if _, ok := st.Config.Learners[id]; !ok {
-			return api.Errorf(api.CodePreconditionFailed, "%s is not a learner", s.describeMember(id))
-		}
-		err = s.checkCaughtUp(st, id)
+		err = check(st)
 		if err == nil || !clk.Now().Before(deadline) || !s.pauseCtx(ctx, s.cfg.TickInterval) {
-			return err
+			return st, err
 		}
 	}
 }
@@ -283,8 +289,8 @@ func (s *Server) removedMember(id uint64, name string) (command.Member, bool) {
 }
 
 // RemoveMember removes a member, refusing if the voters left could not form
-// a healthy quorum. Removing the leader hands leadership to the most
-// caught-up voter first.
+// a healthy quorum (awaitLeaderView: for one election timeout). Removing
+// the leader hands leadership to the most caught-up voter first.
 func (s *Server) RemoveMember(ctx context.Context, id uint64) error {
 	if err := s.authorizeAs(ctx, permAdmin, "/", 0); err != nil {
 		return err
@@ -297,7 +303,8 @@ func (s *Server) RemoveMember(ctx context.Context, id uint64) error {
 	if s.memberByID(id).ID == 0 && !inConfig(st, id) {
 		return api.Errorf(api.CodeNotFound, "no member %s", api.FormatID(id))
 	}
-	if err := checkQuorumAfterRemoval(st, id); err != nil {
+	quorumLeft := func(st raft.Status) error { return checkQuorumAfterRemoval(st, id) }
+	if st, err = s.awaitLeaderView(ctx, g, quorumLeft); err != nil {
 		return err
 	}
 	if id == s.id {

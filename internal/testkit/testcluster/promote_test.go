@@ -26,7 +26,8 @@ func learnerCluster(t *testing.T, ctx context.Context) (c *Cluster, leader, n4 i
 	n4 = c.AddNode("n4")
 	voters := sortedIDs(c.Nodes[0].ID, c.Nodes[1].ID, c.Nodes[2].ID)
 	if !c.AdvanceUntil(30*time.Second, func() bool {
-		return c.shardConfigsAre(leader, 1, voters, []uint64{c.Nodes[n4].ID}) && sameShardIndexes(c)
+		return c.shardConfigsAre(leader, 1, voters, []uint64{c.Nodes[n4].ID}) && sameShardIndexes(c) &&
+			c.Nodes[leader].Server.PeerHealthy(c.Nodes[n4].ID) // its acknowledgement reached the leader
 	}) {
 		t.Fatalf("n4 did not catch up as a learner: %+v", c.Status(n4))
 	}
@@ -113,5 +114,104 @@ func TestPromotionRefusesASilentLearner(t *testing.T) {
 	if !c.shardConfigsAre(leader, 1, voters, []uint64{c.Nodes[n4].ID}) {
 		v, l := c.Nodes[leader].Server.ShardConfig(0)
 		t.Fatalf("after the refusal: voters %v learners %v; want n4 still a learner", v, l)
+	}
+}
+
+// waitHealthy advances virtual time until the leader counts every one of
+// members healthy (recently heard from and replicating).
+func waitHealthy(t *testing.T, c *Cluster, leader int, members ...int) {
+	t.Helper()
+	if !c.AdvanceUntil(10*time.Second, func() bool {
+		for _, i := range members {
+			if !c.Nodes[leader].Server.PeerHealthy(c.Nodes[i].ID) {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("the leader %s does not count every member healthy", c.Nodes[leader].Name)
+	}
+}
+
+// removeWhileAdvancing asks the leader to remove member victim and advances
+// virtual time until the answer comes, calling during after each tick; it
+// returns the virtual time the removal took and its error.
+func removeWhileAdvancing(t *testing.T, ctx context.Context, c *Cluster, leader, victim int, during func(ticks int)) (time.Duration, error) {
+	t.Helper()
+	start := c.Now()
+	done := make(chan error, 1)
+	go func() { done <- c.Nodes[leader].Server.RemoveMember(ctx, c.Nodes[victim].ID) }()
+	var err error
+	ticks := 0
+	answered := func() bool {
+		select {
+		case err = <-done:
+			return true
+		default:
+			during(ticks)
+			ticks++
+			return false
+		}
+	}
+	if !c.AdvanceUntil(30*time.Second, answered) {
+		t.Fatal("the removal did not answer within 30 s")
+	}
+	return c.Now().Sub(start), err
+}
+
+// TestRemovalHearsFromTheVotersAgain: removing a voter of three needs the
+// other two healthy. One of them silent across the leader's quorum check,
+// and back while the removal waits, counts again: the removal goes through.
+func TestRemovalHearsFromTheVotersAgain(t *testing.T) {
+	ctx := ctxT(t, 90*time.Second)
+	c := New(t, 3, Options{Time: clock.NewFake(time.Unix(1_700_000_000, 0)), NoQuiesce: []string{"n1", "n2", "n3"}})
+	leader := c.WaitLeader(10 * time.Second)
+	others := c.Others(leader)
+	silent, victim := others[0], others[1]
+	election := time.Duration(c.opts.ElectionTicks) * c.opts.TickInterval
+	waitHealthy(t, c, leader, silent, victim)
+	c.Net.Isolate(c.Nodes[silent].ID)
+	c.Advance(2 * election)
+	took, err := removeWhileAdvancing(t, ctx, c, leader, victim, func(ticks int) {
+		if ticks == 3 {
+			c.Net.Heal()
+		}
+	})
+	if err != nil {
+		t.Fatalf("remove %s with %s back three ticks after the removal asked: %v", c.Nodes[victim].Name, c.Nodes[silent].Name, err)
+	}
+	if took > election {
+		t.Fatalf("the removal took %v of virtual time, more than an election timeout (%v)", took, election)
+	}
+	want := sortedIDs(c.Nodes[leader].ID, c.Nodes[silent].ID)
+	if !c.AdvanceUntil(10*time.Second, func() bool { return c.shardConfigsAre(leader, 1, want, nil) }) {
+		v, l := c.Nodes[leader].Server.ShardConfig(0)
+		t.Fatalf("after the removal: voters %v learners %v; want %v", v, l, want)
+	}
+}
+
+// TestRemovalRefusedWhileAVoterIsSilent: with one of the two voters that
+// would remain silent for an election timeout after the removal asks, the
+// removal is refused for want of a healthy quorum, and nothing changes.
+func TestRemovalRefusedWhileAVoterIsSilent(t *testing.T) {
+	ctx := ctxT(t, 90*time.Second)
+	c := New(t, 3, Options{Time: clock.NewFake(time.Unix(1_700_000_000, 0)), NoQuiesce: []string{"n1", "n2", "n3"}})
+	leader := c.WaitLeader(10 * time.Second)
+	others := c.Others(leader)
+	silent, victim := others[0], others[1]
+	election := time.Duration(c.opts.ElectionTicks) * c.opts.TickInterval
+	waitHealthy(t, c, leader, silent, victim)
+	c.Net.Isolate(c.Nodes[silent].ID)
+	c.Advance(2 * election)
+	took, err := removeWhileAdvancing(t, ctx, c, leader, victim, func(int) {})
+	if api.CodeOf(err) != api.CodePreconditionFailed || !strings.Contains(err.Error(), "healthy voters of 2, below a quorum of 2") {
+		t.Fatalf("remove %s with %s silent: %v; want precondition_failed, 1 healthy voter of 2", c.Nodes[victim].Name, c.Nodes[silent].Name, err)
+	}
+	if took < election {
+		t.Fatalf("refused after %v of virtual time, before an election timeout (%v) to hear from %s", took, election, c.Nodes[silent].Name)
+	}
+	if !c.shardConfigsAre(leader, 1, sortedIDs(c.IDs(0, 1, 2)...), nil) {
+		v, l := c.Nodes[leader].Server.ShardConfig(0)
+		t.Fatalf("after the refusal: voters %v learners %v; want all three", v, l)
 	}
 }
