@@ -34,21 +34,17 @@ func learnerCluster(t *testing.T, ctx context.Context) (c *Cluster, leader, n4 i
 	return c, leader, n4
 }
 
-// promoteWhileAdvancing asks the leader to promote n4 and advances virtual
-// time until the answer comes, calling during after each tick with the
-// ticks taken so far; it returns the answer, the virtual time the
-// promotion took and its error.
-func promoteWhileAdvancing(t *testing.T, ctx context.Context, c *Cluster, leader, n4 int, during func(ticks int)) (api.Member, time.Duration, error) {
+// answerWhileAdvancing runs call on its own goroutine and advances virtual
+// time until it returns, calling during after each tick with the ticks
+// taken so far; it returns the virtual time the call took and its error.
+func answerWhileAdvancing(t *testing.T, c *Cluster, call func() error, during func(ticks int)) (time.Duration, error) {
 	t.Helper()
 	start := c.Now()
-	var promoted api.Member
 	done := make(chan error, 1)
 	asked := make(chan struct{})
 	go func() {
 		close(asked)
-		var err error
-		promoted, err = c.Nodes[leader].Server.PromoteMember(ctx, c.Nodes[n4].ID)
-		done <- err
+		done <- call()
 	}()
 	<-asked
 	var err error
@@ -64,9 +60,21 @@ func promoteWhileAdvancing(t *testing.T, ctx context.Context, c *Cluster, leader
 		}
 	}
 	if !c.AdvanceUntil(30*time.Second, answered) {
-		t.Fatal("the promotion did not answer within 30 s")
+		t.Fatal("no answer within 30 s")
 	}
-	return promoted, c.Now().Sub(start), err
+	return c.Now().Sub(start), err
+}
+
+// promoteWhileAdvancing asks the leader to promote n4 (answerWhileAdvancing).
+func promoteWhileAdvancing(t *testing.T, ctx context.Context, c *Cluster, leader, n4 int, during func(ticks int)) (api.Member, time.Duration, error) {
+	t.Helper()
+	var promoted api.Member
+	took, err := answerWhileAdvancing(t, c, func() error {
+		var err error
+		promoted, err = c.Nodes[leader].Server.PromoteMember(ctx, c.Nodes[n4].ID)
+		return err
+	}, during)
+	return promoted, took, err
 }
 
 // TestPromotionHearsFromTheLearnerAgain: raft's leader forgets whom it heard
@@ -76,9 +84,7 @@ func promoteWhileAdvancing(t *testing.T, ctx context.Context, c *Cluster, leader
 func TestPromotionHearsFromTheLearnerAgain(t *testing.T) {
 	ctx := ctxT(t, 90*time.Second)
 	c, leader, n4 := learnerCluster(t, ctx)
-	election := time.Duration(c.opts.ElectionTicks) * c.opts.TickInterval
-	c.Net.Isolate(c.Nodes[n4].ID)
-	c.Advance(2 * election) // at least one quorum check with n4 silent since
+	election := silence(c, n4) // at least one quorum check with n4 silent since
 	// The promotion asks while n4 is still cut off, and n4 comes back
 	// three ticks later.
 	promoted, took, err := promoteWhileAdvancing(t, ctx, c, leader, n4, func(ticks int) {
@@ -100,9 +106,7 @@ func TestPromotionHearsFromTheLearnerAgain(t *testing.T) {
 func TestPromotionRefusesASilentLearner(t *testing.T) {
 	ctx := ctxT(t, 90*time.Second)
 	c, leader, n4 := learnerCluster(t, ctx)
-	election := time.Duration(c.opts.ElectionTicks) * c.opts.TickInterval
-	c.Net.Isolate(c.Nodes[n4].ID)
-	c.Advance(2 * election)
+	election := silence(c, n4)
 	_, took, err := promoteWhileAdvancing(t, ctx, c, leader, n4, func(int) {})
 	if api.CodeOf(err) != api.CodePreconditionFailed || !strings.Contains(err.Error(), "has not heard from it within the last election timeout") {
 		t.Fatalf("promote the isolated n4: %v; want precondition_failed, not heard from", err)
@@ -133,30 +137,36 @@ func waitHealthy(t *testing.T, c *Cluster, leader int, members ...int) {
 	}
 }
 
-// removeWhileAdvancing asks the leader to remove member victim and advances
-// virtual time until the answer comes, calling during after each tick; it
-// returns the virtual time the removal took and its error.
+// removeWhileAdvancing asks the leader to remove member victim
+// (answerWhileAdvancing).
 func removeWhileAdvancing(t *testing.T, ctx context.Context, c *Cluster, leader, victim int, during func(ticks int)) (time.Duration, error) {
 	t.Helper()
-	start := c.Now()
-	done := make(chan error, 1)
-	go func() { done <- c.Nodes[leader].Server.RemoveMember(ctx, c.Nodes[victim].ID) }()
-	var err error
-	ticks := 0
-	answered := func() bool {
-		select {
-		case err = <-done:
-			return true
-		default:
-			during(ticks)
-			ticks++
-			return false
-		}
-	}
-	if !c.AdvanceUntil(30*time.Second, answered) {
-		t.Fatal("the removal did not answer within 30 s")
-	}
-	return c.Now().Sub(start), err
+	return answerWhileAdvancing(t, c, func() error {
+		return c.Nodes[leader].Server.RemoveMember(ctx, c.Nodes[victim].ID)
+	}, during)
+}
+
+// silence cuts node i off and advances virtual time over two election
+// timeouts, so that the leader's last quorum check found i silent; it
+// returns the election timeout.
+func silence(c *Cluster, i int) time.Duration {
+	election := time.Duration(c.opts.ElectionTicks) * c.opts.TickInterval
+	c.Net.Isolate(c.Nodes[i].ID)
+	c.Advance(2 * election)
+	return election
+}
+
+// silentVoterCluster starts three voters in virtual time without quiescing
+// and waits until the leader counts the two others healthy: one to fall
+// silent, one to remove.
+func silentVoterCluster(t *testing.T) (c *Cluster, leader, silent, victim int) {
+	t.Helper()
+	c = New(t, 3, Options{Time: clock.NewFake(time.Unix(1_700_000_000, 0)), NoQuiesce: []string{"n1", "n2", "n3"}})
+	leader = c.WaitLeader(10 * time.Second)
+	others := c.Others(leader)
+	silent, victim = others[0], others[1]
+	waitHealthy(t, c, leader, silent, victim)
+	return c, leader, silent, victim
 }
 
 // TestRemovalHearsFromTheVotersAgain: removing a voter of three needs the
@@ -164,14 +174,8 @@ func removeWhileAdvancing(t *testing.T, ctx context.Context, c *Cluster, leader,
 // and back while the removal waits, counts again: the removal goes through.
 func TestRemovalHearsFromTheVotersAgain(t *testing.T) {
 	ctx := ctxT(t, 90*time.Second)
-	c := New(t, 3, Options{Time: clock.NewFake(time.Unix(1_700_000_000, 0)), NoQuiesce: []string{"n1", "n2", "n3"}})
-	leader := c.WaitLeader(10 * time.Second)
-	others := c.Others(leader)
-	silent, victim := others[0], others[1]
-	election := time.Duration(c.opts.ElectionTicks) * c.opts.TickInterval
-	waitHealthy(t, c, leader, silent, victim)
-	c.Net.Isolate(c.Nodes[silent].ID)
-	c.Advance(2 * election)
+	c, leader, silent, victim := silentVoterCluster(t)
+	election := silence(c, silent)
 	took, err := removeWhileAdvancing(t, ctx, c, leader, victim, func(ticks int) {
 		if ticks == 3 {
 			c.Net.Heal()
@@ -195,14 +199,8 @@ func TestRemovalHearsFromTheVotersAgain(t *testing.T) {
 // removal is refused for want of a healthy quorum, and nothing changes.
 func TestRemovalRefusedWhileAVoterIsSilent(t *testing.T) {
 	ctx := ctxT(t, 90*time.Second)
-	c := New(t, 3, Options{Time: clock.NewFake(time.Unix(1_700_000_000, 0)), NoQuiesce: []string{"n1", "n2", "n3"}})
-	leader := c.WaitLeader(10 * time.Second)
-	others := c.Others(leader)
-	silent, victim := others[0], others[1]
-	election := time.Duration(c.opts.ElectionTicks) * c.opts.TickInterval
-	waitHealthy(t, c, leader, silent, victim)
-	c.Net.Isolate(c.Nodes[silent].ID)
-	c.Advance(2 * election)
+	c, leader, silent, victim := silentVoterCluster(t)
+	election := silence(c, silent)
 	took, err := removeWhileAdvancing(t, ctx, c, leader, victim, func(int) {})
 	if api.CodeOf(err) != api.CodePreconditionFailed || !strings.Contains(err.Error(), "healthy voters of 2, below a quorum of 2") {
 		t.Fatalf("remove %s with %s silent: %v; want precondition_failed, 1 healthy voter of 2", c.Nodes[victim].Name, c.Nodes[silent].Name, err)
