@@ -303,6 +303,11 @@ func (s *Server) RemoveMember(ctx context.Context, id uint64) error {
 	if s.memberByID(id).ID == 0 && !inConfig(st, id) {
 		return api.Errorf(api.CodeNotFound, "no member %s", api.FormatID(id))
 	}
+	if voters := st.Config.Voters.IDs(); len(voters) == 1 {
+		if _, only := voters[id]; only {
+			return errLastVoter() // no wait changes this one
+		}
+	}
 	quorumLeft := func(st raft.Status) error { return checkQuorumAfterRemoval(st, id) }
 	if st, err = s.awaitLeaderView(ctx, g, quorumLeft); err != nil {
 		return err
@@ -323,6 +328,11 @@ func inConfig(st raft.Status, id uint64) bool {
 	return voter || learner
 }
 
+// errLastVoter refuses the removal of the only voter.
+func errLastVoter() error {
+	return api.Errorf(api.CodePreconditionFailed, "refusing to remove the last voter")
+}
+
 // checkQuorumAfterRemoval refuses a removal after which the active voters
 // would be too few for a quorum of the new configuration.
 func checkQuorumAfterRemoval(st raft.Status, id uint64) error {
@@ -341,7 +351,7 @@ func checkQuorumAfterRemoval(st raft.Status, id uint64) error {
 		}
 	}
 	if remaining == 0 {
-		return api.Errorf(api.CodePreconditionFailed, "refusing to remove the last voter")
+		return errLastVoter()
 	}
 	if need := remaining/2 + 1; active < need {
 		return api.Errorf(api.CodePreconditionFailed,

@@ -213,3 +213,18 @@ func TestRemovalRefusedWhileAVoterIsSilent(t *testing.T) {
 		t.Fatalf("after the refusal: voters %v learners %v; want all three", v, l)
 	}
 }
+
+// TestRemovalOfTheLastVoterRefusedAtOnce: a refusal that no wait can
+// change, removing the only voter, does not wait for the leader's view.
+func TestRemovalOfTheLastVoterRefusedAtOnce(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	c := New(t, 1, Options{Time: clock.NewFake(time.Unix(1_700_000_000, 0))})
+	leader := c.WaitLeader(10 * time.Second)
+	took, err := removeWhileAdvancing(t, ctx, c, leader, leader, func(int) {})
+	if api.CodeOf(err) != api.CodePreconditionFailed || !strings.Contains(err.Error(), "last voter") {
+		t.Fatalf("remove the only voter: %v; want precondition_failed, the last voter", err)
+	}
+	if took >= c.opts.TickInterval {
+		t.Fatalf("refused after %v of virtual time; want at once", took)
+	}
+}

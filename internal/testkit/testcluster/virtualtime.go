@@ -84,7 +84,7 @@ func (c *Cluster) tick(d time.Duration) {
 		// A node that has not ticked since it started may not have armed its
 		// ticker yet (its Ready loop starts on its own goroutine): it ticks
 		// from a later step on, so it is not waited for. Nor is a node that
-		// stops on its own meanwhile (it applied its own removal).
+		// stops on its own meanwhile (it applied its own removal, or failed).
 		ok := pollFast(10*time.Second, func() bool {
 			last := s.LastTick()
 			return n.Clock.Since(last) < c.opts.TickInterval || last.Equal(n.started) || s.Err() != nil
