@@ -303,10 +303,8 @@ func (s *Server) RemoveMember(ctx context.Context, id uint64) error {
 	if s.memberByID(id).ID == 0 && !inConfig(st, id) {
 		return api.Errorf(api.CodeNotFound, "no member %s", api.FormatID(id))
 	}
-	if voters := st.Config.Voters.IDs(); len(voters) == 1 {
-		if _, only := voters[id]; only {
-			return errLastVoter() // no wait changes this one
-		}
+	if err := refuseLastVoter(st, id); err != nil {
+		return err // no wait changes this one
 	}
 	quorumLeft := func(st raft.Status) error { return checkQuorumAfterRemoval(st, id) }
 	if st, err = s.awaitLeaderView(ctx, g, quorumLeft); err != nil {
@@ -328,13 +326,19 @@ func inConfig(st raft.Status, id uint64) bool {
 	return voter || learner
 }
 
-// errLastVoter refuses the removal of the only voter.
-func errLastVoter() error {
-	return api.Errorf(api.CodePreconditionFailed, "refusing to remove the last voter")
+// refuseLastVoter refuses the removal of id if it is the only voter.
+func refuseLastVoter(st raft.Status, id uint64) error {
+	voters := st.Config.Voters.IDs()
+	if _, ok := voters[id]; ok && len(voters) == 1 {
+		return api.Errorf(api.CodePreconditionFailed, "refusing to remove the last voter")
+	}
+	return nil
 }
 
 // checkQuorumAfterRemoval refuses a removal after which the active voters
-// would be too few for a quorum of the new configuration.
+// would be too few for a quorum of the new configuration (with no voter
+// left, 0 of the quorum of 1: the last voter, which RemoveMember refuses
+// first with its own message).
 func checkQuorumAfterRemoval(st raft.Status, id uint64) error {
 	voters := st.Config.Voters.IDs()
 	if _, ok := voters[id]; !ok {
@@ -349,9 +353,6 @@ func checkQuorumAfterRemoval(st raft.Status, id uint64) error {
 		if healthy(st, v) {
 			active++
 		}
-	}
-	if remaining == 0 {
-		return errLastVoter()
 	}
 	if need := remaining/2 + 1; active < need {
 		return api.Errorf(api.CodePreconditionFailed,
