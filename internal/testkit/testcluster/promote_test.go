@@ -95,8 +95,10 @@ func TestPromotionHearsFromTheLearnerAgain(t *testing.T) {
 	if err != nil || promoted.Learner {
 		t.Fatalf("promote n4, back three ticks after the promotion asked: %+v, %v; want it a voter", promoted, err)
 	}
-	if took > election {
-		t.Fatalf("the promotion took %v of virtual time, more than an election timeout (%v)", took, election)
+	// Within an election timeout of the heal in principle; twice that
+	// leaves room for a loaded machine, whose goroutines lag the ticks.
+	if took > 2*election {
+		t.Fatalf("the promotion took %v of virtual time, more than two election timeouts (%v each)", took, election)
 	}
 }
 
@@ -184,8 +186,10 @@ func TestRemovalHearsFromTheVotersAgain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("remove %s with %s back three ticks after the removal asked: %v", c.Nodes[victim].Name, c.Nodes[silent].Name, err)
 	}
-	if took > election {
-		t.Fatalf("the removal took %v of virtual time, more than an election timeout (%v)", took, election)
+	// Within an election timeout of the heal in principle; twice that
+	// leaves room for a loaded machine, whose goroutines lag the ticks.
+	if took > 2*election {
+		t.Fatalf("the removal took %v of virtual time, more than two election timeouts (%v each)", took, election)
 	}
 	want := sortedIDs(c.Nodes[leader].ID, c.Nodes[silent].ID)
 	if !c.AdvanceUntil(10*time.Second, func() bool { return c.shardConfigsAre(leader, 1, want, nil) }) {
@@ -216,15 +220,25 @@ func TestRemovalRefusedWhileAVoterIsSilent(t *testing.T) {
 
 // TestRemovalOfTheLastVoterRefusedAtOnce: a refusal that no wait can
 // change, removing the only voter, does not wait for the leader's view.
+// Virtual time stands still while the call runs, so a call that waited for
+// even one tick would never answer.
 func TestRemovalOfTheLastVoterRefusedAtOnce(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	c := New(t, 1, Options{Time: clock.NewFake(time.Unix(1_700_000_000, 0))})
 	leader := c.WaitLeader(10 * time.Second)
-	took, err := removeWhileAdvancing(t, ctx, c, leader, leader, func(int) {})
+	start := c.Now()
+	done := make(chan error, 1)
+	go func() { done <- c.Nodes[leader].Server.RemoveMember(ctx, c.Nodes[leader].ID) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("removing the only voter got no answer within 20 s with virtual time standing still; want a refusal at once")
+	}
 	if api.CodeOf(err) != api.CodePreconditionFailed || !strings.Contains(err.Error(), "last voter") {
 		t.Fatalf("remove the only voter: %v; want precondition_failed, the last voter", err)
 	}
-	if took >= c.opts.TickInterval {
-		t.Fatalf("refused after %v of virtual time; want at once", took)
+	if moved := c.Now().Sub(start); moved != 0 {
+		t.Fatalf("virtual time moved %v during the call; want none", moved)
 	}
 }
