@@ -123,6 +123,31 @@ func TestPromotionRefusesASilentLearner(t *testing.T) {
 	}
 }
 
+// TestPromotionEndedMidWaitIsUnavailable: a promotion whose request ends
+// while the leader still waits to hear from the learner has not been
+// refused: it answers unavailable (try again), not the refusal of the last
+// look, and n4 stays a learner.
+func TestPromotionEndedMidWaitIsUnavailable(t *testing.T) {
+	ctx := ctxT(t, 90*time.Second)
+	c, leader, n4 := learnerCluster(t, ctx)
+	silence(c, n4)
+	callCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	_, _, err := promoteWhileAdvancing(t, callCtx, c, leader, n4, func(ticks int) {
+		if ticks == 3 {
+			cancel()
+		}
+	})
+	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "has not heard from it") {
+		t.Fatalf("promote the isolated n4, the request ended mid-wait: %v; want unavailable with the last look's reason", err)
+	}
+	voters := sortedIDs(c.Nodes[0].ID, c.Nodes[1].ID, c.Nodes[2].ID)
+	if !c.shardConfigsAre(leader, 1, voters, []uint64{c.Nodes[n4].ID}) {
+		v, l := c.Nodes[leader].Server.ShardConfig(0)
+		t.Fatalf("after the ended request: voters %v learners %v; want n4 still a learner", v, l)
+	}
+}
+
 // waitHealthy advances virtual time until the leader counts every one of
 // members healthy (recently heard from and replicating).
 func waitHealthy(t *testing.T, c *Cluster, leader int, members ...int) {
