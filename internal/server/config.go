@@ -189,11 +189,27 @@ func (c *Config) validate() error {
 	if c.MinSessionTTL > c.MaxSessionTTL {
 		return errors.New("server: min session timeout above max")
 	}
-	if election := time.Duration(c.ElectionTicks) * c.TickInterval; c.MinSessionTTL < election*3/2 {
+	c.warnAboutTimeouts()
+	return nil
+}
+
+// warnAboutTimeouts logs the timeout settings that work but defeat their
+// purpose. An election must end well within a request's deadline: a write
+// waits out a leader change, and a promotion or a removal waits up to an
+// election timeout for the leader to hear from its members (members.go),
+// so with an election timeout of half the deadline or more such a call can
+// run out of time (the server's and the Go client's are both 5 s by
+// default) where a shorter election would have answered.
+func (c *Config) warnAboutTimeouts() {
+	election := time.Duration(c.ElectionTicks) * c.TickInterval
+	if c.MinSessionTTL < election*3/2 {
 		c.Logger.Warn("the minimum session timeout is under 1.5 election timeouts: sessions that short can expire in any election",
 			"min_session_timeout", c.MinSessionTTL, "election_timeout", election)
 	}
-	return nil
+	if election*2 > c.RequestTimeout {
+		c.Logger.Warn("the election timeout is over half the request deadline: writes during a leader change, and membership changes that wait for the leader to hear from its members, can run out of time",
+			"election_timeout", election, "request_timeout", c.RequestTimeout)
+	}
 }
 
 // ParseInitialCluster parses "n1=127.0.0.1:7101,n2=127.0.0.1:7102".
