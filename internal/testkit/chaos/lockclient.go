@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/latch-io/latch/api"
@@ -75,14 +76,14 @@ func lockClientMain(encoded string) int {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Lifetime)
 	defer cancel()
-	go func() {
-		followCommands(os.Stdin, skewed) // returns when the parent closes the pipe or dies
-		cancel()
-	}()
 	lc := &lockClient{
 		cfg: cfg, client: c, http: &http.Client{}, clock: skewed,
 		random: rand.New(rand.NewPCG(cfg.Seed, uint64(os.Getpid()))), pid: strconv.Itoa(os.Getpid()),
 	}
+	go func() {
+		followCommands(os.Stdin, skewed, &lc.skews) // returns when the parent closes the pipe or dies
+		cancel()
+	}()
 	fmt.Fprintf(os.Stderr, "lock client %s: seed %d, lock %s, session timeout %v\n", lc.pid, cfg.Seed, cfg.Lock, cfg.SessionTimeout)
 	lc.run(ctx)
 	fmt.Fprintf(os.Stderr, "lock client %s: %d rounds held, %d writes refused as stale, %d rounds failed\n", lc.pid, lc.held, lc.refused, lc.failed)
@@ -104,8 +105,8 @@ func newLockClientClient(cfg lockClientConfig, clk client.Clock) (*client.Client
 }
 
 // followCommands applies the parent's commands read from in to clk until
-// in ends.
-func followCommands(in io.Reader, clk *clock.Skewed) {
+// in ends, counting in skews each rate it sets other than 1.
+func followCommands(in io.Reader, clk *clock.Skewed, skews *atomic.Uint64) {
 	lines := bufio.NewScanner(in)
 	for lines.Scan() {
 		var rate float64
@@ -117,6 +118,9 @@ func followCommands(in io.Reader, clk *clock.Skewed) {
 			fmt.Fprintf(os.Stderr, "lock client: %v\n", err)
 			continue
 		}
+		if rate != 1 {
+			skews.Add(1)
+		}
 		fmt.Fprintf(os.Stderr, "lock client %d: clock at %vx\n", os.Getpid(), rate)
 	}
 }
@@ -127,6 +131,7 @@ type lockClient struct {
 	client  *client.Client
 	http    *http.Client
 	clock   *clock.Skewed // of its keepalives and its work; the parent skews it
+	skews   atomic.Uint64 // times the parent set clock's rate to other than 1
 	random  *rand.Rand
 	pid     string          // this process's, sent with every write
 	session *client.Session // nil until opened, and after it ended
@@ -169,11 +174,15 @@ func (lc *lockClient) round(ctx context.Context) error {
 		return err
 	}
 	lc.held++
+	// A tenure is a skewed one if the clock ran skewed at any moment of it:
+	// at its start, at its last write, or in between (a skew healed before
+	// the last write still stretched the work past the session's end).
+	skewsAtStart := lc.skews.Load()
 	skewed := lc.clock.Rate() != 1
 	err = lc.write(ctx, token, skewed)
 	if err == nil {
 		lc.wait(ctx, time.Duration(100+lc.random.IntN(300))*time.Millisecond) // the work
-		err = lc.write(ctx, token, skewed || lc.clock.Rate() != 1)
+		err = lc.write(ctx, token, skewed || lc.clock.Rate() != 1 || lc.skews.Load() != skewsAtStart)
 	}
 	releaseCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
