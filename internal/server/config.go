@@ -195,11 +195,12 @@ func (c *Config) validate() error {
 
 // warnAboutTimeouts logs the timeout settings that work but defeat their
 // purpose. An election must end well within a request's deadline: a write
-// waits out a leader change, and a promotion or a removal waits up to an
-// election timeout for the leader to hear from its members (members.go),
-// so with an election timeout of half the deadline or more such a call can
-// run out of time (the server's and the Go client's are both 5 s by
-// default) where a shorter election would have answered.
+// waits out a leader change within --request-timeout, and a promotion or a
+// removal waits up to an election timeout for the leader to hear from its
+// members (members.go) within the client's own deadline (the Go client's
+// is 5 s by default, as --request-timeout is). With an election timeout
+// over half the request deadline such calls can run out of time where a
+// shorter election would have answered.
 func (c *Config) warnAboutTimeouts() {
 	election := time.Duration(c.ElectionTicks) * c.TickInterval
 	if c.MinSessionTTL < election*3/2 {

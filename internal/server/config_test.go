@@ -19,6 +19,7 @@ func TestTimeoutWarnings(t *testing.T) {
 		{"defaults", func(*Config) {}, nil},
 		{"short sessions", func(c *Config) { c.MinSessionTTL = time.Second }, []string{"minimum session timeout"}},
 		{"long elections", func(c *Config) { c.ElectionTicks = 30; c.MinSessionTTL = 5 * time.Second }, []string{"election timeout is over half the request deadline"}},
+		{"election at exactly half the deadline", func(c *Config) { c.ElectionTicks = 25; c.MinSessionTTL = 4 * time.Second }, nil},
 		{"short deadline", func(c *Config) { c.RequestTimeout = 1500 * time.Millisecond }, []string{"election timeout is over half the request deadline"}},
 		{"both", func(c *Config) { c.ElectionTicks = 40; c.MinSessionTTL = 5 * time.Second },
 			[]string{"minimum session timeout", "election timeout is over half the request deadline"}},

@@ -175,7 +175,7 @@ func (s *Server) PromoteMember(ctx context.Context, id uint64) (api.Member, erro
 // from the answers to the next heartbeat. A check of members' liveness on
 // one moment's view would now and then refuse live members; this one
 // refuses a member that is down one election timeout after the call. If
-// the request's context ends, or the server stops, before the election
+// the request's context ends, or this member stops, before the election
 // timeout is up, the refusal has not stood yet: the caller gets
 // unavailable (try again), with the last look's reason.
 func (s *Server) awaitLeaderView(ctx context.Context, g *group, check func(raft.Status) error) (raft.Status, error) {
@@ -191,8 +191,10 @@ func (s *Server) awaitLeaderView(ctx context.Context, g *group, check func(raft.
 			return st, err
 		}
 		if !s.pauseCtx(ctx, s.cfg.TickInterval) {
-			return st, api.Errorf(api.CodeUnavailable,
-				"the request ended before the leader's view settled (it waits up to an election timeout); the last look: %v", err)
+			if ctx.Err() == nil {
+				return st, g.Unavailable("this member is stopping; retry on another (the last look: %v)", err)
+			}
+			return st, g.Unavailable("the request ended before the leader's view settled (it waits up to an election timeout); the last look: %v", err)
 		}
 	}
 }

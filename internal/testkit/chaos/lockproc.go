@@ -60,7 +60,7 @@ type procWrite struct {
 	token   uint64
 	status  int       // 200: accepted; 409: refused as stale
 	arrived time.Time // when the request reached the resource
-	skewed  bool      // of a tenure that began on a skewed clock
+	skewed  bool      // of a tenure during which the client's clock ran skewed
 }
 
 func (w procWrite) accepted() bool { return w.status == http.StatusOK }
@@ -442,8 +442,8 @@ func (w *lockProcs) checkPausesLocked(r *run) (stale, refused int) {
 
 // tenuresLocked counts the tenures (tokens) that overlapped a later one in
 // real time (a write with the token arrived after the guard had accepted a
-// higher one: the guard refused it) and those that began on a skewed
-// clock. w.mu must be held.
+// higher one: the guard refused it) and those during which the client's
+// clock ran skewed. w.mu must be held.
 func (w *lockProcs) tenuresLocked() (overlapping, skewed int) {
 	overlapped, onSkew := map[uint64]bool{}, map[uint64]bool{}
 	for _, write := range w.writes {
