@@ -152,6 +152,32 @@ func TestPromotionEndedMidWaitIsUnavailable(t *testing.T) {
 	}
 }
 
+// TestPromotionOnAStoppingMemberIsUnavailable: a leader that stops while it
+// waits to hear from the learner has not refused the promotion either: it
+// says it is stopping (unavailable, retry on another), with the last
+// look's reason, and n4 stays a learner.
+func TestPromotionOnAStoppingMemberIsUnavailable(t *testing.T) {
+	ctx := ctxT(t, 90*time.Second)
+	c, leader, n4 := learnerCluster(t, ctx)
+	silence(t, c, leader, n4)
+	err := answerInHeldTime(t, func() error {
+		_, err := c.Nodes[leader].Server.PromoteMember(ctx, c.Nodes[n4].ID)
+		return err
+	}, func() {
+		c.advanceGently(3 * c.opts.TickInterval)
+		c.Stop(leader)
+	})
+	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "this member is stopping") || !strings.Contains(err.Error(), "has not heard from it") {
+		t.Fatalf("promote the isolated n4 on a leader that stops mid-wait: %v; want unavailable, this member is stopping, with the last look's reason", err)
+	}
+	others := c.Others(leader, n4)
+	voters := sortedIDs(c.Nodes[0].ID, c.Nodes[1].ID, c.Nodes[2].ID)
+	if !c.shardConfigsAre(others[0], 1, voters, []uint64{c.Nodes[n4].ID}) {
+		v, l := c.Nodes[others[0]].Server.ShardConfig(0)
+		t.Fatalf("after the stop, as %s has it: voters %v learners %v; want n4 still a learner", c.Nodes[others[0]].Name, v, l)
+	}
+}
+
 // answerInHeldTime runs call on its own goroutine, then before (which may
 // advance virtual time), then waits up to 20 s of real time for the call's
 // answer with virtual time standing still.
