@@ -21,6 +21,12 @@ def client():
     return c
 
 
+# sync_note: as in ZooKeeper, a session reads what it wrote and what it has
+# seen, but another session's write only after a sync (the two clients may
+# be on two members, one of which has not applied that write yet). Each read
+# through one client of the other's write is preceded by a sync.
+
+
 def check(cond, what):
     if not cond:
         raise AssertionError(what)
@@ -33,6 +39,7 @@ def lock(a, b):
         check(not lb.acquire(timeout=0.5), "b cannot acquire a held lock")
     except LockTimeout:
         pass
+    b.sync("/k/lock")  # a's write, read through b's session (see sync_note)
     check(lb.contenders() == ["a"], "contenders: %r" % lb.contenders())
     got = threading.Event()
 
@@ -61,6 +68,7 @@ def election(a, b):
     t = threading.Thread(target=a.Election("/k/election", "a").run, args=(leader, "a"))
     t.start()
     check(elected.wait(WAIT), "a wins the election")
+    b.sync("/k/election")
     contenders = b.Election("/k/election").contenders()
     check(contenders == ["a"], "contenders while a leads: %r" % contenders)
     resign.set()
@@ -92,6 +100,7 @@ def counter(a, b):
         t.start()
     for t in threads:
         t.join(WAIT)
+    a.sync("/k/counter")
     check(ca.value == 20, "counter after 20 concurrent increments: %r" % ca.value)
 
 
@@ -99,6 +108,7 @@ def queue(a, b):
     qa, qb = a.Queue("/k/queue"), b.Queue("/k/queue")
     for item in (b"1", b"2", b"3"):
         qa.put(item)
+    b.sync("/k/queue")
     check(len(qb) == 3, "queue length %d" % len(qb))
     got = [qb.get(), qb.get(), qb.get()]
     check(got == [b"1", b"2", b"3"], "queue order %r" % got)
@@ -109,8 +119,10 @@ def party(a, b):
     pa, pb = a.Party("/k/party", "a"), b.Party("/k/party", "b")
     pa.join()
     pb.join()
+    a.sync("/k/party")
     check(sorted(pa) == ["a", "b"], "party: %r" % sorted(pa))
     pb.leave()
+    a.sync("/k/party")
     check(list(pa) == ["a"], "party after b left: %r" % list(pa))
 
 
@@ -150,6 +162,7 @@ def transaction(a, b):
     check(len(res) == 5 and res[0] == "/k/txn" and res[1].startswith("/k/txn/s-")
           and res[2] == "/k/txn/e" and res[3].version == 1 and res[4] is True,
           "committed transaction: %r" % res)
+    b.sync("/k/txn")
     check(b.get("/k/txn")[0] == b"v", "b reads the transaction's write")
     t = b.transaction()
     t.create("/k/txn/never")
