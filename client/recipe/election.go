@@ -47,21 +47,39 @@ func (e *Election) dir() string { return "/elections/" + e.role }
 // session has, its place and token, and gives it value) and blocks until this session leads, then
 // returns its fencing token. A candidate that does not lead watches only the
 // candidate just ahead of it and asks again when that one goes, so a
-// leader's death wakes one candidate. When ctx ends first, Campaign
-// withdraws the candidacy before returning ctx's error.
+// leader's death wakes one candidate. A cluster that is unavailable for a
+// while (the client gave up its attempts during an election, say) does not
+// end the campaign: it asks again after campaignRetry, as joining is
+// idempotent for the session. When ctx ends first, Campaign withdraws the
+// candidacy before returning ctx's error; when the session ends, it returns
+// the session's error.
 func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 	for {
 		candidacy, err := e.session.JoinElection(ctx, e.role, value)
-		if err != nil {
-			return 0, e.campaignFailed(ctx, err)
-		}
-		if candidacy.IsLeader {
+		if err == nil && candidacy.IsLeader {
 			return e.lead(candidacy), nil
 		}
-		if err := e.waitForPredecessor(ctx, candidacy); err != nil {
+		if err == nil {
+			err = e.waitForPredecessor(ctx, candidacy)
+		}
+		if err != nil && !(transient(err) && e.pause(ctx, campaignRetry)) {
 			return 0, e.campaignFailed(ctx, err)
 		}
 	}
+}
+
+// campaignRetry is the pause before a campaign asks again after the cluster
+// was unavailable.
+const campaignRetry = 100 * time.Millisecond
+
+// transient reports whether err says the cluster could not answer for now
+// (unavailable or overloaded), not that the request was refused.
+func transient(err error) bool {
+	switch api.CodeOf(err) {
+	case api.CodeUnavailable, api.CodeOverloaded:
+		return true
+	}
+	return false
 }
 
 // waitForPredecessor returns when the candidate just ahead has gone (or

@@ -405,6 +405,9 @@ func TestObserveOrder(t *testing.T) {
 	seen = append(seen, next())
 	e.cluster.Expire(sessionA.ID()) // A's session dies: B takes over
 	got := <-bDone
+	if got.err != nil {
+		t.Fatalf("b's campaign: %v", got.err)
+	}
 	seen = append(seen, next())
 	if err := b.Resign(ctx); err != nil {
 		t.Fatal(err)
@@ -458,5 +461,21 @@ func TestObserveReportsANewValueOfTheLeader(t *testing.T) {
 	}
 	if got := next(); got.Value != "new" || got.FencingToken != token {
 		t.Fatalf("observed %+v, want value new with the same token %d", got, token)
+	}
+}
+
+// TestCampaignOutlastsUnavailability: a cluster that answers 503 to more
+// joins than the client's attempts at one call (as during an election)
+// does not end a campaign: it asks again and wins once the cluster answers.
+func TestCampaignOutlastsUnavailability(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1)
+	e.cluster.Proxy(0).Inject(faulthttp.Fault{Method: "POST", Path: "/v1/election/join", Times: 3 * client.DefaultMaxAttempts,
+		Kind: faulthttp.Reply, Err: api.Error{Code: api.CodeUnavailable, Message: "no leader (injected)"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	token, err := NewElection(e.session(t, 10*time.Second), "db").Campaign(ctx, "a")
+	if err != nil || token == 0 {
+		t.Fatalf("Campaign through %d unavailable answers = %d, %v; want the leadership", 3*client.DefaultMaxAttempts, token, err)
 	}
 }
