@@ -116,11 +116,7 @@ func TestPromotionRefusesASilentLearner(t *testing.T) {
 	if took < election {
 		t.Fatalf("refused after %v of virtual time, before an election timeout (%v) to hear from n4", took, election)
 	}
-	voters := sortedIDs(c.Nodes[0].ID, c.Nodes[1].ID, c.Nodes[2].ID)
-	if !c.shardConfigsAre(leader, 1, voters, []uint64{c.Nodes[n4].ID}) {
-		v, l := c.Nodes[leader].Server.ShardConfig(0)
-		t.Fatalf("after the refusal: voters %v learners %v; want n4 still a learner", v, l)
-	}
+	requireStillLearner(t, c, leader, n4, "after the refusal")
 }
 
 // TestPromotionEndedMidWaitIsUnavailable: a promotion whose request ends
@@ -145,11 +141,7 @@ func TestPromotionEndedMidWaitIsUnavailable(t *testing.T) {
 	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "the request ended") || !strings.Contains(err.Error(), "has not heard from it") {
 		t.Fatalf("promote the isolated n4, the request ended mid-wait: %v; want unavailable, the request ended, with the last look's reason", err)
 	}
-	voters := sortedIDs(c.Nodes[0].ID, c.Nodes[1].ID, c.Nodes[2].ID)
-	if !c.shardConfigsAre(leader, 1, voters, []uint64{c.Nodes[n4].ID}) {
-		v, l := c.Nodes[leader].Server.ShardConfig(0)
-		t.Fatalf("after the ended request: voters %v learners %v; want n4 still a learner", v, l)
-	}
+	requireStillLearner(t, c, leader, n4, "after the ended request")
 }
 
 // TestPromotionOnAStoppingMemberIsUnavailable: a leader that stops while it
@@ -170,11 +162,17 @@ func TestPromotionOnAStoppingMemberIsUnavailable(t *testing.T) {
 	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "this member is stopping") || !strings.Contains(err.Error(), "has not heard from it") {
 		t.Fatalf("promote the isolated n4 on a leader that stops mid-wait: %v; want unavailable, this member is stopping, with the last look's reason", err)
 	}
-	others := c.Others(leader, n4)
+	requireStillLearner(t, c, c.Others(leader, n4)[0], n4, "after the stop")
+}
+
+// requireStillLearner fails the test unless, as member at has it, the
+// three first members are the voters and n4 is still a learner.
+func requireStillLearner(t *testing.T, c *Cluster, at, n4 int, when string) {
+	t.Helper()
 	voters := sortedIDs(c.Nodes[0].ID, c.Nodes[1].ID, c.Nodes[2].ID)
-	if !c.shardConfigsAre(others[0], 1, voters, []uint64{c.Nodes[n4].ID}) {
-		v, l := c.Nodes[others[0]].Server.ShardConfig(0)
-		t.Fatalf("after the stop, as %s has it: voters %v learners %v; want n4 still a learner", c.Nodes[others[0]].Name, v, l)
+	if !c.shardConfigsAre(at, 1, voters, []uint64{c.Nodes[n4].ID}) {
+		v, l := c.Nodes[at].Server.ShardConfig(0)
+		t.Fatalf("%s, as %s has it: voters %v learners %v; want n4 still a learner", when, c.Nodes[at].Name, v, l)
 	}
 }
 
