@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
@@ -49,7 +48,7 @@ func (e *Election) dir() string { return "/elections/" + e.role }
 // candidate just ahead of it and asks again when that one goes, so a
 // leader's death wakes one candidate. A cluster that is unavailable for a
 // while (the client gave up its attempts during an election, say) does not
-// end the campaign: it asks again after campaignRetry, as joining is
+// end the campaign: it asks again after retryPause, as joining is
 // idempotent for the session. When ctx ends first, Campaign withdraws the
 // candidacy before returning ctx's error; when the session ends, it returns
 // the session's error.
@@ -62,24 +61,10 @@ func (e *Election) Campaign(ctx context.Context, value string) (uint64, error) {
 		if err == nil {
 			err = e.waitForPredecessor(ctx, candidacy)
 		}
-		if err != nil && !(transient(err) && e.pause(ctx, campaignRetry)) {
+		if err != nil && !(transient(err) && pause(ctx, e.session, retryPause)) {
 			return 0, e.campaignFailed(ctx, err)
 		}
 	}
-}
-
-// campaignRetry is the pause before a campaign asks again after the cluster
-// was unavailable.
-const campaignRetry = 100 * time.Millisecond
-
-// transient reports whether err says the cluster could not answer for now
-// (unavailable or overloaded), not that the request was refused.
-func transient(err error) bool {
-	switch api.CodeOf(err) {
-	case api.CodeUnavailable, api.CodeOverloaded:
-		return true
-	}
-	return false
 }
 
 // waitForPredecessor returns when the candidate just ahead has gone (or
@@ -170,9 +155,6 @@ func leaderInfo(state *api.ElectionState) LeaderInfo {
 		FencingToken: state.Leader.FencingToken, Index: state.Index}
 }
 
-// observeRetry is the pause before Observe reads again after a failure.
-const observeRetry = 100 * time.Millisecond
-
 // Observe returns a channel of the role's leaders, first the current one,
 // then each change, in order: fencing tokens only grow, a leader that
 // joins again with a new value is reported again with it, and a zero
@@ -209,7 +191,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 	for ctx.Err() == nil {
 		state, err := e.state(ctx)
 		if err != nil {
-			if !e.pause(ctx, observeRetry) {
+			if !pause(ctx, e.session, retryPause) {
 				return
 			}
 			continue
@@ -223,7 +205,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 		}
 		w, err := e.session.Watch(ctx, e.dir(), opts...)
 		if err != nil {
-			if client.IsSessionGone(err) || errors.Is(err, client.ErrSessionClosed) || !e.pause(ctx, observeRetry) {
+			if client.IsSessionGone(err) || errors.Is(err, client.ErrSessionClosed) || !pause(ctx, e.session, retryPause) {
 				return
 			}
 			continue
@@ -234,7 +216,7 @@ func (e *Election) observe(ctx context.Context, out chan<- LeaderInfo) {
 			again, err := e.state(ctx)
 			if err != nil || !emit(leaderInfo(again)) {
 				w.Close()
-				if err == nil || !e.pause(ctx, observeRetry) {
+				if err == nil || !pause(ctx, e.session, retryPause) {
 					return
 				}
 				continue
@@ -268,19 +250,5 @@ func (e *Election) sessionAlive() bool {
 		return false
 	default:
 		return true
-	}
-}
-
-// pause waits d; false when ctx or the session ended first.
-func (e *Election) pause(ctx context.Context, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	case <-e.session.Done():
-		return false
 	}
 }

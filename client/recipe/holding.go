@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
@@ -176,6 +177,36 @@ var closedChannel = func() chan struct{} {
 	close(ch)
 	return ch
 }()
+
+// transient reports whether err says the cluster could not answer for now
+// (unavailable or overloaded; the client gave up its attempts during an
+// election, say), not that the request was refused. A recipe that blocks
+// until it holds (Lock.Acquire, Election.Campaign) asks again after
+// retryPause, as its requests are idempotent for the session.
+func transient(err error) bool {
+	switch api.CodeOf(err) {
+	case api.CodeUnavailable, api.CodeOverloaded:
+		return true
+	}
+	return false
+}
+
+// retryPause is the pause before a recipe asks again after a failure.
+const retryPause = 100 * time.Millisecond
+
+// pause waits d; false when ctx or session s ended first.
+func pause(ctx context.Context, s *client.Session, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.Done():
+		return false
+	}
+}
 
 // gone reports whether err says the session's place no longer exists.
 func gone(err error) bool {

@@ -35,8 +35,9 @@ const releaseTimeout = 5 * time.Second
 // until ctx ends. It asks the server to wait (wait_ms up to ctx's deadline,
 // or client.MaxLockWait, the place kept between calls); only the
 // predecessor's deletion wakes it. When ctx ends first, Acquire gives up its
-// place in the queue before returning ctx's error (see giveUpPlace). Holding
-// already, it returns the same token.
+// place in the queue before returning ctx's error (see giveUpPlace). A
+// cluster that is unavailable for a while does not end the wait: it asks
+// again (transient). Holding already, it returns the same token.
 func (l *Lock) Acquire(ctx context.Context) (uint64, error) {
 	for {
 		call := l.startAcquire(ctx)
@@ -52,6 +53,9 @@ func (l *Lock) Acquire(ctx context.Context) (uint64, error) {
 		}
 		if api.CodeOf(call.err) == api.CodeLockNotHeld && ctx.Err() == nil {
 			continue
+		}
+		if transient(call.err) && pause(ctx, l.session, retryPause) {
+			continue // the cluster could not answer for now: ask again (transient)
 		}
 		if ctx.Err() != nil {
 			l.giveUpPlace(call)

@@ -464,18 +464,33 @@ func TestObserveReportsANewValueOfTheLeader(t *testing.T) {
 	}
 }
 
-// TestCampaignOutlastsUnavailability: a cluster that answers 503 to more
-// joins than the client's attempts at one call (as during an election)
-// does not end a campaign: it asks again and wins once the cluster answers.
-func TestCampaignOutlastsUnavailability(t *testing.T) {
+// TestRecipesOutlastUnavailability: a cluster that answers 503 to more
+// calls than the client's attempts at one (as during an election) ends
+// neither a campaign nor a lock's acquire: each asks again and gets what
+// it waits for once the cluster answers.
+func TestRecipesOutlastUnavailability(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 1)
-	e.cluster.Proxy(0).Inject(faulthttp.Fault{Method: "POST", Path: "/v1/election/join", Times: 3 * client.DefaultMaxAttempts,
-		Kind: faulthttp.Reply, Err: api.Error{Code: api.CodeUnavailable, Message: "no leader (injected)"}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	token, err := NewElection(e.session(t, 10*time.Second), "db").Campaign(ctx, "a")
-	if err != nil || token == 0 {
-		t.Fatalf("Campaign through %d unavailable answers = %d, %v; want the leadership", 3*client.DefaultMaxAttempts, token, err)
+	for _, tt := range []struct {
+		path string
+		wait func(ctx context.Context, s *client.Session) (uint64, error)
+	}{
+		{"/v1/election/join", func(ctx context.Context, s *client.Session) (uint64, error) {
+			return NewElection(s, "db").Campaign(ctx, "a")
+		}},
+		{"/v1/lock/acquire", func(ctx context.Context, s *client.Session) (uint64, error) {
+			return NewLock(s, "R").Acquire(ctx)
+		}},
+	} {
+		t.Run(tt.path, func(t *testing.T) {
+			e := newEnv(t, 1)
+			e.cluster.Proxy(0).Inject(faulthttp.Fault{Method: "POST", Path: tt.path, Times: 3 * client.DefaultMaxAttempts,
+				Kind: faulthttp.Reply, Err: api.Error{Code: api.CodeUnavailable, Message: "no leader (injected)"}})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			token, err := tt.wait(ctx, e.session(t, 10*time.Second))
+			if err != nil || token == 0 {
+				t.Fatalf("through %d unavailable answers to %s: %d, %v; want a token", 3*client.DefaultMaxAttempts, tt.path, token, err)
+			}
+		})
 	}
 }
