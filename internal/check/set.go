@@ -93,6 +93,7 @@ func (w *sequences) Check(r *Run) error {
 	defer w.mu.Unlock()
 	for parent, nodes := range w.acked {
 		w.checkOrder(r, parent, nodes)
+		w.checkReused(r, parent, nodes)
 		if err := w.checkPresent(r, parent, nodes); err != nil {
 			return err
 		}
@@ -153,6 +154,34 @@ func (w *sequences) checkOrder(r *Run, parent string, nodes []api.Node) {
 	}
 	r.Report.Operations += len(nodes)
 	r.Report.Acked += len(nodes)
+}
+
+// checkReused is D by the acknowledgements alone: a name acknowledged
+// twice, for creates at two created indexes, means the cluster forgot the
+// earlier create and handed its name out again. Every member may then list
+// the name (the later node holds it), and checkIdentity reads only a
+// sample, so a loss the workload wrote over after a crash is found here.
+func (w *sequences) checkReused(r *Run, parent string, nodes []api.Node) {
+	first := map[string]uint64{} // path -> the lowest created index acknowledged for it
+	for _, n := range nodes {
+		if index, ok := first[n.Path]; !ok || n.CreatedIndex < index {
+			first[n.Path] = n.CreatedIndex
+		}
+	}
+	reused := 0
+	for _, n := range nodes {
+		earliest := first[n.Path]
+		if n.CreatedIndex == earliest {
+			continue
+		}
+		r.Report.Lost++ // the earlier create, gone: one per later acknowledgement
+		if reused++; reused <= maxReported {
+			r.Anomaly("D: acknowledged %s (index %d) lost: its name was acknowledged again, for a create at index %d", n.Path, earliest, n.CreatedIndex)
+		}
+	}
+	if reused > maxReported {
+		r.Anomaly("D: %d more acknowledged creates under %s lost, their names acknowledged again", reused-maxReported, parent)
+	}
 }
 
 // checkPresent is D: every member lists every acknowledged child, and all

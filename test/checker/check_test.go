@@ -270,7 +270,7 @@ func powerCut(t *testing.T, c *proccluster.Cluster) {
 		if err != nil {
 			t.Fatalf("crash %s: %v", c.Members[i].Name, err)
 		}
-		t.Logf("%s lost %d unsynced bytes", c.Members[i].Name, cut.DroppedBytes)
+		t.Logf("%s: the power cut %s", c.Members[i].Name, cut)
 	}
 	for i := range c.Members {
 		if err := c.Restart(i); err != nil {
