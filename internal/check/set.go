@@ -156,27 +156,28 @@ func (w *sequences) checkOrder(r *Run, parent string, nodes []api.Node) {
 	r.Report.Acked += len(nodes)
 }
 
-// checkReused is D by the acknowledgements alone: a name acknowledged
-// twice, for creates at two created indexes, means the cluster forgot the
-// earlier create and handed its name out again. Every member may then list
-// the name (the later node holds it), and checkIdentity reads only a
-// sample, so a loss the workload wrote over after a crash is found here.
+// checkReused is D by the acknowledgements alone: every acknowledgement
+// is of a create of its own (the workload records each create once, its
+// retries answered with the same node), so a name acknowledged twice means
+// the cluster forgot the earlier create and handed its name out again, at
+// a later index or, if its log restarted, at the same one. Every member may
+// then list the name (the later node holds it), and checkIdentity reads
+// only a sample, so a loss the workload wrote over after a crash is found
+// here.
 func (w *sequences) checkReused(r *Run, parent string, nodes []api.Node) {
-	first := map[string]uint64{} // path -> the lowest created index acknowledged for it
-	for _, n := range nodes {
-		if index, ok := first[n.Path]; !ok || n.CreatedIndex < index {
-			first[n.Path] = n.CreatedIndex
-		}
-	}
+	sorted := slices.Clone(nodes)
+	slices.SortStableFunc(sorted, func(a, b api.Node) int { return cmp.Compare(a.CreatedIndex, b.CreatedIndex) })
+	earlier := map[string]api.Node{} // path -> its latest acknowledgement so far
 	reused := 0
-	for _, n := range nodes {
-		earliest := first[n.Path]
-		if n.CreatedIndex == earliest {
+	for _, n := range sorted {
+		before, ok := earlier[n.Path]
+		earlier[n.Path] = n
+		if !ok {
 			continue
 		}
-		r.Report.Lost++ // the earlier create, gone: one per later acknowledgement
+		r.Report.Lost++ // the earlier create, gone
 		if reused++; reused <= maxReported {
-			r.Anomaly("D: acknowledged %s (index %d) lost: its name was acknowledged again, for a create at index %d", n.Path, earliest, n.CreatedIndex)
+			r.Anomaly("D: acknowledged %s (index %d) lost: its name was acknowledged again, for a create at index %d", n.Path, before.CreatedIndex, n.CreatedIndex)
 		}
 	}
 	if reused > maxReported {
