@@ -176,13 +176,19 @@ func requireStillLearner(t *testing.T, c *Cluster, at, n4 int, when string) {
 	}
 }
 
-// answerInHeldTime runs call on its own goroutine, then before (which may
-// advance virtual time), then waits up to 20 s of real time for the call's
-// answer with virtual time standing still.
+// answerInHeldTime runs call on its own goroutine, then, once that
+// goroutine runs, before (which may advance virtual time or stop a member
+// under the call), then waits up to 20 s of real time for the call's answer
+// with virtual time standing still.
 func answerInHeldTime(t *testing.T, call func() error, before func()) error {
 	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- call() }()
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		done <- call()
+	}()
+	<-started // a loaded machine may run the goroutine late: before must not act ahead of the call
 	before()
 	select {
 	case err := <-done:
