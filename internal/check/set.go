@@ -93,11 +93,11 @@ func (w *sequences) Check(r *Run) error {
 	defer w.mu.Unlock()
 	for parent, nodes := range w.acked {
 		w.checkOrder(r, parent, nodes)
-		w.checkReused(r, parent, nodes)
+		reused := w.checkReused(r, parent, nodes)
 		if err := w.checkPresent(r, parent, nodes); err != nil {
 			return err
 		}
-		w.checkIdentity(r, nodes)
+		w.checkIdentity(r, nodes, reused)
 	}
 	return nil
 }
@@ -109,11 +109,14 @@ const identitySample = 100
 // back from every member, and each must still be the node the client was
 // told of (same created index). A cluster that forgot creates and handed
 // their names out again passes a check by name alone.
-func (w *sequences) checkIdentity(r *Run, nodes []api.Node) {
+func (w *sequences) checkIdentity(r *Run, nodes []api.Node, reused map[string]bool) {
 	step := max(1, len(nodes)/identitySample)
 	wrong := 0
 	for k := 0; k < len(nodes); k += step {
 		want := nodes[k]
+		if reused[want.Path] {
+			continue // checkReused counted its loss
+		}
 		for _, m := range r.Members() {
 			ctx, cancel := RequestContext()
 			var got api.Node
@@ -160,29 +163,38 @@ func (w *sequences) checkOrder(r *Run, parent string, nodes []api.Node) {
 // is of a create of its own (the workload records each create once, its
 // retries answered with the same node), so a name acknowledged twice means
 // the cluster forgot the earlier create and handed its name out again, at
-// a later index or, if its log restarted, at the same one. Every member may
-// then list the name (the later node holds it), and checkIdentity reads
-// only a sample, so a loss the workload wrote over after a crash is found
-// here.
-func (w *sequences) checkReused(r *Run, parent string, nodes []api.Node) {
+// a later index or, if its log forgot the index too, at the same one. Every
+// member may then list the name (the later node holds it), and
+// checkIdentity reads only a sample, so a loss the workload wrote over
+// after a crash is found here. It returns the names acknowledged more than
+// once, whose losses it counted.
+func (w *sequences) checkReused(r *Run, parent string, nodes []api.Node) map[string]bool {
 	sorted := slices.Clone(nodes)
 	slices.SortStableFunc(sorted, func(a, b api.Node) int { return cmp.Compare(a.CreatedIndex, b.CreatedIndex) })
 	earlier := map[string]api.Node{} // path -> its latest acknowledgement so far
-	reused := 0
+	reused := map[string]bool{}
+	lost := 0
 	for _, n := range sorted {
 		before, ok := earlier[n.Path]
 		earlier[n.Path] = n
 		if !ok {
 			continue
 		}
+		reused[n.Path] = true
 		r.Report.Lost++ // the earlier create, gone
-		if reused++; reused <= maxReported {
+		if lost++; lost > maxReported {
+			continue
+		}
+		if before.CreatedIndex == n.CreatedIndex {
+			r.Anomaly("D: acknowledged %s (index %d) lost: another create was acknowledged as the same node (the log forgot the index and filled it again)", n.Path, n.CreatedIndex)
+		} else {
 			r.Anomaly("D: acknowledged %s (index %d) lost: its name was acknowledged again, for a create at index %d", n.Path, before.CreatedIndex, n.CreatedIndex)
 		}
 	}
-	if reused > maxReported {
-		r.Anomaly("D: %d more acknowledged creates under %s lost, their names acknowledged again", reused-maxReported, parent)
+	if lost > maxReported {
+		r.Anomaly("D: %d more acknowledged creates under %s lost, their names acknowledged again", lost-maxReported, parent)
 	}
+	return reused
 }
 
 // checkPresent is D: every member lists every acknowledged child, and all

@@ -14,16 +14,15 @@ import (
 
 // BenchmarkAppendSync measures one durable append as the WAL makes it: a
 // write of 256 B or 4 KiB at the end of what was written, then a flush, in
-// a segment
-// prepared one of two ways: fallocated (what Preallocate does: the
-// filesystem reserves blocks as unwritten extents, which the first flush
-// after a write must convert) or zero-filled (every block written once and
-// synced before the appends). Each is flushed with fsync or fdatasync, by
+// a segment prepared one of two ways: fallocated (what Preallocate does:
+// the filesystem reserves blocks as unwritten extents, which the first
+// flush after a write must convert) or zero-filled (every block written
+// once and synced before the appends). Each is flushed with fsync or fdatasync, by
 // one writer or three at once (three members on one disk). It reports the
-// process's CPU per append beside the wall time. Run it where the data
-// directories live:
+// process's CPU per append (cpu-ns/append) beside the wall time. Run it
+// where the data directories live, on a disk (a tmpfs measures nothing):
 //
-//	go test ./internal/vfs -run XXX -bench AppendSync -benchtime 2000x -args -bench-dir /path
+//	go test ./internal/vfs -run '^$' -bench AppendSync -benchtime 2000x -args -bench-dir /path
 //
 // docs/benchmarks.md has the figures and what they did (and did not do)
 // inside latchd.
@@ -42,7 +41,7 @@ func BenchmarkAppendSync(b *testing.B) {
 }
 
 func benchmarkAppendSync(b *testing.B, prep, flush string, size, writers int) {
-	dir := *benchDir
+	dir := *benchDirFlag
 	if dir == "" {
 		dir = b.TempDir()
 	}
@@ -78,7 +77,7 @@ func benchmarkAppendSync(b *testing.B, prep, flush string, size, writers int) {
 	b.ReportMetric(float64(processCPU(b)-before)/float64(b.N*writers), "cpu-ns/append")
 }
 
-var benchDir = flag.String("bench-dir", "", "BenchmarkAppendSync: the directory to write in (default: a temporary one)")
+var benchDirFlag = flag.String("bench-dir", "", "BenchmarkAppendSync: the directory to write in (default: a temporary one)")
 
 func prepareSegment(b *testing.B, path, prep string, size int64) *os.File {
 	b.Helper()

@@ -270,7 +270,7 @@ func powerCut(t *testing.T, c *proccluster.Cluster) {
 		if err != nil {
 			t.Fatalf("crash %s: %v", c.Members[i].Name, err)
 		}
-		t.Logf("%s: the power cut %s", c.Members[i].Name, cut)
+		t.Logf("%s: the power cut %s; files cut %+v, removed %v", c.Members[i].Name, cut, cut.Files, cut.Removed)
 	}
 	for i := range c.Members {
 		if err := c.Restart(i); err != nil {
