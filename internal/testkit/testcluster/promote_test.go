@@ -131,10 +131,12 @@ func TestPromotionEndedMidWaitIsUnavailable(t *testing.T) {
 	silence(t, c, leader, n4)
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	armed := c.opts.Time.Pending()
 	err := answerInHeldTime(t, func() error {
 		_, err := c.Nodes[leader].Server.PromoteMember(callCtx, c.Nodes[n4].ID)
 		return err
 	}, func() {
+		awaitArmed(c, armed+1) // the call's pause between looks
 		c.advanceGently(3 * c.opts.TickInterval)
 		cancel()
 	})
@@ -152,10 +154,12 @@ func TestPromotionOnAStoppingMemberIsUnavailable(t *testing.T) {
 	ctx := ctxT(t, 90*time.Second)
 	c, leader, n4 := learnerCluster(t, ctx)
 	silence(t, c, leader, n4)
+	armed := c.opts.Time.Pending()
 	err := answerInHeldTime(t, func() error {
 		_, err := c.Nodes[leader].Server.PromoteMember(ctx, c.Nodes[n4].ID)
 		return err
 	}, func() {
+		awaitArmed(c, armed+1) // the call's pause between looks
 		c.advanceGently(3 * c.opts.TickInterval)
 		c.Stop(leader)
 	})
@@ -174,6 +178,18 @@ func requireStillLearner(t *testing.T, c *Cluster, at, n4 int, when string) {
 		v, l := c.Nodes[at].Server.ShardConfig(0)
 		t.Fatalf("%s, as %s has it: voters %v learners %v; want n4 still a learner", when, c.Nodes[at].Name, v, l)
 	}
+}
+
+// awaitArmed waits, with virtual time standing still, until n timers are
+// armed on the cluster's clock: a call under test that arms one to pause
+// is then waiting on it, so the time the test advances next falls inside
+// the call's wait. If none comes within 5 s of real time (another timer
+// fired or was stopped meanwhile), it goes on, and the test's own checks
+// say what happened.
+func awaitArmed(c *Cluster, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.opts.Time.BlockUntil(ctx, n)
 }
 
 // answerInHeldTime runs call on its own goroutine, then, once that
