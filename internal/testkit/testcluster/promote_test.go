@@ -131,15 +131,7 @@ func TestPromotionEndedMidWaitIsUnavailable(t *testing.T) {
 	silence(t, c, leader, n4)
 	callCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	armed := c.opts.Time.Pending()
-	err := answerInHeldTime(t, func() error {
-		_, err := c.Nodes[leader].Server.PromoteMember(callCtx, c.Nodes[n4].ID)
-		return err
-	}, func() {
-		awaitArmed(c, armed+1) // the call's pause between looks
-		c.advanceGently(3 * c.opts.TickInterval)
-		cancel()
-	})
+	err := promoteInterrupted(t, c, callCtx, leader, n4, cancel)
 	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "the request ended") || !strings.Contains(err.Error(), "has not heard from it") {
 		t.Fatalf("promote the isolated n4, the request ended mid-wait: %v; want unavailable, the request ended, with the last look's reason", err)
 	}
@@ -154,15 +146,7 @@ func TestPromotionOnAStoppingMemberIsUnavailable(t *testing.T) {
 	ctx := ctxT(t, 90*time.Second)
 	c, leader, n4 := learnerCluster(t, ctx)
 	silence(t, c, leader, n4)
-	armed := c.opts.Time.Pending()
-	err := answerInHeldTime(t, func() error {
-		_, err := c.Nodes[leader].Server.PromoteMember(ctx, c.Nodes[n4].ID)
-		return err
-	}, func() {
-		awaitArmed(c, armed+1) // the call's pause between looks
-		c.advanceGently(3 * c.opts.TickInterval)
-		c.Stop(leader)
-	})
+	err := promoteInterrupted(t, c, ctx, leader, n4, func() { c.Stop(leader) })
 	if api.CodeOf(err) != api.CodeUnavailable || !strings.Contains(err.Error(), "this member is stopping") || !strings.Contains(err.Error(), "has not heard from it") {
 		t.Fatalf("promote the isolated n4 on a leader that stops mid-wait: %v; want unavailable, this member is stopping, with the last look's reason", err)
 	}
@@ -178,6 +162,23 @@ func requireStillLearner(t *testing.T, c *Cluster, at, n4 int, when string) {
 		v, l := c.Nodes[at].Server.ShardConfig(0)
 		t.Fatalf("%s, as %s has it: voters %v learners %v; want n4 still a learner", when, c.Nodes[at].Name, v, l)
 	}
+}
+
+// promoteInterrupted asks leader to promote the silent learner n4 with
+// ctx, lets three ticks of its wait to hear from n4 pass, then runs
+// interrupt (a cancel, a stop) and returns the call's answer, with virtual
+// time standing still from then on.
+func promoteInterrupted(t *testing.T, c *Cluster, ctx context.Context, leader, n4 int, interrupt func()) error {
+	t.Helper()
+	armed := c.opts.Time.Pending()
+	return answerInHeldTime(t, func() error {
+		_, err := c.Nodes[leader].Server.PromoteMember(ctx, c.Nodes[n4].ID)
+		return err
+	}, func() {
+		awaitArmed(c, armed+1) // the call's pause between looks
+		c.advanceGently(3 * c.opts.TickInterval)
+		interrupt()
+	})
 }
 
 // awaitArmed waits, with virtual time standing still, until n timers are
