@@ -10,7 +10,6 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
-	"github.com/latch-io/latch/internal/server"
 )
 
 // Watches across shards, in a 3-member cluster of 4 shards (docs/api.md,
@@ -142,7 +141,7 @@ func TestShardsWatchResumesWithKnownIndexes(t *testing.T) {
 	// The watch is registered again on another member: once that member
 	// applied the put, the change is one it finds at registration (the
 	// catch-up under test), not one it applies after (a live event).
-	if !waitFor(20*time.Second, func() bool { return shardApplied(c.Nodes[1].Server, targetShard) >= created.ModifiedIndex }) {
+	if !waitFor(20*time.Second, func() bool { return c.Nodes[1].Server.ShardApplied(targetShard) >= created.ModifiedIndex }) {
 		t.Fatalf("%s did not apply shard %d's index %d within 20s", c.Nodes[1].Name, targetShard, created.ModifiedIndex)
 	}
 	other := openStream(t, c.URL(1), sess.SessionID)
@@ -215,15 +214,4 @@ func TestShardsStaleReadsReadYourWrites(t *testing.T) {
 			t.Errorf("%s (min_index=%s): %v, want invalid_argument", tt.name, tt.value, err)
 		}
 	}
-}
-
-// shardApplied is the index server s has applied in shard's log (0 if it
-// runs no such shard).
-func shardApplied(s *server.Server, shard int) uint64 {
-	for _, row := range s.ShardStatuses() {
-		if row.Shard == shard {
-			return row.AppliedIndex
-		}
-	}
-	return 0
 }
