@@ -92,8 +92,10 @@ func (w *sequences) Check(r *Run) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for parent, nodes := range w.acked {
-		w.checkOrder(r, parent, nodes)
-		reused := w.checkReused(r, parent, nodes)
+		byIndex := slices.Clone(nodes)
+		slices.SortStableFunc(byIndex, func(a, b api.Node) int { return cmp.Compare(a.CreatedIndex, b.CreatedIndex) })
+		w.checkOrder(r, parent, byIndex)
+		reused := w.checkReused(r, parent, byIndex)
 		if err := w.checkPresent(r, parent, nodes); err != nil {
 			return err
 		}
@@ -140,10 +142,9 @@ func (w *sequences) checkIdentity(r *Run, nodes []api.Node, reused map[string]bo
 // and member; the rest are counted in one more.
 const maxReported = 5
 
-// checkOrder is Q: sorted by created index, counters strictly increase.
-func (w *sequences) checkOrder(r *Run, parent string, nodes []api.Node) {
-	sorted := slices.Clone(nodes)
-	slices.SortFunc(sorted, func(a, b api.Node) int { return cmp.Compare(a.CreatedIndex, b.CreatedIndex) })
+// checkOrder is Q: in sorted (the acknowledgements by created index),
+// counters strictly increase.
+func (w *sequences) checkOrder(r *Run, parent string, sorted []api.Node) {
 	bad := 0
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i].Path <= sorted[i-1].Path || sorted[i].CreatedIndex == sorted[i-1].CreatedIndex {
@@ -155,8 +156,8 @@ func (w *sequences) checkOrder(r *Run, parent string, nodes []api.Node) {
 	if bad > maxReported {
 		r.Anomaly("Q: %d more acknowledged creates under %s out of order or reused", bad-maxReported, parent)
 	}
-	r.Report.Operations += len(nodes)
-	r.Report.Acked += len(nodes)
+	r.Report.Operations += len(sorted)
+	r.Report.Acked += len(sorted)
 }
 
 // checkReused is D by the acknowledgements alone: every acknowledgement
@@ -167,10 +168,9 @@ func (w *sequences) checkOrder(r *Run, parent string, nodes []api.Node) {
 // member may then list the name (the later node holds it), and
 // checkIdentity reads only a sample, so a loss the workload wrote over
 // after a crash is found here. It returns the names acknowledged more than
-// once, whose losses it counted.
-func (w *sequences) checkReused(r *Run, parent string, nodes []api.Node) map[string]bool {
-	sorted := slices.Clone(nodes)
-	slices.SortStableFunc(sorted, func(a, b api.Node) int { return cmp.Compare(a.CreatedIndex, b.CreatedIndex) })
+// once, whose losses it counted. sorted is the acknowledgements by
+// created index, ties in the order acknowledged.
+func (w *sequences) checkReused(r *Run, parent string, sorted []api.Node) map[string]bool {
 	earlier := map[string]api.Node{} // path -> its latest acknowledgement so far
 	reused := map[string]bool{}
 	lost := 0
