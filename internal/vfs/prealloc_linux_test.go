@@ -86,8 +86,8 @@ func prepareSegment(b *testing.B, path, prep string, size int64) *os.File {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { f.Close(); os.Remove(path) })
-	if err := syscall.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
-		b.Skipf("fallocate %s: %v", path, err)
+	if err := preallocate(f, size); err != nil { // as the WAL's segments are
+		b.Fatalf("preallocate %s: %v", path, err)
 	}
 	if prep == "zero-filled" {
 		zeros := make([]byte, 1<<20)
