@@ -403,6 +403,10 @@ func TestObserveOrder(t *testing.T) {
 	bDone := campaignAsync(ctx, b, "b")
 	var seen []LeaderInfo
 	seen = append(seen, next())
+	// B must be queued before A's session dies, or the role has a moment
+	// without candidates between A's end and B's join, which Observe
+	// rightly reports.
+	waitFor(t, "the second candidate", func() bool { return e.candidates(t, "db") == 2 })
 	e.cluster.Expire(sessionA.ID()) // A's session dies: B takes over
 	got := <-bDone
 	if got.err != nil {
