@@ -10,17 +10,20 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/client"
+	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
-// TestRealServer runs the recipes against the latch cluster named by
-// LATCH_TEST_ENDPOINTS (comma-separated), e.g. a single latchd started by
-// hand; it is skipped when the variable is not set.
+// TestRealServer runs the recipes against latchd processes: the cluster
+// named by LATCH_TEST_ENDPOINTS (comma-separated), e.g. one started by
+// hand, or else three members it starts itself on loopback.
 func TestRealServer(t *testing.T) {
-	endpoints := os.Getenv("LATCH_TEST_ENDPOINTS")
-	if endpoints == "" {
-		t.Skip("LATCH_TEST_ENDPOINTS not set")
+	var endpoints []string
+	if env := os.Getenv("LATCH_TEST_ENDPOINTS"); env != "" {
+		endpoints = strings.Split(env, ",")
+	} else {
+		endpoints = proccluster.Start(t, proccluster.Options{Nodes: 3}).URLs()
 	}
-	c, err := client.New(client.Config{Endpoints: strings.Split(endpoints, ","), NotifyJitter: 5 * time.Millisecond})
+	c, err := client.New(client.Config{Endpoints: endpoints, NotifyJitter: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +42,8 @@ func TestRealServer(t *testing.T) {
 
 	t.Run("lock handoff and cancelled waiter", func(t *testing.T) {
 		name := "real-" + suffix
-		a, b := NewLock(newSession(), name), NewLock(newSession(), name)
+		sessionB := newSession()
+		a, b := NewLock(newSession(), name), NewLock(sessionB, name)
 		tokenA, err := a.Acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +70,8 @@ func TestRealServer(t *testing.T) {
 			t.Fatalf("B = %+v, want a token above %d", got, tokenA)
 		}
 		lost := b.Lost()
-		if _, err := c.Delete(ctx, "/locks/"+name+"/"+lockNodeName(t, c, name)); err != nil {
+		// Only the node's own session may delete it, as B's process could.
+		if _, err := c.Delete(ctx, "/locks/"+name+"/"+lockNodeName(t, c, name), client.WithSession(sessionB)); err != nil {
 			t.Fatal(err)
 		}
 		if !closedWithin(lost, 5*time.Second) || !errors.Is(b.Err(), ErrLost) {
@@ -93,6 +98,10 @@ func TestRealServer(t *testing.T) {
 		if info := <-leaders; info.FencingToken != tokenA || info.Value != "a" {
 			t.Fatalf("observed %+v, want a", info)
 		}
+		waitFor(t, "B to queue", func() bool { // else A may end before B joins
+			state, err := c.ElectionState(ctx, role)
+			return err == nil && state.Candidates == 2
+		})
 		sessionA.Orphan() // A's process "dies": its session expires on the server
 		got := <-done
 		if got.err != nil || got.token <= tokenA {

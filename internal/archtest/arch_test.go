@@ -118,7 +118,7 @@ var allowed = map[string]rule{
 	// in-process harnesses.
 	"fencing":       {imports: []string{"api"}},
 	"client":        {imports: []string{"api"}, tests: append(testHarness, testkit+"testcerts")},
-	"client/recipe": {imports: []string{"api", "client"}, tests: testHarness},
+	"client/recipe": {imports: []string{"api", "client"}, tests: append([]string{testkit + "proccluster"}, testHarness...)},
 
 	// The CLI and the binaries.
 	"internal/loadgen/latency": {},
