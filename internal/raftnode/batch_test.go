@@ -172,6 +172,8 @@ func TestProposalDroppedDuringTransferIsProposedAgain(t *testing.T) {
 	if err := leader.Propose(ctx, []byte("before")); err != nil {
 		t.Fatalf("propose: %v", err)
 	}
+	// Saved, so that the storage's last index below counts it.
+	waitFor(t, "the leader to apply the entry before", func() bool { return g.machines[leader.cfg.ID-1].has("before") })
 	leader.TransferLeadership(ctx, transferee.cfg.ID)
 	waitFor(t, "the transfer to start", func() bool { return leader.Status().LeadTransferee == transferee.cfg.ID })
 	lastBefore, err := leader.storage.LastIndex()

@@ -131,6 +131,10 @@ type Node struct {
 	// it, and cleared when a leader is seen: proposals then wait for a
 	// leader, as raft.Node's did.
 	proposalsHeld bool // guarded by mu
+	// openBatch collects the normal proposals made until one of their
+	// proposers takes the lock and steps them all (proposals.go).
+	batchMu   sync.Mutex
+	openBatch *proposalBatch // guarded by batchMu
 	// notifyc has a slot signalled after something was stepped into raft,
 	// to wake the Ready loop; notices sent while the loop is busy merge,
 	// and what they stepped leaves in one Ready.
@@ -302,29 +306,31 @@ func (n *Node) raftConfig() *raft.Config {
 // once committed. While no leader is known it waits for one until ctx ends,
 // as raft.Node did; raft.ErrProposalDropped when raft refuses it with a
 // leader known (the leader here is transferring leadership): the entry was
-// never appended, so the caller may propose it again.
+// never appended, so the caller may propose it again. Proposals made while
+// another holds the lock are stepped together, in one MsgProp (see
+// proposalBatch).
 func (n *Node) Propose(ctx context.Context, data []byte) error {
-	return n.proposeWhenLed(ctx, raftpb.Message{Type: raftpb.MsgProp, Entries: []raftpb.Entry{{Data: data}}})
+	return n.proposeWhenLed(ctx, func() (bool, error) { return n.stepBatched(data) })
 }
 
 // ProposeConfChange proposes a membership change, waiting for a leader as
-// Propose does.
+// Propose does. It is stepped alone.
 func (n *Node) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error {
 	typ, data, err := raftpb.MarshalConfChange(cc)
 	if err != nil {
 		return fmt.Errorf("raftnode: group %d: encode conf change: %w", n.cfg.Group, err)
 	}
-	return n.proposeWhenLed(ctx, raftpb.Message{Type: raftpb.MsgProp, Entries: []raftpb.Entry{{Type: typ, Data: data}}})
+	m := raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID, Entries: []raftpb.Entry{{Type: typ, Data: data}}}
+	return n.proposeWhenLed(ctx, func() (bool, error) { return n.stepProposal(m) })
 }
 
-// proposeWhenLed steps the proposal m into raft, and while raft drops it
-// for want of a leader (or this node was removed from the group), waits
-// for the Ready loop to see a leader and proposes it again.
-func (n *Node) proposeWhenLed(ctx context.Context, m raftpb.Message) error {
+// proposeWhenLed steps a proposal into raft with step, and while raft drops
+// it for want of a leader (or this node was removed from the group), waits
+// for the Ready loop to see a leader and steps it again.
+func (n *Node) proposeWhenLed(ctx context.Context, step func() (held bool, err error)) error {
 	n.wake()
-	m.From = n.cfg.ID
 	for {
-		held, err := n.stepProposal(m)
+		held, err := step()
 		if !held && (!errors.Is(err, raft.ErrProposalDropped) || n.leader.Load() != raft.None) {
 			return err
 		}

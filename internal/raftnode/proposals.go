@@ -1,0 +1,80 @@
+package raftnode
+
+import (
+	"errors"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// proposalBatch is the normal entries proposed while the lock was busy.
+// Each proposer adds its entry to the open batch, then takes the lock; the
+// first of them to get it closes the batch and steps all its entries in
+// one MsgProp, and the others find it stepped and share its outcome. Under
+// load a leader then appends and broadcasts once per batch instead of once
+// per proposal, and a follower forwards one message per batch, not one per
+// proposal. Every entry of a batch has the same fate (raft takes or drops
+// a MsgProp whole), so each proposer's answer is the batch's, and one that
+// must propose again (no leader yet) does so alone, in a later batch.
+type proposalBatch struct {
+	entries []raftpb.Entry // guarded by Node.batchMu while the batch is open
+	// Guarded by Node.mu: set by the proposer that steps the batch.
+	stepped bool
+	held    bool  // proposals were held (see Node.proposalsHeld)
+	err     error // what raft's Step returned
+}
+
+// errStepPanicked is the answer of a batch whose step panicked: raft
+// reports a broken invariant so, on the stepping proposer's goroutine.
+var errStepPanicked = errors.New("raftnode: raft panicked stepping a proposal")
+
+// stepBatched adds data to the open batch and returns the batch's outcome
+// once it is stepped, by this proposer or by another.
+func (n *Node) stepBatched(data []byte) (held bool, err error) {
+	n.batchMu.Lock()
+	b := n.openBatch
+	if b == nil {
+		b = &proposalBatch{}
+		n.openBatch = b
+	}
+	b.entries = append(b.entries, raftpb.Entry{Data: data})
+	n.batchMu.Unlock()
+	stepped := false
+	func() {
+		n.mu.Lock()
+		defer n.mu.Unlock() // also if raft panics: see stepLocked
+		if !b.stepped {
+			stepped = n.stepBatchLocked(b)
+		}
+		held, err = b.held, b.err
+	}()
+	if stepped {
+		n.notify()
+	}
+	return held, err
+}
+
+// stepBatchLocked closes b and steps its entries into raft; it reports
+// whether raft took them. Called with n.mu held.
+func (n *Node) stepBatchLocked(b *proposalBatch) bool {
+	n.batchMu.Lock()
+	if n.openBatch == b {
+		n.openBatch = nil
+	}
+	entries := b.entries
+	n.batchMu.Unlock()
+	b.stepped = true
+	switch {
+	case n.stopped:
+		b.err = ErrStopped
+	case n.proposalsHeld:
+		b.held = true
+	default:
+		b.err = errStepPanicked // until Step returns
+		b.err = n.raft.Step(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID, Entries: entries})
+	}
+	if b.err != nil || b.held {
+		return false
+	}
+	n.stepped.Add(uint64(len(entries)))
+	return true
+}

@@ -1,0 +1,159 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// holdBatch holds n's lock while proposers proposals of data prefix+i are
+// made on n, until all of them wait in the open batch; it then releases
+// the lock and returns each proposer's answer, in order.
+func holdBatch(t *testing.T, ctx context.Context, n *Node, prefix string, proposers int) []error {
+	t.Helper()
+	n.mu.Lock()
+	errs := make([]chan error, proposers)
+	for i := range errs {
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- n.Propose(ctx, fmt.Appendf(nil, "%s%d", prefix, i)) }()
+	}
+	waitFor(t, "every proposal to join the open batch", func() bool {
+		n.batchMu.Lock()
+		defer n.batchMu.Unlock()
+		return n.openBatch != nil && len(n.openBatch.entries) == proposers
+	})
+	n.mu.Unlock()
+	out := make([]error, proposers)
+	for i, ch := range errs {
+		select {
+		case out[i] = <-ch:
+		case <-ctx.Done():
+			t.Fatalf("proposal %d unanswered: %v", i, ctx.Err())
+		}
+	}
+	return out
+}
+
+// appliedCount returns how many times m applied data.
+func appliedCount(m *recordingMachine, data string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	count := 0
+	for _, d := range m.applied {
+		if string(d) == data {
+			count++
+		}
+	}
+	return count
+}
+
+// TestProposalsMadeWhileLockedLeaveInOneMsgProp: proposals made on a
+// follower while its lock is taken are stepped together by the first
+// proposer to get it: the follower forwards them to the leader in one
+// MsgProp, and each is applied once on every member.
+func TestProposalsMadeWhileLockedLeaveInOneMsgProp(t *testing.T) {
+	const proposers = 8
+	g, logs := startLoggedGroup(t, 3)
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up")
+	var follower *Node
+	for _, n := range g.nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, err := range holdBatch(t, ctx, follower, "fwd-", proposers) {
+		if err != nil {
+			t.Fatalf("proposal %d: %v", i, err)
+		}
+	}
+	for i, m := range g.machines {
+		waitFor(t, fmt.Sprintf("node %d to apply the batch", i+1), func() bool {
+			for p := range proposers {
+				if !m.has(fmt.Sprintf("fwd-%d", p)) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	log := logs[follower.cfg.ID]
+	log.mu.Lock()
+	var carried []int // per MsgProp to the leader carrying the batch: its entries
+	for _, msgs := range log.sends {
+		for _, m := range msgs {
+			if m.Type != raftpb.MsgProp || m.To != leader.cfg.ID {
+				continue
+			}
+			n := 0
+			for _, e := range m.Entries {
+				if strings.HasPrefix(string(e.Data), "fwd-") {
+					n++
+				}
+			}
+			if n > 0 {
+				carried = append(carried, n)
+			}
+		}
+	}
+	log.mu.Unlock()
+	if len(carried) != 1 || carried[0] != proposers {
+		t.Errorf("the follower forwarded the %d proposals in MsgProps carrying %v of them, want one with all", proposers, carried)
+	}
+	g.propose(t, leader, "after") // every member has applied all it will
+	for i, m := range g.machines {
+		waitFor(t, fmt.Sprintf("node %d to apply the entry after", i+1), func() bool { return m.has("after") })
+		for p := range proposers {
+			if c := appliedCount(m, fmt.Sprintf("fwd-%d", p)); c != 1 {
+				t.Errorf("node %d applied fwd-%d %d times, want once", i+1, p, c)
+			}
+		}
+	}
+}
+
+// TestDroppedBatchAnswersEveryProposer: a batch raft drops (the leader is
+// transferring leadership) is answered raft.ErrProposalDropped for each of
+// its proposals, and none of them reaches the log.
+func TestDroppedBatchAnswersEveryProposer(t *testing.T) {
+	const proposers = 4
+	g := startFakeGroup(t, 3)
+	leader := g.elect(t)
+	var transferee *Node
+	for _, n := range g.nodes {
+		if n != leader {
+			transferee = n
+			break
+		}
+	}
+	// The transferee misses an entry, so the transfer waits for it to catch up.
+	g.network.Cut(leader.cfg.ID, transferee.cfg.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := leader.Propose(ctx, []byte("before")); err != nil {
+		t.Fatalf("propose: %v", err)
+	}
+	waitFor(t, "the leader to apply the entry before", func() bool { return g.machines[leader.cfg.ID-1].has("before") })
+	leader.TransferLeadership(ctx, transferee.cfg.ID)
+	waitFor(t, "the transfer to start", func() bool { return leader.Status().LeadTransferee == transferee.cfg.ID })
+	lastBefore, err := leader.storage.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range holdBatch(t, ctx, leader, "dropped-", proposers) {
+		if !errors.Is(err, raft.ErrProposalDropped) {
+			t.Errorf("proposal %d of a dropped batch: %v, want raft.ErrProposalDropped", i, err)
+		}
+	}
+	if last, _ := leader.storage.LastIndex(); last != lastBefore {
+		t.Fatalf("a dropped batch reached the log: last index %d, was %d", last, lastBefore)
+	}
+}
