@@ -73,3 +73,63 @@ func TestCoalesceAppends(t *testing.T) {
 		t.Errorf("two MsgApps over the size bound merged into %d", len(got))
 	}
 }
+
+// commitOnly is an empty MsgApp from 1 to to at term 2 after prev (at term
+// 2), with commit: raft's notice that the commit index moved.
+func commitOnly(to, prev, commit uint64) raftpb.Message {
+	return raftpb.Message{Type: raftpb.MsgApp, From: 1, To: to, Term: 2, Index: prev, LogTerm: 2, Commit: commit}
+}
+
+// TestCoalesceCommitOnlyAppends: an empty MsgApp (the commit index moved)
+// folds into the MsgApp before it to the same follower that ends where it
+// stands, and gives way to a MsgApp after it that starts where it stands,
+// which takes its commit; one at another position, of another term, or
+// behind another message to the follower stays.
+func TestCoalesceCommitOnlyAppends(t *testing.T) {
+	otherTerm := commitOnly(3, 7, 7)
+	otherTerm.Term = 3
+	msgs := []raftpb.Message{
+		commitOnly(2, 4, 4),
+		app(2, 4, 5, 6, 4), // starts where the empty one stood: takes its place
+		commitOnly(2, 6, 6), // ends where the one before ends: folds in
+		commitOnly(3, 4, 4),
+		commitOnly(3, 4, 5), // the same position: folds in
+		app(3, 5, 6, 6, 5),  // another position: stays
+		{Type: raftpb.MsgHeartbeat, From: 1, To: 2, Term: 2},
+		commitOnly(2, 6, 7), // behind a heartbeat: stays
+		otherTerm,           // another term: stays
+	}
+	got := coalesceAppends(msgs)
+	want := []struct {
+		to, typ     uint64
+		index       uint64 // the message's position
+		first, last uint64 // its entries, 0 if none
+		commit      uint64
+	}{
+		{2, uint64(raftpb.MsgApp), 4, 5, 6, 6},
+		{3, uint64(raftpb.MsgApp), 4, 0, 0, 5},
+		{3, uint64(raftpb.MsgApp), 5, 6, 6, 5},
+		{2, uint64(raftpb.MsgHeartbeat), 0, 0, 0, 0},
+		{2, uint64(raftpb.MsgApp), 6, 0, 0, 7},
+		{3, uint64(raftpb.MsgApp), 7, 0, 0, 7},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d messages, want %d: %v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		m := got[i]
+		if m.To != w.to || uint64(m.Type) != w.typ || m.Index != w.index || m.Commit != w.commit {
+			t.Errorf("message %d: to %d type %v at %d commit %d, want to %d type %v at %d commit %d",
+				i, m.To, m.Type, m.Index, m.Commit, w.to, raftpb.MessageType(w.typ), w.index, w.commit)
+		}
+		if w.first == 0 {
+			if len(m.Entries) != 0 {
+				t.Errorf("message %d carries %v, want no entries", i, m.Entries)
+			}
+			continue
+		}
+		if len(m.Entries) == 0 || m.Entries[0].Index != w.first || m.Entries[len(m.Entries)-1].Index != w.last || len(m.Entries) != int(w.last-w.first+1) {
+			t.Errorf("message %d carries %v, want entries %d..%d", i, m.Entries, w.first, w.last)
+		}
+	}
+}
