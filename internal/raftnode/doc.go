@@ -79,10 +79,14 @@
 // batch's fsync overlaps the next batch's replication and the previous
 // batch's apply without splitting the work into more, smaller Readys. The
 // same holds while the loop applies or sends: what is stepped meanwhile
-// leaves in the next Ready. raft sends a replicating follower one MsgApp
-// per proposal; the loop coalesces a Ready's consecutive MsgApps to a
-// follower into one (coalesceAppends), so a batch costs each follower one
-// step and one acknowledgement. Batching reports Readys taken and messages
+// leaves in the next Ready. Normal proposals made while the lock is busy
+// are stepped together, in one MsgProp (proposalBatch): a leader appends
+// and broadcasts once per batch, a follower forwards one message. raft
+// sends a replicating follower one MsgApp per proposal stepped, and an
+// empty one each time the commit index moves; the loop coalesces a
+// Ready's consecutive MsgApps to a follower into one, the empty ones
+// included (coalesceAppends), so a batch costs each follower one step and
+// one acknowledgement. Batching reports Readys taken and messages
 // stepped.
 //
 // # A stalled disk
