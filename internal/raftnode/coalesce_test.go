@@ -90,7 +90,7 @@ func TestCoalesceCommitOnlyAppends(t *testing.T) {
 	otherTerm.Term = 3
 	msgs := []raftpb.Message{
 		commitOnly(2, 4, 4),
-		app(2, 4, 5, 6, 4), // starts where the empty one stood: takes its place
+		app(2, 4, 5, 6, 4),  // starts where the empty one stood: takes its place
 		commitOnly(2, 6, 6), // ends where the one before ends: folds in
 		commitOnly(3, 4, 4),
 		commitOnly(3, 4, 5), // the same position: folds in
