@@ -157,3 +157,35 @@ func TestDroppedBatchAnswersEveryProposer(t *testing.T) {
 		t.Fatalf("a dropped batch reached the log: last index %d, was %d", last, lastBefore)
 	}
 }
+
+// TestLockedOutProposalsTakeOneStep: proposals that wait for the lock
+// together are stepped into raft as one message (Batching counts one
+// step), not one each. The follower is cut off from the leader, so that
+// nothing else is stepped meanwhile (the fake group's clock only ticks
+// when told).
+func TestLockedOutProposalsTakeOneStep(t *testing.T) {
+	const proposers = 8
+	g := startFakeGroup(t, 3)
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up")
+	var follower *Node
+	for _, n := range g.nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	waitFor(t, "the follower to apply the warm-up", func() bool { return g.machines[follower.cfg.ID-1].has("warm-up") })
+	g.network.Cut(leader.cfg.ID, follower.cfg.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, before := follower.Batching()
+	for i, err := range holdBatch(t, ctx, follower, "cut-", proposers) {
+		if err != nil {
+			t.Fatalf("proposal %d: %v", i, err)
+		}
+	}
+	if _, after := follower.Batching(); after-before != 1 {
+		t.Errorf("%d proposals made while the lock was held took %d steps, want 1", proposers, after-before)
+	}
+}
