@@ -10,13 +10,7 @@ const maxCoalescedSize = 1 << 20
 // previous message to that follower when that one is a MsgApp of the same
 // term that the second runs straight into: the second's entries start
 // right after the first's last entry (or at the first's own position, the
-// first carrying none), at that entry's term. A follower's proposals
-// forwarded to the leader (MsgProp) merge alike, into one MsgProp with all
-// their entries, in order. The leader then takes or drops them together,
-// where one by one it might have dropped only the later ones (at its bound
-// on uncommitted entries); either way a forwarded proposal's fate is never
-// reported back, and its proposer waits for the entry's apply or its own
-// deadline.
+// first carrying none), at that entry's term.
 //
 // raft, leading a replicating follower, sends one MsgApp per proposal it
 // takes, and an empty one, carrying only the commit index, each time the
@@ -99,15 +93,11 @@ func lastTo(msgs []raftpb.Message, to uint64) int {
 	return -1
 }
 
-// continues reports whether next can be merged into prev: both are
-// proposals a follower forwards to the leader (MsgProp), or next is a
-// MsgApp that prev, a MsgApp of the same sender and term, runs straight
-// into: next's position (the entry before its first) is prev's last
-// entry, or prev's own position when prev carries no entries.
+// continues reports whether next is a MsgApp that prev, a MsgApp of the
+// same sender and term, runs straight into: next's position (the entry
+// before its first) is prev's last entry, or prev's own position when
+// prev carries no entries.
 func continues(prev, next *raftpb.Message) bool {
-	if prev.Type == raftpb.MsgProp && next.Type == raftpb.MsgProp {
-		return prev.From == next.From && len(prev.Entries) > 0 && len(next.Entries) > 0
-	}
 	if prev.Type != raftpb.MsgApp || next.Type != raftpb.MsgApp ||
 		prev.Term != next.Term || prev.From != next.From || prev.Snapshot != nil || next.Snapshot != nil {
 		return false

@@ -2,7 +2,6 @@ package raftnode
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -132,51 +131,5 @@ func TestCoalesceCommitOnlyAppends(t *testing.T) {
 		if len(m.Entries) == 0 || m.Entries[0].Index != w.first || m.Entries[len(m.Entries)-1].Index != w.last || len(m.Entries) != int(w.last-w.first+1) {
 			t.Errorf("message %d carries %v, want entries %d..%d", i, m.Entries, w.first, w.last)
 		}
-	}
-}
-
-// TestCoalesceForwardedProposals: a follower's proposals to the leader in
-// one Ready leave as one MsgProp with every entry, in order; a message to
-// the leader between them keeps the ones after it apart.
-func TestCoalesceForwardedProposals(t *testing.T) {
-	prop := func(data ...string) raftpb.Message {
-		m := raftpb.Message{Type: raftpb.MsgProp, From: 2, To: 1}
-		for _, d := range data {
-			m.Entries = append(m.Entries, raftpb.Entry{Data: []byte(d)})
-		}
-		return m
-	}
-	first := prop("a")
-	raftsEntries := append(make([]raftpb.Entry, 0, 2), first.Entries...) // room to append in place: must not be used
-	first.Entries = raftsEntries
-	msgs := []raftpb.Message{
-		first,
-		prop("b", "c"),
-		{Type: raftpb.MsgAppResp, From: 2, To: 1, Term: 2, Index: 9},
-		prop("d"),
-		prop("e"),
-	}
-	got := coalesceAppends(msgs)
-	want := [][]string{{"a", "b", "c"}, nil, {"d", "e"}}
-	if len(got) != len(want) {
-		t.Fatalf("got %d messages, want %d: %v", len(got), len(want), got)
-	}
-	for i, w := range want {
-		if w == nil {
-			if got[i].Type != raftpb.MsgAppResp {
-				t.Errorf("message %d is a %v, want the MsgAppResp", i, got[i].Type)
-			}
-			continue
-		}
-		var data []string
-		for _, e := range got[i].Entries {
-			data = append(data, string(e.Data))
-		}
-		if got[i].Type != raftpb.MsgProp || strings.Join(data, ",") != strings.Join(w, ",") {
-			t.Errorf("message %d: %v carrying %v, want a MsgProp carrying %v", i, got[i].Type, data, w)
-		}
-	}
-	if spare := raftsEntries[:2]; spare[1].Data != nil {
-		t.Errorf("raft's entry array was written past its length: %v", spare)
 	}
 }
