@@ -3,7 +3,6 @@ package zkserver
 import (
 	"context"
 	"io"
-	"os"
 	"os/exec"
 	"strings"
 	"sync/atomic"
@@ -15,11 +14,7 @@ import (
 	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	proccluster.RemoveBuild()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { proccluster.RunTests(m) }
 
 // zkAddrs lists the members' ZooKeeper addresses, skipping except.
 func zkAddrs(c *proccluster.Cluster, except int) []string {

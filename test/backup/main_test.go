@@ -1,14 +1,9 @@
 package backup_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/latch-io/latch/internal/testkit/proccluster"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	proccluster.RemoveBuild()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { proccluster.RunTests(m) }

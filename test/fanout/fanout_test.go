@@ -29,11 +29,7 @@ import (
 
 const hotKey = "/fanout/hot"
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	proccluster.RemoveBuild()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { proccluster.RunTests(m) }
 
 // TestWatchFanout: LATCH_FIGURES=1 [LATCH_WATCHERS=10000] go test -run TestWatchFanout -v -timeout 20m ./test/fanout
 //

@@ -64,8 +64,16 @@ func build() (string, error) {
 	return bin, nil
 }
 
+// RunTests runs m's tests, removes what Build and BuildLatchctl made, and
+// exits with the tests' code: a test package's whole TestMain.
+func RunTests(m *testing.M) {
+	code := m.Run()
+	RemoveBuild()
+	os.Exit(code)
+}
+
 // RemoveBuild deletes the directory of the binary Build made, if any. Call
-// it from TestMain after m.Run.
+// it from TestMain after m.Run (RunTests does).
 func RemoveBuild() {
 	for _, dir := range []string{buildDir, latchctlDir} {
 		if dir != "" {
