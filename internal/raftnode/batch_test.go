@@ -158,30 +158,12 @@ func TestProposalsWhileLoopBusyLeaveInOneReady(t *testing.T) {
 func TestProposalDroppedDuringTransferIsProposedAgain(t *testing.T) {
 	g := startFakeGroup(t, 3)
 	leader := g.elect(t)
-	var transferee *Node
-	for _, n := range g.nodes {
-		if n != leader {
-			transferee = n
-			break
-		}
-	}
-	// The transferee misses an entry, so the transfer waits for it to catch up.
-	g.network.Cut(leader.cfg.ID, transferee.cfg.ID)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := leader.Propose(ctx, []byte("before")); err != nil {
-		t.Fatalf("propose: %v", err)
-	}
-	// Saved, so that the storage's last index below counts it.
-	waitFor(t, "the leader to apply the entry before", func() bool { return g.machines[leader.cfg.ID-1].has("before") })
-	leader.TransferLeadership(ctx, transferee.cfg.ID)
-	waitFor(t, "the transfer to start", func() bool { return leader.Status().LeadTransferee == transferee.cfg.ID })
-	lastBefore, err := leader.storage.LastIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The transferee misses an entry, so the transfer waits for it to catch up.
+	transferee, lastBefore := startStalledTransfer(t, ctx, g, leader)
 
-	err = leader.Propose(ctx, []byte("during"))
+	err := leader.Propose(ctx, []byte("during"))
 	if !errors.Is(err, raft.ErrProposalDropped) {
 		t.Fatalf("propose during a leadership transfer: %v, want raft.ErrProposalDropped", err)
 	}

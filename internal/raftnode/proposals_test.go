@@ -53,6 +53,38 @@ func appliedCount(m *recordingMachine, data string) int {
 	return count
 }
 
+// follower returns a member of g other than leader.
+func (g *fakeGroup) follower(leader *Node) *Node {
+	for _, n := range g.nodes {
+		if n != leader {
+			return n
+		}
+	}
+	return nil
+}
+
+// startStalledTransfer has leader transfer leadership to a follower it is
+// cut off from, after an entry "before" that follower misses, so that the
+// transfer waits for it to catch up; it returns the transferee and the
+// leader's last index once "before" is saved.
+func startStalledTransfer(t *testing.T, ctx context.Context, g *fakeGroup, leader *Node) (transferee *Node, lastBefore uint64) {
+	t.Helper()
+	transferee = g.follower(leader)
+	g.network.Cut(leader.cfg.ID, transferee.cfg.ID)
+	if err := leader.Propose(ctx, []byte("before")); err != nil {
+		t.Fatalf("propose: %v", err)
+	}
+	// Saved, so that the storage's last index counts it.
+	waitFor(t, "the leader to apply the entry before", func() bool { return g.machines[leader.cfg.ID-1].has("before") })
+	leader.TransferLeadership(ctx, transferee.cfg.ID)
+	waitFor(t, "the transfer to start", func() bool { return leader.Status().LeadTransferee == transferee.cfg.ID })
+	lastBefore, err := leader.storage.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return transferee, lastBefore
+}
+
 // TestProposalsMadeWhileLockedLeaveInOneMsgProp: proposals made on a
 // follower while its lock is taken are stepped together by the first
 // proposer to get it: the follower forwards them to the leader in one
@@ -62,13 +94,7 @@ func TestProposalsMadeWhileLockedLeaveInOneMsgProp(t *testing.T) {
 	g, logs := startLoggedGroup(t, 3)
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up")
-	var follower *Node
-	for _, n := range g.nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := g.follower(leader)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i, err := range holdBatch(t, ctx, follower, "fwd-", proposers) {
@@ -127,27 +153,9 @@ func TestDroppedBatchAnswersEveryProposer(t *testing.T) {
 	const proposers = 4
 	g := startFakeGroup(t, 3)
 	leader := g.elect(t)
-	var transferee *Node
-	for _, n := range g.nodes {
-		if n != leader {
-			transferee = n
-			break
-		}
-	}
-	// The transferee misses an entry, so the transfer waits for it to catch up.
-	g.network.Cut(leader.cfg.ID, transferee.cfg.ID)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := leader.Propose(ctx, []byte("before")); err != nil {
-		t.Fatalf("propose: %v", err)
-	}
-	waitFor(t, "the leader to apply the entry before", func() bool { return g.machines[leader.cfg.ID-1].has("before") })
-	leader.TransferLeadership(ctx, transferee.cfg.ID)
-	waitFor(t, "the transfer to start", func() bool { return leader.Status().LeadTransferee == transferee.cfg.ID })
-	lastBefore, err := leader.storage.LastIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, lastBefore := startStalledTransfer(t, ctx, g, leader)
 	for i, err := range holdBatch(t, ctx, leader, "dropped-", proposers) {
 		if !errors.Is(err, raft.ErrProposalDropped) {
 			t.Errorf("proposal %d of a dropped batch: %v, want raft.ErrProposalDropped", i, err)
@@ -168,13 +176,7 @@ func TestLockedOutProposalsTakeOneStep(t *testing.T) {
 	g := startFakeGroup(t, 3)
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up")
-	var follower *Node
-	for _, n := range g.nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := g.follower(leader)
 	waitFor(t, "the follower to apply the warm-up", func() bool { return g.machines[follower.cfg.ID-1].has("warm-up") })
 	g.network.Cut(leader.cfg.ID, follower.cfg.ID)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
