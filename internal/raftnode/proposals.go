@@ -1,10 +1,6 @@
 package raftnode
 
-import (
-	"errors"
-
-	"go.etcd.io/raft/v3/raftpb"
-)
+import "go.etcd.io/raft/v3/raftpb"
 
 // proposalBatch is the normal entries proposed while the lock was busy.
 // Each proposer adds its entry to the open batch, then takes the lock; the
@@ -14,29 +10,36 @@ import (
 // per proposal, and a follower forwards one message per batch, not one per
 // proposal. Every entry of a batch has the same fate (raft takes or drops
 // a MsgProp whole), so each proposer's answer is the batch's, and one that
-// must propose again (no leader yet) does so alone, in a later batch.
+// must propose again (no leader yet) does so alone, in a later batch. A
+// batch holds at most maxBatchSize bytes of entry data (or one entry): a
+// proposal that would pass it opens a new batch, and the full one's
+// proposers step it themselves.
 type proposalBatch struct {
 	entries []raftpb.Entry // guarded by Node.batchMu while the batch is open
+	size    int            // the entries' data, in bytes; guarded like entries
 	// Guarded by Node.mu: set by the proposer that steps the batch.
 	stepped bool
 	held    bool  // proposals were held (see Node.proposalsHeld)
 	err     error // what raft's Step returned
 }
 
-// errStepPanicked is the answer of a batch whose step panicked: raft
-// reports a broken invariant so, on the stepping proposer's goroutine.
-var errStepPanicked = errors.New("raftnode: raft panicked stepping a proposal")
+// maxBatchSize bounds the entry data of one batch: raft's bound on a
+// message (raft.Config.MaxSizePerMsg), so that a follower's forwarded
+// batch stays a frame the transport sends, and a leader's stays far below
+// its bound on uncommitted entries.
+const maxBatchSize = 1 << 20
 
 // stepBatched adds data to the open batch and returns the batch's outcome
 // once it is stepped, by this proposer or by another.
 func (n *Node) stepBatched(data []byte) (held bool, err error) {
 	n.batchMu.Lock()
 	b := n.openBatch
-	if b == nil {
+	if b == nil || b.size+len(data) > maxBatchSize {
 		b = &proposalBatch{}
 		n.openBatch = b
 	}
 	b.entries = append(b.entries, raftpb.Entry{Data: data})
+	b.size += len(data)
 	n.batchMu.Unlock()
 	stepped := false
 	func() {
@@ -69,7 +72,10 @@ func (n *Node) stepBatchLocked(b *proposalBatch) bool {
 	case n.proposalsHeld:
 		b.held = true
 	default:
-		b.err = errStepPanicked // until Step returns
+		// Should raft panic here (a broken invariant), the batch's other
+		// proposers find no error: raft may have appended the entries
+		// before it panicked, so they wait for the apply, and their
+		// deadline reports the outcome unknown.
 		b.err = n.raft.Step(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID, Entries: entries})
 	}
 	if b.err != nil || b.held {

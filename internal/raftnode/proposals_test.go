@@ -191,3 +191,44 @@ func TestLockedOutProposalsTakeOneStep(t *testing.T) {
 		t.Errorf("%d proposals made while the lock was held took %d steps, want 1", proposers, after-before)
 	}
 }
+
+// TestBatchesStopAtTheSizeBound: proposals whose data together would pass
+// maxBatchSize, made while the lock is held, are stepped in as many
+// batches as the bound needs (Batching counts the steps), and a small one
+// still joins the last batch. The follower is cut off, as above.
+func TestBatchesStopAtTheSizeBound(t *testing.T) {
+	g := startFakeGroup(t, 3)
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up")
+	follower := g.follower(leader)
+	waitFor(t, "the follower to apply the warm-up", func() bool { return g.machines[follower.cfg.ID-1].has("warm-up") })
+	g.network.Cut(leader.cfg.ID, follower.cfg.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, before := follower.Batching()
+	big := maxBatchSize/2 + 1 // two do not fit in one batch
+	sizes := []int{big, big, big, 10}
+	follower.mu.Lock()
+	errs := make(chan error, len(sizes))
+	for i, size := range sizes {
+		data := make([]byte, size)
+		data[0] = byte(i)
+		go func() { errs <- follower.Propose(ctx, data) }()
+		// Each joins the open batch before the next is made.
+		waitFor(t, fmt.Sprintf("proposal %d to join a batch", i), func() bool {
+			follower.batchMu.Lock()
+			defer follower.batchMu.Unlock()
+			b := follower.openBatch
+			return b != nil && b.entries[len(b.entries)-1].Data[0] == byte(i) && len(b.entries[len(b.entries)-1].Data) == size
+		})
+	}
+	follower.mu.Unlock()
+	for range sizes {
+		if err := <-errs; err != nil {
+			t.Fatalf("proposal: %v", err)
+		}
+	}
+	if _, after := follower.Batching(); after-before != 3 {
+		t.Errorf("proposals of %v bytes took %d steps, want 3 (the bound is %d bytes a batch)", sizes, after-before, maxBatchSize)
+	}
+}
