@@ -166,19 +166,27 @@ func TestDroppedBatchAnswersEveryProposer(t *testing.T) {
 	}
 }
 
-// TestLockedOutProposalsTakeOneStep: proposals that wait for the lock
-// together are stepped into raft as one message (Batching counts one
-// step), not one each. The follower is cut off from the leader, so that
-// nothing else is stepped meanwhile (the fake group's clock only ticks
-// when told).
-func TestLockedOutProposalsTakeOneStep(t *testing.T) {
-	const proposers = 8
+// cutOffFollower starts a group and returns a follower that has applied
+// everything so far and is then cut off from the leader: nothing is
+// stepped into it but what the test proposes on it (the fake group's
+// clock only ticks when told), so Batching counts the test's steps.
+func cutOffFollower(t *testing.T) *Node {
+	t.Helper()
 	g := startFakeGroup(t, 3)
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up")
 	follower := g.follower(leader)
 	waitFor(t, "the follower to apply the warm-up", func() bool { return g.machines[follower.cfg.ID-1].has("warm-up") })
 	g.network.Cut(leader.cfg.ID, follower.cfg.ID)
+	return follower
+}
+
+// TestLockedOutProposalsTakeOneStep: proposals that wait for the lock
+// together are stepped into raft as one message (Batching counts one
+// step), not one each.
+func TestLockedOutProposalsTakeOneStep(t *testing.T) {
+	const proposers = 8
+	follower := cutOffFollower(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, before := follower.Batching()
@@ -195,14 +203,9 @@ func TestLockedOutProposalsTakeOneStep(t *testing.T) {
 // TestBatchesStopAtTheSizeBound: proposals whose data together would pass
 // maxBatchSize, made while the lock is held, are stepped in as many
 // batches as the bound needs (Batching counts the steps), and a small one
-// still joins the last batch. The follower is cut off, as above.
+// still joins the last batch.
 func TestBatchesStopAtTheSizeBound(t *testing.T) {
-	g := startFakeGroup(t, 3)
-	leader := g.elect(t)
-	g.propose(t, leader, "warm-up")
-	follower := g.follower(leader)
-	waitFor(t, "the follower to apply the warm-up", func() bool { return g.machines[follower.cfg.ID-1].has("warm-up") })
-	g.network.Cut(leader.cfg.ID, follower.cfg.ID)
+	follower := cutOffFollower(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, before := follower.Batching()
