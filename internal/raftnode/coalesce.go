@@ -34,19 +34,13 @@ func coalesceAppends(msgs []raftpb.Message) []raftpb.Message {
 	if len(msgs) < 2 {
 		return msgs
 	}
-	var sizes []int // per kept message, once a merge happened: its entries' size, or -1 if its Entries are still raft's
+	var sizes []int // per kept message, once entries were merged: its entries' size, or -1 if its Entries are still raft's
 	out := msgs[:0]
 	for _, m := range msgs {
 		prev := lastTo(out, m.To)
 		if prev < 0 || !continues(&out[prev], &m) {
 			out = append(out, m)
 			continue
-		}
-		if sizes == nil {
-			sizes = make([]int, len(msgs))
-			for i := range sizes {
-				sizes[i] = -1
-			}
 		}
 		p := &out[prev]
 		switch {
@@ -55,8 +49,16 @@ func coalesceAppends(msgs []raftpb.Message) []raftpb.Message {
 		case len(p.Entries) == 0: // p was commit only: m takes its place
 			m.Commit = max(m.Commit, p.Commit)
 			*p = m
-			sizes[prev] = -1
+			if sizes != nil {
+				sizes[prev] = -1
+			}
 		default:
+			if sizes == nil { // the first merge of entries in this Ready
+				sizes = make([]int, len(msgs))
+				for i := range sizes {
+					sizes[i] = -1
+				}
+			}
 			if !appendEntries(p, &sizes[prev], &m) {
 				out = append(out, m)
 			}

@@ -351,17 +351,21 @@ func (n *Node) proposeWhenLed(ctx context.Context, step func() (held bool, err e
 // stepProposal steps the proposal m into raft, unless proposals are held
 // (held: this node was removed and has seen no leader since).
 func (n *Node) stepProposal(m raftpb.Message) (held bool, err error) {
-	held, err = n.stepLocked(func() (bool, error) {
-		if n.proposalsHeld {
-			return true, nil
-		}
-		return false, n.raft.Step(m)
-	})
+	held, err = n.stepLocked(func() (bool, error) { return n.stepProposalLocked(m) })
 	if err == nil && !held {
 		n.stepped.Add(1)
 		n.notify()
 	}
 	return held, err
+}
+
+// stepProposalLocked steps m into raft unless proposals are held; n.mu
+// must be held.
+func (n *Node) stepProposalLocked(m raftpb.Message) (held bool, err error) {
+	if n.proposalsHeld {
+		return true, nil
+	}
+	return false, n.raft.Step(m)
 }
 
 // stepLocked runs f under the lock, or returns ErrStopped once the loop

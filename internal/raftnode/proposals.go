@@ -32,7 +32,31 @@ const maxBatchSize = 1 << 20
 // stepBatched adds data to the open batch and returns the batch's outcome
 // once it is stepped, by this proposer or by another.
 func (n *Node) stepBatched(data []byte) (held bool, err error) {
+	b := n.joinBatch(data)
+	stepper := false
+	held, err = n.stepLocked(func() (bool, error) {
+		if !b.stepped {
+			stepper, b.stepped = true, true
+			// Should raft panic here (a broken invariant), the batch's
+			// other proposers find no error: raft may have appended the
+			// entries before it panicked, so they wait for the apply, and
+			// their deadline reports the outcome unknown.
+			b.held, b.err = n.stepProposalLocked(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID, Entries: n.closeBatch(b)})
+		}
+		return b.held, b.err
+	})
+	if stepper && err == nil && !held {
+		n.stepped.Add(1) // one message, however many entries
+		n.notify()
+	}
+	return held, err
+}
+
+// joinBatch adds data to the open batch, or to a new one if there is none
+// or data would take it past maxBatchSize, and returns that batch.
+func (n *Node) joinBatch(data []byte) *proposalBatch {
 	n.batchMu.Lock()
+	defer n.batchMu.Unlock()
 	b := n.openBatch
 	if b == nil || b.size+len(data) > maxBatchSize {
 		b = &proposalBatch{}
@@ -40,47 +64,16 @@ func (n *Node) stepBatched(data []byte) (held bool, err error) {
 	}
 	b.entries = append(b.entries, raftpb.Entry{Data: data})
 	b.size += len(data)
-	n.batchMu.Unlock()
-	stepped := false
-	func() {
-		n.mu.Lock()
-		defer n.mu.Unlock() // also if raft panics: see stepLocked
-		if !b.stepped {
-			stepped = n.stepBatchLocked(b)
-		}
-		held, err = b.held, b.err
-	}()
-	if stepped {
-		n.notify()
-	}
-	return held, err
+	return b
 }
 
-// stepBatchLocked closes b and steps its entries into raft; it reports
-// whether raft took them. Called with n.mu held.
-func (n *Node) stepBatchLocked(b *proposalBatch) bool {
+// closeBatch takes b out of reach of new proposals, if it is still open,
+// and returns its entries.
+func (n *Node) closeBatch(b *proposalBatch) []raftpb.Entry {
 	n.batchMu.Lock()
+	defer n.batchMu.Unlock()
 	if n.openBatch == b {
 		n.openBatch = nil
 	}
-	entries := b.entries
-	n.batchMu.Unlock()
-	b.stepped = true
-	switch {
-	case n.stopped:
-		b.err = ErrStopped
-	case n.proposalsHeld:
-		b.held = true
-	default:
-		// Should raft panic here (a broken invariant), the batch's other
-		// proposers find no error: raft may have appended the entries
-		// before it panicked, so they wait for the apply, and their
-		// deadline reports the outcome unknown.
-		b.err = n.raft.Step(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID, Entries: entries})
-	}
-	if b.err != nil || b.held {
-		return false
-	}
-	n.stepped.Add(1) // one message, however many entries
-	return true
+	return b.entries
 }
