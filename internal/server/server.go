@@ -160,7 +160,7 @@ func (s *Server) openStorage() error {
 
 func (s *Server) openWAL() (map[uint64]*wal.GroupState, error) {
 	w, recovered, err := wal.Open(s.cfg.FS, s.walDir(), wal.Options{
-		Logger: s.log, SegmentSize: s.cfg.WALSegmentSize, UnsafeNoSync: s.cfg.UnsafeNoSync,
+		Logger: s.log, SegmentSize: s.cfg.WALSegmentSize, UnsafeNoSync: s.cfg.UnsafeNoSync, ZeroAhead: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: open WAL: %w", err)

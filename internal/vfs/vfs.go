@@ -47,9 +47,11 @@ type File interface {
 	Sync() error
 	Stat() (os.FileInfo, error)
 	Truncate(size int64) error
-	// Preallocate reserves size bytes (zero-filled) so that appends below
-	// size need no metadata update at fsync time. The file's size becomes
-	// at least size.
+	// Preallocate reserves size bytes (reading as zeros) so that writes
+	// below size cannot fail for want of space. The file's size becomes at
+	// least size. On ext4 and XFS the reserved blocks stay "unwritten"
+	// until first written, and that first write's fsync still commits a
+	// metadata change (the WAL's zero-ahead writes zeros there first).
 	Preallocate(size int64) error
 	Name() string
 }

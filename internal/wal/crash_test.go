@@ -11,20 +11,25 @@ import (
 // TestCrashLoop saves random batches, crashes the simulated machine at a
 // random filesystem call (inside Save, Release or Open), restarts, and
 // checks that every acknowledged batch is there, in order, and nothing else:
-// the one call in flight at the crash is present whole or absent.
+// the one call in flight at the crash is present whole or absent. The
+// zero-ahead variants also write zeros past each flush (zeroahead.go), so
+// crashes land in those writes and fsyncs too.
 func TestCrashLoop(t *testing.T) {
 	tests := []struct {
-		name string
-		torn bool
+		name      string
+		torn      bool
+		zeroAhead bool
 	}{
 		{name: "unsynced-dropped", torn: false},
 		{name: "unsynced-sectors-torn", torn: true},
+		{name: "zero-ahead-unsynced-dropped", torn: false, zeroAhead: true},
+		{name: "zero-ahead-unsynced-sectors-torn", torn: true, zeroAhead: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			seed := testSeed(t)
 			random := rand.New(rand.NewSource(seed))
-			runCrashLoop(t, random, tt.torn, crashLoopCalls(t))
+			runCrashLoop(t, random, tt.torn, tt.zeroAhead, crashLoopCalls(t))
 		})
 	}
 }
@@ -41,14 +46,16 @@ func crashLoopCalls(t *testing.T) int {
 	return 1500
 }
 
-func runCrashLoop(t *testing.T, random *rand.Rand, torn bool, calls int) {
+func runCrashLoop(t *testing.T, random *rand.Rand, torn, zeroAhead bool, calls int) {
 	const dir = "/data/wal"
 	fs := vfs.NewMem()
 	gen := newGenerator(random, 1+random.Intn(3))
 	acknowledged, crashes := 0, 0
 	for acknowledged < calls {
 		fs.CrashAfter(random.Intn(60))
-		w, states, err := Open(fs, dir, quietOptions(int64(1024+random.Intn(8192))))
+		options := quietOptions(int64(1024 + random.Intn(8192)))
+		options.ZeroAhead = zeroAhead
+		w, states, err := Open(fs, dir, options)
 		if err == nil {
 			if d := diffAll(gen.models, states); d != "" {
 				t.Fatalf("after crash %d, reopened log differs from acknowledged batches: %s", crashes, d)
@@ -62,7 +69,9 @@ func runCrashLoop(t *testing.T, random *rand.Rand, torn bool, calls int) {
 		crashes++
 		// Open on the crashed disk must succeed and return the models or
 		// the models plus the call in flight; saveUntilCrash left both.
-		w, states, err = Open(fs, dir, quietOptions(4096))
+		options = quietOptions(4096)
+		options.ZeroAhead = zeroAhead
+		w, states, err = Open(fs, dir, options)
 		if err != nil {
 			t.Fatalf("after crash %d: open: %v", crashes, err)
 		}

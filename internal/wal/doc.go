@@ -36,7 +36,9 @@
 //	                       every group (snapshot marker, last index, hard state)
 //	flush*:                a flush record giving the length of the body that
 //	                       follows, then the records of one group commit
-//	zeros:                 the preallocated, unwritten rest
+//	zeros:                 the preallocated, unwritten rest (with
+//	                       Options.ZeroAhead, the first megabytes of it
+//	                       written with zeros: zeroahead.go)
 //
 // A new segment is created only after the previous one is durable, and the
 // directory is fsynced before anything in the new segment is acknowledged.

@@ -46,6 +46,11 @@ type Options struct {
 	// planted bug "acknowledge before fsync" (etcd #10508) that the
 	// durability checks must catch. Tests only; never in production.
 	UnsafeNoSync bool
+	// ZeroAhead keeps a segment's space just past the write offset written
+	// with zeros (zeroahead.go), so that a flush's fsync need not convert
+	// preallocated blocks. Off by default: it adds writes and fsyncs that
+	// tests counting them do not expect; the server turns it on.
+	ZeroAhead bool
 }
 
 // SnapshotMarker records that a durable snapshot of a group at Index, Term
@@ -111,6 +116,7 @@ type WAL struct {
 	offset     int64    // where the next flush goes in file
 	headerEnd  int64    // the end of file's segment header
 	fileSize   int64    // file's preallocated size
+	zeroed     int64    // file is written with zeros (or records) up to here (zeroahead.go)
 	dirDirty   bool     // a segment was created and the directory not yet synced
 	written    map[uint64]*groupLog
 	released   map[uint64]uint64
@@ -352,6 +358,22 @@ func (w *WAL) flushPending() {
 	for _, request := range requests {
 		request.done <- err
 	}
+	if err == nil && w.zeroAheadDue() {
+		// Every caller is answered; the zeros are written before the next
+		// flush, without holding up the return of this leader's Save.
+		go func() {
+			w.zeroAhead()
+			w.handOff()
+		}()
+		return
+	}
+	w.handOff()
+}
+
+// handOff ends a leader's turn: it makes the first waiting Save the next
+// leader, or marks the WAL idle when none waits (or fails them all if the
+// WAL failed).
+func (w *WAL) handOff() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.pending) == 0 {
@@ -550,7 +572,7 @@ func (w *WAL) createSegmentLocked(sequence uint64) error {
 		file.Close()
 		return fmt.Errorf("wal: write header of %s: %w", name, err)
 	}
-	w.file, w.offset, w.headerEnd = file, int64(len(header)), int64(len(header))
+	w.file, w.offset, w.headerEnd, w.zeroed = file, int64(len(header)), int64(len(header)), int64(len(header))
 	w.fileSize = max(w.opts.SegmentSize, int64(len(header)))
 	w.dirDirty = true
 	w.segments = append(w.segments, segmentState{sequence: sequence, maxIndex: map[uint64]uint64{}})

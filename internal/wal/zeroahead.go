@@ -1,0 +1,76 @@
+package wal
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Zero-ahead. A segment is preallocated (fallocate), but on ext4 and XFS
+// that space stays "unwritten": the first write into each block converts
+// its extent, a metadata change that the flush's fsync must commit to the
+// filesystem journal. Measured on latch's test machine (ext4, 4 KiB write
+// + fsync, 3,000 in a row): 211 µs p50 and 75 µs of CPU per fsync into
+// fallocated space, the same as appending, against 157 µs and 62 µs into
+// space already written with zeros. So, with Options.ZeroAhead, the WAL
+// keeps the space just past its write offset written with zeros: after a
+// flush is acknowledged, and before the next one is written, the flushing
+// leader writes one chunk of zeros past the furthest it zeroed and fsyncs
+// it, while that frontier is less than zeroLead ahead (in a goroutine of
+// its own, so that the leader's Save returns at once; the WAL stays
+// flushing until it is done). A flush then
+// lands in converted blocks; a chunk's conversion is paid once, off the
+// acknowledged path, for about a thousand flushes.
+//
+// Safety: zeros go only at or past the write offset, into space the log
+// has never written (which already reads as zeros), under writeMu like any
+// flush, so no record is ever overwritten and what recovery reads is
+// unchanged. A failed write or fsync of zeros fails the WAL like a flush's
+// (the fsync shares the segment's file: its error must not be lost).
+const (
+	zeroChunk = 1 << 20
+	zeroLead  = 2 << 20
+)
+
+// zeroChunkBytes is the chunk of zeros zero-ahead writes, allocated once.
+var zeroChunkBytes = sync.OnceValue(func() []byte { return make([]byte, zeroChunk) })
+
+// zeroAheadDue reports whether the zeroed frontier of the current segment
+// is less than zeroLead past the write offset, with space left to zero.
+func (w *WAL) zeroAheadDue() bool {
+	if !w.opts.ZeroAhead {
+		return false
+	}
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	_, _, due := w.nextZerosLocked()
+	return due
+}
+
+// nextZerosLocked returns the chunk zeroAhead writes next; w.writeMu must
+// be held.
+func (w *WAL) nextZerosLocked() (start, end int64, due bool) {
+	start = max(w.zeroed, w.offset)
+	end = min(start+zeroChunk, w.fileSize)
+	return start, end, start < w.offset+zeroLead && start < end
+}
+
+// zeroAhead writes and fsyncs the next chunk of zeros past the current
+// segment's write offset, if one is due. Only the flushing goroutine calls
+// it, between two flushes.
+func (w *WAL) zeroAhead() {
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	start, end, due := w.nextZerosLocked()
+	if !due {
+		return
+	}
+	if _, err := w.file.WriteAt(zeroChunkBytes()[:end-start], start); err != nil {
+		_ = w.fail(fmt.Errorf("write zeros to %s at %d: %w", w.file.Name(), start, err))
+		return
+	}
+	if err := w.file.Sync(); err != nil {
+		_ = w.fail(fmt.Errorf("fsync %s after zeros at %d: %w", w.file.Name(), start, err))
+		return
+	}
+	w.zeroed = end
+}
