@@ -3,6 +3,8 @@ package wal
 import (
 	"fmt"
 	"sync"
+
+	"github.com/latch-io/latch/internal/vfs"
 )
 
 // Zero-ahead. A segment is preallocated (fallocate), but on ext4 and XFS
@@ -25,7 +27,10 @@ import (
 // has never written (which already reads as zeros), under writeMu like any
 // flush, so no record is ever overwritten and what recovery reads is
 // unchanged. A failed write or fsync of zeros fails the WAL like a flush's
-// (the fsync shares the segment's file: its error must not be lost).
+// (the fsync shares the segment's file: its error must not be lost), except
+// a write refused for want of space (a filesystem that could not
+// preallocate, or copies on write): that only stops the zeroing of the
+// segment, since nothing but zeros was at stake.
 const (
 	zeroChunk = 1 << 20
 	zeroLead  = 2 << 20
@@ -65,6 +70,15 @@ func (w *WAL) zeroAhead() {
 		return
 	}
 	if _, err := w.file.WriteAt(zeroChunkBytes()[:end-start], start); err != nil {
+		if vfs.IsNoSpace(err) {
+			// A filesystem that could not preallocate (a sparse segment)
+			// or copies on write: zeros need space of their own. They were
+			// only ever zeros where zeros read already, and nothing was
+			// fsynced; stop zeroing this segment and keep the WAL.
+			w.logger.Warn("wal: no space to write zeros ahead; not zeroing the rest of this segment", "file", w.file.Name(), "offset", start, "error", err)
+			w.zeroed = w.fileSize
+			return
+		}
 		_ = w.fail(fmt.Errorf("write zeros to %s at %d: %w", w.file.Name(), start, err))
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/latch-io/latch/internal/vfs"
@@ -162,5 +163,37 @@ func TestZeroAheadFailureIsSticky(t *testing.T) {
 				t.Fatalf("%d entries after restart, want the 3 acknowledged", got)
 			}
 		})
+	}
+}
+
+// TestZeroAheadWithoutSpaceStopsZeroing refuses the first zeros for want
+// of space, as a filesystem that could not preallocate would: the WAL does
+// not fail, writes no more zeros to that segment, and every Save is
+// acknowledged and read back.
+func TestZeroAheadWithoutSpaceStopsZeroing(t *testing.T) {
+	mem := vfs.NewMem()
+	log := &writeLog{}
+	w, _, err := Open(recordingFS{FS: mem, log: log}, testDir, zeroAheadOptions(8<<20))
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	// Counted from the injection: the first Save's flush, then its zeros.
+	mem.Inject(vfs.Fault{Ops: vfs.OpWrite, Pattern: "*.wal", Skip: 1, Count: 1, Err: syscall.ENOSPC})
+	for call := uint64(1); call <= 20; call++ {
+		mustSave(t, w, entries(1, call, call, 1))
+	}
+	w.Close()
+	zeros := 0
+	for _, write := range log.snapshot() {
+		if write.zeros {
+			zeros++
+		}
+	}
+	if zeros != 1 {
+		t.Fatalf("%d writes of zeros, want only the refused one", zeros)
+	}
+	_, states := mustOpen(t, mem, 8<<20)
+	if got := len(states[1].Entries); got != 20 {
+		t.Fatalf("%d entries read back, want 20", got)
 	}
 }
