@@ -214,12 +214,13 @@ func hardStateOf(m *raftpb.Message) raftpb.HardState {
 // deliver hands responses, in order, to their targets once what they
 // depend on is durable: the node's own (MsgStorageAppendResp, a leader's
 // MsgAppResp to itself, MsgStorageApplyResp) to raft, under the lock, the
-// others to the transport. raft's refusal of a response (one from a member
+// others to the transport, less the acknowledgements that tell the leader
+// nothing new (acks.go). raft's refusal of a response (one from a member
 // since removed) drops it, as raft.Node did.
 func (n *Node) deliver(responses []raftpb.Message) error {
 	for i := range responses {
 		if responses[i].To != n.cfg.ID {
-			n.send(responses[i : i+1])
+			n.send(n.acks.filter(responses[i : i+1]))
 			continue
 		}
 		if _, err := n.stepLocked(func() (bool, error) { return false, n.raft.Step(responses[i]) }); errors.Is(err, ErrStopped) {

@@ -151,9 +151,12 @@ func (n *Node) storageProgressed() {
 // quiesces now (quiesce.go), and, every walCheckElections election
 // timeouts, snapshots the group if it holds back the WAL (a quiesced group
 // too: an idle group is the one that pins it).
-// While storage is stalled the tick is kept for when it resumes, as a
-// ticker's one buffered tick waits for a loop stuck in an fsync.
+// Each tick first sends the acknowledgements held back since the last
+// (acks.go). While storage is stalled the tick is kept for when it
+// resumes, as a ticker's one buffered tick waits for a loop stuck in an
+// fsync.
 func (n *Node) tick() {
+	n.send(n.acks.release())
 	if n.storageStalled() {
 		n.tickPending = true
 		return

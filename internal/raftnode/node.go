@@ -155,6 +155,7 @@ type Node struct {
 	// appender makes entries durable on a goroutine of its own; appendStop
 	// is closed by the Ready loop when it returns, to stop it.
 	appender   *appender
+	acks       *ackDeferral // a follower's acknowledgements held back (acks.go)
 	appendStop chan struct{}
 	// progress has a slot signalled after each WAL save, to wake a Ready
 	// loop that waits while storage is stalled.
@@ -231,6 +232,7 @@ func Start(cfg Config) (*Node, error) {
 		notifyc:    make(chan struct{}, 1),
 	}
 	n.appender = newAppender(n)
+	n.acks = newAckDeferral()
 	restarted, err := n.recover()
 	if err != nil {
 		return nil, err
