@@ -490,20 +490,33 @@ func (f *journalFile) Read(p []byte) (int, error) {
 
 func (f *journalFile) Write(p []byte) (int, error) {
 	n, err := f.File.Write(p)
-	f.wrote(f.position + int64(n))
+	f.wrote(p[:n], f.position)
 	f.position += int64(n)
 	return n, err
 }
 
 func (f *journalFile) WriteAt(p []byte, offset int64) (int, error) {
 	n, err := f.File.WriteAt(p, offset)
-	f.wrote(offset + int64(n))
+	f.wrote(p[:n], offset)
 	return n, err
 }
 
-func (f *journalFile) wrote(end int64) {
+// wrote raises the file's written extent to the end of p, written at
+// offset, less its trailing zeros. In the journal's model every byte past a
+// file's durable length reads as zero after a cut, so zeros written there
+// change nothing: counting them would make the next Sync claim them
+// durable, and with them the data written over them later, before its own
+// Sync (the WAL writes zeros ahead of its records, zeroahead.go).
+func (f *journalFile) wrote(p []byte, offset int64) {
+	last := len(p) - 1
+	for last >= 0 && p[last] == 0 {
+		last--
+	}
+	if last < 0 {
+		return
+	}
 	f.journal.mu.Lock()
-	f.journal.wroteLocked(f.ino, end)
+	f.journal.wroteLocked(f.ino, offset+int64(last)+1)
 	f.journal.mu.Unlock()
 }
 

@@ -185,6 +185,32 @@ func TestJournalCut(t *testing.T) {
 			}
 		},
 	}, {
+		// The WAL's zero-ahead: zeros written and synced past the records
+		// are not durable contents; a record written over them and not yet
+		// synced is lost.
+		name: "unsynced-write-over-synced-zeros-dropped",
+		run: func(t *testing.T, j *journaled) {
+			f := j.create("segment")
+			if err := f.Preallocate(1 << 20); err != nil {
+				t.Fatal(err)
+			}
+			writeAt(t, f, filled('a', 1000), 0)
+			syncFile(t, f)
+			j.syncDir()
+			writeAt(t, f, make([]byte, 256<<10), 1000)
+			syncFile(t, f)
+			writeAt(t, f, filled('b', 100), 1000)
+		},
+		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
+			want := append(filled('a', 1000), make([]byte, 1<<20-1000)...)
+			if got := j.contents("segment"); !bytes.Equal(got, want) {
+				t.Fatalf("segment is not its 1000 synced bytes then zeros to 1 MiB (length %d)", len(got))
+			}
+			if report.DroppedBytes != 100 {
+				t.Fatalf("dropped %d bytes, want 100", report.DroppedBytes)
+			}
+		},
+	}, {
 		name: "file-without-directory-sync-removed",
 		run: func(t *testing.T, j *journaled) {
 			f := j.create("durable")

@@ -74,13 +74,22 @@ func (f *syncFailingFile) Sync() error {
 // not synced), cuts the directory to the journal, and checks that a WAL
 // opened on the cut directory holds every Save acknowledged before, through
 // many rounds with segment rolls, snapshot markers and released segments.
+// The zero-ahead variant also writes and syncs zeros past the records
+// (wal.Options.ZeroAhead): the journal must not count them as durable
+// contents, or no cut would drop the records written over them later.
 func TestJournalCutWAL(t *testing.T) {
+	for _, zeroAhead := range []bool{false, true} {
+		t.Run(fmt.Sprintf("zero-ahead=%v", zeroAhead), func(t *testing.T) { runJournalCutWAL(t, zeroAhead) })
+	}
+}
+
+func runJournalCutWAL(t *testing.T, zeroAhead bool) {
 	random := rand.New(rand.NewSource(testSeed(t)))
 	base := t.TempDir()
 	dataDir, journalPath := filepath.Join(base, "data"), filepath.Join(base, "data.journal")
 	walDir := filepath.Join(dataDir, "wal")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	options := wal.Options{SegmentSize: 4096, Logger: quiet}
+	options := wal.Options{SegmentSize: 4096, Logger: quiet, ZeroAhead: zeroAhead}
 
 	acked := map[uint64]string{} // index -> data of every acknowledged entry
 	var snapshot uint64          // the highest acknowledged snapshot marker
