@@ -82,9 +82,20 @@ func (w *WAL) zeroAhead() {
 		_ = w.fail(fmt.Errorf("write zeros to %s at %d: %w", w.file.Name(), start, err))
 		return
 	}
-	if err := w.file.Sync(); err != nil {
+	// The planted bug (UnsafeNoSync) fsyncs nothing: these fsyncs would
+	// make its flushes durable now and then, and hide it.
+	if err := w.syncZerosLocked(); err != nil {
 		_ = w.fail(fmt.Errorf("fsync %s after zeros at %d: %w", w.file.Name(), start, err))
 		return
 	}
 	w.zeroed = end
+}
+
+// syncZerosLocked fsyncs the segment after a chunk of zeros, unless the WAL
+// runs the planted bug UnsafeNoSync. w.writeMu must be held.
+func (w *WAL) syncZerosLocked() error {
+	if w.opts.UnsafeNoSync {
+		return nil
+	}
+	return w.file.Sync()
 }
