@@ -86,8 +86,10 @@
 // empty one each time the commit index moves; the loop coalesces a
 // Ready's consecutive MsgApps to a follower into one, the empty ones
 // included (coalesceAppends), so a batch costs each follower one step and
-// one acknowledgement. Batching reports Readys taken and messages
-// stepped.
+// one acknowledgement. A follower holds back an acknowledgement that
+// repeats the index of its last one (a commit notice's, when it did not
+// fold) until its next tick, where a newer one supersedes it (acks.go).
+// Batching reports Readys taken and messages stepped.
 //
 // # A stalled disk
 //
