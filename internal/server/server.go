@@ -160,7 +160,11 @@ func (s *Server) openStorage() error {
 
 func (s *Server) openWAL() (map[uint64]*wal.GroupState, error) {
 	w, recovered, err := wal.Open(s.cfg.FS, s.walDir(), wal.Options{
-		Logger: s.log, SegmentSize: s.cfg.WALSegmentSize, UnsafeNoSync: s.cfg.UnsafeNoSync, ZeroAhead: true,
+		Logger: s.log, SegmentSize: s.cfg.WALSegmentSize, UnsafeNoSync: s.cfg.UnsafeNoSync,
+		// Zeros written ahead spare each fsync an extent conversion where
+		// blocks are overwritten in place; on a copy-on-write filesystem
+		// they would only make each flush need new space.
+		ZeroAhead: vfs.WritesInPlace(s.cfg.DataDir),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: open WAL: %w", err)

@@ -139,7 +139,7 @@ func walFlushCounters(s *Server) []prometheus.Collector {
 		})
 	}
 	return []prometheus.Collector{
-		counter("latch_wal_flushes_total", "WAL flushes written, each one write and one fsync, covering the saves of every shard queued together (group commit).",
+		counter("latch_wal_flushes_total", "WAL flushes written, each one write and one fsync (the zeros written ahead not counted), covering the saves of every shard queued together (group commit).",
 			func(st wal.Stats) uint64 { return st.Flushes }),
 		counter("latch_wal_flushed_saves_total", "WAL save calls (one shard's Ready batches each) written by the flushes.",
 			func(st wal.Stats) uint64 { return st.Saves }),

@@ -118,3 +118,25 @@ func processCPU(b *testing.B) int64 {
 	}
 	return usage.Utime.Nano() + usage.Stime.Nano()
 }
+
+// TestWritesInPlace: a path that cannot be examined, and a filesystem
+// that is neither ext2/3/4 nor XFS (procfs), are not known to write in
+// place; the answer for the test's temporary directory matches its
+// filesystem type.
+func TestWritesInPlace(t *testing.T) {
+	if WritesInPlace(filepath.Join(t.TempDir(), "absent", "dir")) {
+		t.Error("a missing path is said to write in place")
+	}
+	if WritesInPlace("/proc") {
+		t.Error("procfs is said to write in place")
+	}
+	dir := t.TempDir()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	want := st.Type == 0xEF53 || st.Type == 0x58465342
+	if got := WritesInPlace(dir); got != want {
+		t.Errorf("WritesInPlace(%s) = %v on filesystem type %#x, want %v", dir, got, st.Type, want)
+	}
+}

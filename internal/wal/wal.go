@@ -132,8 +132,9 @@ type flushStats struct {
 }
 
 // Stats are running counts since Open: Flushes is the number of flushes
-// written (each one write and one fsync), Saves the Save calls they
-// carried, Groups the sum over flushes of the distinct groups in each
+// written (each one write and one fsync; the zeros written ahead are not
+// counted), Saves the Save calls they carried, Groups the sum over
+// flushes of the distinct groups in each
 // (so Groups/Flushes is how many groups one fsync covered), and Entries
 // the raft entries written. Entries/Flushes is the batching group commit
 // achieved: with several shards it counts the entries of every group a

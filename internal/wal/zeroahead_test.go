@@ -3,10 +3,12 @@ package wal
 import (
 	"bytes"
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/latch-io/latch/internal/vfs"
 )
@@ -87,33 +89,9 @@ func TestZeroAheadKeepsZerosPastTheOffset(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 
-	written := map[string]int64{} // the end of the records written to each file
-	zeroed := map[string]int64{}  // the zero frontier of each file
-	zeroChunks := map[string]int{}
-	for _, write := range log.snapshot() {
-		if !write.zeros {
-			written[write.name] = max(written[write.name], write.end)
-			continue
-		}
-		if write.start < written[write.name] {
-			t.Fatalf("%s: zeros at [%d, %d) over records written up to %d", write.name, write.start, write.end, written[write.name])
-		}
-		if write.end > written[write.name]+zeroLead+zeroChunk {
-			t.Fatalf("%s: zeros up to %d, more than a lead past the records' end %d", write.name, write.end, written[write.name])
-		}
-		if write.end > segmentSize {
-			t.Fatalf("%s: zeros up to %d, past the segment's preallocated %d", write.name, write.end, segmentSize)
-		}
-		zeroed[write.name] = max(zeroed[write.name], write.end)
-		zeroChunks[write.name]++
-	}
+	zeroChunks := checkZeros(t, log.snapshot(), segmentSize)
 	if len(zeroChunks) < 2 {
 		t.Fatalf("zeros written to %d segments, want every segment that took records: %v", len(zeroChunks), zeroChunks)
-	}
-	for name, end := range written {
-		if zeroChunks[name] == 0 {
-			t.Errorf("%s: records up to %d and no zeros ahead of them", name, end)
-		}
 	}
 	_, states := mustOpen(t, fs.FS, segmentSize)
 	if got := len(states[1].Entries); got != calls {
@@ -195,5 +173,111 @@ func TestZeroAheadWithoutSpaceStopsZeroing(t *testing.T) {
 	_, states := mustOpen(t, mem, 8<<20)
 	if got := len(states[1].Entries); got != 20 {
 		t.Fatalf("%d entries read back, want 20", got)
+	}
+}
+
+// checkZeros checks the zeros among writes: each starts at or past the end
+// of every record written to its file before it, ends within a lead and a
+// chunk of them and within the segment, and every file that took records
+// took zeros. It returns the number of zero writes per file.
+func checkZeros(t *testing.T, writes []fileWrite, segmentSize int64) map[string]int {
+	t.Helper()
+	written := map[string]int64{} // the end of the records written to each file
+	zeroed := map[string]int64{}  // the zero frontier of each file
+	zeroChunks := map[string]int{}
+	for _, write := range writes {
+		if !write.zeros {
+			written[write.name] = max(written[write.name], write.end)
+			continue
+		}
+		if write.start < written[write.name] {
+			t.Fatalf("%s: zeros at [%d, %d) over records written up to %d", write.name, write.start, write.end, written[write.name])
+		}
+		if write.end > written[write.name]+zeroLead+zeroChunk {
+			t.Fatalf("%s: zeros up to %d, more than a lead past the records' end %d", write.name, write.end, written[write.name])
+		}
+		if write.end > segmentSize {
+			t.Fatalf("%s: zeros up to %d, past the segment's preallocated %d", write.name, write.end, segmentSize)
+		}
+		zeroed[write.name] = max(zeroed[write.name], write.end)
+		zeroChunks[write.name]++
+	}
+	for name, end := range written {
+		if zeroChunks[name] == 0 {
+			t.Errorf("%s: records up to %d and no zeros ahead of them", name, end)
+		}
+	}
+	return zeroChunks
+}
+
+// TestZeroAheadAfterAFlushPastTheFrontier: a flush larger than the lead,
+// mid-segment, leaves the write offset past the zeroed frontier; the zeros
+// after it start at the new offset, not at the old frontier.
+func TestZeroAheadAfterAFlushPastTheFrontier(t *testing.T) {
+	const segmentSize = 16 << 20
+	log := &writeLog{}
+	fs := recordingFS{FS: vfs.NewMem(), log: log}
+	w, _, err := Open(fs, testDir, zeroAheadOptions(segmentSize))
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	mustSave(t, w, entries(1, 1, 1, 1))
+	mustSave(t, w, entries(1, 2, 2, 1))
+	big := entries(1, 3, 5, 1)
+	for i := range big.Entries {
+		big.Entries[i].Data = bytes.Repeat([]byte("z"), 1<<20)
+	}
+	mustSave(t, w, big) // 3 MiB: past the 2 MiB frontier
+	mustSave(t, w, entries(1, 6, 6, 1))
+	mustSave(t, w, entries(1, 7, 7, 1))
+	if err := w.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if chunks := checkZeros(t, log.snapshot(), segmentSize); chunks[filepath.Join(testDir, segmentName(1))] < 3 {
+		t.Fatalf("zero writes %v, want zeros before and after the large flush", chunks)
+	}
+	_, states := mustOpen(t, fs.FS, segmentSize)
+	if got := len(states[1].Entries); got != 7 {
+		t.Fatalf("%d entries read back, want 7", got)
+	}
+}
+
+// TestZerosDoNotHoldTheLeaderButHoldClose: while the zeros that follow a
+// flush are being written, the Save that wrote the flush has returned, and
+// Close waits for them before it closes the segment.
+func TestZerosDoNotHoldTheLeaderButHoldClose(t *testing.T) {
+	mem := vfs.NewMem()
+	w, _, err := Open(mem, testDir, zeroAheadOptions(8<<20))
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	hold := make(chan struct{})
+	// Counted from the injection: the first Save's flush, then its zeros.
+	mem.Inject(vfs.Fault{Ops: vfs.OpWrite, Pattern: "*.wal", Skip: 1, Count: 1, Hold: hold})
+	writesBefore := mem.Calls(vfs.OpWrite)
+	mustSave(t, w, entries(1, 1, 3, 1)) // returns with its zeros held
+	deadline := time.Now().Add(10 * time.Second)
+	for mem.Calls(vfs.OpWrite) < writesBefore+2 {
+		if time.Now().After(deadline) {
+			close(hold)
+			t.Fatal("the zeros after the first flush were never written")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close() }()
+	select {
+	case err := <-closed:
+		close(hold)
+		t.Fatalf("Close returned (%v) while the zeros were being written", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(hold)
+	if err := <-closed; err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	_, states := mustOpen(t, mem, 8<<20)
+	if got := len(states[1].Entries); got != 3 {
+		t.Fatalf("%d entries read back, want 3", got)
 	}
 }
