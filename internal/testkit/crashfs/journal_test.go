@@ -118,6 +118,33 @@ func syncFile(t *testing.T, f vfs.File) {
 
 func filled(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
 
+// syncedSegment creates "segment" preallocated to size, with 1000 bytes of
+// 'a' written and synced, its name synced too.
+func syncedSegment(t *testing.T, j *journaled, size int64) vfs.File {
+	t.Helper()
+	f := j.create("segment")
+	if err := f.Preallocate(size); err != nil {
+		t.Fatal(err)
+	}
+	writeAt(t, f, filled('a', 1000), 0)
+	syncFile(t, f)
+	j.syncDir()
+	return f
+}
+
+// checkSyncedThenZeros checks that the cut left "segment" as its 1000
+// synced bytes of 'a' then zeros up to size, and dropped dropped bytes.
+func checkSyncedThenZeros(t *testing.T, j *journaled, report crashfs.CutReport, size int, dropped int64) {
+	t.Helper()
+	want := append(filled('a', 1000), make([]byte, size-1000)...)
+	if got := j.contents("segment"); !bytes.Equal(got, want) {
+		t.Fatalf("segment is not its 1000 synced bytes then zeros to %d bytes (length %d)", size, len(got))
+	}
+	if report.DroppedBytes != dropped {
+		t.Fatalf("dropped %d bytes, want %d", report.DroppedBytes, dropped)
+	}
+}
+
 func TestJournalCut(t *testing.T) {
 	tests := []struct {
 		name string
@@ -144,45 +171,21 @@ func TestJournalCut(t *testing.T) {
 	}, {
 		name: "preallocated-file-keeps-size-loses-unsynced-write",
 		run: func(t *testing.T, j *journaled) {
-			f := j.create("segment")
-			if err := f.Preallocate(64 << 10); err != nil {
-				t.Fatal(err)
-			}
-			writeAt(t, f, filled('a', 1000), 0)
-			syncFile(t, f)
-			j.syncDir()
+			f := syncedSegment(t, j, 64<<10)
 			writeAt(t, f, filled('b', 2000), 1000)
 		},
 		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
-			want := append(filled('a', 1000), make([]byte, 64<<10-1000)...)
-			if got := j.contents("segment"); !bytes.Equal(got, want) {
-				t.Fatalf("segment is not its 1000 synced bytes then zeros to 64 KiB (length %d)", len(got))
-			}
-			if report.DroppedBytes != 2000 {
-				t.Fatalf("dropped %d bytes, want 2000", report.DroppedBytes)
-			}
+			checkSyncedThenZeros(t, j, report, 64<<10, 2000)
 		},
 	}, {
 		name: "unsynced-writes-on-both-sides-of-a-hole",
 		run: func(t *testing.T, j *journaled) {
-			f := j.create("segment")
-			if err := f.Preallocate(1 << 20); err != nil {
-				t.Fatal(err)
-			}
-			writeAt(t, f, filled('a', 1000), 0)
-			syncFile(t, f)
-			j.syncDir()
+			f := syncedSegment(t, j, 1<<20)
 			writeAt(t, f, filled('b', 100), 1000)
 			writeAt(t, f, filled('c', 100), 512<<10)
 		},
 		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
-			want := append(filled('a', 1000), make([]byte, 1<<20-1000)...)
-			if got := j.contents("segment"); !bytes.Equal(got, want) {
-				t.Fatalf("segment is not its 1000 synced bytes then zeros to 1 MiB (length %d)", len(got))
-			}
-			if report.DroppedBytes != 200 {
-				t.Fatalf("dropped %d bytes, want 200", report.DroppedBytes)
-			}
+			checkSyncedThenZeros(t, j, report, 1<<20, 200)
 		},
 	}, {
 		// The WAL's zero-ahead: zeros written and synced past the records
@@ -190,25 +193,13 @@ func TestJournalCut(t *testing.T) {
 		// synced is lost.
 		name: "unsynced-write-over-synced-zeros-dropped",
 		run: func(t *testing.T, j *journaled) {
-			f := j.create("segment")
-			if err := f.Preallocate(1 << 20); err != nil {
-				t.Fatal(err)
-			}
-			writeAt(t, f, filled('a', 1000), 0)
-			syncFile(t, f)
-			j.syncDir()
+			f := syncedSegment(t, j, 1<<20)
 			writeAt(t, f, make([]byte, 256<<10), 1000)
 			syncFile(t, f)
 			writeAt(t, f, filled('b', 100), 1000)
 		},
 		check: func(t *testing.T, j *journaled, report crashfs.CutReport) {
-			want := append(filled('a', 1000), make([]byte, 1<<20-1000)...)
-			if got := j.contents("segment"); !bytes.Equal(got, want) {
-				t.Fatalf("segment is not its 1000 synced bytes then zeros to 1 MiB (length %d)", len(got))
-			}
-			if report.DroppedBytes != 100 {
-				t.Fatalf("dropped %d bytes, want 100", report.DroppedBytes)
-			}
+			checkSyncedThenZeros(t, j, report, 1<<20, 100)
 		},
 	}, {
 		name: "file-without-directory-sync-removed",
