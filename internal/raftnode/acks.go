@@ -27,7 +27,10 @@ import (
 //
 // So the latest held-back acceptance to each leader is sent at the next
 // tick (release), unless an acceptance of a higher index or a rejection
-// goes first, which supersedes it. Rejections and acceptances of new
+// goes first, which supersedes it. That bounds the delay at one tick per
+// exchange (a recovery that needs several exchanges may take as many
+// ticks), and ticks stop only while the Ready loop is busy (applying,
+// installing a snapshot, or waiting for a full disk). Rejections and acceptances of new
 // indexes are never held. Safe for concurrent use: the append goroutine
 // filters, the Ready loop releases on its ticks.
 type ackDeferral struct {
@@ -73,7 +76,11 @@ func (d *ackDeferral) filter(msgs []raftpb.Message) []raftpb.Message {
 	return out
 }
 
-// release returns the held-back acceptances and forgets them.
+// release returns the held-back acceptances and forgets them. The caller
+// sends them after the lock is let go, so a released acceptance may reach
+// the transport after a newer one that filter passed meanwhile: the leader
+// steps such a late, lower acceptance as nothing new, as it does any
+// reordered one.
 func (d *ackDeferral) release() []raftpb.Message {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -99,7 +99,7 @@ func (s *sendLog) countSent(to uint64, typ raftpb.MessageType) int {
 // notice that follows it is held back.
 func TestFollowersAcknowledgeEachWriteOnce(t *testing.T) {
 	const writes = 20
-	g, logs := startLoggedGroup(t, 3)
+	g, logs := startLoggedGroup(t, 3, fakeOptions{})
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up")
 	before := map[uint64]int{}
@@ -195,4 +195,28 @@ func TestLostAcceptanceIsSentAgainAtATick(t *testing.T) {
 	if err := <-proposed; err != nil {
 		t.Fatalf("propose: %v", err)
 	}
+}
+
+// TestHeldAcceptanceLeavesWhileQuiesced: a quiesced group's raft does not
+// tick, but its nodes' ticks still send what they hold back.
+func TestHeldAcceptanceLeavesWhileQuiesced(t *testing.T) {
+	g, logs := startLoggedGroup(t, 3, fakeOptions{quiesce: true})
+	leader := g.elect(t)
+	g.propose(t, leader, "x")
+	g.tickUntilQuiesced(t, leader, 2*quiesceTicks+2)
+	follower := g.follower(leader)
+	lead, st := leader.cfg.ID, leader.Status()
+	before := logs[follower.cfg.ID].countSent(lead, raftpb.MsgAppResp)
+	// As if the follower had just held back a repeated acceptance.
+	follower.acks.filter([]raftpb.Message{accept(lead, st.Term, st.Commit)})
+	if held := follower.acks.filter([]raftpb.Message{accept(lead, st.Term, st.Commit)}); len(held) != 0 {
+		t.Fatal("a repeated acceptance was sent, want it held")
+	}
+	g.tick(t)
+	if _, quiet := follower.Quiesced(); !quiet {
+		t.Fatal("the follower woke up: the test needs it quiesced")
+	}
+	waitFor(t, "the held acceptance to leave at the tick", func() bool {
+		return logs[follower.cfg.ID].countSent(lead, raftpb.MsgAppResp) == before+1
+	})
 }

@@ -73,18 +73,19 @@ func (s *sendLog) appendsCarrying(to uint64, prefix string) (msgApps, entries []
 }
 
 // startLoggedGroup starts a fake group of size members whose every Send is
-// recorded, by member id.
-func startLoggedGroup(t *testing.T, size int) (*fakeGroup, map[uint64]*sendLog) {
+// recorded, by member id; opts.wrap is set here.
+func startLoggedGroup(t *testing.T, size int, opts fakeOptions) (*fakeGroup, map[uint64]*sendLog) {
 	logs := map[uint64]*sendLog{}
 	var logsMu sync.Mutex
 	next := uint64(0)
-	g := startFakeGroupWith(t, size, fakeOptions{wrap: func(tr transport.Transport) transport.Transport {
+	opts.wrap = func(tr transport.Transport) transport.Transport {
 		logsMu.Lock()
 		defer logsMu.Unlock()
 		next++
 		logs[next] = &sendLog{Transport: tr}
 		return logs[next]
-	}})
+	}
+	g := startFakeGroupWith(t, size, opts)
 	return g, logs
 }
 
@@ -95,7 +96,7 @@ func startLoggedGroup(t *testing.T, size int) (*fakeGroup, map[uint64]*sendLog) 
 // MsgApp.
 func TestProposalsWhileLoopBusyLeaveInOneReady(t *testing.T) {
 	const proposers = 8
-	g, logs := startLoggedGroup(t, 3)
+	g, logs := startLoggedGroup(t, 3, fakeOptions{})
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up") // every follower replicating
 
@@ -273,7 +274,7 @@ func TestProposalWaitsForALeader(t *testing.T) {
 // made it), not with the first sender's id: the next hop's transport
 // refuses a message whose sender is not the connection's peer.
 func TestReforwardedProposalIsFromThisNode(t *testing.T) {
-	g, logs := startLoggedGroup(t, 3)
+	g, logs := startLoggedGroup(t, 3, fakeOptions{})
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up") // every member knows the leader
 	var via, origin *Node

@@ -91,7 +91,7 @@ func startStalledTransfer(t *testing.T, ctx context.Context, g *fakeGroup, leade
 // MsgProp, and each is applied once on every member.
 func TestProposalsMadeWhileLockedLeaveInOneMsgProp(t *testing.T) {
 	const proposers = 8
-	g, logs := startLoggedGroup(t, 3)
+	g, logs := startLoggedGroup(t, 3, fakeOptions{})
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up")
 	follower := g.follower(leader)
