@@ -29,10 +29,10 @@ import (
 // tick (release), unless an acceptance of a higher index or a rejection
 // goes first, which supersedes it. That bounds the delay at one tick per
 // exchange (a recovery that needs several exchanges may take as many
-// ticks), and ticks stop only while the Ready loop is busy (applying,
-// installing a snapshot, or waiting for a full disk). Rejections and acceptances of new
-// indexes are never held. Safe for concurrent use: the append goroutine
-// filters, the Ready loop releases on its ticks.
+// ticks); ticks stop only while the Ready loop is busy (applying,
+// installing a snapshot, or waiting for a full disk). Rejections and
+// acceptances of new indexes are never held. Safe for concurrent use: the
+// append goroutine filters, the Ready loop releases on its ticks.
 type ackDeferral struct {
 	mu sync.Mutex
 	// sent is the last acceptance sent to each peer (term and index).

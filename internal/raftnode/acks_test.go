@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestAckDeferralHoldsOnlyWhatTellsNothingNew(t *testing.T) {
 		for _, m := range d.release() {
 			got = append(got, m.To*1000+m.Index)
 		}
-		if fmt.Sprint(sortedCopy(got)) != fmt.Sprint(sortedCopy(want)) {
+		if slices.Sort(got); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 			t.Fatalf("released (to*1000+index) %v, want %v", got, want)
 		}
 	}
@@ -64,18 +65,6 @@ func TestAckDeferralHoldsOnlyWhatTellsNothingNew(t *testing.T) {
 	pass(accept(1, 3, 5)) // a new term: lower index, still news
 	hold(accept(1, 3, 5))
 	released(1005)
-}
-
-func sortedCopy(v []uint64) []uint64 {
-	out := append([]uint64(nil), v...)
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
 }
 
 // countSent counts the messages of type typ that log recorded to peer to.

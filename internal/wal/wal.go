@@ -49,7 +49,8 @@ type Options struct {
 	// ZeroAhead keeps a segment's space just past the write offset written
 	// with zeros (zeroahead.go), so that a flush's fsync need not convert
 	// preallocated blocks. Off by default: it adds writes and fsyncs that
-	// tests counting them do not expect; the server turns it on.
+	// tests counting them do not expect; the server turns it on where the
+	// filesystem overwrites blocks in place (vfs.WritesInPlace).
 	ZeroAhead bool
 }
 
@@ -134,8 +135,8 @@ type flushStats struct {
 // Stats are running counts since Open: Flushes is the number of flushes
 // written (each one write and one fsync; the zeros written ahead are not
 // counted), Saves the Save calls they carried, Groups the sum over
-// flushes of the distinct groups in each
-// (so Groups/Flushes is how many groups one fsync covered), and Entries
+// flushes of the distinct groups in each (so Groups/Flushes is how many
+// groups one fsync covered), and Entries
 // the raft entries written. Entries/Flushes is the batching group commit
 // achieved: with several shards it counts the entries of every group a
 // flush carried, where a Save call carries one group's.

@@ -256,13 +256,9 @@ func TestZerosDoNotHoldTheLeaderButHoldClose(t *testing.T) {
 	mem.Inject(vfs.Fault{Ops: vfs.OpWrite, Pattern: "*.wal", Skip: 1, Count: 1, Hold: hold})
 	writesBefore := mem.Calls(vfs.OpWrite)
 	mustSave(t, w, entries(1, 1, 3, 1)) // returns with its zeros held
-	deadline := time.Now().Add(10 * time.Second)
-	for mem.Calls(vfs.OpWrite) < writesBefore+2 {
-		if time.Now().After(deadline) {
-			close(hold)
-			t.Fatal("the zeros after the first flush were never written")
-		}
-		time.Sleep(time.Millisecond)
+	if !waitUntil(10*time.Second, func() bool { return mem.Calls(vfs.OpWrite) >= writesBefore+2 }) {
+		close(hold)
+		t.Fatal("the zeros after the first flush were never written")
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- w.Close() }()
