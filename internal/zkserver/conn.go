@@ -182,9 +182,11 @@ func (c *conn) run() {
 		quick := p.class == classRead || p.class == classPing
 		if alone && quick && quiet {
 			// Alone, quick, and nothing to answer before it: run and
-			// answer it here, without a hand-off either way.
+			// answer it here, without a hand-off either way. The reply
+			// waits in the buffer while the next request is read already
+			// (a client pipelining reads): it leaves with the next one's.
 			c.runPending(p)
-			c.answer(p, false)
+			c.answer(p, c.frameBuffered())
 			continue
 		}
 		select {
@@ -204,6 +206,23 @@ func (c *conn) run() {
 		requests.Add(1)
 		c.l.runners.do(func() { defer requests.Done(); c.runPending(p) })
 	}
+}
+
+// frameBuffered reports whether a whole request frame, of a length
+// ReadFrame takes, is in the read buffer already: the reader's next
+// ReadFrame returns it without waiting, so a reply left buffered until
+// then is flushed by whoever answers next (the reader, or the sender
+// before it waits).
+func (c *conn) frameBuffered() bool {
+	if c.br.Buffered() < 4 {
+		return false
+	}
+	head, err := c.br.Peek(4)
+	if err != nil {
+		return false
+	}
+	n := int32(binary.BigEndian.Uint32(head))
+	return n >= 0 && n <= zkproto.MaxPacket && c.br.Buffered() >= 4+int(n)
 }
 
 // cleanup runs when the connection ends: its latch watches are cancelled
@@ -297,8 +316,8 @@ func (c *conn) sendFrame(h zkproto.ReplyHeader, body zkproto.Record, flush bool)
 	return c.writeFrameLocked(w.Bytes(), flush)
 }
 
-// maxUnflushed is how many frames the sender may leave buffered: a bound
-// on how long a batch waits for its flush.
+// maxUnflushed is how many frames the sender and the reader may leave
+// buffered: a bound on how long a batch waits for its flush.
 const maxUnflushed = 64
 
 // writeFrame writes and flushes one frame; c.wmu must be held.

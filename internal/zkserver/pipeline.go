@@ -308,7 +308,9 @@ func (c *conn) nextDone(order <-chan *pending) (*pending, bool) {
 }
 
 // answer writes the reply of p, done, or ends the connection as p says;
-// with batch set the reply may be left buffered (the sender flushes it).
+// with batch set the reply may be left buffered, for whoever answers next
+// to flush (the sender before it waits, the reader once no whole request
+// is buffered).
 // Replies leave in request order: the sender answers what the reader
 // queued, and the reader answers a request itself only when nothing
 // before it is unanswered.

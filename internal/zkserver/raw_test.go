@@ -3,8 +3,10 @@ package zkserver
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -228,6 +230,67 @@ func TestPipelining(t *testing.T) {
 	if h, _ := r.call(zkproto.OpPing, nil); h.Err != zkproto.ErrOK {
 		t.Fatalf("ping after the pipeline: %d", h.Err)
 	}
+}
+
+// TestRepliesLeftBufferedAreSent: the reader leaves a read's reply buffered
+// only while the next request is whole in its buffer. Pipelined reads sent
+// in one write are all answered, in order; a read followed by part of the
+// next frame, or by a frame no reader takes (a negative length), gets its
+// reply before that frame is whole, or before the connection ends.
+func TestRepliesLeftBufferedAreSent(t *testing.T) {
+	c := startZK(t, 1, Config{})
+	exists := &zkproto.PathWatchRequest{Path: "/"}
+
+	t.Run("pipelined reads", func(t *testing.T) {
+		r := dialRaw(t, c.addrs[0])
+		r.session()
+		const n = 100
+		first := r.xid + 1
+		r.sendAll(zkproto.OpExists, slices.Repeat([]zkproto.Record{exists}, n))
+		for i := range int32(n) {
+			if h, _ := r.reply(); h.Xid != first+i || h.Err != zkproto.ErrOK {
+				t.Fatalf("reply %d = %+v, want xid %d, no error", i, h, first+i)
+			}
+		}
+	})
+
+	for _, cut := range []int{2, 4, 9} { // in the length, after it, in the body
+		t.Run(fmt.Sprintf("a read then %d bytes of the next frame", cut), func(t *testing.T) {
+			r := dialRaw(t, c.addrs[0])
+			r.session()
+			a := r.frame(nil, 1, zkproto.OpExists, exists)
+			b := r.frame(nil, 2, zkproto.OpExists, exists)
+			if _, err := r.nc.Write(append(a, b[:cut]...)); err != nil {
+				t.Fatal(err)
+			}
+			_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if h, _ := r.reply(); h.Xid != 1 { // a reply left buffered would never come
+				t.Fatalf("first reply has xid %d, want 1", h.Xid)
+			}
+			if _, err := r.nc.Write(b[cut:]); err != nil {
+				t.Fatal(err)
+			}
+			if h, _ := r.reply(); h.Xid != 2 {
+				t.Fatalf("second reply has xid %d, want 2", h.Xid)
+			}
+		})
+	}
+
+	t.Run("a read then a negative length", func(t *testing.T) {
+		r := dialRaw(t, c.addrs[0])
+		r.session()
+		buf := append(r.frame(nil, 1, zkproto.OpExists, exists), 0xff, 0xff, 0xff, 0xf0)
+		if _, err := r.nc.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if h, _ := r.reply(); h.Xid != 1 {
+			t.Fatalf("reply has xid %d, want 1", h.Xid)
+		}
+		if !r.closed() {
+			t.Fatal("the connection stayed open after a negative frame length")
+		}
+	})
 }
 
 // TestUnknownOpcodesKeepTheConnection: every opcode latch does not serve
