@@ -75,6 +75,10 @@ func TestStatTimesFromTheLog(t *testing.T) {
 	}
 	c.Stop(1)
 	c.Restart(1)
+	// n2 may have led: a write sent before the next leader is elected
+	// ends its connection unanswered (ConnectionLoss, as from a ZooKeeper
+	// server that lost its leader), and the multi below is a write.
+	c.WaitLeader(30 * time.Second)
 	_, index := c.Nodes[0].Server.StateHash()
 	c.WaitApplied(index, 30*time.Second)
 	c.EnsureSame(30 * time.Second)
