@@ -182,9 +182,13 @@ func (c *conn) run() {
 		quick := p.class == classRead || p.class == classPing
 		if alone && quick && quiet {
 			// Alone, quick, and nothing to answer before it: run and
-			// answer it here, without a hand-off either way. The reply
-			// waits in the buffer while the next request is read already
-			// (a client pipelining reads): it leaves with the next one's.
+			// answer it here, without a hand-off either way. Its reply
+			// may wait in the buffer while the next request is read
+			// already (a client pipelining reads), to leave with that
+			// one's, but only if that one cannot wait on anything.
+			if !c.answeredAtOnce(p) {
+				c.flush()
+			}
 			c.runPending(p)
 			c.answer(p, c.frameBuffered())
 			continue
@@ -210,9 +214,11 @@ func (c *conn) run() {
 
 // frameBuffered reports whether a whole request frame, of a length
 // ReadFrame takes, is in the read buffer already: the reader's next
-// ReadFrame returns it without waiting, so a reply left buffered until
-// then is flushed by whoever answers next (the reader, or the sender
-// before it waits).
+// ReadFrame returns it without waiting or failing. A reply the reader
+// leaves buffered until then is flushed before or after that request is
+// answered: the reader flushes before running it unless it is answered at
+// once (answeredAtOnce), and after it unless another whole frame follows
+// (up to maxUnflushed); the sender flushes before it waits.
 func (c *conn) frameBuffered() bool {
 	if c.br.Buffered() < 4 {
 		return false
@@ -223,6 +229,24 @@ func (c *conn) frameBuffered() bool {
 	}
 	n := int32(binary.BigEndian.Uint32(head))
 	return n >= 0 && n <= zkproto.MaxPacket && c.br.Buffered() >= 4+int(n)
+}
+
+// answeredAtOnce reports whether request p, run by the reader, is answered
+// from the member's state without waiting on anything (a leader, a watch
+// to register, notifications to send first): a read that sets no watch,
+// on a cluster of one shard, whose reads are local. Only such a request
+// may keep a reply before it waiting in the buffer while it runs.
+func (c *conn) answeredAtOnce(p *pending) bool {
+	if c.l.sharded {
+		return false // linearizable reads: a round to the leader
+	}
+	switch req := p.body.(type) {
+	case *zkproto.PathWatchRequest:
+		return !req.Watch
+	case *zkproto.CheckVersionRequest:
+		return true
+	}
+	return false // a ping heartbeats the session; the rest are rare
 }
 
 // cleanup runs when the connection ends: its latch watches are cancelled
@@ -302,8 +326,10 @@ func (c *conn) send(h zkproto.ReplyHeader, body zkproto.Record) error {
 // sendFrame writes one reply or notification, and flushes the connection's
 // buffer if flush is set. The sender leaves its replies buffered while the
 // next one is ready too (sendReplies), so that the replies of writes
-// completed by one apply leave in one system call; whoever writes next
-// with flush set, or the sender before it waits, sends them.
+// completed by one apply leave in one system call, and the reader leaves a
+// read's reply while the next request, a read answered at once, is in its
+// buffer (run); whoever writes next with flush set, or the sender before
+// it waits, or the reader, sends them.
 func (c *conn) sendFrame(h zkproto.ReplyHeader, body zkproto.Record, flush bool) error {
 	w := zkproto.NewWriter(make([]byte, 0, 64))
 	c.wmu.Lock()

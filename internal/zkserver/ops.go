@@ -39,8 +39,9 @@ func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.
 	}
 	through := c.awaitNotifications(len(holds) > 0)
 	if len(holds) == 0 {
-		// With batch, the sender flushes it (nextDone, or answer before
-		// it ends the connection).
+		// With batch, whoever answers next flushes it (the sender in
+		// nextDone, the reader in run, or answer before it ends the
+		// connection).
 		_ = c.sendFrame(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp, !batch)
 	} else {
 		// release may send it later from another goroutine: flushed.

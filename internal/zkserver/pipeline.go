@@ -59,7 +59,10 @@ import (
 // the next request in order is already done, or is once the goroutines
 // already runnable have run (it yields once), and flushes before it waits
 // (nextDone): the replies of writes one apply completed leave together,
-// and no reply waits for a request that is not done.
+// and no reply waits for a request that is not done. The reader, which
+// answers a lone read itself, leaves its reply buffered only while the
+// next request is in its buffer already and is a read answered at once
+// (conn.go, frameBuffered and answeredAtOnce).
 
 // reqClass is how a request is ordered against the requests before it.
 type reqClass uint8

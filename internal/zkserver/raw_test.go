@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,6 +276,64 @@ func TestRepliesLeftBufferedAreSent(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("a read then a read that waits", func(t *testing.T) {
+		// The second read sets a watch, so it may wait (here: its read is
+		// held until the first reply has arrived). The first reply must not
+		// wait in the buffer for it.
+		var reads atomic.Int32
+		arrived := make(chan struct{})
+		hold := func() {
+			if reads.Add(1) == 2 {
+				select {
+				case <-arrived:
+				case <-time.After(20 * time.Second):
+				}
+			}
+		}
+		c.listeners[0].beforeRead.Store(&hold)
+		defer c.listeners[0].beforeRead.Store(nil)
+		r := dialRaw(t, c.addrs[0])
+		r.session()
+		buf := r.frame(nil, 1, zkproto.OpExists, exists)
+		buf = r.frame(buf, 2, zkproto.OpExists, &zkproto.PathWatchRequest{Path: "/", Watch: true})
+		if _, err := r.nc.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if h, _ := r.reply(); h.Xid != 1 { // held with the second, it would come after 20 s
+			t.Fatalf("first reply has xid %d, want 1", h.Xid)
+		}
+		close(arrived)
+		if h, _ := r.reply(); h.Xid != 2 {
+			t.Fatalf("second reply has xid %d, want 2", h.Xid)
+		}
+	})
+
+	t.Run("reads between requests the sender answers", func(t *testing.T) {
+		r := dialRaw(t, c.addrs[0])
+		r.session()
+		var buf []byte
+		buf = r.frame(buf, 1, zkproto.OpExists, exists)
+		buf = r.frame(buf, 2, zkproto.OpCreate, &zkproto.CreateRequest{Path: "/buffered", ACL: worldAnyone})
+		buf = r.frame(buf, 3, zkproto.OpExists, exists)
+		buf = r.frame(buf, 4, zkproto.OpSetData, &zkproto.PathRequest{Path: "/buffered"}) // a body that does not decode
+		buf = r.frame(buf, 5, zkproto.OpExists, exists)
+		buf = r.frame(buf, 6, zkproto.OpCloseSession, nil)
+		if _, err := r.nc.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		want := []zkproto.ErrCode{zkproto.ErrOK, zkproto.ErrOK, zkproto.ErrOK, zkproto.ErrMarshallingError, zkproto.ErrOK, zkproto.ErrOK}
+		for i, code := range want {
+			if h, _ := r.reply(); h.Xid != int32(i+1) || h.Err != code {
+				t.Fatalf("reply %d = xid %d, code %d; want xid %d, code %d", i, h.Xid, h.Err, i+1, code)
+			}
+		}
+		if !r.closed() {
+			t.Fatal("the connection stayed open after closeSession")
+		}
+	})
 
 	t.Run("a read then a negative length", func(t *testing.T) {
 		r := dialRaw(t, c.addrs[0])
