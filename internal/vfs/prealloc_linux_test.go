@@ -135,7 +135,7 @@ func TestWritesInPlace(t *testing.T) {
 	if err := syscall.Statfs(dir, &st); err != nil {
 		t.Fatal(err)
 	}
-	want := st.Type == 0xEF53 || st.Type == 0x58465342
+	want := st.Type == ext4Magic || st.Type == xfsMagic
 	if got := WritesInPlace(dir); got != want {
 		t.Errorf("WritesInPlace(%s) = %v on filesystem type %#x, want %v", dir, got, st.Type, want)
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -183,7 +184,6 @@ func TestZeroAheadWithoutSpaceStopsZeroing(t *testing.T) {
 func checkZeros(t *testing.T, writes []fileWrite, segmentSize int64) map[string]int {
 	t.Helper()
 	written := map[string]int64{} // the end of the records written to each file
-	zeroed := map[string]int64{}  // the zero frontier of each file
 	zeroChunks := map[string]int{}
 	for _, write := range writes {
 		if !write.zeros {
@@ -199,7 +199,6 @@ func checkZeros(t *testing.T, writes []fileWrite, segmentSize int64) map[string]
 		if write.end > segmentSize {
 			t.Fatalf("%s: zeros up to %d, past the segment's preallocated %d", write.name, write.end, segmentSize)
 		}
-		zeroed[write.name] = max(zeroed[write.name], write.end)
 		zeroChunks[write.name]++
 	}
 	for name, end := range written {
@@ -260,15 +259,26 @@ func TestZerosDoNotHoldTheLeaderButHoldClose(t *testing.T) {
 		close(hold)
 		t.Fatal("the zeros after the first flush were never written")
 	}
+	var released atomic.Bool // set just before the zeros may finish
 	closed := make(chan error, 1)
-	go func() { closed <- w.Close() }()
+	closedEarly := make(chan bool, 1)
+	go func() {
+		err := w.Close()
+		closedEarly <- !released.Load()
+		closed <- err
+	}()
+	// A Close that does not wait returns at once: give it the chance.
 	select {
-	case err := <-closed:
+	case early := <-closedEarly:
 		close(hold)
-		t.Fatalf("Close returned (%v) while the zeros were being written", err)
+		t.Fatalf("Close returned (%v, before the zeros were let go: %v) while the zeros were being written", <-closed, early)
 	case <-time.After(100 * time.Millisecond):
 	}
+	released.Store(true)
 	close(hold)
+	if <-closedEarly {
+		t.Fatal("Close returned before the zeros were let go")
+	}
 	if err := <-closed; err != nil {
 		t.Fatalf("close: %v", err)
 	}
