@@ -107,7 +107,7 @@ func (f *FSM) putSharded(index uint64, cmd *command.Command) (Result, []Event) {
 		return refuse(err)
 	}
 	if exists {
-		return f.update(index, cmd, existing)
+		return f.update(index, cmd, &existing)
 	}
 	return f.createSharded(index, cmd, path, sequence, parent)
 }
@@ -121,7 +121,7 @@ func (f *FSM) putRoot(index uint64, cmd *command.Command) (Result, []Event) {
 	if err := checkExisting(cmd, "/", root, true); err != nil {
 		return refuse(err)
 	}
-	return f.update(index, cmd, root)
+	return f.update(index, cmd, &root)
 }
 
 // parentOf returns where dir keeps its children for a create of cmd, or a

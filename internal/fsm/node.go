@@ -18,6 +18,14 @@ func (f *FSM) put(index uint64, cmd *command.Command) (Result, []Event) {
 	if f.shard.sharded() {
 		return f.putSharded(index, cmd)
 	}
+	if !cmd.Sequential {
+		// The path is known: look it up first. A node that exists has
+		// every ancestor, none of them ephemeral, so the walk up is for a
+		// create only.
+		if existing, exists := f.lookup(cmd.Path); exists {
+			return f.putExisting(index, cmd, &existing)
+		}
+	}
 	parent, missing, err := f.existingAncestor(api.Parent(cmd.Path))
 	if err != nil {
 		return refuse(err)
@@ -27,19 +35,26 @@ func (f *FSM) put(index uint64, cmd *command.Command) (Result, []Event) {
 		if path, sequence, err = f.sequentialName(index, cmd, parent, len(missing) == 0); err != nil {
 			return refuse(err)
 		}
+		if len(missing) == 0 {
+			if existing, exists := f.lookup(path); exists {
+				return f.putExisting(index, cmd, &existing) // refused: a sequential name must be new
+			}
+		}
 	}
-	var existing entry
-	exists := false
-	if len(missing) == 0 {
-		existing, exists = f.lookup(path)
-	}
-	if err := checkExisting(cmd, path, existing, exists); err != nil {
+	if err := checkExisting(cmd, path, entry{}, false); err != nil {
 		return refuse(err)
 	}
-	if exists {
-		return f.update(index, cmd, existing)
-	}
 	return f.create(index, cmd, path, sequence, parent, missing)
+}
+
+// putExisting applies a put to e, the node at its path (or at the
+// sequential name it took): it checks the precondition and the ephemeral
+// rules, then writes the value. On success e is the node as stored.
+func (f *FSM) putExisting(index uint64, cmd *command.Command, e *entry) (Result, []Event) {
+	if err := checkExisting(cmd, e.path, *e, true); err != nil {
+		return refuse(err)
+	}
+	return f.update(index, cmd, e)
 }
 
 // sequentialName returns the name of a sequential create under parent
@@ -168,8 +183,9 @@ func (f *FSM) existingAncestor(p string) (entry, []string, *api.Error) {
 	}
 }
 
-// update writes cmd's value to the existing node e. Ownership is kept.
-func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Event) {
+// update writes cmd's value to the existing node e, which then holds the
+// node as stored. Ownership is kept.
+func (f *FSM) update(index uint64, cmd *command.Command, e *entry) (Result, []Event) {
 	if err := f.checkQuotas(e.path, nil, int64(len(cmd.Value))-int64(len(e.value))); err != nil {
 		return refuse(err)
 	}
@@ -181,7 +197,7 @@ func (f *FSM) update(index uint64, cmd *command.Command, e entry) (Result, []Eve
 	if cmd.TimeMs != 0 {
 		data.mtime = cmd.TimeMs
 	}
-	f.nodes.Set(e)
+	f.nodes.Set(*e)
 	events := []Event{{Kind: EventChanged, Path: e.path, Version: e.version, Index: index}}
 	return Result{Node: e.meta()}, events
 }
@@ -365,7 +381,7 @@ func (f *FSM) enqueue(index uint64, cmd *command.Command) (Result, []Event) {
 		if cmd.Legacy() || bytes.Equal(e.value, cmd.Value) {
 			return Result{Node: e.meta()}, nil
 		}
-		return f.update(index, cmd, e) // a new value for the same place
+		return f.update(index, cmd, &e) // a new value for the same place
 	}
 	put := *cmd
 	put.Ephemeral, put.Sequential = true, true

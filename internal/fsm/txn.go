@@ -135,12 +135,22 @@ func (f *FSM) txnOp(index uint64, cmd *command.Command, op *command.TxnOp) (resu
 		}
 		return result, nil, Result{}
 	}
+	write := txnWriteCommand(cmd, op)
 	if op.Kind == command.TxnSet {
-		if _, ok := f.lookup(op.Path); !ok {
+		e, ok := f.lookup(op.Path)
+		if !ok {
 			return TxnOpResult{}, nil, Result{Err: api.Errorf(api.CodeNotFound, "node %q not found", op.Path)}
 		}
+		if !f.shard.sharded() {
+			// As put would, with the node in hand (checkPut holds for a
+			// set that passed checkTxnOpShape).
+			written, events := f.putExisting(index, &write, &e)
+			if written.Err != nil {
+				return TxnOpResult{}, nil, Result{Err: written.Err, Redo: written.Redo}
+			}
+			return entryResult(e), events, Result{}
+		}
 	}
-	write := txnWriteCommand(cmd, op)
 	var written Result
 	if op.Kind == command.TxnDelete {
 		written, events = f.delete(index, &write)
@@ -219,6 +229,11 @@ func (f *FSM) txnOpResult(meta NodeMeta) TxnOpResult {
 	if !ok || e.created != meta.CreatedIndex {
 		return TxnOpResult{Node: meta}
 	}
-	return TxnOpResult{Node: meta, Owner: e.owner, DataLength: len(e.value), ChildrenCount: e.children,
+	return entryResult(e)
+}
+
+// entryResult describes e as the tree holds it.
+func entryResult(e entry) TxnOpResult {
+	return TxnOpResult{Node: e.meta(), Owner: e.owner, DataLength: len(e.value), ChildrenCount: e.children,
 		CreatedAtMs: e.ctime, ChildrenVersion: e.cversion, ChildrenModifiedIndex: e.pzxid}
 }
