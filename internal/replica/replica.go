@@ -61,6 +61,14 @@ type Replica struct {
 
 	mu  sync.RWMutex // guards fsm: written by the Ready loop, read by requests
 	fsm *fsm.FSM
+	// applying holds the command of the entry being applied (guarded by
+	// mu): one struct decoded into again for each entry, so decoding
+	// allocates only the command's own slices. Nothing keeps a pointer to
+	// it past the entry's apply.
+	applying command.Command
+	// outcomes is Apply's scratch list of the waiters to answer, kept
+	// between calls (Apply runs on the Ready loop only).
+	outcomes []outcome
 
 	applied   atomic.Uint64 // the fsm's applied index, published after the state is visible
 	appliedMu sync.Mutex
@@ -141,7 +149,7 @@ func (r *Replica) Apply(entries []raftpb.Entry) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	outcomes := make([]outcome, 0, len(entries))
+	outcomes := r.outcomes[:0]
 	var events []fsm.Event
 	var failure error
 	last := uint64(0) // the last entry applied
@@ -174,6 +182,8 @@ func (r *Replica) Apply(entries []raftpb.Entry) error {
 	for _, o := range outcomes {
 		r.waiters.resolve(o)
 	}
+	clear(outcomes) // let the results go
+	r.outcomes = outcomes[:0]
 	return failure
 }
 
@@ -185,8 +195,9 @@ func (r *Replica) applyEntryLocked(e raftpb.Entry) (outcome, []fsm.Event, error)
 		r.fsm.Advance(e.Index)
 		return outcome{}, nil, nil
 	}
-	cmd, err := command.Unmarshal(e.Data)
-	if err != nil {
+	cmd := &r.applying
+	var err error
+	if *cmd, err = command.Unmarshal(e.Data); err != nil {
 		// Skipping it would be safe only if every replica failed alike; one
 		// running another binary may decode it and diverge. Stop instead.
 		return outcome{}, nil, &UndecodableEntryError{Group: r.cfg.Group, Index: e.Index, Err: err}
@@ -201,9 +212,9 @@ func (r *Replica) applyEntryLocked(e raftpb.Entry) (outcome, []fsm.Event, error)
 		r.fsm.Advance(e.Index)
 		return outcome{id: cmd.ID, index: e.Index, err: ErrNoMemberRecord}, nil, nil
 	}
-	res, evs := r.fsm.Apply(e.Index, &cmd)
+	res, evs := r.fsm.Apply(e.Index, cmd)
 	for _, l := range r.cfg.Listeners {
-		l.AppliedLocked(&cmd, res)
+		l.AppliedLocked(cmd, res)
 	}
 	return outcome{id: cmd.ID, index: e.Index, result: res}, evs, nil
 }
