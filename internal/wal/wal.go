@@ -156,10 +156,43 @@ func (w *WAL) Stats() Stats {
 
 // saveRequest is one Save call waiting for its flush.
 type saveRequest struct {
-	body     []byte // framed records
+	body     []byte  // framed records
+	pooled   *[]byte // body's buffer, if it came from bodyBuffers
 	batches  []Batch
 	maxIndex map[uint64]uint64
 	done     chan error // receives errLeader, or the outcome
+}
+
+// bodyBuffers holds buffers of pooledBodySize bytes for the bodies of save
+// requests: a flush copies the bodies into its frame, so a body's buffer is
+// free again as soon as the frame is built. A body that would not fit gets
+// a buffer of its own.
+var bodyBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, pooledBodySize)
+	return &b
+}}
+
+// pooledBodySize holds about fifty 256-byte entries: a save under load.
+const pooledBodySize = 16 << 10
+
+// newBody gives request an empty body of capacity size at least.
+func (request *saveRequest) newBody(size int) {
+	if size > pooledBodySize {
+		request.body = make([]byte, 0, size)
+		return
+	}
+	request.pooled = bodyBuffers.Get().(*[]byte)
+	request.body = (*request.pooled)[:0]
+}
+
+// releaseBody gives back the body's buffer, if pooled; the body is not
+// read after.
+func (request *saveRequest) releaseBody() {
+	if request.pooled != nil && cap(request.body) == pooledBodySize {
+		*request.pooled = request.body[:0]
+		bodyBuffers.Put(request.pooled)
+	}
+	request.pooled, request.body = nil, nil
 }
 
 // errLeader tells a waiting Save that it now writes for everyone.
@@ -239,6 +272,7 @@ func (w *WAL) Save(batches ...Batch) error {
 	}
 	if len(request.body) == 0 {
 		w.mu.Unlock()
+		request.releaseBody()
 		return nil
 	}
 	w.pending = append(w.pending, request)
@@ -298,7 +332,7 @@ func writesRecords(batch *Batch) bool {
 
 func encodeRequest(batches []Batch) (*saveRequest, error) {
 	request := &saveRequest{batches: batches, maxIndex: map[uint64]uint64{}, done: make(chan error, 1)}
-	request.body = make([]byte, 0, encodedSize(batches))
+	request.newBody(encodedSize(batches))
 	var err error
 	for i := range batches {
 		batch := &batches[i]
@@ -448,6 +482,7 @@ func (w *WAL) writeFlushLocked(requests []*saveRequest) error {
 	frame := appendRecord(w.flushBytes[:0], recordFlush, encodeFlush(bodyLength))
 	for _, request := range requests {
 		frame = append(frame, request.body...)
+		request.releaseBody()
 	}
 	w.flushBytes = frame[:0]
 	if end := w.offset + int64(len(frame)); end > w.fileSize {
