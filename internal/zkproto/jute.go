@@ -178,6 +178,10 @@ type Writer struct {
 // NewWriter returns a Writer appending to buf (which may be nil).
 func NewWriter(buf []byte) *Writer { return &Writer{buf: buf} }
 
+// Reset makes w append to buf, dropping what it held: a Writer kept by its
+// owner encodes record after record into one buffer.
+func (w *Writer) Reset(buf []byte) { w.buf = buf }
+
 // Bytes is the encoded record so far.
 func (w *Writer) Bytes() []byte { return w.buf }
 

@@ -30,6 +30,9 @@ type conn struct {
 	bw  *bufio.Writer
 	// unflushed counts the frames in bw since its last flush.
 	unflushed int
+	// encoder encodes the frame being sent (guarded by wmu); its buffer is
+	// kept for the next one unless a large reply grew it.
+	encoder zkproto.Writer
 
 	ctx    context.Context // cancelled when the connection closes
 	cancel context.CancelFunc
@@ -331,16 +334,25 @@ func (c *conn) send(h zkproto.ReplyHeader, body zkproto.Record) error {
 // buffer (run); whoever writes next with flush set, or the sender before
 // it waits, or the reader, sends them.
 func (c *conn) sendFrame(h zkproto.ReplyHeader, body zkproto.Record, flush bool) error {
-	w := zkproto.NewWriter(make([]byte, 0, 64))
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	w := &c.encoder
+	w.Reset(w.Bytes()[:0])
 	h.Zxid = c.zxid()
 	h.Encode(w)
 	if body != nil && h.Err == zkproto.ErrOK {
 		body.Encode(w)
 	}
-	return c.writeFrameLocked(w.Bytes(), flush)
+	err := c.writeFrameLocked(w.Bytes(), flush)
+	if cap(w.Bytes()) > maxKeptReplyBuffer {
+		w.Reset(nil)
+	}
+	return err
 }
+
+// maxKeptReplyBuffer is the largest reply buffer a connection keeps
+// between replies: a getData of a large value should not pin its size.
+const maxKeptReplyBuffer = 4 << 10
 
 // maxUnflushed is how many frames the sender and the reader may leave
 // buffered: a bound on how long a batch waits for its flush.
@@ -366,7 +378,13 @@ func (c *conn) writeFrameLocked(record []byte, flush bool) error {
 	if len(record)+4 > c.bw.Available() {
 		c.setWriteDeadline()
 	}
-	if err := zkproto.WriteFrame(c.bw, record); err != nil {
+	// The length, then the record, straight into the buffer.
+	length := binary.BigEndian.AppendUint32(c.bw.AvailableBuffer(), uint32(len(record)))
+	if _, err := c.bw.Write(length); err != nil {
+		c.close()
+		return err
+	}
+	if _, err := c.bw.Write(record); err != nil {
 		c.close()
 		return err
 	}
