@@ -69,7 +69,7 @@ func (f *FSM) txn(index uint64, cmd *command.Command) (Result, []Event) {
 		return refuse(api.Errorf(api.CodeInvalidArgument, "a transaction needs at least one operation"))
 	}
 	var undo txnUndo
-	results := make([]TxnOpResult, 0, len(cmd.Ops))
+	out, results := newTxnResult(len(cmd.Ops))
 	var events []Event
 	for i := range cmd.Ops {
 		op := &cmd.Ops[i]
@@ -81,7 +81,8 @@ func (f *FSM) txn(index uint64, cmd *command.Command) (Result, []Event) {
 		result, opEvents, refusal := f.txnOp(index, cmd, op)
 		if refusal.Err != nil {
 			f.restore(undo)
-			return Result{Err: refusal.Err, Redo: refusal.Redo, Txn: &TxnResult{Failed: i}}, nil
+			*out = TxnResult{Failed: i}
+			return Result{Err: refusal.Err, Redo: refusal.Redo, Txn: out}, nil
 		}
 		results = append(results, result)
 		if events == nil {
@@ -90,7 +91,22 @@ func (f *FSM) txn(index uint64, cmd *command.Command) (Result, []Event) {
 			events = append(events, opEvents...)
 		}
 	}
-	return Result{Txn: &TxnResult{Ops: results}}, events
+	out.Ops = results
+	return Result{Txn: out}, events
+}
+
+// newTxnResult returns an empty result of a transaction of n operations,
+// and room for their results: for one operation (most of them: a
+// ZooKeeper client's create, set or delete), both in one allocation.
+func newTxnResult(n int) (*TxnResult, []TxnOpResult) {
+	if n == 1 {
+		one := new(struct {
+			txn TxnResult
+			ops [1]TxnOpResult
+		})
+		return &one.txn, one.ops[:0]
+	}
+	return new(TxnResult), make([]TxnOpResult, 0, n)
 }
 
 // txnUndo holds copy-on-write copies of the trees a transaction's
