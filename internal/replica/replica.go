@@ -166,6 +166,7 @@ func (r *Replica) Apply(entries []raftpb.Entry) error {
 			outcomes = append(outcomes, o)
 		}
 	}
+	r.applying = command.Command{} // the last entry's slices (a value) go with it
 	// Published under the write lock, so a watch registered under the read
 	// lock sees history and state at the same index.
 	for _, l := range r.cfg.Listeners {
