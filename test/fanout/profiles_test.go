@@ -36,6 +36,13 @@ func startProfiles(t *testing.T, dir, name string, urls []string) *profiles {
 		seconds = n
 	}
 	for i, u := range urls {
+		// The heap as the watches left it, before the writes.
+		heap := filepath.Join(dir, fmt.Sprintf("%s-member%d.heap.pprof", name, i))
+		if err := fetchPprof(u+"/debug/pprof/heap", heap); err != nil {
+			t.Errorf("heap profile of %s: %v", u, err)
+		}
+	}
+	for i, u := range urls {
 		p.members.Add(1)
 		go func() {
 			defer p.members.Done()
@@ -72,7 +79,12 @@ func (p *profiles) stop() {
 // fetchProfile writes the CPU profile of the member at base, taken over
 // seconds, to file.
 func fetchProfile(base string, seconds int, file string) error {
-	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, seconds))
+	return fetchPprof(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, seconds), file)
+}
+
+// fetchPprof writes the profile url serves to file.
+func fetchPprof(url, file string) error {
+	resp, err := http.Get(url)
 	if err != nil {
 		return err
 	}
