@@ -394,6 +394,14 @@ func (c *Command) presence() uint64 {
 // the member strings are copies. Any input that is not exactly a canonical
 // encoding is an error; Unmarshal never panics.
 func Unmarshal(data []byte) (Command, error) {
+	return UnmarshalReusing(data, nil)
+}
+
+// UnmarshalReusing is Unmarshal, decoding a transaction's operations into
+// ops's backing array when it holds them all (else into a new one): a
+// caller that decodes entry after entry and keeps nothing of one past the
+// next passes the last command's Ops.
+func UnmarshalReusing(data []byte, ops []TxnOp) (Command, error) {
 	var c Command
 	if len(data) == 0 {
 		return c, fmt.Errorf("%w: empty", ErrMalformed)
@@ -408,7 +416,7 @@ func Unmarshal(data []byte) (Command, error) {
 	if len(data) < headerLen {
 		return c, fmt.Errorf("%w: %d-byte header truncated", ErrMalformed, len(data))
 	}
-	d := decoder{data: data, offset: headerLen}
+	d := decoder{data: data, offset: headerLen, ops: ops}
 	if err := c.decodeHeader(data); err != nil {
 		return Command{}, err
 	}

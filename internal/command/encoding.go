@@ -49,6 +49,7 @@ type decoder struct {
 	data   []byte
 	offset int
 	err    error
+	ops    []TxnOp // room for a transaction's operations (UnmarshalReusing)
 }
 
 func (d *decoder) fail(format string, args ...any) {

@@ -144,7 +144,12 @@ func (d *decoder) txnOps() []TxnOp {
 	if count == 0 {
 		return nil
 	}
-	ops := make([]TxnOp, count)
+	var ops []TxnOp
+	if uint64(cap(d.ops)) >= count {
+		ops = d.ops[:count]
+	} else {
+		ops = make([]TxnOp, count)
+	}
 	for i := range ops {
 		ops[i] = d.txnOp(i)
 		if d.err != nil {

@@ -45,6 +45,44 @@ func TestTxnRoundTrip(t *testing.T) {
 	}
 }
 
+// TestUnmarshalReusing: operations decode into the array given when it
+// holds them all, into a new one when it does not, and nothing of what the
+// array held before shows in the result.
+func TestUnmarshalReusing(t *testing.T) {
+	every := sampleTxns[2].command
+	stale := []TxnOp{{Kind: TxnDelete, Path: "/stale", Value: []byte("old"), Version: 7, Recursive: true}}
+	for _, tt := range []struct {
+		name  string
+		want  Command
+		room  int // the capacity of the array given
+		reuse bool
+	}{
+		{"fewer than the room", sampleTxns[1].command, 4, true},
+		{"as many as the room", every, len(every.Ops), true},
+		{"more than the room", every, 2, false},
+		{"no room", every, 0, false},
+		{"no operations", Command{Op: OpPut, Path: "/p", Value: []byte("v")}, 4, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			room := make([]TxnOp, tt.room)
+			for i := range room {
+				room[i] = stale[0]
+			}
+			got, err := UnmarshalReusing(tt.want.Marshal(), room[:0])
+			if err != nil {
+				t.Fatalf("UnmarshalReusing: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("decoded:\n got %+v\nwant %+v", got, tt.want)
+			}
+			reused := len(got.Ops) > 0 && tt.room > 0 && &got.Ops[0] == &room[0]
+			if reused != tt.reuse {
+				t.Errorf("decoded into the array given: %v, want %v", reused, tt.reuse)
+			}
+		})
+	}
+}
+
 // TestTxnSectionOnlyOnTxn: the ops section exists only for OpTxn, so the
 // encoding of every other op is what it was before transactions.
 func TestTxnSectionOnlyOnTxn(t *testing.T) {

@@ -61,11 +61,13 @@ type Replica struct {
 
 	mu  sync.RWMutex // guards fsm: written by the Ready loop, read by requests
 	fsm *fsm.FSM
-	// applying holds the command of the entry being applied (guarded by
-	// mu): one struct decoded into again for each entry, so decoding
-	// allocates only the command's own slices. Nothing keeps a pointer to
-	// it past the entry's apply.
+	// applying holds the command of the entry being applied, and txnOps
+	// the array its transaction's operations are decoded into (guarded by
+	// mu): decoded into again for each entry, so decoding allocates only
+	// the command's strings and lists. Nothing keeps a pointer into either
+	// past the entry's apply.
 	applying command.Command
+	txnOps   []command.TxnOp
 	// outcomes is Apply's scratch list of the waiters to answer, kept
 	// between calls (Apply runs on the Ready loop only).
 	outcomes []outcome
@@ -166,7 +168,9 @@ func (r *Replica) Apply(entries []raftpb.Entry) error {
 			outcomes = append(outcomes, o)
 		}
 	}
-	r.applying = command.Command{} // the last entry's slices (a value) go with it
+	// The last entry's values go with it; the operations' array stays.
+	r.applying = command.Command{}
+	clear(r.txnOps[:cap(r.txnOps)])
 	// Published under the write lock, so a watch registered under the read
 	// lock sees history and state at the same index.
 	for _, l := range r.cfg.Listeners {
@@ -198,10 +202,13 @@ func (r *Replica) applyEntryLocked(e raftpb.Entry) (outcome, []fsm.Event, error)
 	}
 	cmd := &r.applying
 	var err error
-	if *cmd, err = command.Unmarshal(e.Data); err != nil {
+	if *cmd, err = command.UnmarshalReusing(e.Data, r.txnOps); err != nil {
 		// Skipping it would be safe only if every replica failed alike; one
 		// running another binary may decode it and diverge. Stop instead.
 		return outcome{}, nil, &UndecodableEntryError{Group: r.cfg.Group, Index: e.Index, Err: err}
+	}
+	if cap(cmd.Ops) > cap(r.txnOps) {
+		r.txnOps = cmd.Ops[:0] // a larger transaction: keep its array
 	}
 	if cmd.Op == command.OpSessionExpire && cmd.LeaderTerm != e.Term {
 		// Decided by a leader of another term (a deposed one whose
