@@ -111,10 +111,18 @@ type txnPlan struct {
 	primary []int    // per ZooKeeper operation: the latch operation whose result it reports
 }
 
-// add appends the latch operations of ZooKeeper operation zk.
+// add appends the latch operations of ZooKeeper operation zk. ops and
+// roles become the plan's: the caller made them for it and changes them no
+// more.
 func (p *txnPlan) add(zk int, ops []server.TxnOp, roles []opRole) {
-	p.ops = append(p.ops, ops...)
-	p.roles = append(p.roles, roles...)
+	if len(p.ops) == 0 {
+		// Taken as they are (most plans have one ZooKeeper operation),
+		// capped so that a later add copies them rather than writes past.
+		p.ops, p.roles = ops[:len(ops):len(ops)], roles[:len(roles):len(roles)]
+	} else {
+		p.ops = append(p.ops, ops...)
+		p.roles = append(p.roles, roles...)
+	}
 	for range ops {
 		p.zkIndex = append(p.zkIndex, zk)
 	}
