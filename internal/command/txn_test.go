@@ -50,7 +50,7 @@ func TestTxnRoundTrip(t *testing.T) {
 // array held before shows in the result.
 func TestUnmarshalReusing(t *testing.T) {
 	every := sampleTxns[2].command
-	stale := []TxnOp{{Kind: TxnDelete, Path: "/stale", Value: []byte("old"), Version: 7, Recursive: true}}
+	stale := TxnOp{Kind: TxnDelete, Path: "/stale", Value: []byte("old"), Version: 7, Recursive: true}
 	for _, tt := range []struct {
 		name  string
 		want  Command
@@ -66,7 +66,7 @@ func TestUnmarshalReusing(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			room := make([]TxnOp, tt.room)
 			for i := range room {
-				room[i] = stale[0]
+				room[i] = stale
 			}
 			got, err := UnmarshalReusing(tt.want.Marshal(), room[:0])
 			if err != nil {

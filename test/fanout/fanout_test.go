@@ -36,8 +36,8 @@ func TestMain(m *testing.M) { proccluster.RunTests(m) }
 // With LATCH_FANOUT_PROFILE=DIR the members run with --enable-pprof, and
 // during the writes a CPU profile of every member (LATCH_FANOUT_PROFILE_SECONDS
 // long, default 8) and one of this test process (the watchers' side) are
-// written to DIR, with each member's heap as the watches left it (before the
-// writes); see profiles_test.go.
+// written to DIR, with each member's live heap as the watches left it (a
+// collection forced before the writes); see profiles_test.go.
 func TestWatchFanout(t *testing.T) {
 	if os.Getenv("LATCH_FIGURES") == "" {
 		t.Skip("a measurement, not a test: LATCH_FIGURES=1 go test -run TestWatchFanout -v ./test/fanout")

@@ -36,9 +36,12 @@ func startProfiles(t *testing.T, dir, name string, urls []string) *profiles {
 		seconds = n
 	}
 	for i, u := range urls {
-		// The heap as the watches left it, before the writes.
+		// The heap as the watches left it, before the writes: gc=1 makes
+		// the member collect first, so the profile is the live heap, not
+		// the heap of whatever collection ran last (mid-registration).
+		// The profiled run's writes then start after that collection.
 		heap := filepath.Join(dir, fmt.Sprintf("%s-member%d.heap.pprof", name, i))
-		if err := fetchPprof(u+"/debug/pprof/heap", heap); err != nil {
+		if err := fetchPprof(u+"/debug/pprof/heap?gc=1", heap); err != nil {
 			t.Errorf("heap profile of %s: %v", u, err)
 		}
 	}
