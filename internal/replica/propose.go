@@ -102,9 +102,10 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 		m.ProposalFailed()
 		return fsm.Result{}, 0, api.Errorf(api.CodeOverloaded, "%d proposals pending; retry with backoff", r.cfg.MaxPending)
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.RequestTimeout)
-	defer cancel()
 	turn := turnOf(ctx)
+	dl := newDeadline(ctx, r.cfg.RequestTimeout)
+	defer dl.stop()
+	ctx = dl
 	if turn != nil && cmd.SessionID != turn.stream.session {
 		turn = nil // not the stream's write (a step of a server protocol)
 	}
@@ -146,6 +147,8 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 		}
 		return fsm.Result{}, 0, r.Unavailable("proposal not accepted (not applied): %v", err)
 	}
+	timer := waitTimer(dl.remaining())
+	defer releaseTimer(timer)
 	select {
 	case o := <-ch:
 		timeline.Mark(timeline.Answered)
@@ -153,7 +156,10 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 			m.ProposalFailed()
 		}
 		return o.result, o.index, o.err
-	case <-ctx.Done():
+	case <-dl.parent.Done():
+		m.ProposalFailed()
+		return fsm.Result{}, 0, r.Unavailable("not committed within the request deadline; outcome unknown")
+	case <-timer.C:
 		m.ProposalFailed()
 		return fsm.Result{}, 0, r.Unavailable("not committed within the request deadline; outcome unknown")
 	case <-r.node.Done():

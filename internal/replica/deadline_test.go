@@ -1,0 +1,107 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+type ctxKey struct{}
+
+func TestDeadlineWithoutDone(t *testing.T) {
+	parent := context.WithValue(context.Background(), ctxKey{}, "v")
+	d := newDeadline(parent, time.Hour)
+	defer d.stop()
+	if err := d.Err(); err != nil {
+		t.Fatalf("Err before the deadline = %v", err)
+	}
+	if d.made() != nil {
+		t.Fatal("Err made the context; only Done may")
+	}
+	if got := d.Value(ctxKey{}); got != "v" {
+		t.Fatalf("Value = %v, want the parent's", got)
+	}
+	at, ok := d.Deadline()
+	if !ok || time.Until(at) < 59*time.Minute {
+		t.Fatalf("Deadline = %v, %v", at, ok)
+	}
+}
+
+func TestDeadlinePasses(t *testing.T) {
+	d := newDeadline(context.Background(), 20*time.Millisecond)
+	defer d.stop()
+	select {
+	case <-d.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed long after the deadline")
+	}
+	if err := d.Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Err = %v, want deadline exceeded", err)
+	}
+	if d.remaining() != 0 {
+		t.Fatalf("remaining = %v after the deadline", d.remaining())
+	}
+}
+
+func TestDeadlinePassedBeforeDone(t *testing.T) {
+	d := newDeadline(context.Background(), time.Millisecond)
+	defer d.stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for d.Err() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("Err still nil long after the deadline")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !errors.Is(d.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Err = %v", d.Err())
+	}
+	select {
+	case <-d.Done(): // made now, already past its deadline
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done made after the deadline is not closed")
+	}
+}
+
+func TestDeadlineFollowsParent(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	d := newDeadline(parent, time.Hour)
+	defer d.stop()
+	cancel()
+	if err := d.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Err before Done = %v, want canceled", err)
+	}
+	select {
+	case <-d.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed with the parent's")
+	}
+	if err := d.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Err after Done = %v, want canceled", err)
+	}
+}
+
+func TestDeadlineStopReleases(t *testing.T) {
+	d := newDeadline(context.Background(), time.Hour)
+	done := d.Done()
+	d.stop()
+	select {
+	case <-done:
+	default:
+		t.Fatal("stop did not release the context Done made")
+	}
+}
+
+func TestWaitTimerReused(t *testing.T) {
+	tm := waitTimer(time.Millisecond)
+	<-tm.C
+	releaseTimer(tm)
+	tm = waitTimer(time.Hour)
+	defer releaseTimer(tm)
+	select {
+	case <-tm.C:
+		t.Fatal("a kept timer fired early: a stale fire from its last use")
+	case <-time.After(20 * time.Millisecond):
+	}
+}
