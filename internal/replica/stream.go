@@ -47,6 +47,22 @@ type Turn struct {
 	lose bool
 	// stamped: the turn's write took its seq; a turn proposes once.
 	stamped bool
+	// carrier is the context WithTurn returns, kept in the turn so that
+	// carrying it costs no allocation of its own.
+	carrier turnContext
+}
+
+// turnContext is a context carrying a turn (turnKey).
+type turnContext struct {
+	context.Context
+	turn *Turn
+}
+
+func (c *turnContext) Value(key any) any {
+	if _, ok := key.(turnKey); ok {
+		return c.turn
+	}
+	return c.Context.Value(key)
 }
 
 // Next returns the turn of the stream's next write, which proposes after
@@ -83,6 +99,11 @@ func (t *Turn) wait(ctx context.Context) error {
 	}
 	select {
 	case <-t.prev:
+		return nil // without asking ctx for Done: a deadline makes it then (deadline.go)
+	default:
+	}
+	select {
+	case <-t.prev:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -102,12 +123,15 @@ func (t *Turn) stamp(cmd *command.Command) {
 type turnKey struct{}
 
 // WithTurn returns ctx carrying turn: Propose under it proposes a write of
-// the stream's session in the turn's order, with the stream's tag.
+// the stream's session in the turn's order, with the stream's tag. The
+// turn's write calls it once, before it proposes (the context lives in the
+// turn: a second call replaces it).
 func WithTurn(ctx context.Context, turn *Turn) context.Context {
 	if turn == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, turnKey{}, turn)
+	turn.carrier = turnContext{Context: ctx, turn: turn}
+	return &turn.carrier
 }
 
 // turnOf returns the turn ctx carries, or nil.
