@@ -13,9 +13,12 @@ import (
 type Listener interface {
 	// AppliedLocked sees one applied command and its result.
 	AppliedLocked(cmd *command.Command, res fsm.Result)
-	// PublishLocked sees the events of a batch of applied entries.
+	// PublishLocked sees the events of a batch of applied entries. The
+	// slice is the replica's, reused by the next batch: a listener keeps
+	// copies of the events, never the slice.
 	PublishLocked(events []fsm.Event)
-	// Applied sees the events of a batch once the lock is released.
+	// Applied sees the events of a batch once the lock is released (the
+	// same slice, under the same rule).
 	Applied(events []fsm.Event)
 	// RestoredLocked sees the state a snapshot at index replaced the old one with.
 	RestoredLocked(f *fsm.FSM, index uint64)

@@ -71,6 +71,10 @@ type Replica struct {
 	// outcomes is Apply's scratch list of the waiters to answer, kept
 	// between calls (Apply runs on the Ready loop only).
 	outcomes []outcome
+	// events is Apply's list of a batch's events, kept the same way
+	// (the listeners keep copies, never the slice), unless a batch grew
+	// it past maxKeptEvents.
+	events []fsm.Event
 
 	applied   atomic.Uint64 // the fsm's applied index, published after the state is visible
 	appliedMu sync.Mutex
@@ -152,7 +156,7 @@ func (r *Replica) Apply(entries []raftpb.Entry) error {
 		return nil
 	}
 	outcomes := r.outcomes[:0]
-	var events []fsm.Event
+	events := r.events[:0]
 	var failure error
 	last := uint64(0) // the last entry applied
 	r.mu.Lock()
@@ -189,6 +193,10 @@ func (r *Replica) Apply(entries []raftpb.Entry) error {
 	}
 	clear(outcomes) // let the results go
 	r.outcomes = outcomes[:0]
+	if cap(events) <= maxKeptEvents {
+		clear(events) // their paths
+		r.events = events[:0]
+	}
 	return failure
 }
 
@@ -226,6 +234,10 @@ func (r *Replica) applyEntryLocked(e raftpb.Entry) (outcome, []fsm.Event, error)
 	}
 	return outcome{id: cmd.ID, index: e.Index, result: res}, evs, nil
 }
+
+// maxKeptEvents bounds the events list Apply keeps between batches: a
+// batch that deleted a large subtree does not leave its list behind.
+const maxKeptEvents = 4096
 
 // ErrVoidExpiry answers an expiry decided in a term other than the one its
 // entry was appended in: it changes nothing.
