@@ -29,9 +29,11 @@ import (
 // for the server calls of one request.
 func (c *conn) requestContext() context.Context {
 	c.credsMu.Lock()
-	creds := c.creds
-	c.credsMu.Unlock()
-	return server.WithCredentials(c.ctx, creds)
+	defer c.credsMu.Unlock()
+	if c.credsCtx == nil {
+		c.credsCtx = server.WithCredentials(c.ctx, c.creds)
+	}
+	return c.credsCtx
 }
 
 // digestUser is the user of the connection's digest auth ("" if none).
@@ -45,6 +47,7 @@ func (c *conn) setDigestUser(user string) {
 	c.credsMu.Lock()
 	defer c.credsMu.Unlock()
 	c.creds.User = user
+	c.credsCtx = nil // the next request carries the new user
 }
 
 // certificateName is the common name of the connection's verified client

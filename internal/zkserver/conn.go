@@ -52,6 +52,10 @@ type conn struct {
 	// request carries to the server's authorization (auth.go).
 	credsMu sync.Mutex
 	creds   server.Credentials
+	// credsCtx is the connection's context carrying creds, made by the
+	// first requestContext after they change (nil until then): one for all
+	// requests, not one each.
+	credsCtx context.Context
 	// ready is closed once the session is usable (its event stream
 	// attached): at the handshake, or for an anonymous connection with auth
 	// enabled at its first successful addauth (auth.go).
