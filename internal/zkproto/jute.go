@@ -25,13 +25,29 @@ func (e *DecodeError) Error() string {
 // Reader decodes jute primitives from one record's bytes. The first error
 // sticks: later reads return zero values, and Err reports the first error.
 type Reader struct {
-	buf []byte
-	off int
-	err error
+	buf   []byte
+	off   int
+	err   error
+	share bool // Buffer returns slices of buf (Reset)
 }
 
 // NewReader returns a Reader over buf (one record, without its frame length).
 func NewReader(buf []byte) *Reader { return &Reader{buf: buf} }
+
+// Reset makes r read buf from its start, as NewReader(buf) would, without
+// making another Reader. With share, the buffers read from r alias buf
+// instead of being copies: only for a buf that nothing changes while what
+// is decoded from it lives.
+func (r *Reader) Reset(buf []byte, share bool) {
+	*r = Reader{buf: buf, share: share}
+}
+
+// Record decodes rec from r, which must hold exactly rec from where it is.
+func (r *Reader) Record(rec Record, name string) error {
+	rec.Decode(r)
+	r.End(name)
+	return r.Err()
+}
 
 // Err is the first decoding error, or nil.
 func (r *Reader) Err() error { return r.err }
@@ -115,8 +131,9 @@ func (r *Reader) length(field string, minSize int) int {
 }
 
 // Buffer reads a jute buffer: an int length then that many bytes; length -1
-// is null and returns nil. A non-null buffer is returned as a fresh non-nil
-// slice (possibly empty), never aliasing the input.
+// is null and returns nil. A non-null buffer is returned as a non-nil slice
+// (possibly empty): a fresh one, never aliasing the input, unless the
+// Reader was Reset to share its input.
 func (r *Reader) Buffer(field string) []byte {
 	n := r.length(field, 1)
 	if r.err != nil || n < 0 {
@@ -125,6 +142,9 @@ func (r *Reader) Buffer(field string) []byte {
 	b := r.take(field, n)
 	if b == nil {
 		return nil
+	}
+	if r.share {
+		return b[:n:n]
 	}
 	return append(make([]byte, 0, n), b...)
 }

@@ -79,3 +79,32 @@ func TestBufferDoesNotAlias(t *testing.T) {
 		t.Fatalf("buffer aliases its input: %q", b)
 	}
 }
+
+func TestResetShares(t *testing.T) {
+	in := []byte{0, 0, 0, 1, 'x', 0, 0, 0, 1, 'z'}
+	var r Reader
+	r.Reset(in, true)
+	b := r.Buffer("b")
+	in[4] = 'y'
+	if string(b) != "y" {
+		t.Fatalf("a sharing reader's buffer is a copy: %q", b)
+	}
+	if cap(b) != 1 {
+		t.Fatalf("a shared buffer's capacity %d reaches past it into the input", cap(b))
+	}
+	r.Reset(in[5:], false)
+	c := r.Buffer("c")
+	in[9] = 'w'
+	if string(c) != "z" {
+		t.Fatalf("Reset without share aliases its input: %q", c)
+	}
+	var rec SetDataRequest
+	r.Reset(Encode(&SetDataRequest{Path: "/a", Data: []byte("v"), Version: 3}), true)
+	if err := r.Record(&rec, "setData"); err != nil || rec.Path != "/a" || string(rec.Data) != "v" || rec.Version != 3 {
+		t.Fatalf("Record = %+v, %v", rec, err)
+	}
+	r.Reset(append(Encode(&SetDataRequest{Path: "/a"}), 0), true)
+	if err := r.Record(&rec, "setData"); err == nil {
+		t.Fatal("Record took a trailing byte")
+	}
+}

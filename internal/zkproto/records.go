@@ -16,10 +16,7 @@ func Encode(rec Record) []byte {
 
 // Decode decodes buf, which must hold exactly one rec, into rec.
 func Decode(buf []byte, rec Record, name string) error {
-	r := NewReader(buf)
-	rec.Decode(r)
-	r.End(name)
-	return r.Err()
+	return NewReader(buf).Record(rec, name)
 }
 
 // ConnectRequest opens or resumes a session. ReadOnly is a trailing field

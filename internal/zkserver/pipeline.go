@@ -94,6 +94,10 @@ type pending struct {
 
 	// arrived is when the request's frame was read (its latency's start).
 	arrived time.Time
+	// reader decodes the frame, without a Reader made for each request;
+	// the body's buffers (a write's data) are slices of the frame, which
+	// is the request's own (zkproto.ReadFrame makes one for each).
+	reader zkproto.Reader
 
 	// Set before done is closed.
 	resp zkproto.Record
@@ -107,7 +111,8 @@ type pending struct {
 // that does not decode is answered MarshallingError at once.
 func newPending(frame []byte) *pending {
 	p := &pending{done: make(chan struct{})}
-	r := zkproto.NewReader(frame)
+	r := &p.reader
+	r.Reset(frame, true)
 	p.h.Decode(r)
 	if r.Err() != nil {
 		p.mute, p.end = true, true // not even a header: nothing to answer
@@ -116,7 +121,8 @@ func newPending(frame []byte) *pending {
 	}
 	p.rest = frame[r.Offset():]
 	if rec, ok := zkproto.NewRequestBody(p.h.Type); ok && p.h.Type != zkproto.OpMulti && p.h.Type != zkproto.OpMultiRead {
-		if err := zkproto.Decode(p.rest, rec, "request"); err != nil {
+		r.Reset(p.rest, true)
+		if err := r.Record(rec, "request"); err != nil {
 			p.code = zkproto.ErrMarshallingError
 			p.class = classPing
 			close(p.done)
