@@ -138,7 +138,8 @@ func (s *Server) txnCommand(r TxnRequest) (*command.Command, error) {
 	if r.RequestSeq != 0 && r.SessionID == 0 {
 		return nil, api.Errorf(api.CodeInvalidArgument, "request_seq needs a session_id")
 	}
-	cmd := &command.Command{Op: command.OpTxn, SessionID: r.SessionID, RequestSeq: r.RequestSeq, TimeMs: r.TimeMs, Ops: make([]command.TxnOp, len(r.Ops))}
+	cmd := newTxnCommand(len(r.Ops))
+	cmd.SessionID, cmd.RequestSeq, cmd.TimeMs = r.SessionID, r.RequestSeq, r.TimeMs
 	for i := range r.Ops {
 		op, err := s.txnOpCommand(&r.Ops[i], r.SessionID)
 		if err != nil {
@@ -147,6 +148,23 @@ func (s *Server) txnCommand(r TxnRequest) (*command.Command, error) {
 		cmd.Ops[i] = op
 	}
 	return cmd, nil
+}
+
+// oneOpTxn is a transaction command of one operation with its operation,
+// made in one allocation: most transactions are a client's single write.
+type oneOpTxn struct {
+	cmd command.Command
+	ops [1]command.TxnOp
+}
+
+// newTxnCommand returns a transaction command with room for n operations.
+func newTxnCommand(n int) *command.Command {
+	if n == 1 {
+		t := &oneOpTxn{cmd: command.Command{Op: command.OpTxn}}
+		t.cmd.Ops = t.ops[:]
+		return &t.cmd
+	}
+	return &command.Command{Op: command.OpTxn, Ops: make([]command.TxnOp, n)}
 }
 
 // checkTxnSize refuses a transaction with no operation, too many, or too
