@@ -7,14 +7,14 @@ import (
 )
 
 // deadline is a proposal's request timeout as a context, made cheap for
-// the common case. A proposal passes its context to waits that block only
-// on a slow path (its turn's predecessor still proposing, no leader, a
-// proposal dropped in a leader change); its one common wait, for the
-// apply, takes a pooled timer instead (waitTimer). So the context that
-// context.WithDeadline would make (a cancelable context, its channel, a
-// timer, and a place in the parent's list of children) is made only when
-// a slow path asks for Done, and a proposal that takes none of them makes
-// one allocation, this struct.
+// the common case. A proposal's waits take a pooled timer and the parent's
+// Done (waitTimer): for its turn's predecessor to propose (Turn.wait) and
+// for the apply. Only the rare waits inside raftnode's Propose (no leader)
+// and proposeUntilAccepted (a proposal dropped in a leader change) ask the
+// deadline itself for Done. So the context that context.WithDeadline would
+// make (a cancelable context, its channel, a timer, and a place in the
+// parent's list of children) is made only on those paths, and a proposal
+// that takes none of them makes one allocation, this struct.
 //
 // A deadline is safe for use by several goroutines, as a context must be;
 // stop releases what it made.

@@ -105,3 +105,33 @@ func TestWaitTimerReused(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 }
+
+func TestTurnWaitBounded(t *testing.T) {
+	s := NewStream(1, 2, 0)
+	first := s.Next()
+	second := s.Next()
+
+	d := newDeadline(context.Background(), 20*time.Millisecond)
+	if err := second.wait(d); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait behind a turn that never ends = %v, want deadline exceeded", err)
+	}
+	if d.made() != nil {
+		t.Fatal("wait made the deadline's context")
+	}
+	d.stop()
+
+	parent, cancel := context.WithCancel(context.Background())
+	d = newDeadline(parent, time.Hour)
+	cancel()
+	if err := second.wait(d); !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait under a cancelled parent = %v, want canceled", err)
+	}
+	d.stop()
+
+	d = newDeadline(context.Background(), time.Hour)
+	defer d.stop()
+	go first.End()
+	if err := second.wait(d); err != nil {
+		t.Fatalf("wait behind a turn that ends = %v", err)
+	}
+}

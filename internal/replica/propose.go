@@ -111,7 +111,7 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 	}
 	defer turn.End()
 	if turn != nil {
-		if err := turn.wait(ctx); err != nil {
+		if err := turn.wait(dl); err != nil {
 			m.ProposalFailed()
 			return fsm.Result{}, 0, r.Unavailable("the write before this one on its connection was not proposed within the deadline (not applied)")
 		}

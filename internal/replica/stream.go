@@ -92,21 +92,27 @@ func (t *Turn) End() {
 // a leader change does. For tests of the stream's order only.
 func (t *Turn) LoseForTest() { t.lose = true }
 
-// wait blocks until the turn before t ended, or ctx is done.
-func (t *Turn) wait(ctx context.Context) error {
+// wait blocks until the turn before t ended, or d is done. It waits on
+// d's parent and a pooled timer, not on d's Done, which would make a
+// context (deadline.go): under pipelined writes a turn often waits.
+func (t *Turn) wait(d *deadline) error {
 	if t.prev == nil {
 		return nil
 	}
 	select {
 	case <-t.prev:
-		return nil // without asking ctx for Done: a deadline makes it then (deadline.go)
+		return nil
 	default:
 	}
+	timer := waitTimer(d.remaining())
+	defer releaseTimer(timer)
 	select {
 	case <-t.prev:
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	case <-d.parent.Done():
+		return d.parent.Err()
+	case <-timer.C:
+		return context.DeadlineExceeded
 	}
 }
 
