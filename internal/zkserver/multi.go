@@ -105,24 +105,53 @@ const (
 // transaction: the parent cannot vanish between them, so a create never
 // makes a missing parent (latch's put would).
 type txnPlan struct {
-	ops     []server.TxnOp
-	zkIndex []int    // the ZooKeeper operation of each latch operation
-	roles   []opRole // the role of each latch operation
-	primary []int    // per ZooKeeper operation: the latch operation whose result it reports
+	ops   []server.TxnOp
+	roles []opRole // the role of each latch operation
+	// Per latch operation its ZooKeeper operation, and per ZooKeeper
+	// operation the latch operation whose result it reports; not made
+	// while implied: the plan holds ZooKeeper operation 0 alone (a
+	// client's single write). zkOf and primaryOf read them.
+	zkIndex []int
+	primary []int
+	implied bool // the lists are implied: one add of operation 0 so far
+}
+
+// zkOf returns the ZooKeeper operation of latch operation op.
+func (p *txnPlan) zkOf(op int) int {
+	if p.implied {
+		return 0
+	}
+	return p.zkIndex[op]
+}
+
+// primaryOf returns the latch operation whose result ZooKeeper operation
+// zk reports.
+func (p *txnPlan) primaryOf(zk int) int {
+	if p.implied {
+		return len(p.ops) - 1
+	}
+	return p.primary[zk]
 }
 
 // add appends the latch operations of ZooKeeper operation zk. ops and
 // roles become the plan's: the caller made them for it and changes them no
 // more.
 func (p *txnPlan) add(zk int, ops []server.TxnOp, roles []opRole) {
-	if len(p.ops) == 0 {
+	if zk == 0 && p.zkIndex == nil && !p.implied {
 		// Taken as they are (most plans have one ZooKeeper operation),
-		// capped so that a later add copies them rather than writes past.
+		// capped so that a later add copies them rather than writes past;
+		// the index lists are implied until then.
 		p.ops, p.roles = ops[:len(ops):len(ops)], roles[:len(roles):len(roles)]
-	} else {
-		p.ops = append(p.ops, ops...)
-		p.roles = append(p.roles, roles...)
+		p.implied = true
+		return
 	}
+	if p.implied {
+		p.zkIndex = make([]int, len(p.ops), len(p.ops)+len(ops)) // all operation 0's
+		p.primary = []int{len(p.ops) - 1}
+		p.implied = false
+	}
+	p.ops = append(p.ops, ops...)
+	p.roles = append(p.roles, roles...)
 	for range ops {
 		p.zkIndex = append(p.zkIndex, zk)
 	}
@@ -166,7 +195,7 @@ func (c *conn) multi(buf []byte) (zkproto.Record, zkproto.ErrCode) {
 	c.saw(res.Index)
 	entries := make([]multiEntry, len(ops))
 	for i, op := range ops {
-		entries[i] = c.multiResult(op.op, res.Ops[plan.primary[i]], timeMs)
+		entries[i] = c.multiResult(op.op, res.Ops[plan.primaryOf(i)], timeMs)
 	}
 	return &multiResponse{entries: entries}, zkproto.ErrOK
 }
@@ -182,7 +211,7 @@ func (c *conn) multiRefusedAt(plan *txnPlan, at int, code zkproto.ErrCode, n int
 			return nil, errCode(err)
 		}
 		if plan.roles[opErr.Op] != roleSentinel {
-			failed := plan.zkIndex[opErr.Op]
+			failed := plan.zkOf(opErr.Op)
 			return failedMulti(n, failed, c.classify(plan, opErr)), zkproto.ErrOK
 		}
 	}
@@ -195,7 +224,7 @@ func (c *conn) multiFailed(plan *txnPlan, ops []zkOp, err error) (zkproto.Record
 	if !errors.As(err, &opErr) || opErr.Op < 0 || opErr.Op >= len(plan.ops) {
 		return nil, errCode(err) // not one operation's fault: timeout, expired session, too large
 	}
-	return failedMulti(len(ops), plan.zkIndex[opErr.Op], c.classify(plan, opErr)), zkproto.ErrOK
+	return failedMulti(len(ops), plan.zkOf(opErr.Op), c.classify(plan, opErr)), zkproto.ErrOK
 }
 
 // failedMulti is the reply of n operations the one at failed refused with

@@ -191,7 +191,7 @@ func (c *conn) create(op zkproto.OpCode, req *zkproto.CreateRequest) (zkproto.Re
 	if code != zkproto.ErrOK {
 		return nil, code
 	}
-	created := res.Ops[plan.primary[0]]
+	created := res.Ops[plan.primaryOf(0)]
 	if op == zkproto.OpCreate {
 		return &zkproto.CreateResponse{Path: created.Path}, zkproto.ErrOK
 	}

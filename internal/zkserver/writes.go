@@ -32,7 +32,7 @@ func (c *conn) orderedWrite(p *pending, op zkproto.OpCode, body zkproto.Record) 
 	if code != zkproto.ErrOK {
 		return nil, code
 	}
-	return c.multiResult(op, res.Ops[plan.primary[0]], timeMs).body, zkproto.ErrOK
+	return c.multiResult(op, res.Ops[plan.primaryOf(0)], timeMs).body, zkproto.ErrOK
 }
 
 // runPlan proposes plan as one transaction of the connection's session,
