@@ -17,7 +17,10 @@ import (
 // that takes none of them makes one allocation, this struct.
 //
 // A deadline is safe for use by several goroutines, as a context must be;
-// stop releases what it made.
+// stop releases what it made. It stays inside Propose: Value hands every
+// key to the parent, the context package's own included, so a context
+// derived from a deadline would see the parent's cancellation, not the
+// deadline's.
 type deadline struct {
 	parent context.Context
 	at     time.Time
@@ -100,9 +103,16 @@ func waitTimer(dur time.Duration) *time.Timer {
 }
 
 // releaseTimer stops t and keeps it for another wait. Since Go 1.23 a
-// stopped timer's channel holds no stale fire, so a kept timer is as good
-// as a new one.
+// stopped timer's channel holds no stale fire, but GODEBUG=asynctimerchan=1
+// brings the old timers back, whose fire can wait in the channel after
+// Stop: so a fire not received is drained here, and a kept timer is as
+// good as a new one under either.
 func releaseTimer(t *time.Timer) {
-	t.Stop()
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
 	timers.Put(t)
 }

@@ -39,6 +39,7 @@ func (c *conn) handshake(body []byte) bool {
 	defer cancel()
 	resp := zkproto.ConnectResponse{HasReadOnly: req.HasReadOnly, Passwd: make([]byte, passwordLen)}
 	c.creds = server.Credentials{CertName: certificateName(c.nc), Source: sourceHost(c.nc.RemoteAddr())}
+	c.credsCtx = nil // before any request: requestContext makes it from these
 	id, timeoutMs, anonymous, err := c.open(ctx, req)
 	switch {
 	case errors.Is(err, errSessionGone) || isCode(err, api.CodeSessionExpired) || isCode(err, api.CodeNotFound) ||
