@@ -135,3 +135,31 @@ func TestTurnWaitBounded(t *testing.T) {
 		t.Fatalf("wait behind a turn that ends = %v", err)
 	}
 }
+
+func TestWaiterChannelRecycled(t *testing.T) {
+	w := newWaiterTable()
+	id, ch := w.add()
+	w.resolve(outcome{id: id, index: 7})
+	if o := <-ch; o.id != id || o.index != 7 {
+		t.Fatalf("outcome %+v", o)
+	}
+	w.remove(id)
+	w.recycle(ch)
+	id2, ch2 := w.add()
+	defer w.remove(id2)
+	select {
+	case o := <-ch2:
+		t.Fatalf("a recycled channel holds a stale outcome %+v", o)
+	default:
+	}
+	w.resolve(outcome{id: id, index: 8}) // the old id is no longer waiting
+	select {
+	case o := <-ch2:
+		t.Fatalf("an outcome for another id reached the channel: %+v", o)
+	default:
+	}
+	w.resolve(outcome{id: id2, index: 9})
+	if o := <-ch2; o.id != id2 || o.index != 9 {
+		t.Fatalf("outcome %+v", o)
+	}
+}

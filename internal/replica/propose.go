@@ -33,6 +33,8 @@ type waiterTable struct {
 	mu      sync.Mutex
 	ids     *mathrand.ChaCha8       // guarded by mu
 	waiting map[uint64]chan outcome // guarded by mu; each channel has room for one outcome
+	// spare holds channels whose waiters received their outcome (recycle).
+	spare sync.Pool
 }
 
 func newWaiterTable() *waiterTable {
@@ -43,7 +45,10 @@ func newWaiterTable() *waiterTable {
 
 // add registers a new proposal id and returns it with its channel.
 func (t *waiterTable) add() (uint64, chan outcome) {
-	ch := make(chan outcome, 1)
+	ch, ok := t.spare.Get().(chan outcome)
+	if !ok {
+		ch = make(chan outcome, 1)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for {
@@ -54,6 +59,14 @@ func (t *waiterTable) add() (uint64, chan outcome) {
 		}
 	}
 }
+
+// recycle keeps ch, whose waiter received its outcome from it, for
+// another. Only then: each waiter's channel gets exactly one send, by
+// resolve or failAll, both of which take it out of the table first; once
+// that send was received, nothing else holds the channel or will send on
+// it. A waiter that gave up (a deadline) drops its channel instead, since
+// a send may still be on its way.
+func (t *waiterTable) recycle(ch chan outcome) { t.spare.Put(ch) }
 
 func (t *waiterTable) remove(id uint64) {
 	t.mu.Lock()
@@ -152,6 +165,7 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 	select {
 	case o := <-ch:
 		timeline.Mark(timeline.Answered)
+		r.waiters.recycle(ch)
 		if o.err != nil {
 			m.ProposalFailed()
 		}
