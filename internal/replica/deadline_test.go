@@ -28,14 +28,20 @@ func TestDeadlineWithoutDone(t *testing.T) {
 	}
 }
 
-func TestDeadlinePasses(t *testing.T) {
-	d := newDeadline(context.Background(), 20*time.Millisecond)
-	defer d.stop()
+// waitDone fails t unless d's Done closes within ten seconds.
+func waitDone(t *testing.T, d *deadline, when string) {
+	t.Helper()
 	select {
 	case <-d.Done():
 	case <-time.After(10 * time.Second):
-		t.Fatal("Done not closed long after the deadline")
+		t.Fatalf("Done not closed %s", when)
 	}
+}
+
+func TestDeadlinePasses(t *testing.T) {
+	d := newDeadline(context.Background(), 20*time.Millisecond)
+	defer d.stop()
+	waitDone(t, d, "long after the deadline")
 	if err := d.Err(); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Err = %v, want deadline exceeded", err)
 	}
@@ -57,11 +63,7 @@ func TestDeadlinePassedBeforeDone(t *testing.T) {
 	if !errors.Is(d.Err(), context.DeadlineExceeded) {
 		t.Fatalf("Err = %v", d.Err())
 	}
-	select {
-	case <-d.Done(): // made now, already past its deadline
-	case <-time.After(10 * time.Second):
-		t.Fatal("Done made after the deadline is not closed")
-	}
+	waitDone(t, d, "when made after the deadline")
 }
 
 func TestDeadlineFollowsParent(t *testing.T) {
@@ -72,11 +74,7 @@ func TestDeadlineFollowsParent(t *testing.T) {
 	if err := d.Err(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Err before Done = %v, want canceled", err)
 	}
-	select {
-	case <-d.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("Done not closed with the parent's")
-	}
+	waitDone(t, d, "with the parent's")
 	if err := d.Err(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Err after Done = %v, want canceled", err)
 	}
