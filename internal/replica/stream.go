@@ -67,10 +67,14 @@ func (c *turnContext) Value(key any) any {
 
 // Next returns the turn of the stream's next write, which proposes after
 // every turn handed out before it ended.
-func (s *Stream) Next() *Turn {
+func (s *Stream) Next() *Turn { return s.NextIn(new(Turn)) }
+
+// NextIn is Next with the turn made in t, a zero Turn that the caller
+// allocated within something it holds for the write anyway.
+func (s *Stream) NextIn(t *Turn) *Turn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := &Turn{stream: s, done: make(chan struct{})}
+	t.stream, t.done = s, make(chan struct{})
 	if s.last != nil {
 		t.prev = s.last.done
 	}

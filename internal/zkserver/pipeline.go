@@ -83,7 +83,8 @@ type pending struct {
 	deps  []*pending
 	// turn is a write's place in the connection's write stream (nil: the
 	// write waits for every earlier one instead); runPending ends it.
-	turn *server.WriteTurn
+	turn     *server.WriteTurn
+	turnRoom server.WriteTurn // where turn is made: one allocation with the request's
 	// prevRead is the read before this one (read class), whose end this
 	// one's waits for before it answers (readInOrder); the request's own
 	// goroutine clears it when done, so that no chain of requests is kept.
@@ -210,7 +211,7 @@ func (f *inFlight) admit(p *pending) bool {
 		p.prevRead, f.lastRead = f.lastRead, p
 	}
 	if p.class == classWrite && f.writes != nil {
-		p.turn = f.writes.Next()
+		p.turn = f.writes.NextIn(&p.turnRoom)
 	}
 	clear(f.list[len(kept):])
 	f.list = append(kept, p)
