@@ -170,15 +170,13 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 			m.ProposalFailed()
 		}
 		return o.result, o.index, o.err
-	case <-dl.parent.Done():
-		m.ProposalFailed()
-		return fsm.Result{}, 0, r.Unavailable("not committed within the request deadline; outcome unknown")
-	case <-timer.C:
-		m.ProposalFailed()
-		return fsm.Result{}, 0, r.Unavailable("not committed within the request deadline; outcome unknown")
 	case <-r.node.Done():
 		return fsm.Result{}, 0, r.Unavailable("server is stopping")
+	case <-dl.parent.Done():
+	case <-timer.C:
 	}
+	m.ProposalFailed()
+	return fsm.Result{}, 0, r.Unavailable("not committed within the request deadline; outcome unknown")
 }
 
 // proposeUntilAccepted hands a proposal to raft with propose, proposing
