@@ -108,11 +108,16 @@ func waitTimer(dur time.Duration) *time.Timer {
 // Stop: so a fire not received is drained here, and a kept timer is as
 // good as a new one under either.
 func releaseTimer(t *time.Timer) {
+	stopTimer(t)
+	timers.Put(t)
+}
+
+// stopTimer stops t and drains a fire that waits in its channel unreceived.
+func stopTimer(t *time.Timer) {
 	if !t.Stop() {
 		select {
 		case <-t.C:
 		default:
 		}
 	}
-	timers.Put(t)
 }

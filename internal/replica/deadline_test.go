@@ -3,6 +3,9 @@ package replica
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -91,16 +94,47 @@ func TestDeadlineStopReleases(t *testing.T) {
 	}
 }
 
-func TestWaitTimerReused(t *testing.T) {
-	tm := waitTimer(time.Millisecond)
-	<-tm.C
-	releaseTimer(tm)
-	tm = waitTimer(time.Hour)
-	defer releaseTimer(tm)
+// TestStopTimer: a timer that fired unreceived (a proposal whose apply
+// won its select as the timer fired) leaves no fire behind once stopped, so
+// the next wait that takes it from the pool does not end at once. Under Go's
+// old timers (GODEBUG=asynctimerchan=1) such a fire waits in the channel
+// after Stop; TestStopTimerOldTimers runs this test again under them.
+func TestStopTimer(t *testing.T) {
+	oldTimers := strings.Contains(os.Getenv("GODEBUG"), "asynctimerchan=1")
+	tm := time.NewTimer(time.Millisecond)
+	due := time.Now().Add(time.Millisecond)
+	// Let it fire, unreceived: under the old timers the fire shows in the
+	// channel's length; under the new ones nothing shows, and once its
+	// time is past the fire is due.
+	for deadline := time.Now().Add(10 * time.Second); len(tm.C) == 0; time.Sleep(time.Millisecond) {
+		if !oldTimers && time.Now().After(due.Add(5*time.Millisecond)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the old timer's fire never reached its channel")
+		}
+	}
+	stopTimer(tm)
+	tm.Reset(time.Hour)
+	defer tm.Stop()
 	select {
 	case <-tm.C:
-		t.Fatal("a kept timer fired early: a stale fire from its last use")
+		t.Fatal("a stopped timer kept a stale fire: reset for an hour, it fired at once")
 	case <-time.After(20 * time.Millisecond):
+	}
+}
+
+// TestStopTimerOldTimers runs TestStopTimer in a test process of its own
+// under Go's old timers, where a stale fire is real.
+func TestStopTimerOldTimers(t *testing.T) {
+	if strings.Contains(os.Getenv("GODEBUG"), "asynctimerchan=1") {
+		t.Skip("this process runs under the old timers already: TestStopTimer is the test")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStopTimer$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "GODEBUG=asynctimerchan=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestStopTimer") {
+		t.Fatalf("TestStopTimer under GODEBUG=asynctimerchan=1: %v\n%s", err, out)
 	}
 }
 
