@@ -118,7 +118,7 @@ type Hooks struct {
 // Node is a running raft node of one group.
 type Node struct {
 	cfg     Config
-	storage *raft.MemoryStorage
+	storage *memLog
 	log     *slog.Logger
 
 	// mu guards raft, the group's RawNode, and stopped: every call into raft
@@ -221,7 +221,7 @@ func Start(cfg Config) (*Node, error) {
 	cfg.setDefaults()
 	n := &Node{
 		cfg:      cfg,
-		storage:  raft.NewMemoryStorage(),
+		storage:  newMemLog(),
 		log:      cfg.Logger.With("group", cfg.Group),
 		stopc:    make(chan struct{}),
 		donec:    make(chan struct{}),

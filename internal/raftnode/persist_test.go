@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/latch-io/latch/internal/clock"
@@ -28,7 +27,7 @@ func TestPersistSavesWhatRaftNeedsDurable(t *testing.T) {
 	saves := 0
 	n := &Node{
 		cfg:     Config{Group: 1, WAL: w, Clock: clock.Real(), Hooks: Hooks{Persisted: func(time.Duration, int) { saves++ }}},
-		storage: raft.NewMemoryStorage(),
+		storage: newMemLog(),
 	}
 	hardState := func(term, vote, commit uint64) raftpb.HardState {
 		return raftpb.HardState{Term: term, Vote: vote, Commit: commit}
