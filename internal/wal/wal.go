@@ -157,40 +157,47 @@ func (w *WAL) Stats() Stats {
 // saveRequest is one Save call waiting for its flush.
 type saveRequest struct {
 	body     []byte  // framed records
-	pooled   *[]byte // body's buffer, if it came from bodyBuffers
+	pooled   *[]byte // body's buffer, if it came from bodyBuffers[class]
+	class    int
 	batches  []Batch
 	maxIndex map[uint64]uint64
 	done     chan error // receives errLeader, or the outcome
 }
 
-// bodyBuffers holds buffers of pooledBodySize bytes for the bodies of save
-// requests: a flush copies the bodies into its frame, so a body's buffer is
-// free again as soon as the frame is built. A body that would not fit gets
-// a buffer of its own.
-var bodyBuffers = sync.Pool{New: func() any {
-	b := make([]byte, 0, pooledBodySize)
-	return &b
-}}
+// bodyClasses are the capacities of the pooled buffers for the bodies of
+// save requests, bodyBuffers their pools: a flush copies the bodies into its
+// frame, so a body's buffer is free again as soon as the frame is built. The
+// smallest holds about fifty 256-byte entries, the largest a thousand (a
+// save under heavy load). A body that fits none gets a buffer of its own.
+var bodyClasses = [...]int{16 << 10, 64 << 10, 256 << 10}
 
-// pooledBodySize holds about fifty 256-byte entries: a save under load.
-const pooledBodySize = 16 << 10
+var bodyBuffers [len(bodyClasses)]sync.Pool
 
 // newBody gives request an empty body of capacity size at least.
 func (request *saveRequest) newBody(size int) {
-	if size > pooledBodySize {
+	class := 0
+	for class < len(bodyClasses) && size > bodyClasses[class] {
+		class++
+	}
+	if class == len(bodyClasses) {
 		request.body = make([]byte, 0, size)
 		return
 	}
-	request.pooled = bodyBuffers.Get().(*[]byte)
+	request.class = class
+	request.pooled, _ = bodyBuffers[class].Get().(*[]byte)
+	if request.pooled == nil {
+		b := make([]byte, 0, bodyClasses[class])
+		request.pooled = &b
+	}
 	request.body = (*request.pooled)[:0]
 }
 
 // releaseBody gives back the body's buffer, if pooled; the body is not
 // read after.
 func (request *saveRequest) releaseBody() {
-	if request.pooled != nil && cap(request.body) == pooledBodySize {
+	if request.pooled != nil && cap(request.body) == bodyClasses[request.class] {
 		*request.pooled = request.body[:0]
-		bodyBuffers.Put(request.pooled)
+		bodyBuffers[request.class].Put(request.pooled)
 	}
 	request.pooled, request.body = nil, nil
 }
