@@ -122,11 +122,26 @@ func compareMemLog(t *testing.T, step int, rng *rand.Rand, got *memLog, want *ra
 	if !reflect.DeepEqual(gs, ws) {
 		t.Fatalf("step %d: Snapshot = %v; MemoryStorage says %v", step, gs.Metadata, ws.Metadata)
 	}
-	for _, i := range []uint64{wf - 1, wf, wl, wl + 1, wf + rng.Uint64N(wl-wf+2)} {
+	terms := []uint64{wf - 1, wf, wl, wl + 1, wf + rng.Uint64N(wl-wf+2)}
+	if wf >= 2 {
+		terms = append(terms, wf-2) // compacted
+	}
+	for _, i := range terms {
 		gt, gerr := got.Term(i)
 		wt, werr := want.Term(i)
 		if gt != wt || !errors.Is(gerr, werr) {
 			t.Fatalf("step %d: Term(%d) = %d, %v; MemoryStorage says %d, %v", step, i, gt, gerr, wt, werr)
+		}
+	}
+	edges := [][2]uint64{{wf, wf}} // empty, on an empty log too
+	if wf >= 2 {
+		edges = append(edges, [2]uint64{wf - 1, wl + 1}) // from a compacted index
+	}
+	for _, r := range edges {
+		ge, gerr := got.Entries(r[0], r[1], math.MaxUint64)
+		we, werr := want.Entries(r[0], r[1], math.MaxUint64)
+		if !errors.Is(gerr, werr) || !entriesEqual(ge, we) {
+			t.Fatalf("step %d: Entries(%d, %d) = %d entries, %v; MemoryStorage says %d, %v", step, r[0], r[1], len(ge), gerr, len(we), werr)
 		}
 	}
 	if wl < wf {
@@ -164,6 +179,58 @@ func mustSame(t *testing.T, step int, call string, got, want error) {
 	t.Helper()
 	if (got == nil) != (want == nil) || (want != nil && !errors.Is(got, want)) {
 		t.Fatalf("step %d: %s = %v; MemoryStorage says %v", step, call, got, want)
+	}
+}
+
+// TestMemLogChunkEdges runs, for compaction points, snapshots and tail
+// replacements on and around a chunk's edges, each with entries kept before
+// it and without, the same calls on memLog and MemoryStorage, then appends
+// across the next edge and compares every answer; slices handed out before
+// must not change.
+func TestMemLogChunkEdges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7)) // only picks the ranges compareMemLog asks about
+	for _, x := range []uint64{memLogChunk - 2, memLogChunk - 1, memLogChunk, 2*memLogChunk - 1} {
+		for _, kind := range []string{"compact", "snapshot", "replace-tail", "replace-all"} {
+			t.Run(fmt.Sprintf("%s-%d", kind, x), func(t *testing.T) {
+				got, want := newMemLog(), raft.NewMemoryStorage()
+				ents := memLogEntries(1, 2*memLogChunk+10, 1)
+				mustSame(t, 0, "Append", got.Append(ents), want.Append(ents))
+				kept := compareMemLog(t, 0, rng, got, want)
+				for lo := uint64(1); lo <= uint64(len(ents)); lo = (lo/(memLogChunk/4) + 1) * (memLogChunk / 4) {
+					// Every entry handed out, in windows that stay within a chunk.
+					hi := min((lo/(memLogChunk/4)+1)*(memLogChunk/4), uint64(len(ents))+1)
+					ge, err := got.Entries(lo, hi, math.MaxUint64)
+					if err != nil {
+						t.Fatal(err)
+					}
+					kept = append(kept, handedOut{got: ge, want: slices.Clone(ents[lo-1 : hi-1])})
+				}
+				switch kind {
+				case "compact":
+					mustSame(t, 1, "Compact", got.Compact(x), want.Compact(x))
+				case "snapshot":
+					s := raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: x, Term: 2}}
+					mustSame(t, 1, "ApplySnapshot", got.ApplySnapshot(s), want.ApplySnapshot(s))
+				case "replace-tail": // entries from x+1 on are replaced
+					tail := memLogEntries(x+1, 3, 2)
+					mustSame(t, 1, "Append", got.Append(tail), want.Append(tail))
+				case "replace-all": // compacted to x-1, then every entry kept is replaced
+					mustSame(t, 1, "Compact", got.Compact(x-1), want.Compact(x-1))
+					tail := memLogEntries(x, 3, 2)
+					mustSame(t, 1, "Append", got.Append(tail), want.Append(tail))
+				}
+				kept = append(kept, compareMemLog(t, 2, rng, got, want)...)
+				last, _ := want.LastIndex()
+				more := memLogEntries(last+1, memLogChunk+3, 3) // across the next edge
+				mustSame(t, 3, "Append", got.Append(more), want.Append(more))
+				compareMemLog(t, 4, rng, got, want)
+				for _, h := range kept {
+					if !entriesEqual(h.got, h.want) {
+						t.Fatal("a slice Entries handed out changed afterwards")
+					}
+				}
+			})
+		}
 	}
 }
 
