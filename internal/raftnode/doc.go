@@ -15,7 +15,12 @@
 //     every message that does (votes, MsgAppResp) as a response of the
 //     Ready's MsgStorageAppend.
 //  2. It queues the MsgStorageAppend (hard state, entries) for the append
-//     goroutine and goes on. The append goroutine (append.go) takes every
+//     goroutine and goes on; it queues it just before sending the messages
+//     of step 1, so that the peer writers, readied last, run first (a
+//     follower's fsync, which a commit needs, starts on their message; the
+//     order changes nothing else, as no message of step 1 waits for the
+//     append, and raft tolerates any order of messages between members).
+//     The append goroutine (append.go) takes every
 //     queued message, writes them to the WAL with ONE wal.Save (one fsync),
 //     appends them to the in-memory raft log, and only then delivers their
 //     responses: MsgAppResp and votes to peers, and to raft itself its own

@@ -202,6 +202,15 @@ func (n *Node) handleReady(rd raft.Ready) error {
 	}
 	n.observe(rd)
 	peers, local := splitLocal(rd.Messages)
+	// The append is queued before the messages are sent: of the two
+	// goroutines this readies, Go's scheduler runs the last one first on
+	// this processor, and the peer writer, whose message starts a
+	// follower's fsync, must not wait behind the append goroutine's own:
+	// a commit needs a follower's.
+	if len(local) > 0 && plainAppend(&local[0]) {
+		n.appender.enqueue(appendWork{message: local[0]})
+		local = local[1:]
+	}
 	n.send(coalesceAppends(peers))
 	if len(rd.Entries) > 0 {
 		timeline.Mark(timeline.Sent)
@@ -243,11 +252,17 @@ func splitLocal(msgs []raftpb.Message) (peers, local []raftpb.Message) {
 	return msgs, nil
 }
 
+// plainAppend reports whether m is a MsgStorageAppend the append goroutine
+// takes (one without a snapshot).
+func plainAppend(m *raftpb.Message) bool {
+	return m.To == raft.LocalAppendThread && (m.Snapshot == nil || raft.IsEmptySnap(*m.Snapshot))
+}
+
 // queueAppend hands m to the append goroutine, except a message carrying a
 // snapshot: the loop waits until every earlier append is done and stores
 // that one itself, since installing it replaces the state machine.
 func (n *Node) queueAppend(m raftpb.Message) error {
-	if m.Snapshot == nil || raft.IsEmptySnap(*m.Snapshot) {
+	if plainAppend(&m) {
 		n.appender.enqueue(appendWork{message: m})
 		return nil
 	}
