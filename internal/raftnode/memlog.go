@@ -126,36 +126,38 @@ func (l *memLog) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
 	case lo >= hi:
 		return nil, nil
 	}
-	if first, end := lo/memLogChunk, (hi-1)/memLogChunk; first == end {
-		c := l.chunks[first-l.base]
-		ents := c[lo%memLogChunk : (hi-1)%memLogChunk+1]
-		n := sizeLimited(ents, maxSize)
-		return ents[:n:n], nil
-	}
-	out := make([]raftpb.Entry, 0, min(hi-lo, memLogChunk))
+	var out []raftpb.Entry
 	var size uint64
-	for i := lo; i < hi; i++ {
-		e := l.at(i)
-		size += uint64(e.Size())
-		if len(out) > 0 && size > maxSize {
+	for i := lo; i < hi; {
+		seg := l.chunks[i/memLogChunk-l.base][i%memLogChunk:]
+		seg = seg[:min(uint64(len(seg)), hi-i)]
+		var n int
+		n, size = fitting(seg, size, maxSize, i == lo)
+		if i == lo && (n < len(seg) || i+uint64(n) == hi) {
+			return seg[:n:n], nil // all within the first chunk
+		}
+		out = append(out, seg[:n]...)
+		if n < len(seg) {
 			break
 		}
-		out = append(out, *e)
+		i += uint64(n)
 	}
 	return out[:len(out):len(out)], nil
 }
 
-// sizeLimited returns how many of ents, from the first, fit in maxSize
-// bytes of encoding (at least one).
-func sizeLimited(ents []raftpb.Entry, maxSize uint64) int {
-	var size uint64
+// fitting returns how many of ents, from the first, keep the encoded size
+// within maxSize after size bytes already taken, and the size with them.
+// The first entry of an answer (first) is taken whatever its size, as raft
+// asks.
+func fitting(ents []raftpb.Entry, size, maxSize uint64, first bool) (int, uint64) {
 	for i := range ents {
-		size += uint64(ents[i].Size())
-		if i > 0 && size > maxSize {
-			return i
+		next := size + uint64(ents[i].Size())
+		if next > maxSize && (i > 0 || !first) {
+			return i, size
 		}
+		size = next
 	}
-	return len(ents)
+	return len(ents), size
 }
 
 // errLogGap is returned by Append for entries that would leave a hole
