@@ -278,9 +278,14 @@ func TestRefusedWritesChangeNothing(t *testing.T) {
 		{"one shard", func(*testing.T, *commandGenerator) *FSM { return New() }, api.CodePreconditionFailed},
 		{"quotas", func(t *testing.T, g *commandGenerator) *FSM {
 			// Small limits on the generator's paths, so that quota
-			// refusals are frequent: nodes under /a, bytes under /b.
+			// refusals are frequent: nodes under /a and /c, bytes under
+			// /b and /ab. Several prefixes, because a run can make one
+			// an ephemeral node early and keep it (no children, so no
+			// quota to meet): seed 1796463180267283466 did with /a and
+			// /b alone.
 			f := New()
-			for _, q := range []command.Command{quotaSet("/a", 4, 1<<20), quotaSet("/b", 1<<20, 48)} {
+			quotas := []command.Command{quotaSet("/a", 4, 1<<20), quotaSet("/b", 1<<20, 48), quotaSet("/c", 4, 1<<20), quotaSet("/ab", 1<<20, 48)}
+			for _, q := range quotas {
 				g.index++
 				if r, _ := f.Apply(g.index, &q); r.Err != nil {
 					t.Fatalf("set quota: %v", r.Err)
