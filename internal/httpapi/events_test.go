@@ -48,6 +48,9 @@ func openRawEventStream(t *testing.T, base, session string) *rawEventStream {
 			t.Fatal(err)
 		}
 		if line == "\r\n" {
+			if first := s.chunk(t); first != ": open\n\n" {
+				t.Fatalf("the stream's first chunk is %q, want the opening comment \": open\"", first)
+			}
 			return s
 		}
 		if strings.EqualFold(line, "Transfer-Encoding: chunked\r\n") {

@@ -79,6 +79,7 @@ func TestWatchFanoutZooKeeper(t *testing.T) {
 	meter := meterOf(c)
 	var membersCPU, selfCPU float64
 	var rssAfter []float64
+	var gcs *collections
 	series := []map[uint64]time.Time{{}, {}}
 	for round := uint64(1); round <= 2*writes; round++ {
 		if !testcluster.WaitFor(time.Minute, func() bool { return w.armed.Load() == int64(watchers)*int64(round) }) {
@@ -89,6 +90,7 @@ func TestWatchFanoutZooKeeper(t *testing.T) {
 			t.Logf("%d watches set in %v; load average before the writes: %s", watchers, time.Since(start).Round(time.Millisecond), loadAverage())
 		}
 		if round%writes == 1 {
+			gcs = settleWatchers(t, urls)
 			membersCPU, selfCPU = meter.read(t)
 		}
 		w.round.Store(round)
@@ -104,6 +106,7 @@ func TestWatchFanoutZooKeeper(t *testing.T) {
 			// Both series count the getData that sets each watch again:
 			// the first after the round, inside the window all the same.
 			meter.logPer(t, seriesName[(round-1)/writes], membersCPU, selfCPU, writes*watchers)
+			gcs.log(t, seriesName[(round-1)/writes])
 		}
 		close(w.gates[round-1])
 	}
