@@ -3,6 +3,7 @@ package raftnode
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,7 +87,11 @@ func (a *appender) flush() error {
 // first storage error, which is fatal.
 func (a *appender) run() {
 	defer close(a.done)
+	saved := false
 	for {
+		if saved {
+			a.letReadyLoopQueue()
+		}
 		work, ok := a.next()
 		if !ok {
 			a.err = errStopping
@@ -96,6 +101,21 @@ func (a *appender) run() {
 			a.err = err
 			return
 		}
+		saved = true
+	}
+}
+
+// letReadyLoopQueue yields once, after a save, if work waits in the queue
+// and raft holds a Ready: the Ready loop held that Ready back while the
+// work waited for the save (handleNextReady), was woken by the save's end,
+// and may now queue it behind the work, to leave in the same save rather
+// than wait for a save of its own.
+func (a *appender) letReadyLoopQueue() {
+	a.mu.Lock()
+	waiting := len(a.queue) > 0
+	a.mu.Unlock()
+	if waiting && a.n.hasReady() {
+		runtime.Gosched()
 	}
 }
 
@@ -146,6 +166,14 @@ func (a *appender) save(work []appendWork) error {
 	}
 	clear(work) // the queue's array keeps these slots until it grows: drop the entries
 	return nil
+}
+
+// waitsForSave reports whether queued messages wait for a save under way
+// (the Ready loop then holds back its next Ready).
+func (a *appender) waitsForSave() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.queue) > 0 && a.busySince.Load() != 0
 }
 
 // backlogged reports whether queued messages wait for a save under way.

@@ -82,7 +82,10 @@
 // acknowledgements stepped meanwhile (by their callers, under the lock)
 // accumulate in raft and leave together in the next Ready (one save), so a
 // batch's fsync overlaps the next batch's replication and the previous
-// batch's apply without splitting the work into more, smaller Readys. The
+// batch's apply without splitting the work into more, smaller Readys. When
+// a save ends with appends waiting, the append goroutine yields once if
+// raft holds a Ready, so that the loop, woken by the save's end, queues it
+// behind them and both leave in the next save. The
 // same holds while the loop applies or sends: what is stepped meanwhile
 // leaves in the next Ready. Normal proposals made while the lock is busy
 // are stepped together, in one MsgProp (proposalBatch): a leader appends

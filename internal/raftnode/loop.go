@@ -75,7 +75,7 @@ func (n *Node) run() {
 // next Ready after a turn through its select, so that a stream of Readys
 // does not starve ticks or Stop.
 func (n *Node) handleNextReady() error {
-	if n.storageStalled() || n.appender.backlogged() {
+	if n.storageStalled() || n.appender.waitsForSave() {
 		return nil
 	}
 	rd, ok := n.takeReady()
@@ -106,6 +106,13 @@ func (n *Node) takeReady() (raft.Ready, bool) {
 	}
 	n.readys.Add(1)
 	return n.raft.Ready(), true
+}
+
+// hasReady reports whether raft has a Ready for the loop to take.
+func (n *Node) hasReady() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return !n.stopped && n.raft.HasReady()
 }
 
 // markStopped makes every later call into raft return ErrStopped; the
