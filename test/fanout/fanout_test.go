@@ -133,8 +133,11 @@ func measure(t *testing.T, watchers int, spread bool) {
 
 	const writes = 20
 	t.Logf("load average before the writes: %s", loadAverage())
-	gcs := settleWatchers(t, urls)
+	settleWatchers()
+	// After the profiles start: with LATCH_FANOUT_PROFILE each member
+	// collects once for its heap profile, before the writes.
 	profiles := startProfiles(t, os.Getenv("LATCH_FANOUT_PROFILE"), map[bool]string{true: "spread", false: "one"}[spread], urls)
+	gcs := countCollections(t, urls)
 	meter := meterOf(c)
 	membersCPU, selfCPU := meter.read(t)
 	// Commit happens between a write's sending and its acknowledgement, and
@@ -354,21 +357,25 @@ type collections struct {
 }
 
 // settleWatchers collects this process's garbage once the watchers are
-// registered, and starts counting collections. The 10,000 watchers of a
+// registered. The 10,000 watchers of a
 // fan-out are one process here (a fleet's are 10,000 hosts, each with its
 // own small heap): their registration leaves it a heap of some 200 MB
 // whose collection, left to the runtime, starts as the writes do and takes
 // the two cores' time from the first fan-out (a 276 ms mark in a run traced
 // with GODEBUG=gctrace=1). The members are not collected here: a
-// collection of theirs during the writes is latch's cost, and counted.
-func settleWatchers(t *testing.T, urls []string) *collections {
-	runtime.GC()
+// collection of theirs during the writes is latch's cost, and counted
+// (countCollections).
+func settleWatchers() { runtime.GC() }
+
+// countCollections starts counting the collections of the members at urls
+// and of this process.
+func countCollections(t *testing.T, urls []string) *collections {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return &collections{urls: urls, members: metric(t, urls, gcLine), self: m.NumGC}
 }
 
-// log reports the collections since settleWatchers.
+// log reports the collections since countCollections.
 func (c *collections) log(t *testing.T, what string) {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)

@@ -90,7 +90,8 @@ func TestWatchFanoutZooKeeper(t *testing.T) {
 			t.Logf("%d watches set in %v; load average before the writes: %s", watchers, time.Since(start).Round(time.Millisecond), loadAverage())
 		}
 		if round%writes == 1 {
-			gcs = settleWatchers(t, urls)
+			settleWatchers()
+			gcs = countCollections(t, urls)
 			membersCPU, selfCPU = meter.read(t)
 		}
 		w.round.Store(round)
