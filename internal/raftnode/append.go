@@ -87,11 +87,7 @@ func (a *appender) flush() error {
 // first storage error, which is fatal.
 func (a *appender) run() {
 	defer close(a.done)
-	saved := false
 	for {
-		if saved {
-			a.letReadyLoopQueue()
-		}
 		work, ok := a.next()
 		if !ok {
 			a.err = errStopping
@@ -101,7 +97,7 @@ func (a *appender) run() {
 			a.err = err
 			return
 		}
-		saved = true
+		a.letReadyLoopQueue()
 	}
 }
 
@@ -111,10 +107,7 @@ func (a *appender) run() {
 // and may now queue it behind the work, to leave in the same save rather
 // than wait for a save of its own.
 func (a *appender) letReadyLoopQueue() {
-	a.mu.Lock()
-	waiting := len(a.queue) > 0
-	a.mu.Unlock()
-	if waiting && a.n.hasReady() {
+	if a.backlogged() && a.n.hasReady() {
 		runtime.Gosched()
 	}
 }
@@ -176,7 +169,8 @@ func (a *appender) waitsForSave() bool {
 	return len(a.queue) > 0 && a.busySince.Load() != 0
 }
 
-// backlogged reports whether queued messages wait for a save under way.
+// backlogged reports whether messages are queued that the append goroutine
+// has not taken yet.
 func (a *appender) backlogged() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
