@@ -9,19 +9,24 @@ import (
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 	"github.com/latch-io/latch/internal/fsm"
+	"github.com/latch-io/latch/internal/replica"
 )
 
 // applyingReplica applies each proposal to its state at once and hands the
 // events to the queues, as the replica's apply path does.
 type applyingReplica struct {
-	mu    sync.RWMutex
-	fsm   *fsm.FSM
-	index uint64
-	q     *Queues
+	mu        sync.RWMutex
+	fsm       *fsm.FSM
+	index     uint64
+	q         *Queues
+	deferrals []time.Duration // guarded by mu: each enqueue's replica.Deferred delay
 }
 
-func (r *applyingReplica) Propose(_ context.Context, cmd *command.Command) (fsm.Result, uint64, error) {
+func (r *applyingReplica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result, uint64, error) {
 	r.mu.Lock()
+	if cmd.Op == command.OpEnqueue {
+		r.deferrals = append(r.deferrals, replica.DeferralOf(ctx))
+	}
 	r.index++
 	index := r.index
 	res, events := r.fsm.Apply(index, cmd)
@@ -103,6 +108,45 @@ func TestLockHandoff(t *testing.T) {
 	}
 	if q.Wakeups() != 1 {
 		t.Fatalf("%d wakeups, want exactly one (no herd)", q.Wakeups())
+	}
+}
+
+// TestPlaceBehindAnotherIsDeferred: an acquire that will wait behind
+// another session's place proposes its own place deferred (it may wait to
+// leave with another write); one that may hold at once, or will not wait,
+// or already has a place (its holder's included) proposes it at once.
+func TestPlaceBehindAnotherIsDeferred(t *testing.T) {
+	q, r := newQueues(t, 3)
+	ctx := context.Background()
+	first, err := q.AcquireLock(ctx, "db", 1, time.Second)
+	if err != nil || !first.Held {
+		t.Fatalf("first acquire: %+v, %v", first, err)
+	}
+	steps := []struct {
+		what    string
+		session uint64
+		wait    time.Duration
+		want    time.Duration
+	}{
+		{"a try behind the holder", 2, 0, 0},
+		{"a wait behind the holder and a waiter", 3, time.Millisecond, placeDeferral},
+		{"the holder's acquire again", 1, time.Second, 0},
+		{"a waiter's acquire again", 3, time.Millisecond, 0},
+	}
+	for _, st := range steps {
+		if _, err := q.AcquireLock(ctx, "db", st.session, st.wait); err != nil {
+			t.Fatalf("%s: %v", st.what, err)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.deferrals) != 1+len(steps) || r.deferrals[0] != 0 {
+		t.Fatalf("deferrals of the enqueues %v, want %d with the first (an empty queue) 0", r.deferrals, 1+len(steps))
+	}
+	for i, st := range steps {
+		if got := r.deferrals[i+1]; got != st.want {
+			t.Errorf("%s: deferred %v, want %v", st.what, got, st.want)
+		}
 	}
 }
 

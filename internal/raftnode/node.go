@@ -148,6 +148,11 @@ type Node struct {
 	// Ready carries.
 	readys  atomic.Uint64
 	stepped atomic.Uint64
+	// deferredJoined and deferredAlone count the deferred proposals
+	// (ProposeDeferred) another proposal took along, and those that left
+	// by themselves once their delay passed.
+	deferredJoined atomic.Uint64
+	deferredAlone  atomic.Uint64
 
 	stopc chan struct{}
 	donec chan struct{}
@@ -315,6 +320,25 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 	return n.proposeWhenLed(ctx, func() (bool, error) { return n.stepBatched(data) })
 }
 
+// ProposeDeferred proposes data as Propose does, but lets it wait up to
+// delay for company: it joins the open batch, which the next proposal made
+// here steps (or the next one a follower forwards here), and steps it
+// itself only once delay has passed. It is for a write whose writer does
+// not wait on it at once (a place at the back of a lock's queue that others
+// hold), so that it shares a WAL save with a write that is waited on
+// instead of taking one of its own. Tried again after raft held or dropped
+// it for want of a leader, it does not wait a second time.
+func (n *Node) ProposeDeferred(ctx context.Context, data []byte, delay time.Duration) error {
+	wait := true
+	return n.proposeWhenLed(ctx, func() (bool, error) {
+		if wait {
+			wait = false
+			return n.stepDeferred(ctx, data, delay)
+		}
+		return n.stepBatched(data)
+	})
+}
+
 // ProposeConfChange proposes a membership change, waiting for a leader as
 // Propose does. It is stepped alone.
 func (n *Node) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error {
@@ -430,7 +454,8 @@ func (n *Node) ReadIndex(_ context.Context, rctx []byte) error {
 // and raft's refusal of one is returned. Other messages raft refuses (a
 // response from a peer not in the group) are dropped silently, as raft.Node
 // did. Every message but an idle heartbeat wakes a quiesced group
-// (wakesGroup).
+// (wakesGroup). A forwarded proposal takes along the open batch if a
+// deferred proposal waits in it (ProposeDeferred): both leave in one Ready.
 func (n *Node) Step(_ context.Context, m raftpb.Message) error {
 	markStep(&m)
 	if n.wakesGroup(&m) {
@@ -446,7 +471,13 @@ func (n *Node) Step(_ context.Context, m raftpb.Message) error {
 		// the connection's peer.
 		m.From = n.cfg.ID
 	}
-	_, err := n.stepLocked(func() (bool, error) { return false, n.raft.Step(m) })
+	_, err := n.stepLocked(func() (bool, error) {
+		err := n.raft.Step(m)
+		if m.Type == raftpb.MsgProp {
+			n.stepDeferredAlongLocked()
+		}
+		return false, err
+	})
 	if errors.Is(err, ErrStopped) {
 		return err
 	}
@@ -503,6 +534,12 @@ func (n *Node) Status() raft.Status {
 		return raft.Status{}
 	}
 	return n.raft.Status()
+}
+
+// Deferrals reports how many deferred proposals (ProposeDeferred) left
+// with another proposal, and how many by themselves after their delay.
+func (n *Node) Deferrals() (joined, alone uint64) {
+	return n.deferredJoined.Load(), n.deferredAlone.Load()
 }
 
 // Batching reports how many Readys the loop took and how many messages

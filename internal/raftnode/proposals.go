@@ -1,6 +1,11 @@
 package raftnode
 
-import "go.etcd.io/raft/v3/raftpb"
+import (
+	"context"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
 
 // proposalBatch is the normal entries proposed while the lock was busy.
 // Each proposer adds its entry to the open batch, then takes the lock; the
@@ -17,6 +22,11 @@ import "go.etcd.io/raft/v3/raftpb"
 type proposalBatch struct {
 	entries []raftpb.Entry // guarded by Node.batchMu while the batch is open
 	size    int            // the entries' data, in bytes; guarded like entries
+	// done is made by the first deferred proposer to join (guarded like
+	// entries) and closed by the stepper once the batch is stepped: a
+	// deferred proposer waits on it (ProposeDeferred). The stepper takes
+	// it with the entries, when the batch can no longer be joined.
+	done chan struct{}
 	// Guarded by Node.mu: set by the proposer that steps the batch.
 	stepped bool
 	held    bool  // proposals were held (see Node.proposalsHeld)
@@ -32,29 +42,81 @@ const maxBatchSize = 1 << 20
 // stepBatched adds data to the open batch and returns the batch's outcome
 // once it is stepped, by this proposer or by another.
 func (n *Node) stepBatched(data []byte) (held bool, err error) {
-	b := n.joinBatch(data)
-	stepper := false
+	held, _, err = n.outcome(n.joinBatch(data, false))
+	return held, err
+}
+
+// stepDeferred adds data to the open batch and waits up to delay for
+// another proposer to step it (ProposeDeferred) before stepping it itself,
+// at once if ctx ends; it returns the batch's outcome.
+func (n *Node) stepDeferred(ctx context.Context, data []byte, delay time.Duration) (held bool, err error) {
+	b := n.joinBatch(data, true)
+	timer := n.cfg.Clock.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case <-b.done: // stepped by another proposer, with its own entry
+	case <-timer.C():
+	case <-ctx.Done():
+	case <-n.donec:
+	}
+	held, alone, err := n.outcome(b)
+	if alone {
+		n.deferredAlone.Add(1)
+	} else {
+		n.deferredJoined.Add(1)
+	}
+	return held, err
+}
+
+// outcome steps b unless a proposer already did, and returns what raft
+// made of it and whether this call stepped it.
+func (n *Node) outcome(b *proposalBatch) (held, stepper bool, err error) {
 	held, err = n.stepLocked(func() (bool, error) {
-		if !b.stepped {
-			stepper, b.stepped = true, true
-			// Should raft panic here (a broken invariant), the batch's
-			// other proposers find no error: raft may have appended the
-			// entries before it panicked, so they wait for the apply, and
-			// their deadline reports the outcome unknown.
-			b.held, b.err = n.stepProposalLocked(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID, Entries: n.closeBatch(b)})
-		}
+		stepper = n.stepBatchLocked(b)
 		return b.held, b.err
 	})
 	if stepper && err == nil && !held {
 		n.stepped.Add(1) // one message, however many entries
 		n.notify()
 	}
-	return held, err
+	return held, stepper, err
+}
+
+// stepBatchLocked steps b in one MsgProp unless a proposer already did, and
+// reports whether this call stepped it; n.mu must be held. Should raft panic
+// here (a broken invariant), the batch's other proposers find no error: raft
+// may have appended the entries before it panicked, so they wait for the
+// apply, and their deadline reports the outcome unknown.
+func (n *Node) stepBatchLocked(b *proposalBatch) bool {
+	if b.stepped {
+		return false
+	}
+	b.stepped = true
+	entries, done := n.closeBatch(b)
+	b.held, b.err = n.stepProposalLocked(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID, Entries: entries})
+	if done != nil {
+		close(done)
+	}
+	return true
+}
+
+// stepDeferredAlongLocked steps the open batch if a deferred proposal waits
+// in it, so that it leaves in the same Ready as the proposal just stepped
+// (one a follower forwarded); n.mu must be held.
+func (n *Node) stepDeferredAlongLocked() {
+	n.batchMu.Lock()
+	b := n.openBatch
+	deferred := b != nil && b.done != nil
+	n.batchMu.Unlock()
+	if deferred {
+		n.stepBatchLocked(b)
+	}
 }
 
 // joinBatch adds data to the open batch, or to a new one if there is none
-// or data would take it past maxBatchSize, and returns that batch.
-func (n *Node) joinBatch(data []byte) *proposalBatch {
+// or data would take it past maxBatchSize, and returns that batch. A
+// deferred proposer makes the batch's done channel, if it has none.
+func (n *Node) joinBatch(data []byte, deferred bool) *proposalBatch {
 	n.batchMu.Lock()
 	defer n.batchMu.Unlock()
 	b := n.openBatch
@@ -64,16 +126,19 @@ func (n *Node) joinBatch(data []byte) *proposalBatch {
 	}
 	b.entries = append(b.entries, raftpb.Entry{Data: data})
 	b.size += len(data)
+	if deferred && b.done == nil {
+		b.done = make(chan struct{})
+	}
 	return b
 }
 
 // closeBatch takes b out of reach of new proposals, if it is still open,
-// and returns its entries.
-func (n *Node) closeBatch(b *proposalBatch) []raftpb.Entry {
+// and returns its entries and done channel.
+func (n *Node) closeBatch(b *proposalBatch) ([]raftpb.Entry, chan struct{}) {
 	n.batchMu.Lock()
 	defer n.batchMu.Unlock()
 	if n.openBatch == b {
 		n.openBatch = nil
 	}
-	return b.entries
+	return b.entries, b.done
 }

@@ -150,7 +150,15 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 	m.ProposalStarted()
 	defer m.ProposalEnded()
 	data := cmd.Marshal()
-	err := r.proposeUntilAccepted(ctx, func(ctx context.Context) error { return r.node.Propose(ctx, data) })
+	delay := DeferralOf(ctx)
+	err := r.proposeUntilAccepted(ctx, func(ctx context.Context) error {
+		if delay > 0 {
+			d := delay
+			delay = 0 // proposed again (dropped in a transfer): at once
+			return r.node.ProposeDeferred(ctx, data, d)
+		}
+		return r.node.Propose(ctx, data)
+	})
 	turn.End() // the entry is with raft (or never will be): the next may go
 	if err != nil {
 		m.ProposalFailed()
@@ -177,6 +185,24 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 	}
 	m.ProposalFailed()
 	return fsm.Result{}, 0, r.Unavailable("not committed within the request deadline; outcome unknown")
+}
+
+// deferralKey is the context key of a write's deferral (Deferred).
+type deferralKey struct{}
+
+// Deferred returns ctx under which Propose lets its entry wait up to delay
+// for another write proposed on this server to leave with
+// (raftnode.Node.ProposeDeferred): for a write whose caller does not need it
+// applied at once, such as a place at the back of a lock's queue, which
+// then shares a WAL save with a write that a caller waits on.
+func Deferred(ctx context.Context, delay time.Duration) context.Context {
+	return context.WithValue(ctx, deferralKey{}, delay)
+}
+
+// DeferralOf returns the deferral Deferred put in ctx, 0 if none.
+func DeferralOf(ctx context.Context) time.Duration {
+	d, _ := ctx.Value(deferralKey{}).(time.Duration)
+	return d
 }
 
 // proposeUntilAccepted hands a proposal to raft with propose, proposing

@@ -147,12 +147,16 @@ var (
 		"Readys the shard's Ready loop took (each one WAL save of what raft gathered since the last, and one send of each peer's messages), per shard.", shardLabel, nil)
 	steppedDesc = prometheus.NewDesc("latch_raft_messages_stepped_total",
 		"Proposals and peer messages stepped into the shard's raft, per shard: over latch_raft_readys_total, what one Ready carries.", shardLabel, nil)
+	deferredDesc = prometheus.NewDesc("latch_raft_deferred_proposals_total",
+		"Deferred proposals (a lock waiter's place behind another's), per shard, by how they left: joined (with another proposal made or forwarded here) or alone (after their delay).",
+		[]string{"shard", "left"}, nil)
 )
 
 func (c raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- commitIndexDesc
 	ch <- readysDesc
 	ch <- steppedDesc
+	ch <- deferredDesc
 }
 
 func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
@@ -166,6 +170,9 @@ func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
 		readys, stepped := node.Batching()
 		ch <- prometheus.MustNewConstMetric(readysDesc, prometheus.CounterValue, float64(readys), label)
 		ch <- prometheus.MustNewConstMetric(steppedDesc, prometheus.CounterValue, float64(stepped), label)
+		joined, alone := node.Deferrals()
+		ch <- prometheus.MustNewConstMetric(deferredDesc, prometheus.CounterValue, float64(joined), label, "joined")
+		ch <- prometheus.MustNewConstMetric(deferredDesc, prometheus.CounterValue, float64(alone), label, "alone")
 	}
 }
 

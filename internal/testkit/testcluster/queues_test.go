@@ -387,3 +387,42 @@ func TestLostLockNamesItsSessionOnce(t *testing.T) {
 		t.Fatalf("lost lock's message names session %s %d times, want once: %q", s.ID(), n, err)
 	}
 }
+
+// TestWaiterPlaceIsDeferred: the place of a session that will wait behind
+// another's is proposed deferred (it may wait a little to share a WAL save
+// with another write): the member that served it counts one deferred
+// proposal, and the place works as any other: granted, with a larger
+// token, once the holder releases.
+func TestWaiterPlaceIsDeferred(t *testing.T) {
+	c := New(t, 3, Options{})
+	ctx := ctxT(t, 30*time.Second)
+	at := c.URL(0)
+	deferred := func() float64 {
+		sc := scrapeMetrics(t, ctx, at)
+		joined, _ := sc.value("latch_raft_deferred_proposals_total", "shard", "0", "left", "joined")
+		alone, _ := sc.value("latch_raft_deferred_proposals_total", "shard", "0", "left", "alone")
+		return joined + alone
+	}
+	a := createSession(t, ctx, at, 20*time.Second).SessionID
+	b := createSession(t, ctx, at, 20*time.Second).SessionID
+	held, err := acquireLock(ctx, at, "D", a, time.Second)
+	if err != nil || !held.Held {
+		t.Fatalf("a's acquire: %+v, %v", held, err)
+	}
+	if n := deferred(); n != 0 {
+		t.Fatalf("%v deferred proposals after an acquire of a free lock, want 0", n)
+	}
+	if _, err := acquireLock(ctx, at, "D", b, 10*time.Millisecond); api.CodeOf(err) != api.CodeLockNotHeld {
+		t.Fatalf("b's acquire behind a: %v, want lock_not_held after its wait", err)
+	}
+	if n := deferred(); n != 1 {
+		t.Fatalf("%v deferred proposals after an acquire behind a holder, want 1", n)
+	}
+	if err := releaseLock(ctx, at, "D", a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := acquireLock(ctx, at, "D", b, 10*time.Second)
+	if err != nil || !got.Held || got.FencingToken <= held.FencingToken {
+		t.Fatalf("b's acquire after a's release: %+v, %v; want held with a token above %d", got, err, held.FencingToken)
+	}
+}

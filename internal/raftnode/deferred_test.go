@@ -1,0 +1,138 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// deferredWaiting reports whether a deferred proposal waits in n's open
+// batch (ProposeDeferred, before anything stepped it).
+func deferredWaiting(n *Node) bool {
+	n.batchMu.Lock()
+	defer n.batchMu.Unlock()
+	return n.openBatch != nil && n.openBatch.done != nil
+}
+
+// proposeDeferredAsync proposes data through n with ProposeDeferred on
+// another goroutine, waits until it waits in n's open batch, and returns
+// the channel of its outcome (context.DeadlineExceeded if nothing stepped
+// it within 10 s: the proposal, stepped then, was not taken as it should).
+func proposeDeferredAsync(t *testing.T, n *Node, data string, delay time.Duration) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := n.ProposeDeferred(ctx, []byte(data), delay)
+		if err == nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		done <- err
+	}()
+	waitFor(t, fmt.Sprintf("%q to wait in the open batch", data), func() bool { return deferredWaiting(n) })
+	return done
+}
+
+// wantOneAppend fails t unless the entries whose data starts with prefix
+// left leader for each of its followers in one Send and one MsgApp.
+func wantOneAppend(t *testing.T, g *fakeGroup, logs map[uint64]*sendLog, leader *Node, prefix string, entries int) {
+	t.Helper()
+	for _, follower := range g.nodes {
+		if follower == leader {
+			continue
+		}
+		msgApps, carried := logs[leader.cfg.ID].appendsCarrying(follower.cfg.ID, prefix)
+		if len(carried) != 1 || carried[0] != entries || msgApps[0] != 1 {
+			t.Errorf("to follower %d the %d entries %q... left in %d Sends carrying %v of them in %v MsgApps, want one Send, one MsgApp with all",
+				follower.cfg.ID, entries, prefix, len(carried), carried, msgApps)
+		}
+	}
+}
+
+// TestDeferredProposalLeavesWithTheNext: a deferred proposal waits in the
+// open batch (the clock stands still, so its delay never passes) until the
+// next proposal made on the same node steps both: they leave for every
+// follower in one MsgApp and apply everywhere.
+func TestDeferredProposalLeavesWithTheNext(t *testing.T) {
+	g, logs := startLoggedGroup(t, 3, fakeOptions{})
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up")
+
+	deferred := proposeDeferredAsync(t, leader, "pair-deferred", time.Hour)
+	if g.machines[leader.cfg.ID-1].has("pair-deferred") {
+		t.Fatal("the deferred proposal applied before anything stepped it")
+	}
+	g.propose(t, leader, "pair-next")
+	if err := <-deferred; err != nil {
+		t.Fatalf("the deferred proposal: %v", err)
+	}
+	for i, m := range g.machines {
+		waitFor(t, fmt.Sprintf("node %d to apply the deferred proposal", i+1), func() bool { return m.has("pair-deferred") })
+	}
+	wantOneAppend(t, g, logs, leader, "pair-", 2)
+}
+
+// TestDeferredProposalLeavesWithAForwardedOne: a proposal a follower
+// forwards to the leader takes along the deferred proposal waiting in the
+// leader's open batch, in the same Ready.
+func TestDeferredProposalLeavesWithAForwardedOne(t *testing.T) {
+	g, logs := startLoggedGroup(t, 3, fakeOptions{})
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up") // every member knows the leader
+	var follower *Node
+	for _, n := range g.nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	waitFor(t, "the follower to know the leader", func() bool { return follower.leader.Load() == leader.cfg.ID })
+
+	deferred := proposeDeferredAsync(t, leader, "pair-deferred", time.Hour)
+	g.propose(t, follower, "pair-forwarded")
+	if err := <-deferred; err != nil {
+		t.Fatalf("the deferred proposal: %v", err)
+	}
+	for i, m := range g.machines {
+		waitFor(t, fmt.Sprintf("node %d to apply the deferred proposal", i+1), func() bool { return m.has("pair-deferred") })
+	}
+	wantOneAppend(t, g, logs, leader, "pair-", 2)
+}
+
+// TestDeferredProposalAloneLeavesAfterItsDelay: with no other proposal, a
+// deferred one waits while its delay has not passed on the node's clock,
+// then steps itself and applies on every member.
+func TestDeferredProposalAloneLeavesAfterItsDelay(t *testing.T) {
+	const delay = 10 * time.Millisecond // less than a tick: advancing it ticks nothing
+	for _, on := range []string{"leader", "follower"} {
+		t.Run(on, func(t *testing.T) {
+			g := startFakeGroup(t, 3)
+			leader := g.elect(t)
+			g.propose(t, leader, "warm-up")
+			n := leader
+			if on == "follower" {
+				n = g.nodes[leader.cfg.ID%3] // the next member: a follower
+				waitFor(t, "the follower to know the leader", func() bool { return n.leader.Load() == leader.cfg.ID })
+			}
+			deferred := proposeDeferredAsync(t, n, "alone", delay)
+			g.clock.Advance(delay / 2)
+			select {
+			case err := <-deferred:
+				t.Fatalf("the deferred proposal returned (%v) before its delay passed", err)
+			default:
+			}
+			if !deferredWaiting(n) {
+				t.Fatal("the deferred proposal left the open batch before its delay passed")
+			}
+			g.clock.Advance(delay / 2)
+			if err := <-deferred; err != nil {
+				t.Fatalf("the deferred proposal: %v", err)
+			}
+			for i, m := range g.machines {
+				waitFor(t, fmt.Sprintf("node %d to apply the deferred proposal", i+1), func() bool { return m.has("alone") })
+			}
+		})
+	}
+}
