@@ -19,14 +19,6 @@ const (
 	candidatePrefix = "candidate-"
 )
 
-// placeDeferral is how long the write of a place in a lock's queue behind
-// another session's place may wait for another write proposed on the same
-// member to leave with (replica.Deferred). Such a place is granted only
-// after a release, which takes a raft round of its own, so the wait costs
-// its holder nothing unless the release comes sooner; under contention the
-// two share a WAL save where they would take two.
-const placeDeferral = 2 * time.Millisecond
-
 // AcquireLock queues the session on lock name (or keeps its place) and waits
 // up to wait to hold it. Held: the reply carries the fencing token, the raft
 // index of the session's queue node. Not held in time is a result, not an
@@ -45,7 +37,7 @@ func (q *Queues) AcquireLock(ctx context.Context, name string, session uint64, w
 	if wait > 0 && q.placeBehind(dir, session) {
 		// The place will not be at the front before another's release,
 		// a write of its own: it may wait to share that write's WAL save.
-		enqueueCtx = replica.Deferred(ctx, placeDeferral)
+		enqueueCtx = replica.Deferred(ctx, replica.PlaceDeferral)
 	}
 	mine, err := q.enqueue(enqueueCtx, dir, lockPrefix, session, nil)
 	if err != nil {

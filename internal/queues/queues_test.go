@@ -129,7 +129,7 @@ func TestPlaceBehindAnotherIsDeferred(t *testing.T) {
 		want    time.Duration
 	}{
 		{"a try behind the holder", 2, 0, 0},
-		{"a wait behind the holder and a waiter", 3, time.Millisecond, placeDeferral},
+		{"a wait behind the holder and a waiter", 3, time.Millisecond, replica.PlaceDeferral},
 		{"the holder's acquire again", 1, time.Second, 0},
 		{"a waiter's acquire again", 3, time.Millisecond, 0},
 	}

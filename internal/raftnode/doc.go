@@ -97,7 +97,11 @@
 // one acknowledgement. A follower holds back an acknowledgement that
 // repeats the index of its last one (a commit notice's, when it did not
 // fold) until its next tick, where a newer one supersedes it (acks.go).
-// Batching reports Readys taken and messages stepped.
+// A deferred proposal (ProposeDeferred: a write nobody waits on at once)
+// joins the open batch and waits up to its delay for company: the next
+// proposal made here, or forwarded here, steps both in one Ready.
+// Batching reports Readys taken and messages stepped; Deferrals how the
+// deferred proposals left.
 //
 // # A stalled disk
 //

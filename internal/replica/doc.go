@@ -21,6 +21,11 @@
 // tag: the writes of one client connection reach raft in the order sent,
 // and the state machine applies them only in that order.
 //
+// A write proposed with a deferral in its context (Deferred) may wait up
+// to that long to be stepped with the next write proposed on this member
+// (raftnode.Node.ProposeDeferred): for a place behind others in a queue,
+// which then shares a WAL save instead of taking one.
+//
 // Linearizable reads share one ReadIndex round per batch (ReadIndex,
 // Barrier): the reads that arrive while a round is in flight wait for the
 // next one. Each then waits until the local state machine has applied the

@@ -187,6 +187,13 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 	return fsm.Result{}, 0, r.Unavailable("not committed within the request deadline; outcome unknown")
 }
 
+// PlaceDeferral is the deferral (Deferred) of a new place at the back of a
+// lock's or election's queue, behind another session's: such a place is
+// granted only after a release, a write of its own, so the wait costs its
+// holder nothing unless the release comes sooner, and under contention the
+// place shares the release's WAL save instead of taking one.
+const PlaceDeferral = 2 * time.Millisecond
+
 // deferralKey is the context key of a write's deferral (Deferred).
 type deferralKey struct{}
 

@@ -148,7 +148,7 @@ var (
 	steppedDesc = prometheus.NewDesc("latch_raft_messages_stepped_total",
 		"Proposals and peer messages stepped into the shard's raft, per shard: over latch_raft_readys_total, what one Ready carries.", shardLabel, nil)
 	deferredDesc = prometheus.NewDesc("latch_raft_deferred_proposals_total",
-		"Deferred proposals (a lock waiter's place behind another's), per shard, by how they left: joined (with another proposal made or forwarded here) or alone (after their delay).",
+		"Deferred proposals (a place behind another session's in a lock's queue, HTTP or ZooKeeper), per shard, by how they left: joined (with another proposal made or forwarded here) or alone (after their delay).",
 		[]string{"shard", "left"}, nil)
 )
 

@@ -49,6 +49,12 @@ type TxnRequest struct {
 	// with several, the protocol steps of a write may propose it more than
 	// once, which a stream cannot tell from a lost write.
 	Turn *WriteTurn
+	// Place says the transaction makes a place at the back of a queue (a
+	// ZooKeeper lock or election recipe's ephemeral sequential node): if
+	// its parent has children here already, the place is behind another
+	// and is proposed deferred (replica.Deferred, replica.PlaceDeferral),
+	// to leave with the next write on this member.
+	Place bool
 }
 
 // WriteStream is the ordered stream of writes of one client connection of
@@ -120,6 +126,9 @@ func (s *Server) Txn(ctx context.Context, r TxnRequest) (TxnResult, error) {
 		}
 		ctx = replica.WithTurn(ctx, r.Turn)
 	}
+	if r.Place && placeBehind(g, r.Ops) {
+		ctx = replica.Deferred(ctx, replica.PlaceDeferral)
+	}
 	res, index, err := g.Propose(ctx, cmd)
 	if err != nil {
 		return TxnResult{}, err
@@ -127,6 +136,22 @@ func (s *Server) Txn(ctx context.Context, r TxnRequest) (TxnResult, error) {
 	out, err := txnResult(res, index)
 	out.Shard = g.shard
 	return out, err
+}
+
+// placeBehind reports whether the create among ops has a parent with
+// children in g's applied state (a hint, read without a barrier): the
+// created place would be behind them.
+func placeBehind(g *group, ops []TxnOp) bool {
+	for _, op := range ops {
+		if op.Kind != TxnCreate {
+			continue
+		}
+		var n fsm.Node
+		var err error
+		g.View(func(f *fsm.FSM) { n, err = f.Get(api.Parent(op.Path)) })
+		return err == nil && n.ChildrenCount > 0
+	}
+	return false
 }
 
 // txnCommand validates r as far as it can without the state and builds its

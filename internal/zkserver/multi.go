@@ -158,6 +158,21 @@ func (p *txnPlan) add(zk int, ops []server.TxnOp, roles []opRole) {
 	p.primary = append(p.primary, len(p.ops)-1)
 }
 
+// queuePlace reports whether the plan is one ZooKeeper create of an
+// ephemeral sequential node: the place a lock or election recipe takes in
+// its queue (server.TxnRequest.Place).
+func (p *txnPlan) queuePlace() bool {
+	if !p.implied {
+		return false // none, or several ZooKeeper operations (a multi)
+	}
+	for _, op := range p.ops {
+		if op.Kind == server.TxnCreate && op.Ephemeral && op.Sequential {
+			return true
+		}
+	}
+	return false
+}
+
 // sentinelOp is a check that always fails: the root always exists.
 var sentinelOp = server.TxnOp{Kind: server.TxnCheck, Path: "/", Precondition: server.NoNode}
 

@@ -37,14 +37,16 @@ func (c *conn) orderedWrite(p *pending, op zkproto.OpCode, body zkproto.Record) 
 
 // runPlan proposes plan as one transaction of the connection's session,
 // stamped with this member's wall time (returned with the result), in turn
-// of the connection's write stream when turn is not nil. An operation's
+// of the connection's write stream when turn is not nil; a create of an
+// ephemeral sequential node is marked as a queue place (it may be proposed
+// deferred: server.TxnRequest.Place). An operation's
 // refusal is classified as ZooKeeper's error of that operation; any other
 // failure (unavailable: an unknown outcome, or a write out of its stream's
 // order; an expired session) is errCode's, which ends the connection
 // unanswered where reply says so.
 func (c *conn) runPlan(plan *txnPlan, turn *server.WriteTurn) (server.TxnResult, uint64, zkproto.ErrCode) {
 	timeMs := c.l.srv.WallTimeMs()
-	res, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{Ops: plan.ops, SessionID: c.session, TimeMs: timeMs, Turn: turn})
+	res, err := c.l.srv.Txn(c.requestContext(), server.TxnRequest{Ops: plan.ops, SessionID: c.session, TimeMs: timeMs, Turn: turn, Place: plan.queuePlace()})
 	if err != nil {
 		var opErr *api.TxnOpError
 		if errors.As(err, &opErr) && opErr.Op >= 0 && opErr.Op < len(plan.ops) {
