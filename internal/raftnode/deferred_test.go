@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // deferredWaiting reports whether a deferred proposal waits in n's open
@@ -16,10 +18,11 @@ func deferredWaiting(n *Node) bool {
 }
 
 // proposeDeferredAsync proposes data through n with ProposeDeferred on
-// another goroutine, waits until it waits in n's open batch, and returns
-// the channel of its outcome (context.DeadlineExceeded if nothing stepped
-// it within 10 s: the proposal, stepped then, was not taken as it should).
-func proposeDeferredAsync(t *testing.T, n *Node, data string, delay time.Duration) <-chan error {
+// another goroutine, waits until it waits in the open batch of holder (n,
+// or the leader if n is a follower), and returns the channel of its
+// outcome (context.DeadlineExceeded if nothing stepped it within 10 s: the
+// proposal, stepped then, was not taken as it should).
+func proposeDeferredAsync(t *testing.T, n, holder *Node, data string, delay time.Duration) <-chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
@@ -31,7 +34,7 @@ func proposeDeferredAsync(t *testing.T, n *Node, data string, delay time.Duratio
 		}
 		done <- err
 	}()
-	waitFor(t, fmt.Sprintf("%q to wait in the open batch", data), func() bool { return deferredWaiting(n) })
+	waitFor(t, fmt.Sprintf("%q to wait in the open batch", data), func() bool { return deferredWaiting(holder) })
 	return done
 }
 
@@ -60,7 +63,7 @@ func TestDeferredProposalLeavesWithTheNext(t *testing.T) {
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up")
 
-	deferred := proposeDeferredAsync(t, leader, "pair-deferred", time.Hour)
+	deferred := proposeDeferredAsync(t, leader, leader, "pair-deferred", time.Hour)
 	if g.machines[leader.cfg.ID-1].has("pair-deferred") {
 		t.Fatal("the deferred proposal applied before anything stepped it")
 	}
@@ -90,7 +93,7 @@ func TestDeferredProposalLeavesWithAForwardedOne(t *testing.T) {
 	}
 	waitFor(t, "the follower to know the leader", func() bool { return follower.leader.Load() == leader.cfg.ID })
 
-	deferred := proposeDeferredAsync(t, leader, "pair-deferred", time.Hour)
+	deferred := proposeDeferredAsync(t, leader, leader, "pair-deferred", time.Hour)
 	g.propose(t, follower, "pair-forwarded")
 	if err := <-deferred; err != nil {
 		t.Fatalf("the deferred proposal: %v", err)
@@ -102,8 +105,9 @@ func TestDeferredProposalLeavesWithAForwardedOne(t *testing.T) {
 }
 
 // TestDeferredProposalAloneLeavesAfterItsDelay: with no other proposal, a
-// deferred one waits while its delay has not passed on the node's clock,
-// then steps itself and applies on every member.
+// deferred one waits in the leader's open batch (a follower's is forwarded
+// at once and held there) while its delay has not passed on the clock,
+// then is stepped and applies on every member.
 func TestDeferredProposalAloneLeavesAfterItsDelay(t *testing.T) {
 	const delay = 10 * time.Millisecond // less than a tick: advancing it ticks nothing
 	for _, on := range []string{"leader", "follower"} {
@@ -116,15 +120,17 @@ func TestDeferredProposalAloneLeavesAfterItsDelay(t *testing.T) {
 				n = g.nodes[leader.cfg.ID%3] // the next member: a follower
 				waitFor(t, "the follower to know the leader", func() bool { return n.leader.Load() == leader.cfg.ID })
 			}
-			deferred := proposeDeferredAsync(t, n, "alone", delay)
+			deferred := proposeDeferredAsync(t, n, leader, "alone", delay)
 			g.clock.Advance(delay / 2)
-			select {
-			case err := <-deferred:
-				t.Fatalf("the deferred proposal returned (%v) before its delay passed", err)
-			default:
+			if on == "leader" {
+				select {
+				case err := <-deferred:
+					t.Fatalf("the deferred proposal returned (%v) before its delay passed", err)
+				default:
+				}
 			}
-			if !deferredWaiting(n) {
-				t.Fatal("the deferred proposal left the open batch before its delay passed")
+			if !deferredWaiting(leader) {
+				t.Fatal("the deferred proposal left the leader's open batch before its delay passed")
 			}
 			g.clock.Advance(delay / 2)
 			if err := <-deferred; err != nil {
@@ -132,6 +138,62 @@ func TestDeferredProposalAloneLeavesAfterItsDelay(t *testing.T) {
 			}
 			for i, m := range g.machines {
 				waitFor(t, fmt.Sprintf("node %d to apply the deferred proposal", i+1), func() bool { return m.has("alone") })
+			}
+		})
+	}
+}
+
+// TestFollowersDeferredProposalWaitsAtTheLeader: a follower forwards its
+// deferred proposal at once; the leader holds it (the clock stands still)
+// until the next proposal made on the leader, and both leave for every
+// follower in one MsgApp.
+func TestFollowersDeferredProposalWaitsAtTheLeader(t *testing.T) {
+	g, logs := startLoggedGroup(t, 3, fakeOptions{})
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up")
+	follower := g.nodes[leader.cfg.ID%3]
+	waitFor(t, "the follower to know the leader", func() bool { return follower.leader.Load() == leader.cfg.ID })
+
+	deferred := proposeDeferredAsync(t, follower, leader, "pair-deferred", time.Hour)
+	if err := <-deferred; err != nil {
+		t.Fatalf("the follower's deferred proposal: %v", err)
+	}
+	if deferredWaiting(follower) {
+		t.Fatal("the follower holds its deferred proposal; want it forwarded at once")
+	}
+	g.propose(t, leader, "pair-next")
+	for i, m := range g.machines {
+		waitFor(t, fmt.Sprintf("node %d to apply the deferred proposal", i+1), func() bool { return m.has("pair-deferred") })
+	}
+	wantOneAppend(t, g, logs, leader, "pair-", 2)
+	if joined, alone := leader.Deferrals(); joined != 1 || alone != 0 {
+		t.Fatalf("the leader counts %d deferred proposals joined, %d alone; want 1, 0", joined, alone)
+	}
+}
+
+// TestForwardedDeferral: a MsgProp's Context carries a deferral only as
+// deferralContext writes it; the delay read back is capped.
+func TestForwardedDeferral(t *testing.T) {
+	tests := []struct {
+		name    string
+		context []byte
+		want    time.Duration
+		ok      bool
+	}{
+		{"none", nil, 0, false},
+		{"2 ms", deferralContext(2 * time.Millisecond), 2 * time.Millisecond, true},
+		{"zero", deferralContext(0), 0, true},
+		{"capped", deferralContext(time.Hour), maxForwardedDeferral, true},
+		{"tag alone", []byte{deferralTag}, 0, false},
+		{"another tag", []byte{0x01, 0x02}, 0, false},
+		{"trailing bytes", append(deferralContext(time.Millisecond), 0), 0, false},
+		{"truncated uvarint", []byte{deferralTag, 0x80}, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := forwardedDeferral(&raftpb.Message{Type: raftpb.MsgProp, Context: tt.context})
+			if got != tt.want || ok != tt.ok {
+				t.Fatalf("forwardedDeferral(%x) = %v, %v; want %v, %v", tt.context, got, ok, tt.want, tt.ok)
 			}
 		})
 	}

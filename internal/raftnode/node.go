@@ -321,9 +321,10 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 }
 
 // ProposeDeferred proposes data as Propose does, but lets it wait up to
-// delay for company: it joins the open batch, which the next proposal made
-// here steps (or the next one a follower forwards here), and steps it
-// itself only once delay has passed. It is for a write whose writer does
+// delay for company: on the leader it joins the open batch, which the next
+// proposal made here steps (or the next one a follower forwards here), and
+// steps it itself only once delay has passed; a follower forwards it at
+// once, marked, and the leader holds it so (holdForwarded). It is for a write whose writer does
 // not wait on it at once (a place at the back of a lock's queue that others
 // hold), so that it shares a WAL save with a write that is waited on
 // instead of taking one of its own. Tried again after raft held or dropped
@@ -456,6 +457,8 @@ func (n *Node) ReadIndex(_ context.Context, rctx []byte) error {
 // did. Every message but an idle heartbeat wakes a quiesced group
 // (wakesGroup). A forwarded proposal takes along the open batch if a
 // deferred proposal waits in it (ProposeDeferred): both leave in one Ready.
+// A forwarded deferred proposal is held in the open batch while this node
+// leads (holdForwarded).
 func (n *Node) Step(_ context.Context, m raftpb.Message) error {
 	markStep(&m)
 	if n.wakesGroup(&m) {
@@ -470,6 +473,10 @@ func (n *Node) Step(_ context.Context, m raftpb.Message) error {
 		// the next hop's transport refuses a message whose sender is not
 		// the connection's peer.
 		m.From = n.cfg.ID
+		if delay, ok := forwardedDeferral(&m); ok && n.leader.Load() == n.cfg.ID {
+			n.holdForwarded(m.Entries, delay)
+			return nil
+		}
 	}
 	_, err := n.stepLocked(func() (bool, error) {
 		err := n.raft.Step(m)

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"encoding/binary"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -42,15 +43,30 @@ const maxBatchSize = 1 << 20
 // stepBatched adds data to the open batch and returns the batch's outcome
 // once it is stepped, by this proposer or by another.
 func (n *Node) stepBatched(data []byte) (held bool, err error) {
-	held, _, err = n.outcome(n.joinBatch(data, false))
+	held, _, err = n.outcome(n.joinBatch(false, raftpb.Entry{Data: data}))
 	return held, err
 }
 
-// stepDeferred adds data to the open batch and waits up to delay for
-// another proposer to step it (ProposeDeferred) before stepping it itself,
-// at once if ctx ends; it returns the batch's outcome.
+// stepDeferred proposes data deferred by delay (ProposeDeferred). On the
+// leader it adds data to the open batch and waits up to delay for another
+// proposer to step it before stepping it itself, at once if ctx ends. On a
+// follower it forwards data at once in a MsgProp that carries the delay
+// (deferralContext): the leader, where every proposal meets, holds it in
+// its open batch instead (Step). It returns the outcome here.
 func (n *Node) stepDeferred(ctx context.Context, data []byte, delay time.Duration) (held bool, err error) {
-	b := n.joinBatch(data, true)
+	if n.leader.Load() != n.cfg.ID {
+		return n.stepProposal(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID,
+			Entries: []raftpb.Entry{{Data: data}}, Context: deferralContext(delay)})
+	}
+	b := n.joinBatch(true, raftpb.Entry{Data: data})
+	held, err = n.stepAfter(ctx, b, delay)
+	return held, err
+}
+
+// stepAfter waits up to delay (until ctx ends) for another proposer to step
+// the open batch b a deferred proposal joined, steps it if none did, and
+// returns its outcome; it counts how the deferred proposal left.
+func (n *Node) stepAfter(ctx context.Context, b *proposalBatch, delay time.Duration) (held bool, err error) {
 	timer := n.cfg.Clock.NewTimer(delay)
 	defer timer.Stop()
 	select {
@@ -67,6 +83,46 @@ func (n *Node) stepDeferred(ctx context.Context, data []byte, delay time.Duratio
 	}
 	return held, err
 }
+
+// holdForwarded holds the entries of a deferred proposal a follower
+// forwarded (a MsgProp with a deferralContext) in the open batch, for the
+// next proposal made or forwarded here to take along, stepping them after
+// delay at the latest. Should raft drop them then (this node no longer
+// leads and knows no leader), the forwarder's waiter ends at its deadline,
+// as for any forwarded proposal lost on its way.
+func (n *Node) holdForwarded(entries []raftpb.Entry, delay time.Duration) {
+	b := n.joinBatch(true, entries...)
+	go n.stepAfter(context.Background(), b, delay)
+}
+
+// deferralTag starts the Context of a MsgProp that carries a deferred
+// proposal from a follower to the leader; the delay follows, in
+// microseconds, as a uvarint.
+const deferralTag = 0xde
+
+// deferralContext is the Context of a forwarded deferred proposal.
+func deferralContext(delay time.Duration) []byte {
+	return binary.AppendUvarint([]byte{deferralTag}, uint64(delay.Microseconds()))
+}
+
+// forwardedDeferral returns the delay a forwarded MsgProp's Context carries,
+// at most maxForwardedDeferral, and false if it carries none (a plain
+// proposal, or a Context not made by deferralContext: it is stepped as it
+// is).
+func forwardedDeferral(m *raftpb.Message) (time.Duration, bool) {
+	if len(m.Context) < 2 || m.Context[0] != deferralTag {
+		return 0, false
+	}
+	us, k := binary.Uvarint(m.Context[1:])
+	if k != len(m.Context)-1 {
+		return 0, false
+	}
+	return time.Duration(min(us, uint64(maxForwardedDeferral.Microseconds()))) * time.Microsecond, true
+}
+
+// maxForwardedDeferral bounds the delay a forwarded deferred proposal may
+// ask of the leader.
+const maxForwardedDeferral = time.Second
 
 // outcome steps b unless a proposer already did, and returns what raft
 // made of it and whether this call stepped it.
@@ -113,19 +169,23 @@ func (n *Node) stepDeferredAlongLocked() {
 	}
 }
 
-// joinBatch adds data to the open batch, or to a new one if there is none
-// or data would take it past maxBatchSize, and returns that batch. A
+// joinBatch adds entries to the open batch, or to a new one if there is
+// none or they would take it past maxBatchSize, and returns that batch. A
 // deferred proposer makes the batch's done channel, if it has none.
-func (n *Node) joinBatch(data []byte, deferred bool) *proposalBatch {
+func (n *Node) joinBatch(deferred bool, entries ...raftpb.Entry) *proposalBatch {
+	size := 0
+	for _, e := range entries {
+		size += len(e.Data)
+	}
 	n.batchMu.Lock()
 	defer n.batchMu.Unlock()
 	b := n.openBatch
-	if b == nil || b.size+len(data) > maxBatchSize {
+	if b == nil || b.size+size > maxBatchSize {
 		b = &proposalBatch{}
 		n.openBatch = b
 	}
-	b.entries = append(b.entries, raftpb.Entry{Data: data})
-	b.size += len(data)
+	b.entries = append(b.entries, entries...)
+	b.size += size
 	if deferred && b.done == nil {
 		b.done = make(chan struct{})
 	}

@@ -390,18 +390,23 @@ func TestLostLockNamesItsSessionOnce(t *testing.T) {
 
 // TestWaiterPlaceIsDeferred: the place of a session that will wait behind
 // another's is proposed deferred (it may wait a little to share a WAL save
-// with another write): the member that served it counts one deferred
-// proposal, and the place works as any other: granted, with a larger
-// token, once the holder releases.
+// with another write): the cluster counts one deferred
+// proposal (where it waited: at the leader, if the member is a follower),
+// and the place works as any other: granted, with a larger token, once the
+// holder releases.
 func TestWaiterPlaceIsDeferred(t *testing.T) {
 	c := New(t, 3, Options{})
 	ctx := ctxT(t, 30*time.Second)
 	at := c.URL(0)
-	deferred := func() float64 {
-		sc := scrapeMetrics(t, ctx, at)
-		joined, _ := sc.value("latch_raft_deferred_proposals_total", "shard", "0", "left", "joined")
-		alone, _ := sc.value("latch_raft_deferred_proposals_total", "shard", "0", "left", "alone")
-		return joined + alone
+	deferred := func() float64 { // over the members: a follower's wait at the leader
+		sum := 0.0
+		for i := range c.Nodes {
+			sc := scrapeMetrics(t, ctx, c.URL(i))
+			joined, _ := sc.value("latch_raft_deferred_proposals_total", "shard", "0", "left", "joined")
+			alone, _ := sc.value("latch_raft_deferred_proposals_total", "shard", "0", "left", "alone")
+			sum += joined + alone
+		}
+		return sum
 	}
 	a := createSession(t, ctx, at, 20*time.Second).SessionID
 	b := createSession(t, ctx, at, 20*time.Second).SessionID
