@@ -38,6 +38,14 @@ func proposeDeferredAsync(t *testing.T, n, holder *Node, data string, delay time
 	return done
 }
 
+// waitApplied waits until every member applied the entry data.
+func (g *fakeGroup) waitApplied(t *testing.T, data string) {
+	t.Helper()
+	for i, m := range g.machines {
+		waitFor(t, fmt.Sprintf("node %d to apply %q", i+1, data), func() bool { return m.has(data) })
+	}
+}
+
 // wantOneAppend fails t unless the entries whose data starts with prefix
 // left leader for each of its followers in one Send and one MsgApp.
 func wantOneAppend(t *testing.T, g *fakeGroup, logs map[uint64]*sendLog, leader *Node, prefix string, entries int) {
@@ -71,9 +79,7 @@ func TestDeferredProposalLeavesWithTheNext(t *testing.T) {
 	if err := <-deferred; err != nil {
 		t.Fatalf("the deferred proposal: %v", err)
 	}
-	for i, m := range g.machines {
-		waitFor(t, fmt.Sprintf("node %d to apply the deferred proposal", i+1), func() bool { return m.has("pair-deferred") })
-	}
+	g.waitApplied(t, "pair-deferred")
 	wantOneAppend(t, g, logs, leader, "pair-", 2)
 }
 
@@ -98,9 +104,7 @@ func TestDeferredProposalLeavesWithAForwardedOne(t *testing.T) {
 	if err := <-deferred; err != nil {
 		t.Fatalf("the deferred proposal: %v", err)
 	}
-	for i, m := range g.machines {
-		waitFor(t, fmt.Sprintf("node %d to apply the deferred proposal", i+1), func() bool { return m.has("pair-deferred") })
-	}
+	g.waitApplied(t, "pair-deferred")
 	wantOneAppend(t, g, logs, leader, "pair-", 2)
 }
 
@@ -136,9 +140,7 @@ func TestDeferredProposalAloneLeavesAfterItsDelay(t *testing.T) {
 			if err := <-deferred; err != nil {
 				t.Fatalf("the deferred proposal: %v", err)
 			}
-			for i, m := range g.machines {
-				waitFor(t, fmt.Sprintf("node %d to apply the deferred proposal", i+1), func() bool { return m.has("alone") })
-			}
+			g.waitApplied(t, "alone")
 		})
 	}
 }
@@ -162,9 +164,7 @@ func TestFollowersDeferredProposalWaitsAtTheLeader(t *testing.T) {
 		t.Fatal("the follower holds its deferred proposal; want it forwarded at once")
 	}
 	g.propose(t, leader, "pair-next")
-	for i, m := range g.machines {
-		waitFor(t, fmt.Sprintf("node %d to apply the deferred proposal", i+1), func() bool { return m.has("pair-deferred") })
-	}
+	g.waitApplied(t, "pair-deferred")
 	wantOneAppend(t, g, logs, leader, "pair-", 2)
 	if joined, alone := leader.Deferrals(); joined != 1 || alone != 0 {
 		t.Fatalf("the leader counts %d deferred proposals joined, %d alone; want 1, 0", joined, alone)
