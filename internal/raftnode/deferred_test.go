@@ -198,3 +198,42 @@ func TestForwardedDeferral(t *testing.T) {
 		})
 	}
 }
+
+// appliedBefore reports whether m applied a before b (both applied).
+func (m *recordingMachine) appliedBefore(a, b string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ia, ib := -1, -1
+	for i, d := range m.applied {
+		switch string(d) {
+		case a:
+			ia = i
+		case b:
+			ib = i
+		}
+	}
+	return ia >= 0 && ib >= 0 && ia < ib
+}
+
+// TestFollowersDeferredProposalKeepsItsOrder: a follower's deferred
+// proposal, held at the leader, reaches raft before the next proposal the
+// same follower forwards (a client connection's next write must apply
+// after it), and before a deferred one held after it in a later batch.
+func TestFollowersDeferredProposalKeepsItsOrder(t *testing.T) {
+	g := startFakeGroup(t, 3)
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up")
+	follower := g.nodes[leader.cfg.ID%3]
+	waitFor(t, "the follower to know the leader", func() bool { return follower.leader.Load() == leader.cfg.ID })
+
+	if err := <-proposeDeferredAsync(t, follower, leader, "first", time.Hour); err != nil {
+		t.Fatalf("the deferred proposal: %v", err)
+	}
+	g.propose(t, follower, "second")
+	g.waitApplied(t, "first")
+	for i, m := range g.machines {
+		if !m.appliedBefore("first", "second") {
+			t.Fatalf("node %d applied the follower's second proposal before its deferred first", i+1)
+		}
+	}
+}

@@ -71,7 +71,9 @@
 // ends); a leader transferring leadership drops a proposal at once
 // (raft.ErrProposalDropped, never appended: the replica proposes it again);
 // a node that applied its own removal holds its proposals until it sees a
-// leader; a forwarded proposal is taken or dropped at once; a response from
+// leader; a forwarded proposal is taken or dropped at once (a forwarded
+// deferred one the leader holds up to its delay, without blocking the
+// sender: ProposeDeferred); a response from
 // a peer not in the group is dropped silently; once the loop has stopped,
 // every call returns ErrStopped, and Done and Err report why.
 //
@@ -97,11 +99,15 @@
 // one acknowledgement. A follower holds back an acknowledgement that
 // repeats the index of its last one (a commit notice's, when it did not
 // fold) until its next tick, where a newer one supersedes it (acks.go).
-// A deferred proposal (ProposeDeferred: a write nobody waits on at once)
-// joins the open batch and waits up to its delay for company: the next
-// proposal made here, or forwarded here, steps both in one Ready.
-// Batching reports Readys taken and messages stepped; Deferrals how the
-// deferred proposals left.
+// A deferred proposal (ProposeDeferred: a write whose outcome is not
+// needed at once) waits up to its delay for company in the leader's open
+// batch: the next proposal made there, or forwarded there, steps both in
+// one Ready, the deferred first. A follower forwards its deferred proposal
+// at once with its delay (at most maxForwardedDeferral) in the MsgProp's
+// Context, and the leader holds it (holdForwarded). Batches holding
+// deferred entries are stepped oldest first, so a client connection's
+// writes reach raft in order (stepThroughLocked). Batching reports Readys
+// taken and messages stepped; Deferrals how the deferred proposals left.
 //
 // # A stalled disk
 //

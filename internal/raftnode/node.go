@@ -135,6 +135,10 @@ type Node struct {
 	// proposers takes the lock and steps them all (proposals.go).
 	batchMu   sync.Mutex
 	openBatch *proposalBatch // guarded by batchMu
+	// waiting is the batches deferred entries joined that are not stepped
+	// yet, oldest first (the open batch may be the last): stepping one
+	// steps those before it first (stepThroughLocked). Guarded by batchMu.
+	waiting []*proposalBatch
 	// notifyc has a slot signalled after something was stepped into raft,
 	// to wake the Ready loop; notices sent while the loop is busy merge,
 	// and what they stepped leaves in one Ready.
@@ -324,17 +328,22 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 // delay for company: on the leader it joins the open batch, which the next
 // proposal made here steps (or the next one a follower forwards here), and
 // steps it itself only once delay has passed; a follower forwards it at
-// once, marked, and the leader holds it so (holdForwarded). It is for a write whose writer does
-// not wait on it at once (a place at the back of a lock's queue that others
-// hold), so that it shares a WAL save with a write that is waited on
-// instead of taking one of its own. Tried again after raft held or dropped
-// it for want of a leader, it does not wait a second time.
+// once, marked with the delay (at most maxForwardedDeferral), and the
+// leader holds it so (holdForwarded). It is for a write whose outcome is
+// not needed at once (a place at the back of a lock's queue behind others),
+// so that it shares a WAL save with the next write instead of taking one
+// of its own. Tried again after raft held or dropped it for want of a
+// leader, it does not wait a second time. A leader that steps down while
+// holding a follower's entries proposes them to the next leader after
+// their delay: a write of the same client connection forwarded meanwhile
+// may reach raft first, and the connection's stream then refuses it
+// (replica.Stream), as when a forwarded proposal is lost.
 func (n *Node) ProposeDeferred(ctx context.Context, data []byte, delay time.Duration) error {
 	wait := true
 	return n.proposeWhenLed(ctx, func() (bool, error) {
 		if wait {
 			wait = false
-			return n.stepDeferred(ctx, data, delay)
+			return n.stepDeferred(data, delay)
 		}
 		return n.stepBatched(data)
 	})
@@ -455,8 +464,8 @@ func (n *Node) ReadIndex(_ context.Context, rctx []byte) error {
 // and raft's refusal of one is returned. Other messages raft refuses (a
 // response from a peer not in the group) are dropped silently, as raft.Node
 // did. Every message but an idle heartbeat wakes a quiesced group
-// (wakesGroup). A forwarded proposal takes along the open batch if a
-// deferred proposal waits in it (ProposeDeferred): both leave in one Ready.
+// (wakesGroup). A forwarded proposal takes along, ahead of it, the
+// deferred entries waiting here (ProposeDeferred): all leave in one Ready.
 // A forwarded deferred proposal is held in the open batch while this node
 // leads (holdForwarded).
 func (n *Node) Step(_ context.Context, m raftpb.Message) error {
@@ -478,17 +487,23 @@ func (n *Node) Step(_ context.Context, m raftpb.Message) error {
 			return nil
 		}
 	}
+	var dones []chan struct{}
+	along := 0
 	_, err := n.stepLocked(func() (bool, error) {
-		err := n.raft.Step(m)
 		if m.Type == raftpb.MsgProp {
-			n.stepDeferredAlongLocked()
+			// The deferred entries waiting here leave in the same Ready,
+			// and before it: a client connection's later write may be in m.
+			dones, along = n.stepThroughLocked(nil, false)
 		}
-		return false, err
+		return false, n.raft.Step(m)
 	})
+	for _, done := range dones {
+		close(done)
+	}
 	if errors.Is(err, ErrStopped) {
 		return err
 	}
-	n.stepped.Add(1)
+	n.stepped.Add(uint64(1 + along))
 	n.notify()
 	if m.Type == raftpb.MsgProp {
 		return err

@@ -1,14 +1,18 @@
 package raftnode
 
 import (
-	"context"
 	"encoding/binary"
+	"slices"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/internal/clock"
 )
 
-// proposalBatch is the normal entries proposed while the lock was busy.
+// proposalBatch is the normal entries proposed while the lock was busy,
+// and the deferred ones waiting for company (ProposeDeferred,
+// holdForwarded).
 // Each proposer adds its entry to the open batch, then takes the lock; the
 // first of them to get it closes the batch and steps all its entries in
 // one MsgProp, and the others find it stepped and share its outcome. Under
@@ -23,11 +27,14 @@ import (
 type proposalBatch struct {
 	entries []raftpb.Entry // guarded by Node.batchMu while the batch is open
 	size    int            // the entries' data, in bytes; guarded like entries
-	// done is made by the first deferred proposer to join (guarded like
-	// entries) and closed by the stepper once the batch is stepped: a
-	// deferred proposer waits on it (ProposeDeferred). The stepper takes
-	// it with the entries, when the batch can no longer be joined.
-	done chan struct{}
+	// done is made by the first deferred entries to join (guarded like
+	// entries; the batch then is on Node.waiting) and closed once the
+	// batch is stepped: a deferred proposer waits on it (ProposeDeferred).
+	// The stepper takes it with the entries, when the batch can no longer
+	// be joined. deferred counts the deferred entries (guarded like
+	// entries).
+	done     chan struct{}
+	deferred int
 	// Guarded by Node.mu: set by the proposer that steps the batch.
 	stepped bool
 	held    bool  // proposals were held (see Node.proposalsHeld)
@@ -43,56 +50,47 @@ const maxBatchSize = 1 << 20
 // stepBatched adds data to the open batch and returns the batch's outcome
 // once it is stepped, by this proposer or by another.
 func (n *Node) stepBatched(data []byte) (held bool, err error) {
-	held, _, err = n.outcome(n.joinBatch(false, raftpb.Entry{Data: data}))
-	return held, err
+	return n.stepOnce(n.joinBatch(false, raftpb.Entry{Data: data}), false)
 }
 
 // stepDeferred proposes data deferred by delay (ProposeDeferred). On the
 // leader it adds data to the open batch and waits up to delay for another
-// proposer to step it before stepping it itself, at once if ctx ends. On a
-// follower it forwards data at once in a MsgProp that carries the delay
-// (deferralContext): the leader, where every proposal meets, holds it in
-// its open batch instead (Step). It returns the outcome here.
-func (n *Node) stepDeferred(ctx context.Context, data []byte, delay time.Duration) (held bool, err error) {
+// proposal to step it, stepping it itself after that. On a follower it
+// forwards data at once in a MsgProp that carries the delay
+// (deferralContext), and the leader, where every proposal meets, holds it
+// so (holdForwarded). It returns the outcome here.
+func (n *Node) stepDeferred(data []byte, delay time.Duration) (held bool, err error) {
 	if n.leader.Load() != n.cfg.ID {
 		return n.stepProposal(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID,
 			Entries: []raftpb.Entry{{Data: data}}, Context: deferralContext(delay)})
 	}
-	b := n.joinBatch(true, raftpb.Entry{Data: data})
-	held, err = n.stepAfter(ctx, b, delay)
-	return held, err
-}
-
-// stepAfter waits up to delay (until ctx ends) for another proposer to step
-// the open batch b a deferred proposal joined, steps it if none did, and
-// returns its outcome; it counts how the deferred proposal left.
-func (n *Node) stepAfter(ctx context.Context, b *proposalBatch, delay time.Duration) (held bool, err error) {
-	timer := n.cfg.Clock.NewTimer(delay)
-	defer timer.Stop()
-	select {
-	case <-b.done: // stepped by another proposer, with its own entry
-	case <-timer.C():
-	case <-ctx.Done():
-	case <-n.donec:
-	}
-	held, alone, err := n.outcome(b)
-	if alone {
-		n.deferredAlone.Add(1)
-	} else {
-		n.deferredJoined.Add(1)
-	}
-	return held, err
+	timer := n.cfg.Clock.NewTimer(delay) // before joining: a test's clock may move once it has
+	return n.stepAfter(n.joinBatch(true, raftpb.Entry{Data: data}), timer)
 }
 
 // holdForwarded holds the entries of a deferred proposal a follower
 // forwarded (a MsgProp with a deferralContext) in the open batch, for the
 // next proposal made or forwarded here to take along, stepping them after
-// delay at the latest. Should raft drop them then (this node no longer
-// leads and knows no leader), the forwarder's waiter ends at its deadline,
-// as for any forwarded proposal lost on its way.
+// delay at the latest. Nobody here waits for them: should raft drop them
+// (this node no longer leads and knows no leader) the forwarder's waiter
+// ends at its deadline, as for any forwarded proposal lost on its way.
 func (n *Node) holdForwarded(entries []raftpb.Entry, delay time.Duration) {
+	timer := n.cfg.Clock.NewTimer(delay)
 	b := n.joinBatch(true, entries...)
-	go n.stepAfter(context.Background(), b, delay)
+	go n.stepAfter(b, timer)
+}
+
+// stepAfter waits until another proposal stepped b, which deferred entries
+// joined, or timer fires, then steps b if it is not yet, and returns its
+// outcome.
+func (n *Node) stepAfter(b *proposalBatch, timer clock.Timer) (held bool, err error) {
+	defer timer.Stop()
+	select {
+	case <-b.done: // stepped with another proposal
+	case <-timer.C():
+	case <-n.donec:
+	}
+	return n.stepOnce(b, true)
 }
 
 // deferralTag starts the Context of a MsgProp that carries a deferred
@@ -124,54 +122,89 @@ func forwardedDeferral(m *raftpb.Message) (time.Duration, bool) {
 // ask of the leader.
 const maxForwardedDeferral = time.Second
 
-// outcome steps b unless a proposer already did, and returns what raft
-// made of it and whether this call stepped it.
-func (n *Node) outcome(b *proposalBatch) (held, stepper bool, err error) {
+// stepOnce steps b, after the older batches deferred entries wait in,
+// unless a proposal already did, and returns what raft made of it. byTimer
+// says a deferred proposal's delay ended the wait (for Deferrals).
+func (n *Node) stepOnce(b *proposalBatch, byTimer bool) (held bool, err error) {
+	var dones []chan struct{}
+	stepped := 0
 	held, err = n.stepLocked(func() (bool, error) {
-		stepper = n.stepBatchLocked(b)
+		dones, stepped = n.stepThroughLocked(b, byTimer)
 		return b.held, b.err
 	})
-	if stepper && err == nil && !held {
-		n.stepped.Add(1) // one message, however many entries
+	for _, done := range dones {
+		close(done)
+	}
+	if stepped > 0 && err == nil && !held {
+		n.stepped.Add(uint64(stepped))
 		n.notify()
 	}
-	return held, stepper, err
+	return held, err
+}
+
+// stepThroughLocked steps, oldest first, the batches deferred entries wait
+// in up to b, then b (nil: all of them), skipping those already stepped,
+// so that the entries reach raft in the order they joined: the writes of
+// one client connection must. It returns the batches' done channels, to be
+// closed once n.mu is released, and how many MsgProps it stepped; n.mu
+// must be held.
+func (n *Node) stepThroughLocked(b *proposalBatch, byTimer bool) (dones []chan struct{}, stepped int) {
+	if b != nil && b.stepped {
+		return nil, 0 // and so were the batches before it
+	}
+	for {
+		n.batchMu.Lock()
+		var next *proposalBatch
+		if len(n.waiting) > 0 && (b == nil || n.waiting[0] != b) {
+			next = n.waiting[0]
+		}
+		n.batchMu.Unlock()
+		if next == nil {
+			break
+		}
+		if done, ok := n.stepBatchLocked(next, false); ok {
+			dones, stepped = append(dones, done), stepped+1
+		}
+	}
+	if b != nil {
+		if done, ok := n.stepBatchLocked(b, byTimer); ok {
+			if done != nil {
+				dones = append(dones, done)
+			}
+			stepped++
+		}
+	}
+	return dones, stepped
 }
 
 // stepBatchLocked steps b in one MsgProp unless a proposer already did, and
-// reports whether this call stepped it; n.mu must be held. Should raft panic
-// here (a broken invariant), the batch's other proposers find no error: raft
-// may have appended the entries before it panicked, so they wait for the
-// apply, and their deadline reports the outcome unknown.
-func (n *Node) stepBatchLocked(b *proposalBatch) bool {
+// reports whether this call stepped it, with b's done channel (nil if no
+// deferred entries joined b); n.mu must be held. It counts b's deferred
+// entries as left alone when byTimer and b holds nothing else. Should raft
+// panic here (a broken invariant), the batch's other proposers find no
+// error: raft may have appended the entries before it panicked, so they
+// wait for the apply, and their deadline reports the outcome unknown.
+func (n *Node) stepBatchLocked(b *proposalBatch, byTimer bool) (chan struct{}, bool) {
 	if b.stepped {
-		return false
+		return nil, false
 	}
 	b.stepped = true
-	entries, done := n.closeBatch(b)
+	entries, done, deferred := n.closeBatch(b)
 	b.held, b.err = n.stepProposalLocked(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID, Entries: entries})
-	if done != nil {
-		close(done)
+	switch {
+	case deferred == 0:
+	case byTimer && deferred == len(entries):
+		n.deferredAlone.Add(uint64(deferred))
+	default:
+		n.deferredJoined.Add(uint64(deferred))
 	}
-	return true
-}
-
-// stepDeferredAlongLocked steps the open batch if a deferred proposal waits
-// in it, so that it leaves in the same Ready as the proposal just stepped
-// (one a follower forwarded); n.mu must be held.
-func (n *Node) stepDeferredAlongLocked() {
-	n.batchMu.Lock()
-	b := n.openBatch
-	deferred := b != nil && b.done != nil
-	n.batchMu.Unlock()
-	if deferred {
-		n.stepBatchLocked(b)
-	}
+	return done, true
 }
 
 // joinBatch adds entries to the open batch, or to a new one if there is
-// none or they would take it past maxBatchSize, and returns that batch. A
-// deferred proposer makes the batch's done channel, if it has none.
+// none or they would take it past maxBatchSize, and returns that batch.
+// Deferred entries make the batch's done channel and put it on the waiting
+// list, if it is not yet.
 func (n *Node) joinBatch(deferred bool, entries ...raftpb.Entry) *proposalBatch {
 	size := 0
 	for _, e := range entries {
@@ -186,19 +219,27 @@ func (n *Node) joinBatch(deferred bool, entries ...raftpb.Entry) *proposalBatch 
 	}
 	b.entries = append(b.entries, entries...)
 	b.size += size
-	if deferred && b.done == nil {
-		b.done = make(chan struct{})
+	if deferred {
+		if b.done == nil {
+			b.done = make(chan struct{})
+			n.waiting = append(n.waiting, b)
+		}
+		b.deferred += len(entries)
 	}
 	return b
 }
 
 // closeBatch takes b out of reach of new proposals, if it is still open,
-// and returns its entries and done channel.
-func (n *Node) closeBatch(b *proposalBatch) ([]raftpb.Entry, chan struct{}) {
+// and off the waiting list, and returns its entries, its done channel and
+// how many of them are deferred.
+func (n *Node) closeBatch(b *proposalBatch) ([]raftpb.Entry, chan struct{}, int) {
 	n.batchMu.Lock()
 	defer n.batchMu.Unlock()
 	if n.openBatch == b {
 		n.openBatch = nil
 	}
-	return b.entries, b.done
+	if b.done != nil {
+		n.waiting = slices.DeleteFunc(n.waiting, func(w *proposalBatch) bool { return w == b })
+	}
+	return b.entries, b.done, b.deferred
 }

@@ -22,9 +22,10 @@
 // and the state machine applies them only in that order.
 //
 // A write proposed with a deferral in its context (Deferred) may wait up
-// to that long to be stepped with the next write proposed on this member
-// (raftnode.Node.ProposeDeferred): for a place behind others in a queue,
-// which then shares a WAL save instead of taking one.
+// to that long at the leader to be stepped with the next write proposed
+// there or forwarded there (raftnode.Node.ProposeDeferred): for a place
+// behind others in a queue, which then shares a WAL save instead of
+// taking one.
 //
 // Linearizable reads share one ReadIndex round per batch (ReadIndex,
 // Barrier): the reads that arrive while a round is in flight wait for the

@@ -198,10 +198,10 @@ const PlaceDeferral = 2 * time.Millisecond
 type deferralKey struct{}
 
 // Deferred returns ctx under which Propose lets its entry wait up to delay
-// for another write proposed on this server to leave with
-// (raftnode.Node.ProposeDeferred): for a write whose caller does not need it
-// applied at once, such as a place at the back of a lock's queue, which
-// then shares a WAL save with a write that a caller waits on.
+// at the leader for another write proposed or forwarded there to leave with
+// (raftnode.Node.ProposeDeferred): for a write whose outcome its caller does
+// not need at once, such as a place at the back of a lock's queue behind
+// others, which then shares a WAL save with the next write.
 func Deferred(ctx context.Context, delay time.Duration) context.Context {
 	return context.WithValue(ctx, deferralKey{}, delay)
 }

@@ -53,7 +53,7 @@ type TxnRequest struct {
 	// ZooKeeper lock or election recipe's ephemeral sequential node): if
 	// its parent has children here already, the place is behind another
 	// and is proposed deferred (replica.Deferred, replica.PlaceDeferral),
-	// to leave with the next write on this member.
+	// to leave with the next write at the raft leader.
 	Place bool
 }
 
@@ -126,7 +126,7 @@ func (s *Server) Txn(ctx context.Context, r TxnRequest) (TxnResult, error) {
 		}
 		ctx = replica.WithTurn(ctx, r.Turn)
 	}
-	if r.Place && placeBehind(g, r.Ops) {
+	if r.Place && parentHasChildren(g, r.Ops) {
 		ctx = replica.Deferred(ctx, replica.PlaceDeferral)
 	}
 	res, index, err := g.Propose(ctx, cmd)
@@ -138,10 +138,11 @@ func (s *Server) Txn(ctx context.Context, r TxnRequest) (TxnResult, error) {
 	return out, err
 }
 
-// placeBehind reports whether the create among ops has a parent with
-// children in g's applied state (a hint, read without a barrier): the
-// created place would be behind them.
-func placeBehind(g *group, ops []TxnOp) bool {
+// parentHasChildren reports whether the create among ops has a parent with
+// children in g's applied state (a hint, read without a barrier): a place
+// created there would be behind them, as it is in a lock or election
+// recipe's queue.
+func parentHasChildren(g *group, ops []TxnOp) bool {
 	for _, op := range ops {
 		if op.Kind != TxnCreate {
 			continue

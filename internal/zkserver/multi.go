@@ -160,10 +160,11 @@ func (p *txnPlan) add(zk int, ops []server.TxnOp, roles []opRole) {
 
 // queuePlace reports whether the plan is one ZooKeeper create of an
 // ephemeral sequential node: the place a lock or election recipe takes in
-// its queue (server.TxnRequest.Place).
+// its queue (server.TxnRequest.Place). A multi never asks (multi does not
+// call runPlan).
 func (p *txnPlan) queuePlace() bool {
 	if !p.implied {
-		return false // none, or several ZooKeeper operations (a multi)
+		return false // none, or several ZooKeeper operations
 	}
 	for _, op := range p.ops {
 		if op.Kind == server.TxnCreate && op.Ephemeral && op.Sequential {
