@@ -135,8 +135,12 @@ func (n *Node) stepOnce(b *proposalBatch, byTimer bool) (held bool, err error) {
 	for _, done := range dones {
 		close(done)
 	}
-	if stepped > 0 && err == nil && !held {
-		n.stepped.Add(uint64(stepped))
+	if stepped > 0 {
+		// Older batches may have left though b was refused: the loop
+		// must look either way.
+		if err == nil && !held {
+			n.stepped.Add(uint64(stepped))
+		}
 		n.notify()
 	}
 	return held, err
