@@ -20,19 +20,14 @@ func deferredWaiting(n *Node) bool {
 // proposeDeferredAsync proposes data through n with ProposeDeferred on
 // another goroutine, waits until it waits in the open batch of holder (n,
 // or the leader if n is a follower), and returns the channel of its
-// outcome (context.DeadlineExceeded if nothing stepped it within 10 s: the
-// proposal, stepped then, was not taken as it should).
+// outcome (read it with deferredOutcome).
 func proposeDeferredAsync(t *testing.T, n, holder *Node, data string, delay time.Duration) <-chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		err := n.ProposeDeferred(ctx, []byte(data), delay)
-		if err == nil && ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		done <- err
+		done <- n.ProposeDeferred(ctx, []byte(data), delay)
 	}()
 	waitFor(t, fmt.Sprintf("%q to wait in the open batch", data), func() bool { return deferredWaiting(holder) })
 	return done
@@ -43,6 +38,20 @@ func (g *fakeGroup) waitApplied(t *testing.T, data string) {
 	t.Helper()
 	for i, m := range g.machines {
 		waitFor(t, fmt.Sprintf("node %d to apply %q", i+1, data), func() bool { return m.has(data) })
+	}
+}
+
+// deferredOutcome returns what ProposeDeferred returned on done, failing t
+// if it has not returned within 10 s: nothing stepped the proposal (its
+// delay, on the fake clock, never passes by itself).
+func deferredOutcome(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deferred proposal was not stepped within 10s")
+		return nil
 	}
 }
 
@@ -62,50 +71,41 @@ func wantOneAppend(t *testing.T, g *fakeGroup, logs map[uint64]*sendLog, leader 
 	}
 }
 
-// TestDeferredProposalLeavesWithTheNext: a deferred proposal waits in the
-// open batch (the clock stands still, so its delay never passes) until the
-// next proposal made on the same node steps both: they leave for every
-// follower in one MsgApp and apply everywhere.
-func TestDeferredProposalLeavesWithTheNext(t *testing.T) {
-	g, logs := startLoggedGroup(t, 3, fakeOptions{})
-	leader := g.elect(t)
-	g.propose(t, leader, "warm-up")
-
-	deferred := proposeDeferredAsync(t, leader, leader, "pair-deferred", time.Hour)
-	if g.machines[leader.cfg.ID-1].has("pair-deferred") {
-		t.Fatal("the deferred proposal applied before anything stepped it")
-	}
-	g.propose(t, leader, "pair-next")
-	if err := <-deferred; err != nil {
-		t.Fatalf("the deferred proposal: %v", err)
-	}
-	g.waitApplied(t, "pair-deferred")
-	wantOneAppend(t, g, logs, leader, "pair-", 2)
+// followerOf returns a member other than leader, once it knows leader.
+func (g *fakeGroup) followerOf(t *testing.T, leader *Node) *Node {
+	t.Helper()
+	follower := g.nodes[leader.cfg.ID%uint64(len(g.nodes))] // the next member
+	waitFor(t, "the follower to know the leader", func() bool { return follower.leader.Load() == leader.cfg.ID })
+	return follower
 }
 
-// TestDeferredProposalLeavesWithAForwardedOne: a proposal a follower
-// forwards to the leader takes along the deferred proposal waiting in the
-// leader's open batch, in the same Ready.
-func TestDeferredProposalLeavesWithAForwardedOne(t *testing.T) {
-	g, logs := startLoggedGroup(t, 3, fakeOptions{})
-	leader := g.elect(t)
-	g.propose(t, leader, "warm-up") // every member knows the leader
-	var follower *Node
-	for _, n := range g.nodes {
-		if n != leader {
-			follower = n
-			break
-		}
+// TestDeferredProposalLeavesWithTheNext: a deferred proposal waits in the
+// leader's open batch (the clock stands still, so its delay never passes)
+// until the next proposal, made on the leader or forwarded to it by a
+// follower, steps both: they leave for every follower in one MsgApp and
+// apply everywhere.
+func TestDeferredProposalLeavesWithTheNext(t *testing.T) {
+	for _, from := range []string{"leader", "follower"} {
+		t.Run("next from the "+from, func(t *testing.T) {
+			g, logs := startLoggedGroup(t, 3, fakeOptions{})
+			leader := g.elect(t)
+			g.propose(t, leader, "warm-up") // every member knows the leader
+			next := leader
+			if from == "follower" {
+				next = g.followerOf(t, leader)
+			}
+			deferred := proposeDeferredAsync(t, leader, leader, "pair-deferred", time.Hour)
+			if g.machines[leader.cfg.ID-1].has("pair-deferred") {
+				t.Fatal("the deferred proposal applied before anything stepped it")
+			}
+			g.propose(t, next, "pair-next")
+			if err := deferredOutcome(t, deferred); err != nil {
+				t.Fatalf("the deferred proposal: %v", err)
+			}
+			g.waitApplied(t, "pair-deferred")
+			wantOneAppend(t, g, logs, leader, "pair-", 2)
+		})
 	}
-	waitFor(t, "the follower to know the leader", func() bool { return follower.leader.Load() == leader.cfg.ID })
-
-	deferred := proposeDeferredAsync(t, leader, leader, "pair-deferred", time.Hour)
-	g.propose(t, follower, "pair-forwarded")
-	if err := <-deferred; err != nil {
-		t.Fatalf("the deferred proposal: %v", err)
-	}
-	g.waitApplied(t, "pair-deferred")
-	wantOneAppend(t, g, logs, leader, "pair-", 2)
 }
 
 // TestDeferredProposalAloneLeavesAfterItsDelay: with no other proposal, a
@@ -121,8 +121,7 @@ func TestDeferredProposalAloneLeavesAfterItsDelay(t *testing.T) {
 			g.propose(t, leader, "warm-up")
 			n := leader
 			if on == "follower" {
-				n = g.nodes[leader.cfg.ID%3] // the next member: a follower
-				waitFor(t, "the follower to know the leader", func() bool { return n.leader.Load() == leader.cfg.ID })
+				n = g.followerOf(t, leader)
 			}
 			deferred := proposeDeferredAsync(t, n, leader, "alone", delay)
 			g.clock.Advance(delay / 2)
@@ -137,7 +136,7 @@ func TestDeferredProposalAloneLeavesAfterItsDelay(t *testing.T) {
 				t.Fatal("the deferred proposal left the leader's open batch before its delay passed")
 			}
 			g.clock.Advance(delay / 2)
-			if err := <-deferred; err != nil {
+			if err := deferredOutcome(t, deferred); err != nil {
 				t.Fatalf("the deferred proposal: %v", err)
 			}
 			g.waitApplied(t, "alone")
@@ -153,11 +152,10 @@ func TestFollowersDeferredProposalWaitsAtTheLeader(t *testing.T) {
 	g, logs := startLoggedGroup(t, 3, fakeOptions{})
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up")
-	follower := g.nodes[leader.cfg.ID%3]
-	waitFor(t, "the follower to know the leader", func() bool { return follower.leader.Load() == leader.cfg.ID })
+	follower := g.followerOf(t, leader)
 
 	deferred := proposeDeferredAsync(t, follower, leader, "pair-deferred", time.Hour)
-	if err := <-deferred; err != nil {
+	if err := deferredOutcome(t, deferred); err != nil {
 		t.Fatalf("the follower's deferred proposal: %v", err)
 	}
 	if deferredWaiting(follower) {
@@ -223,10 +221,9 @@ func TestFollowersDeferredProposalKeepsItsOrder(t *testing.T) {
 	g := startFakeGroup(t, 3)
 	leader := g.elect(t)
 	g.propose(t, leader, "warm-up")
-	follower := g.nodes[leader.cfg.ID%3]
-	waitFor(t, "the follower to know the leader", func() bool { return follower.leader.Load() == leader.cfg.ID })
+	follower := g.followerOf(t, leader)
 
-	if err := <-proposeDeferredAsync(t, follower, leader, "first", time.Hour); err != nil {
+	if err := deferredOutcome(t, proposeDeferredAsync(t, follower, leader, "first", time.Hour)); err != nil {
 		t.Fatalf("the deferred proposal: %v", err)
 	}
 	g.propose(t, follower, "second")
