@@ -22,7 +22,11 @@ type ReadResult struct {
 	// ChildrenIndex is set as Get sets it, when its children count was
 	// read in another shard.
 	Node     api.Node
-	Children []string
+	// Owner (the owning session's id, 0 for a persistent node) and
+	// ChildrenModifiedIndex (ZooKeeper's pzxid, as in fsm.Node) complete
+	// Node for the ZooKeeper listener's Stat (NodeView has both).
+	Owner, ChildrenModifiedIndex uint64
+	Children                     []string
 	// Index and Shard are, for a children read, the applied index and the
 	// shard of the view its Children were read from: ReadManyResult's,
 	// or, in a sharded cluster, the shard of the path's children when
@@ -159,5 +163,5 @@ func readOne(f *fsm.FSM, read ReadOp) ReadResult {
 	if err != nil {
 		return ReadResult{Err: asAPIError(err)}
 	}
-	return ReadResult{Node: apiNode(node)}
+	return ReadResult{Node: apiNode(node), Owner: node.Owner, ChildrenModifiedIndex: node.ChildrenModifiedIndex}
 }

@@ -205,6 +205,13 @@ func stat(s *zk.Stat, reader int64) string {
 		owner, s.Mzxid != s.Czxid, s.Pzxid != s.Czxid, s.Ctime > 0 && s.Mtime >= s.Ctime)
 }
 
+// goStat is s as go-zookeeper gives a Stat, for stat.
+func goStat(s zkproto.Stat) *zk.Stat {
+	return &zk.Stat{Czxid: s.Czxid, Mzxid: s.Mzxid, Ctime: s.Ctime, Mtime: s.Mtime, Version: s.Version,
+		Cversion: s.Cversion, Aversion: s.Aversion, EphemeralOwner: s.EphemeralOwner, DataLength: s.DataLength,
+		NumChildren: s.NumChildren, Pzxid: s.Pzxid}
+}
+
 // diffStep is one step of the script; it returns its outcome as text.
 type diffStep struct {
 	name string
@@ -339,7 +346,10 @@ func diffScript() []diffStep {
 				{zkproto.OpGetData, &zkproto.PathWatchRequest{Path: "/d/none"}},
 			})
 			got := decodeMultiReply(d.t, rest)
-			return fmt.Sprint(h.Err, got.codes(), len(got.data), string(got.data[0]))
+			if len(got.stats) != 1 {
+				return fmt.Sprint(h.Err, got.codes(), "stats:", len(got.stats))
+			}
+			return fmt.Sprint(h.Err, got.codes(), len(got.data), string(got.data[0]), " ", stat(goStat(got.stats[0]), 0))
 		}},
 		{"a's events have arrived", func(d *diffTarget) string { return d.sentinel(d.a, d.aLog, "a") }},
 		{"a closes its session; b sees its ephemerals go", func(d *diffTarget) string {

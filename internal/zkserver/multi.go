@@ -461,28 +461,13 @@ func (c *conn) readEntry(op zkproto.OpCode, r server.ReadResult) multiEntry {
 	if op == zkproto.OpGetChildren {
 		return multiEntry{op: op, body: &zkproto.GetChildrenResponse{Children: r.Children}}
 	}
-	n := r.Node
-	stat := zkproto.Stat{
-		Czxid: int64(n.CreatedIndex), Mzxid: int64(n.ModifiedIndex), Pzxid: int64(n.ModifiedIndex),
-		Version: zkVersion(n.Version), EphemeralOwner: c.ownerOfHandle(n.OwnerHandle),
-		DataLength: int32(len(n.Value)), NumChildren: int32(n.ChildrenCount),
-	}
-	return multiEntry{op: op, body: &zkproto.GetDataResponse{Data: []byte(n.Value), Stat: stat}}
+	n, data := r.Node, []byte(r.Node.Value)
+	stat := c.statOf(server.NodeView{
+		Version: n.Version, CreatedIndex: n.CreatedIndex, ModifiedIndex: n.ModifiedIndex,
+		Owner: r.Owner, ChildrenCount: n.ChildrenCount, Value: data,
+		CreatedAtMs: n.CreatedAtMs, ModifiedAtMs: n.ModifiedAtMs,
+		ChildrenVersion: n.ChildrenVersion, ChildrenModifiedIndex: r.ChildrenModifiedIndex,
+	})
+	return multiEntry{op: op, body: &zkproto.GetDataResponse{Data: data, Stat: stat}}
 }
 
-// ownerOfHandle is the ephemeralOwner this connection's session sees for
-// a node whose owner has the formatted handle ("" for a persistent node):
-// its own id for its own nodes, else the handle, as ownerOf gives.
-func (c *conn) ownerOfHandle(handle string) int64 {
-	if handle == "" {
-		return 0
-	}
-	if handle == api.FormatSessionHandle(c.session) {
-		return int64(c.session)
-	}
-	id, err := api.ParseID(handle)
-	if err != nil {
-		return 0
-	}
-	return int64(id)
-}
