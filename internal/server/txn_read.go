@@ -21,7 +21,7 @@ type ReadResult struct {
 	// Node has Index left 0: ReadManyResult.Index is its index. Its
 	// ChildrenIndex is set as Get sets it, when its children count was
 	// read in another shard.
-	Node     api.Node
+	Node api.Node
 	// Owner (the owning session's id, 0 for a persistent node) and
 	// ChildrenModifiedIndex (ZooKeeper's pzxid, as in fsm.Node) complete
 	// Node for the ZooKeeper listener's Stat (NodeView has both).

@@ -470,4 +470,3 @@ func (c *conn) readEntry(op zkproto.OpCode, r server.ReadResult) multiEntry {
 	})
 	return multiEntry{op: op, body: &zkproto.GetDataResponse{Data: data, Stat: stat}}
 }
-
