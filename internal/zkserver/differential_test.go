@@ -351,6 +351,15 @@ func diffScript() []diffStep {
 			}
 			return fmt.Sprint(h.Err, got.codes(), len(got.data), string(got.data[0]), " ", stat(goStat(got.stats[0]), 0))
 		}},
+		{"paths ZooKeeper refuses to write", func(d *diffTarget) string {
+			var out []string
+			for _, name := range []string{"/d/\U0001F600", "/d/\uE000", "/d/\uFFF0", "/d/é"} {
+				h, _ := d.raw.call(zkproto.OpCreate, &zkproto.CreateRequest{Path: name, ACL: worldAnyone})
+				_, err := d.a.Set(name, []byte("x"), -1)
+				out = append(out, fmt.Sprintf("%q create %d set %s", name, h.Err, code(err)))
+			}
+			return strings.Join(out, "; ")
+		}},
 		{"a's events have arrived", func(d *diffTarget) string { return d.sentinel(d.a, d.aLog, "a") }},
 		{"a closes its session; b sees its ephemerals go", func(d *diffTarget) string {
 			d.a.Close()

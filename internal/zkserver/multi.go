@@ -341,14 +341,14 @@ func (c *conn) planOp(op zkOp) ([]server.TxnOp, []opRole, zkproto.ErrCode) {
 	case *zkproto.DeleteRequest:
 		return planDelete(req)
 	case *zkproto.SetDataRequest:
-		if api.ValidatePath(req.Path) != nil {
+		if !validWritePath(req.Path) {
 			return nil, nil, zkproto.ErrBadArguments
 		}
 		pre, version := versionCondition(req.Version)
 		return []server.TxnOp{{Kind: server.TxnSet, Path: req.Path, Value: req.Data, Precondition: pre, Version: version}},
 			[]opRole{roleVersion}, zkproto.ErrOK
 	case *zkproto.CheckVersionRequest:
-		if api.ValidatePath(req.Path) != nil {
+		if !validWritePath(req.Path) {
 			return nil, nil, zkproto.ErrBadArguments
 		}
 		pre, version := versionCondition(req.Version)
@@ -401,7 +401,7 @@ func createMode(req *zkproto.CreateRequest) (ephemeral, sequential bool, code zk
 	if req.Path == "/" {
 		return false, false, zkproto.ErrNodeExists
 	}
-	if api.ValidatePath(req.Path) != nil {
+	if !validWritePath(req.Path) {
 		return false, false, zkproto.ErrBadArguments
 	}
 	ephemeral = mode == zkproto.ModeEphemeral || mode == zkproto.ModeEphemeralSequential
@@ -412,7 +412,7 @@ func createMode(req *zkproto.CreateRequest) (ephemeral, sequential bool, code zk
 // planDelete returns a delete as its version check (if it has a version)
 // and the delete.
 func planDelete(req *zkproto.DeleteRequest) ([]server.TxnOp, []opRole, zkproto.ErrCode) {
-	if req.Path == "/" || api.ValidatePath(req.Path) != nil {
+	if req.Path == "/" || !validWritePath(req.Path) {
 		return nil, nil, zkproto.ErrBadArguments
 	}
 	del := server.TxnOp{Kind: server.TxnDelete, Path: req.Path, Precondition: server.AnyVersion}

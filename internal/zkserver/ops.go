@@ -244,7 +244,7 @@ func (c *conn) classifyShardedCreate(path string, err error) zkproto.ErrCode {
 // delete serves delete. latch refuses to delete another session's
 // ephemeral node, reported as NoAuth.
 func (c *conn) delete(req *zkproto.DeleteRequest) (zkproto.Record, zkproto.ErrCode) {
-	if err := api.ValidatePath(req.Path); err != nil || req.Path == "/" {
+	if !validWritePath(req.Path) || req.Path == "/" {
 		return nil, zkproto.ErrBadArguments
 	}
 	dr := server.DeleteRequest{Path: req.Path, SessionID: c.session}
@@ -335,7 +335,7 @@ func (c *conn) read(p *pending, op zkproto.OpCode, req *zkproto.PathWatchRequest
 // the existing node (a one-operation transaction), which never fails for
 // a version, as ZooKeeper's does not.
 func (c *conn) setData(req *zkproto.SetDataRequest) (zkproto.Record, zkproto.ErrCode) {
-	if err := api.ValidatePath(req.Path); err != nil {
+	if !validWritePath(req.Path) {
 		return nil, zkproto.ErrBadArguments
 	}
 	n, err := c.readNode(nil, req.Path, false)
@@ -458,7 +458,7 @@ func (c *conn) setACL(p *pending, req *zkproto.SetACLRequest) (zkproto.Record, z
 
 // check serves a standalone version check.
 func (c *conn) check(p *pending, req *zkproto.CheckVersionRequest) (zkproto.Record, zkproto.ErrCode) {
-	if err := api.ValidatePath(req.Path); err != nil {
+	if !validWritePath(req.Path) {
 		return nil, zkproto.ErrBadArguments
 	}
 	n, err := c.readNode(p, req.Path, false)
