@@ -435,6 +435,13 @@ func TestDifferentialKnownDifferences(t *testing.T) {
 			}
 			return code(d.b.Delete("/k-eph", -1))
 		}, "OK", zk.ErrNoAuth.Error()},
+		{"sequential create ending in '/'", func(d *diffTarget) string {
+			if _, err := d.a.Create("/k-seq", nil, 0, openACL); err != nil {
+				return code(err)
+			}
+			p, err := d.a.Create("/k-seq/", nil, zk.FlagSequence, openACL)
+			return norm(p) + " " + code(err)
+		}, "/k-seq/<seq> OK", " " + zk.ErrBadArguments.Error()},
 	}
 	zkTarget, latchTarget := newDiffTarget(t, zkAddr), newDiffTarget(t, c.addrs[0])
 	for _, diff := range diffs {
