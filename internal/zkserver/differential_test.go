@@ -360,6 +360,21 @@ func diffScript() []diffStep {
 			}
 			return strings.Join(out, "; ")
 		}},
+		// Types 4 and 5 (persistent, persistent recursive) are ZooKeeper
+		// 3.9's; the 3.8 server this runs against refuses them as it
+		// refuses 9.
+		{"watch operations with a type or mode out of range", func(d *diffTarget) string {
+			var out []string
+			for _, c := range []struct {
+				op zkproto.OpCode
+				t  int32
+			}{{zkproto.OpCheckWatches, 0}, {zkproto.OpCheckWatches, 9}, {zkproto.OpRemoveWatches, 6},
+				{zkproto.OpAddWatch, 2}, {zkproto.OpCheckWatches, 2}, {zkproto.OpAddWatch, 0}} {
+				h, _ := d.raw.call(c.op, &zkproto.PathTypeRequest{Path: "/d", Type: c.t})
+				out = append(out, fmt.Sprintf("%d/%d:%d", c.op, c.t, h.Err))
+			}
+			return strings.Join(out, " ")
+		}},
 		{"a's events have arrived", func(d *diffTarget) string { return d.sentinel(d.a, d.aLog, "a") }},
 		{"a closes its session; b sees its ephemerals go", func(d *diffTarget) string {
 			d.a.Close()

@@ -473,6 +473,9 @@ func (c *conn) check(p *pending, req *zkproto.CheckVersionRequest) (zkproto.Reco
 
 // watchOp serves checkWatches, removeWatches and addWatch.
 func (c *conn) watchOp(p *pending, op zkproto.OpCode, req *zkproto.PathTypeRequest) (zkproto.Record, zkproto.ErrCode) {
+	if !validWatchType(op, req.Type) {
+		return nil, zkproto.ErrMarshallingError
+	}
 	if err := api.ValidatePath(req.Path); err != nil {
 		return nil, zkproto.ErrBadArguments
 	}
@@ -489,12 +492,8 @@ func (c *conn) watchOp(p *pending, op zkproto.OpCode, req *zkproto.PathTypeReque
 		return nil, zkproto.ErrNoWatcher
 	}
 	kind := kindPersistent
-	switch zkproto.AddWatchMode(req.Type) {
-	case zkproto.AddWatchPersistent:
-	case zkproto.AddWatchPersistentRecursive:
+	if zkproto.AddWatchMode(req.Type) == zkproto.AddWatchPersistentRecursive {
 		kind = kindRecursive
-	default:
-		return nil, zkproto.ErrBadArguments
 	}
 	g, err := c.watches.prepare(c.requestContext(), req.Path, kind, 0, true)
 	if err != nil {
@@ -505,6 +504,17 @@ func (c *conn) watchOp(p *pending, op zkproto.OpCode, req *zkproto.PathTypeReque
 		c.watches.arm(g, g.e.at)
 	}
 	return &zkproto.ErrorResponse{Err: zkproto.ErrOK}, zkproto.ErrOK
+}
+
+// validWatchType reports whether t names a WatcherType (checkWatches,
+// removeWatches) or an addWatch mode. ZooKeeper answers any other value
+// with MarshallingError, its reply to a request it could not process.
+func validWatchType(op zkproto.OpCode, t int32) bool {
+	if op == zkproto.OpAddWatch {
+		mode := zkproto.AddWatchMode(t)
+		return mode == zkproto.AddWatchPersistent || mode == zkproto.AddWatchPersistentRecursive
+	}
+	return t >= watcherChildren && t <= watcherPersistentRecursive
 }
 
 // setWatches sets again, after a reconnect, the watches the client held,
