@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"math"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/fsm"
@@ -101,7 +104,13 @@ func (s *Server) readForeignChildren(ctx context.Context, path string, opts Node
 }
 
 // CountDescendants returns how many nodes lie below path (not counting
-// path itself), from one view after the barrier opts ask for.
+// path itself), after the barrier opts ask for, and the applied index of
+// the view of path's shard. With several shards the nodes below path lie
+// in every shard: each shard's count is read from one view of it after
+// its own barrier (all at once; the integer min_index is path's shard's),
+// and the counts are summed, so the total is no one snapshot of the
+// cluster (docs/zookeeper.md). A shard counts by a scan of its part of
+// the subtree (fsm.FSM.UsageUnder), or in O(1) if a quota sits at path.
 func (s *Server) CountDescendants(ctx context.Context, path string, opts ReadOptions) (int, uint64, error) {
 	if err := s.authorizeAs(ctx, permRead, path, 0); err != nil {
 		return 0, 0, err
@@ -109,27 +118,81 @@ func (s *Server) CountDescendants(ctx context.Context, path string, opts ReadOpt
 	if err := api.ValidatePath(path); err != nil {
 		return 0, 0, err
 	}
-	g := s.groupFor(path)
-	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
+	own := s.shards.Shard(path)
+	groups, err := s.barrierEvery(ctx, opts, own)
+	if err != nil {
 		return 0, 0, err
 	}
-	count := 0
-	var err error
-	index := g.View(func(f *fsm.FSM) {
-		if _, err = f.Get(path); err != nil {
-			return
+	var total, index uint64
+	for shard, g := range groups {
+		var nodes uint64
+		viewIndex := g.View(func(f *fsm.FSM) {
+			if shard == own {
+				if _, err = f.Get(path); err != nil {
+					return
+				}
+			}
+			nodes, _ = f.UsageUnder(path)
+		})
+		if shard == own {
+			if index = viewIndex; err != nil {
+				return 0, index, err
+			}
+			nodes = max(nodes, 1) - 1 // path itself
 		}
-		walkBelow(f, path, func(string, fsm.Node) { count++ })
-	})
-	return count, index, err
+		total += nodes
+	}
+	return int(min(total, math.MaxInt)), index, nil
+}
+
+// barrierEvery waits, in every shard at once, for the barrier opts ask
+// for, own being the read's own shard (ReadOptions.minIndexIn; the others
+// take their min_index vector entry), and returns the groups in shard
+// order. A cross-shard read then reads each shard's part from its group,
+// as the children listing reads the children's shard (Children).
+func (s *Server) barrierEvery(ctx context.Context, opts ReadOptions, own int) ([]*group, error) {
+	groups := make([]*group, s.cfg.Shards)
+	errs := make([]error, s.cfg.Shards)
+	barrier := func(shard int) {
+		g, err := s.shardGroup(shard)
+		if err == nil {
+			minIndex := opts.vectorIndexIn(g)
+			if shard == own {
+				minIndex = opts.minIndexIn(g)
+			}
+			err = g.Barrier(ctx, opts.Consistency, minIndex)
+		}
+		groups[shard], errs[shard] = g, err
+	}
+	if s.cfg.Shards == 1 {
+		barrier(0)
+	} else {
+		var wg sync.WaitGroup
+		for shard := range s.cfg.Shards {
+			wg.Go(func() { barrier(shard) })
+		}
+		wg.Wait()
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return groups, nil
 }
 
 // SessionEphemerals returns the paths of session's ephemeral nodes at or
 // below prefix (a path prefix, not only a whole node name, as ZooKeeper's
-// getEphemerals takes it), sorted. It walks the tree: O(nodes).
+// getEphemerals takes it), sorted, and the applied index of the meta
+// group's view. It walks the tree: O(nodes). With several shards it walks
+// every shard's part of the tree (walkShards) after a barrier in each;
+// the answer is then no one snapshot of the cluster (docs/zookeeper.md).
 func (s *Server) SessionEphemerals(ctx context.Context, session uint64, prefix string, opts ReadOptions) ([]string, uint64, error) {
 	if err := s.authorizeSessions(ctx, session); err != nil {
 		return nil, 0, err
+	}
+	if s.cfg.Shards > 1 {
+		return s.shardedEphemerals(ctx, session, prefix, opts)
 	}
 	g := s.metaGroup()
 	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
@@ -144,6 +207,108 @@ func (s *Server) SessionEphemerals(ctx context.Context, session uint64, prefix s
 		})
 	})
 	return paths, index, nil
+}
+
+// shardedEphemerals is SessionEphemerals with several shards: every shard
+// is read after its barrier (the integer min_index is the meta group's).
+// A session's ephemeral nodes are counted in each shard's record of it
+// (shard 0's session, the others' local records): if no shard counts one,
+// the answer is empty without a walk.
+func (s *Server) shardedEphemerals(ctx context.Context, session uint64, prefix string, opts ReadOptions) ([]string, uint64, error) {
+	groups, err := s.barrierEvery(ctx, opts, MetaShard)
+	if err != nil {
+		return nil, 0, err
+	}
+	owned := 0
+	var index uint64
+	for shard, g := range groups {
+		viewIndex := g.View(func(f *fsm.FSM) {
+			if sess, err := f.Session(session); err == nil {
+				owned += sess.Ephemerals
+			}
+		})
+		if shard == MetaShard {
+			index = viewIndex
+		}
+	}
+	paths := []string{}
+	if owned == 0 {
+		return paths, index, nil
+	}
+	err = s.walkShards(ctx, groups, func(p string) bool { return mayHoldPrefix(p, prefix) }, func(p string, n fsm.Node) {
+		if n.Owner == session && strings.HasPrefix(p, prefix) {
+			paths = append(paths, p)
+		}
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	slices.Sort(paths)
+	return paths, index, nil
+}
+
+// mayHoldPrefix reports whether a node below dir may have a path starting
+// with prefix.
+func mayHoldPrefix(dir, prefix string) bool {
+	below := dir + "/"
+	return strings.HasPrefix(below, prefix) || strings.HasPrefix(prefix, below)
+}
+
+// walkShards calls fn for every node below the root in a sharded cluster,
+// a level of the tree at a time, going below a persistent node only if
+// descend accepts its path: each directory's children (and their nodes)
+// are read in the shard holding them (placement ChildShard), one view of
+// each shard per level, from groups (in shard order, their barriers
+// passed). Every view is at or after its shard's barrier, so a node that
+// exists throughout the walk is seen and one that exists at no time of it
+// is not; one created or deleted meanwhile may be either. A directory
+// deleted between two levels has no children left (its children go
+// first), so skipping it loses nothing.
+func (s *Server) walkShards(ctx context.Context, groups []*group, descend func(string) bool, fn func(string, fsm.Node)) error {
+	dirs := []string{"/"}
+	for depth := 0; len(dirs) > 0; depth++ {
+		if depth > maxDirectoryDepth {
+			return api.Errorf(api.CodeInternal, "the tree walk went %d levels deep", depth)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		byShard := make([][]string, len(groups))
+		for _, dir := range dirs {
+			shard := s.shards.ChildShard(dir)
+			byShard[shard] = append(byShard[shard], dir)
+		}
+		var next []string
+		for shard, level := range byShard {
+			if len(level) == 0 {
+				continue
+			}
+			groups[shard].View(func(f *fsm.FSM) {
+				for _, dir := range level {
+					names, err := f.Children(dir)
+					if err != nil {
+						continue // deleted since the level above was read
+					}
+					for _, name := range names {
+						child := api.Join(dir, name)
+						n, err := f.Get(child)
+						if err != nil {
+							continue
+						}
+						fn(child, n)
+						// An ephemeral node has no children; a node whose
+						// children live with it says how many it has.
+						local := s.shards.ChildShard(child) == shard
+						if n.Owner == 0 && !(local && n.ChildrenCount == 0) && descend(child) {
+							next = append(next, child)
+						}
+					}
+				}
+			})
+		}
+		dirs = next
+	}
+	return nil
 }
 
 // walkBelow calls fn for every node below path, in pre-order.
