@@ -260,3 +260,33 @@ func TestPasswordHashesNeverLeave(t *testing.T) {
 		t.Errorf("auth status %+v, %v", st, err)
 	}
 }
+
+// TestAuthRefusalNamesItsOperation: a transaction's operation the caller
+// may not perform refuses the transaction with 403 and that operation's
+// failed_op, nothing applied; a multi-read's read the caller may not make
+// fails on its own (permission_denied in its result) and the others are
+// answered.
+func TestAuthRefusalNamesItsOperation(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := setUpAuth(t, ctx, c.URL(0))
+	status, reply := sendAs(t, ctx, f.writer, "POST", f.base+"/v1/txn",
+		`{"ops":[{"op":"create","path":"/app/t1","value":"v"},{"op":"create","path":"/outside","value":"v"}]}`)
+	var refusal api.TxnErrorBody
+	if err := json.Unmarshal(reply, &refusal); err != nil || status != http.StatusForbidden ||
+		refusal.FailedOp != 1 || refusal.Error.Code != api.CodePermissionDenied {
+		t.Errorf("txn with a forbidden create: %d %s; want 403 permission_denied with failed_op 1", status, reply)
+	}
+	if status, reply := sendAs(t, ctx, f.writer, "GET", f.base+"/v1/kv/app/t1", ""); status != http.StatusNotFound {
+		t.Errorf("the refused transaction's first create: %d %s, want 404", status, reply)
+	}
+
+	status, reply = sendAs(t, ctx, f.reader, "POST", f.base+"/v1/read", `{"reads":[{"path":"/app/x"},{"path":"/outside"}]}`)
+	var reads api.ReadResults
+	if err := json.Unmarshal(reply, &reads); err != nil || status != http.StatusOK || len(reads.Results) != 2 ||
+		reads.Results[0].Node == nil || reads.Results[0].Node.Value != "1" ||
+		reads.Results[1].Error == nil || reads.Results[1].Error.Code != api.CodePermissionDenied {
+		t.Errorf("multi-read with a forbidden read: %d %s; want 200, /app/x, then permission_denied", status, reply)
+	}
+}

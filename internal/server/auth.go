@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -397,28 +398,54 @@ func (s *Server) checkOwner(user string, session uint64) error {
 }
 
 // authorizeTxn authorizes every operation of a transaction: write on the
-// paths it creates, sets or deletes, read on the paths it checks.
+// paths it creates, sets or deletes, read on the paths it checks. The
+// first operation refused for want of a permission is named by an
+// *api.TxnOpError, as a refusal of the state machine names its operation
+// (ZooKeeper's multi reports NoAuth at that operation).
 func (s *Server) authorizeTxn(ctx context.Context, r TxnRequest) error {
-	for _, op := range r.Ops {
+	for i, op := range r.Ops {
 		perm := command.PermWrite
 		if op.Kind == TxnCheck {
 			perm = command.PermRead
 		}
 		if err := s.authorizeAs(ctx, perm, op.Path, r.SessionID); err != nil {
-			return err
+			return opRefusal(i, err)
 		}
 	}
 	return s.authorizeAs(ctx, command.PermNone, "/", r.SessionID)
 }
 
-// authorizeReads authorizes read on every path of a batch of reads.
-func (s *Server) authorizeReads(ctx context.Context, reads []ReadOp) error {
-	for _, r := range reads {
-		if err := s.authorizeAs(ctx, command.PermRead, r.Path, 0); err != nil {
-			return err
+// authorizeReads authorizes read on every path of a batch of reads. A read
+// refused for want of the permission fails on its own (denied[i], as a
+// missing node's read does); any other refusal (no credentials) is the
+// whole batch's error.
+func (s *Server) authorizeReads(ctx context.Context, reads []ReadOp) ([]*api.Error, error) {
+	var denied []*api.Error
+	for i, r := range reads {
+		refusal := s.authorizeAs(ctx, command.PermRead, r.Path, 0)
+		if refusal == nil {
+			continue
 		}
+		var opErr *api.TxnOpError
+		if !errors.As(opRefusal(i, refusal), &opErr) {
+			return nil, refusal
+		}
+		if denied == nil {
+			denied = make([]*api.Error, len(reads))
+		}
+		denied[i] = opErr.Err
 	}
-	return nil
+	return denied, nil
+}
+
+// opRefusal names operation i as the one refused when err is a refusal of
+// its path's permission; any other error is returned as it is.
+func opRefusal(i int, err error) error {
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.Code == api.CodePermissionDenied {
+		return &api.TxnOpError{Op: i, Err: apiErr}
+	}
+	return err
 }
 
 // The permissions the hooks in the request paths ask for.

@@ -52,7 +52,8 @@ type ReadManyResult struct {
 // the main view, each group at its own index (readChildrenElsewhere), as
 // Get and Children read them.
 func (s *Server) ReadMany(ctx context.Context, reads []ReadOp, opts ReadOptions) (ReadManyResult, error) {
-	if err := s.authorizeReads(ctx, reads); err != nil {
+	denied, err := s.authorizeReads(ctx, reads)
+	if err != nil {
 		return ReadManyResult{}, err
 	}
 	if len(reads) == 0 {
@@ -75,6 +76,10 @@ func (s *Server) ReadMany(ctx context.Context, reads []ReadOp, opts ReadOptions)
 	out := ReadManyResult{Results: make([]ReadResult, len(reads)), Shard: g.shard}
 	out.Index = g.View(func(f *fsm.FSM) {
 		for i, read := range reads {
+			if denied != nil && denied[i] != nil {
+				out.Results[i] = ReadResult{Err: denied[i]}
+				continue
+			}
 			out.Results[i] = readOne(f, read)
 		}
 	})

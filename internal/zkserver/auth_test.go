@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -346,5 +347,44 @@ func TestAuthMatrixZooKeeperRaw(t *testing.T) {
 				t.Errorf("%s/%s: %v, want %v", id.name, tc.name, h.Err, want)
 			}
 		}
+	}
+}
+
+// TestAuthRefusalNamesItsOperation: an operation of a multi the user may
+// not perform is refused at its place, as ZooKeeper reports NoAuth there
+// (OK before it, RuntimeInconsistency after it, the reply header OK), and
+// nothing of the multi is applied; a read of a multiRead the user may not
+// make fails on its own and the others are answered.
+func TestAuthRefusalNamesItsOperation(t *testing.T) {
+	c := startZKWith(t, 1, Config{}, authOptions, nil)
+	setUpZKAuth(t, c)
+	w := dialRaw(t, c.addrs[0])
+	w.session()
+	if h, _ := w.call(zkproto.OpAuth, &zkproto.AuthPacket{Scheme: "digest", Auth: []byte("writer:writer-pw")}); h.Err != zkproto.ErrOK {
+		t.Fatalf("writer addauth: %v", h.Err)
+	}
+	h, rest := w.call(zkproto.OpMulti, multiRequest{mcreate("/app/m1", 0), mcreate("/outside", 0), mcreate("/app/m2", 0)})
+	want := []zkproto.ErrCode{zkproto.ErrOK, zkproto.ErrNoAuth, zkproto.ErrRuntimeInconsistency}
+	if got := decodeMultiReply(t, rest).codes(); h.Err != zkproto.ErrOK || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("multi with a refused create: header %v, results %v; want header 0, results %v", h.Err, got, want)
+	}
+	if h, _ := w.call(zkproto.OpExists, &zkproto.PathWatchRequest{Path: "/app/m1"}); h.Err != zkproto.ErrNoNode {
+		t.Errorf("exists /app/m1 after the refused multi: %v, want NoNode", h.Err)
+	}
+
+	r := dialRaw(t, c.addrs[0])
+	r.session()
+	if h, _ := r.call(zkproto.OpAuth, &zkproto.AuthPacket{Scheme: "digest", Auth: []byte("reader:reader-pw")}); h.Err != zkproto.ErrOK {
+		t.Fatalf("reader addauth: %v", h.Err)
+	}
+	h, rest = r.call(zkproto.OpMultiRead, multiRequest{
+		{zkproto.OpGetData, &zkproto.PathWatchRequest{Path: "/app/x"}},
+		{zkproto.OpGetData, &zkproto.PathWatchRequest{Path: "/outside"}},
+		{zkproto.OpGetChildren, &zkproto.PathWatchRequest{Path: "/app"}},
+	})
+	got := decodeMultiReply(t, rest)
+	want = []zkproto.ErrCode{zkproto.ErrOK, zkproto.ErrNoAuth, zkproto.ErrOK}
+	if h.Err != zkproto.ErrOK || fmt.Sprint(got.codes()) != fmt.Sprint(want) || len(got.data) != 1 || string(got.data[0]) != "1" {
+		t.Errorf("multiRead with a refused read: header %v, results %v, data %q; want header 0, results %v, data [1]", h.Err, got.codes(), got.data, want)
 	}
 }
