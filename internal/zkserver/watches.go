@@ -91,10 +91,11 @@ type watchGen struct {
 	// (the latch watch is added before the read that sets a ZooKeeper
 	// watch, so that no change between the two is lost).
 	pending []api.Event
-	// catchUp: set by setWatches with a relativeZxid: an event at the
-	// entry's position at (in its shard) is the latch registry's report
-	// that the node changed while the client was away (its latest change),
-	// not a change at that index.
+	// catchUp: set by setWatches for a child watch whose children live in
+	// another shard than its node (childCatchUp): an event of the
+	// children's shard at the entry's position there is the latch
+	// registry's report that the children changed while the client was
+	// away, not a change at that index.
 	catchUp bool
 	fired   bool // a one-shot watch that triggered
 	held    bool // until the reply of the request that set it is sent
@@ -151,7 +152,14 @@ func newTableWith(notify func(zkproto.EventType, string), cancel func(uint64)) *
 // latch watch of the path and kind is added first if the connection holds
 // none. A persistent watch the connection holds already is not set again
 // (nil, no error). With hold, the watch's notifications wait for release.
+// known, if not 0, is setWatches' relativeZxid: a one-shot watch then
+// reports at once what it missed (prepareAgain); a persistent one is set
+// again and reports nothing it missed, as ZooKeeper's setWatches only
+// adds it again.
 func (t *watchTable) prepare(ctx context.Context, path string, kind watchKind, known uint64, hold bool) (*watchGen, error) {
+	if known > 0 && kind.oneShot() {
+		return t.prepareAgain(ctx, path, kind, known, hold)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	key := watchKey{path, keyKind(kind)}
@@ -161,11 +169,112 @@ func (t *watchTable) prepare(ctx context.Context, path string, kind watchKind, k
 		return nil, nil
 	case e == nil:
 		var err error
-		if e, err = t.addEntryLocked(ctx, key, known); err != nil {
+		if e, err = t.addEntryLocked(ctx, key, nil); err != nil {
 			return nil, err
 		}
 	}
-	return addGenLocked(e, kind, known > 0, hold), nil
+	return addGenLocked(e, kind, false, hold), nil
+}
+
+// prepareAgain adds a one-shot watch that setWatches sets again after a
+// reconnect, for a client that saw every change up to known (its
+// relativeZxid), and fires it at once if it missed one, as ZooKeeper's
+// setWatches decides, from the node as it is now, never from the kind of
+// its latest change: a data watch fires NodeDeleted if the node is gone,
+// NodeDataChanged if its mzxid is past known; an exist watch NodeCreated
+// if the node is there; a child watch NodeDeleted if the node is gone,
+// NodeChildrenChanged if its pzxid is past known (missed). A watch that
+// fires is gone once armed; the others stay, as any watch. The node is
+// read after its latch watch is added (at position at), so a change after
+// the read is reported by the watch, and one in between either shows in
+// the read or is an event after at.
+func (t *watchTable) prepareAgain(ctx context.Context, path string, kind watchKind, known uint64, hold bool) (*watchGen, error) {
+	key := watchKey{path, keyKind(kind)}
+	t.mu.Lock()
+	e := t.byKey[key]
+	catchUp := false
+	if e == nil {
+		children := t.c.childCatchUp(key, known)
+		var err error
+		if e, err = t.addEntryLocked(ctx, key, children); err != nil {
+			t.mu.Unlock()
+			return nil, err
+		}
+		catchUp = children != nil
+	}
+	g := addGenLocked(e, kind, catchUp, hold)
+	t.mu.Unlock()
+
+	n, err := t.c.readNode(nil, path, false)
+	found := err == nil
+	if err != nil && !isCode(err, api.CodeNotFound) {
+		t.drop(g)
+		return nil, err
+	}
+	if typ, fire := t.c.missed(kind, path, n, found, known); fire {
+		t.mu.Lock()
+		t.triggerLocked(g, typ, path, e.home, n.Index)
+		t.mu.Unlock()
+	}
+	return g, nil
+}
+
+// missed reports whether a one-shot watch of kind on path, whose node
+// reads as n (found: it exists), set again by setWatches for a client that saw every change
+// up to known, missed a change, and which notification tells it (see
+// prepareAgain). It is conservative (fires) where the node's state cannot
+// tell: a node whose pzxid is not recorded (made by a binary that kept
+// none, its children unchanged since), and, on a cluster of several
+// shards, a node outside shard 0 (known is an index of shard 0's log).
+// Of a node whose children live in another shard, only its deletion: the
+// latch watch's record in the children's shard reports their changes
+// (childCatchUp).
+func (c *conn) missed(kind watchKind, path string, n server.NodeView, found bool, known uint64) (zkproto.EventType, bool) {
+	since := func(index uint64) bool {
+		return index == 0 || index > known || (c.l.sharded && c.l.srv.ShardOf(path) != 0)
+	}
+	switch kind {
+	case kindExist:
+		return zkproto.EventNodeCreated, found
+	case kindData:
+		if !found {
+			return zkproto.EventNodeDeleted, true
+		}
+		return zkproto.EventNodeDataChanged, since(n.ModifiedIndex)
+	case kindChild:
+		if !found {
+			return zkproto.EventNodeDeleted, true
+		}
+		if c.l.sharded && c.l.srv.ChildShardOf(path) != c.l.srv.ShardOf(path) {
+			return 0, false
+		}
+		return zkproto.EventNodeChildrenChanged, since(n.ChildrenModifiedIndex)
+	}
+	return 0, false
+}
+
+// childCatchUp is, for a child watch set again by setWatches on a node
+// whose children live in another shard than the node, the known index of
+// the children's shard: known there if it is shard 0 (a session's zxid is
+// an index of shard 0's log), else 1 (any change there counts, the
+// client's position in that log being unknown). The latch watch's record
+// in that shard then reports at once the children's latest change after
+// it, conservatively when that shard's recent history does not reach back
+// so far (internal/watch); its events there are all changes of the
+// children. nil for every other watch: the node's state tells (missed).
+func (c *conn) childCatchUp(key watchKey, known uint64) map[int]uint64 {
+	if !c.l.sharded || key.kind != kindChild {
+		return nil
+	}
+	srv := c.l.srv
+	children := srv.ChildShardOf(key.path)
+	if children == srv.ShardOf(key.path) {
+		return nil
+	}
+	if children != 0 {
+		known = 1
+	}
+	return map[int]uint64{children: known}
 }
 
 // addGenLocked adds a generation of kind to e, not yet armed.
@@ -175,22 +284,13 @@ func addGenLocked(e *watchEntry, kind watchKind, catchUp, hold bool) *watchGen {
 	return g
 }
 
-// addEntryLocked adds the latch watch of key and its entry. With known
-// (setWatches' relativeZxid), the latch watch reports at once the latest
-// change after it. On a cluster of several shards a session's zxid is an
-// index of shard 0's log: the watch's other shards know no position of
-// the client's, and report their latest change, if any, conservatively
-// (docs/zookeeper.md).
-func (t *watchTable) addEntryLocked(ctx context.Context, key watchKey, known uint64) (*watchEntry, error) {
+// addEntryLocked adds the latch watch of key and its entry. known, if not
+// nil, is the known index of some of the shards the watch covers
+// (childCatchUp): in those the latch watch reports at once the latest
+// change after it.
+func (t *watchTable) addEntryLocked(ctx context.Context, key watchKey, known map[int]uint64) (*watchEntry, error) {
 	srv := t.c.l.srv
-	req := server.WatchRequest{Path: key.path, Recursive: key.kind == kindRecursive, Persistent: true}
-	if known > 0 {
-		if t.c.l.sharded {
-			req.KnownIndexes = knownPerShard(srv, key, known)
-		} else {
-			req.KnownIndex = known
-		}
-	}
+	req := server.WatchRequest{Path: key.path, Recursive: key.kind == kindRecursive, Persistent: true, KnownIndexes: known}
 	w, err := srv.Watch(ctx, t.c.session, req)
 	if err != nil {
 		return nil, err
@@ -202,32 +302,6 @@ func (t *watchTable) addEntryLocked(ctx context.Context, key watchKey, known uin
 	e := &watchEntry{key: key, id: id, home: w.Shard, at: watchPos(w.Shard, w.Index, w.Indexes)}
 	t.byKey[key], t.byID[id] = e, e
 	return e, nil
-}
-
-// knownPerShard is the known index of each shard whose changes a watch of
-// key reports, for a client whose zxid is known: shard 0's, and 1 (any
-// change there) for the others. A data or exist watch reports changes of
-// its node only, never its children's: the children's shard gets none, so
-// that a change of the children there is not reported as one of the node.
-func knownPerShard(srv *server.Server, key watchKey, known uint64) map[int]uint64 {
-	shards := []int{srv.ShardOf(key.path), srv.ChildShardOf(key.path)}
-	switch key.kind {
-	case kindData:
-		shards = shards[:1]
-	case kindRecursive:
-		shards = shards[:0]
-		for shard := range srv.Shards() {
-			shards = append(shards, shard)
-		}
-	}
-	out := make(map[int]uint64, len(shards))
-	for _, shard := range shards {
-		out[shard] = 1
-		if shard == 0 {
-			out[shard] = known
-		}
-	}
-	return out
 }
 
 // arm starts reporting the changes after position after, beginning with
@@ -298,7 +372,7 @@ func (t *watchTable) fireLocked(g *watchGen, ev api.Event) {
 		return
 	}
 	home := g.e.home
-	catchUp := g.catchUp && ev.Index == g.e.at.of(home, ev.Shard)
+	catchUp := g.catchUp && ev.Shard != home && ev.Index == g.e.at.of(home, ev.Shard)
 	if ev.Index <= g.after.of(home, ev.Shard) && !catchUp {
 		return
 	}
@@ -306,12 +380,19 @@ func (t *watchTable) fireLocked(g *watchGen, ev api.Event) {
 	if !ok {
 		return
 	}
+	t.triggerLocked(g, typ, ev.Path, ev.Shard, ev.Index)
+}
+
+// triggerLocked fires g with the notification typ of path, for the change
+// at index of shard: at once, or once the reply of the request that set g
+// is sent.
+func (t *watchTable) triggerLocked(g *watchGen, typ zkproto.EventType, path string, shard int, index uint64) {
 	g.fired = g.kind.oneShot()
 	if g.held {
-		g.notes = append(g.notes, heldNote{typ, ev.Path, ev.Shard, ev.Index})
+		g.notes = append(g.notes, heldNote{typ, path, shard, index})
 		return
 	}
-	t.notifyLocked(typ, ev.Path, ev.Shard, ev.Index)
+	t.notifyLocked(typ, path, shard, index)
 }
 
 // pruneLocked forgets the generations of e that fired, and e with its
@@ -402,10 +483,12 @@ func mergeable(g *watchGen, through []uint64) bool {
 }
 
 // eventType maps a latch event on a watch of kind to the ZooKeeper event
-// it triggers, if any.
+// it triggers, if any. A catch-up event is the report, by a child watch's
+// record in its children's shard, that they changed while the client was
+// away (childCatchUp).
 func eventType(kind watchKind, event string, catchUp bool) (zkproto.EventType, bool) {
 	if catchUp {
-		return catchUpType(kind, event)
+		return zkproto.EventNodeChildrenChanged, kind == kindChild
 	}
 	switch event {
 	case api.EventCreated:
@@ -418,30 +501,6 @@ func eventType(kind watchKind, event string, catchUp bool) (zkproto.EventType, b
 		return zkproto.EventNodeChildrenChanged, kind == kindChild || kind == kindPersistent
 	}
 	return 0, false
-}
-
-// catchUpType maps the latest change a watch missed while its client was
-// away, as ZooKeeper's setWatches does: a data watch reports the node
-// deleted or changed, an exist watch its creation, a child watch the node
-// deleted or its children changed (conservatively: latch does not record
-// which kind of change it was when the history no longer reaches back).
-func catchUpType(kind watchKind, event string) (zkproto.EventType, bool) {
-	deleted := event == api.EventDeleted
-	switch kind {
-	case kindData:
-		if deleted {
-			return zkproto.EventNodeDeleted, true
-		}
-		return zkproto.EventNodeDataChanged, true
-	case kindExist:
-		return zkproto.EventNodeCreated, !deleted
-	case kindChild:
-		if deleted {
-			return zkproto.EventNodeDeleted, true
-		}
-		return zkproto.EventNodeChildrenChanged, true
-	}
-	return eventType(kind, event, false)
 }
 
 // notifyLocked sends a notification unless the same one went for the
