@@ -50,6 +50,12 @@
 //     finished by the shard's leader.
 //   - Get's children_count and the children listing read the directory's
 //     children shard (kv.go).
+//   - reads over every shard (barrierEvery: a barrier in each, all at once)
+//     sum or walk each shard's part: getEphemerals, getAllChildrenNumber
+//     (zk.go), and a session's ephemeral_count (GetSession, ListSessions),
+//     which each shard counts in its record of the session. StateCounts,
+//     for the four-letter words, sums the shards' local node counts
+//     without a barrier.
 //   - quotas (quotas.go): a quota change in shard 0 is synced to every
 //     shard before it is answered; a write refused for want of its shard's
 //     allotment (RedoQuotaRoom) moves room from other shards (give, take,

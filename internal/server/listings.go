@@ -17,7 +17,8 @@ import (
 // in one shard, but each lock's queue lives in the shard of its own
 // directory's children: a listing pages the names in their shard, then
 // reads the page's queues shard by shard, each at its own index
-// (listQueues). Sessions stay in the meta group.
+// (listQueues). Sessions live in the meta group, but each shard counts the
+// ephemeral nodes a session has there: ListSessions reads every shard once.
 
 // Page is one page of a listing: at most Limit entries sorted by name (by
 // handle for sessions), the first after After ("" = from the start).
@@ -116,19 +117,25 @@ func listQueues[E any](ctx context.Context, s *Server, root string, page Page, o
 
 // ListSessions lists the live sessions on the page, by handle, never by id.
 // On the leader each carries the time left before it expires without a
-// heartbeat; Count and ExpiringSoon cover every live session.
+// heartbeat; Count and ExpiringSoon cover every live session. The index is
+// the meta group's. With several shards a session's ephemeral nodes are
+// counted in every shard (shard 0's session, the others' local records),
+// so every shard is read once, after its own barrier (barrierEvery, all at
+// once; the integer min_index is the meta group's), whatever the page's
+// length, and each entry's EphemeralCount sums them: no one snapshot of
+// the cluster.
 func (s *Server) ListSessions(ctx context.Context, page Page, opts ReadOptions) (api.SessionList, error) {
 	if err := s.authorizeAs(ctx, permAdmin, "/", 0); err != nil {
 		return api.SessionList{}, err
 	}
-	g := s.metaGroup()
-	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
+	groups, err := s.barrierEvery(ctx, opts, MetaShard)
+	if err != nil {
 		return api.SessionList{}, err
 	}
 	var live []fsm.Session
-	index := g.View(func(f *fsm.FSM) { live = f.Sessions() })
-	left, leading := g.sessions.Remaining()
-	all := make([]api.SessionEntry, 0, len(live))
+	index := groups[MetaShard].View(func(f *fsm.FSM) { live = f.Sessions() })
+	left, leading := groups[MetaShard].sessions.Remaining()
+	all := make([]listedSession, 0, len(live))
 	out := api.SessionList{Count: len(live), ExpiryKnown: leading, Index: index}
 	for _, sess := range live {
 		entry := api.SessionEntry{SessionHandle: api.FormatSessionHandle(sess.ID), TimeoutMs: sess.TimeoutMs, EphemeralCount: sess.Ephemerals}
@@ -139,17 +146,39 @@ func (s *Server) ListSessions(ctx context.Context, page Page, opts ReadOptions) 
 				out.ExpiringSoon++
 			}
 		}
-		all = append(all, entry)
+		all = append(all, listedSession{entry, sess.ID})
 	}
-	out.Sessions, out.Truncated = sessionPage(all, page)
+	listed, truncated := sessionPage(all, page)
+	for shard, g := range groups {
+		if shard == MetaShard {
+			continue
+		}
+		g.View(func(f *fsm.FSM) {
+			for i := range listed {
+				if local, err := f.Session(listed[i].id); err == nil {
+					listed[i].EphemeralCount += local.Ephemerals
+				}
+			}
+		})
+	}
+	out.Sessions, out.Truncated = make([]api.SessionEntry, len(listed)), truncated
+	for i, l := range listed {
+		out.Sessions[i] = l.SessionEntry
+	}
 	if out.Truncated {
 		out.NextAfter = out.Sessions[len(out.Sessions)-1].SessionHandle
 	}
 	return out, nil
 }
 
+// listedSession is an entry of ListSessions with its session's id.
+type listedSession struct {
+	api.SessionEntry
+	id uint64
+}
+
 // sessionPage sorts entries by handle and cuts the page out of them.
-func sessionPage(entries []api.SessionEntry, page Page) ([]api.SessionEntry, bool) {
+func sessionPage(entries []listedSession, page Page) ([]listedSession, bool) {
 	sort.Slice(entries, func(i, j int) bool { return entries[i].SessionHandle < entries[j].SessionHandle })
 	start := sort.Search(len(entries), func(i int) bool { return entries[i].SessionHandle > page.After })
 	entries = entries[start:]

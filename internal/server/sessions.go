@@ -144,23 +144,52 @@ func (s *Server) closedBefore(ctx context.Context, id, index uint64, gone error)
 	return api.Closed{Index: index, Indexes: indexes}, gone
 }
 
-// GetSession describes a live session.
+// GetSession describes a live session, read after the barrier opts ask
+// for; the index is the meta group's. With several shards each shard
+// counts the session's ephemeral nodes it holds (shard 0 in the session,
+// the others in their local records of it), so every shard is read after
+// its own barrier (barrierEvery, all at once; the integer min_index is
+// the meta group's) and EphemeralCount is the sum: no one snapshot of the
+// cluster, as getEphemerals (docs/api.md). A caller that needs only the
+// liveness and timeout takes LiveSessionTimeout, which reads shard 0 only.
 func (s *Server) GetSession(ctx context.Context, id uint64, opts ReadOptions) (api.Session, error) {
 	if err := s.authorizeSessions(ctx, id); err != nil {
 		return api.Session{}, err
 	}
-	g := s.metaGroup()
-	if err := g.Barrier(ctx, opts.Consistency, opts.minIndexIn(g)); err != nil {
-		return api.Session{}, err
-	}
-	var sess fsm.Session
-	var err error
-	index := g.View(func(f *fsm.FSM) { sess, err = f.Session(id) })
+	groups, err := s.barrierEvery(ctx, opts, MetaShard)
 	if err != nil {
 		return api.Session{}, err
 	}
+	var sess fsm.Session
+	index := groups[MetaShard].View(func(f *fsm.FSM) { sess, err = f.Session(id) })
+	if err != nil {
+		return api.Session{}, err
+	}
+	ephemerals := sess.Ephemerals
+	for shard, g := range groups {
+		if shard == MetaShard {
+			continue
+		}
+		g.View(func(f *fsm.FSM) {
+			if local, err := f.Session(id); err == nil {
+				ephemerals += local.Ephemerals
+			}
+		})
+	}
 	return api.Session{SessionID: api.FormatID(sess.ID), SessionHandle: api.FormatSessionHandle(sess.ID), TimeoutMs: sess.TimeoutMs,
-		EphemeralCount: sess.Ephemerals, Index: index}, nil
+		EphemeralCount: ephemerals, Index: index}, nil
+}
+
+// LiveSessionTimeout returns the timeout of the live session id, read in
+// the meta group after a linearizable barrier, the caller authorized for
+// the session as GetSession's is: the ZooKeeper listener's check of a
+// resumed or attached session. Unlike GetSession it counts no ephemeral
+// nodes, so with several shards it waits on no shard but the meta group.
+func (s *Server) LiveSessionTimeout(ctx context.Context, id uint64) (uint64, error) {
+	if err := s.authorizeSessions(ctx, id); err != nil {
+		return 0, err
+	}
+	return s.ResumableSession(ctx, id)
 }
 
 // ResumableSession returns the timeout of the live session id, read after a

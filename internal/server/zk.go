@@ -337,10 +337,24 @@ type Counts struct {
 	Index           uint64
 }
 
-// StateCounts returns the node and session counts of the applied state.
+// StateCounts returns the node and session counts of this member's
+// applied state, and the meta group's applied index: a local view without
+// a barrier, as ZooKeeper answers its four-letter words from its own
+// state, cheap enough for every monitoring poll. With several shards
+// Nodes sums every running shard's local count without a barrier (each
+// shard at its own applied index, so no one snapshot, and a shard behind
+// on this member counts what it applied), the root once although every
+// shard keeps one; Sessions is the meta group's (the other shards' local
+// records of sessions are no sessions).
 func (s *Server) StateCounts() Counts {
 	var c Counts
 	c.Index = s.metaGroup().View(func(f *fsm.FSM) { c.Nodes, c.Sessions = f.NodeCount(), f.SessionCount() })
+	for shard, g := range s.allGroups() {
+		if shard == MetaShard || g == nil {
+			continue
+		}
+		g.View(func(f *fsm.FSM) { c.Nodes += f.NodeCount() - 1 }) // its copy of the root
+	}
 	return c
 }
 

@@ -191,7 +191,7 @@ func (c *conn) attach(ctx context.Context) error {
 			return err
 		}
 		c.unborn = false
-	} else if _, err := c.l.srv.GetSession(rctx, c.session, server.ReadOptions{Consistency: api.Linearizable}); err != nil {
+	} else if _, err := c.l.srv.LiveSessionTimeout(rctx, c.session); err != nil {
 		return err
 	}
 	stream, _, err := c.l.srv.Events(rctx, c.session)

@@ -140,11 +140,11 @@ func (c *conn) openSession(ctx context.Context, req zkproto.ConnectRequest) (uin
 		c.l.log.Info("zk: wrong session password", "remote", c.nc.RemoteAddr().String())
 		return 0, 0, errSessionGone
 	}
-	sess, err := c.l.srv.GetSession(ctx, id, server.ReadOptions{Consistency: api.Linearizable})
+	timeoutMs, err := c.l.srv.LiveSessionTimeout(ctx, id)
 	if err != nil {
 		return 0, 0, fmt.Errorf("check session: %w", err)
 	}
-	return id, int64(sess.TimeoutMs), nil
+	return id, int64(timeoutMs), nil
 }
 
 // writeConnectResponse sends the handshake's answer.
