@@ -26,10 +26,12 @@ type conn struct {
 	nc net.Conn
 	br *bufio.Reader
 
-	wmu sync.Mutex // guards bw, unflushed and the order of frames on the wire
+	wmu sync.Mutex // guards bw, unflushed, sentZxid and the order of frames on the wire
 	bw  *bufio.Writer
 	// unflushed counts the frames in bw since its last flush.
 	unflushed int
+	// sentZxid is the zxid of the last frame sent (zxidLocked).
+	sentZxid uint64
 	// encoder encodes the frame being sent (guarded by wmu); its buffer is
 	// kept for the next one unless a large reply grew it.
 	encoder zkproto.Writer
@@ -66,10 +68,16 @@ type conn struct {
 	unborn          bool
 	deferredWatches []*zkproto.SetWatches
 
-	// seen is the highest zxid sent to the client or read on its behalf:
-	// every read waits for it, and every reply carries at least it.
-	seen   atomic.Uint64
-	active atomic.Bool // a request arrived since the last heartbeat
+	// seen is the highest zxid sent to the client or read (or written) on
+	// its behalf: every read waits for it. A request's reply carries at
+	// least what seen was when the request was done (pending.floor).
+	seen atomic.Uint64
+	// through is an index of shard 0 (the log of zxids) through which
+	// every change's events have been dispatched to the watch table
+	// (awaitNotifications raises it): their notifications are sent, or
+	// held in watches the table counts as owed (watchTable.owedFrom).
+	through atomic.Uint64
+	active  atomic.Bool // a request arrived since the last heartbeat
 	// closing is set by closeSession before it ends the session, so that
 	// the end of the session's event stream does not close the connection
 	// before closeSession's reply is sent (the request pipeline closes it
@@ -298,26 +306,79 @@ func (c *conn) heartbeat() bool {
 	return true
 }
 
-// zxid returns the zxid of the next frame: the member's applied index,
-// never below what the connection sent or read before.
-func (c *conn) zxid() int64 {
-	applied := c.l.srv.AppliedIndex()
-	for {
-		seen := c.seen.Load()
-		if applied <= seen {
-			return int64(seen)
-		}
-		if c.seen.CompareAndSwap(seen, applied) {
-			return int64(applied)
+// zxidLocked returns the zxid of the next frame, the reply of a request
+// that read or wrote up to floor (0 for a notification or a ping); c.wmu
+// must be held. A client keeps the zxid of its latest reply (ZooKeeper's
+// Java client and go-zookeeper take none from pings and notifications)
+// and gives it back after a reconnect as lastZxidSeen and relativeZxid,
+// and setWatches then reports a change to a watch only if it is past it:
+// so no frame may carry a zxid at or past a change before every
+// notification that change causes on the connection is sent (pings and
+// notifications included, for a client that would take theirs). The
+// zxid is
+//
+//	max(sentZxid, floor, min(through, owedFrom-1))
+//
+// min(through, owedFrom-1) is such a zxid: every change up to through
+// has had its events dispatched (awaitNotifications), each notification
+// either sent or counted in owedFrom (held behind a reply, or waiting in a
+// watch not yet armed; watchTable.oweLocked). through is loaded first: it is
+// raised only after those events were dispatched and counted. sentZxid
+// keeps the zxids the connection sends from ever going down, and floor a
+// reply from carrying less than the state its request (and those before
+// it) saw, so that a client reconnecting anywhere with it never reads an
+// older state. Neither lifts the zxid past an owed notification, on one
+// shard (with several, floor may hold an index of another shard's log, as
+// the zxids of such a cluster do):
+//   - a reply is sent after awaitNotifications, so through is at least the
+//     member's applied index then, which covers floor (a write is applied
+//     here before it returns, a read reads what was applied here, a sync
+//     returns the index applied here); the replies before it released
+//     their watches, so what is owed is owed by watches of this request or
+//     of later ones (requests are answered in order);
+//   - those watches owe only changes past floor: a read arms its own at
+//     the index it read, at least seen once the read before it was done,
+//     and what seen gained since is zxids sent meanwhile, each below what
+//     the read's watches owe (the last point); an addWatch arms its own at
+//     the index its latch watch was registered at, applied after every
+//     earlier request; setWatches owes nothing once done (its watches
+//     notify as they fire, before its reply); a later request reads or
+//     registers after this one is done (a read waits for the earlier
+//     writes and barriers, and re-reads from seen once the read before it
+//     is done), and floor is seen when this request was done, before any
+//     later request added to it (pipelined writes excepted, which own no
+//     watches: a request that sets one waits for the writes before it);
+//   - so no zxid sent exceeds the cap it was computed with: each was below
+//     every notification owed when it was sent, and one counted owed after
+//     that is of a change dispatched after it, so past the through it was
+//     capped at (an event dispatched before to a watch not yet armed stays
+//     counted while it turns into a held notification).
+//
+// A notification counted owed that does not fire (an event a watch not
+// yet armed turns out to have seen in its read) only lowers the cap for a
+// while. Where awaitNotifications gives up (the event stream ended or is
+// stuck) through is not raised and the reply carries floor.
+func (c *conn) zxidLocked(floor uint64) int64 {
+	z := c.through.Load()
+	if c.watches != nil {
+		if owed := c.watches.owedFrom.Load(); owed <= z {
+			z = owed - 1 // owed > 0: no change is at index 0
 		}
 	}
+	z = max(z, floor, c.sentZxid)
+	c.sentZxid = z
+	c.saw(z)
+	return int64(z)
 }
 
 // saw records that the client has seen (or, for a sync, must see) index.
-func (c *conn) saw(index uint64) {
+func (c *conn) saw(index uint64) { raise(&c.seen, index) }
+
+// raise sets v to index if it is below.
+func raise(v *atomic.Uint64, index uint64) {
 	for {
-		seen := c.seen.Load()
-		if index <= seen || c.seen.CompareAndSwap(seen, index) {
+		old := v.Load()
+		if index <= old || v.CompareAndSwap(old, index) {
 			return
 		}
 	}
@@ -331,7 +392,8 @@ func (c *conn) send(h zkproto.ReplyHeader, body zkproto.Record) error {
 }
 
 // sendFrame writes one reply or notification, and flushes the connection's
-// buffer if flush is set. The sender leaves its replies buffered while the
+// buffer if flush is set. h.Zxid is the reply's floor (zxidLocked), and
+// becomes the frame's zxid. The sender leaves its replies buffered while the
 // next one is ready too (sendReplies), so that the replies of writes
 // completed by one apply leave in one system call, and the reader leaves a
 // read's reply while the next request, a read answered at once, is in its
@@ -342,7 +404,7 @@ func (c *conn) sendFrame(h zkproto.ReplyHeader, body zkproto.Record, flush bool)
 	defer c.wmu.Unlock()
 	w := &c.encoder
 	w.Reset(w.Bytes()[:0])
-	h.Zxid = c.zxid()
+	h.Zxid = c.zxidLocked(uint64(max(h.Zxid, 0)))
 	h.Encode(w)
 	if body != nil && h.Err == zkproto.ErrOK {
 		body.Encode(w)

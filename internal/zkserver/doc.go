@@ -13,18 +13,26 @@
 //
 // Invariants:
 //   - replies leave a connection in the order its requests came, each with
-//     the zxid (a raft index) the member had applied when it was sent, never
-//     below a zxid the connection sent before; requests of a connection run
-//     concurrently, but a read only after the connection's earlier writes,
-//     a write only after the earlier reads (and, with several shards, the
-//     earlier writes), and session, auth, watch and sync requests alone
-//     (pipeline.go);
+//     a zxid (a raft index) at least the index of the state its request and
+//     those before it read or wrote, never below a zxid the connection sent
+//     before; requests of a connection run concurrently, but a read only
+//     after the connection's earlier writes, a write only after the earlier
+//     reads (and, with several shards, the earlier writes), and session,
+//     auth, watch and sync requests alone (pipeline.go);
 //   - a connection's writes take effect in the order sent: with one shard
 //     they are in flight together, each proposed in its turn of the
 //     connection's write stream and applied by the state machine only
 //     after the one before it (internal/fsm, stream.go); a write refused
 //     for its order, or of unknown outcome, ends the connection unanswered,
 //     and no later write of the connection is applied without it;
+//   - no frame of a connection carries a zxid at or past a change before
+//     every notification that change causes on the connection was sent (a
+//     client reconnecting with that zxid would never get it from
+//     setWatches): a frame's zxid is capped at the index through which the
+//     connection's events were dispatched and below every notification it
+//     still owes (held behind a reply, or waiting in a watch not yet armed),
+//     which on one shard is never below the reply's own floor
+//     (conn.zxidLocked has the argument);
 //   - a read on a connection never sees state older than the last zxid the
 //     client saw (given at connect as lastZxidSeen, or sent since), on any
 //     member: a connect whose lastZxidSeen the member has not applied is

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/zkproto"
 )
 
 // Config tunes a Listener.
@@ -105,6 +106,11 @@ type Listener struct {
 	// proposed, with its xid and turn: it holds writes back, or loses one
 	// (server.WriteTurn.LoseForTest).
 	beforeWrite atomic.Pointer[func(xid int32, turn *server.WriteTurn)]
+	// replyHook, if set (by tests), runs in each reply before it waits for
+	// the connection's notifications (awaited false) and after (true), with
+	// the request's opcode: a change it makes lands after the request's
+	// read and before its reply. nil in production.
+	replyHook atomic.Pointer[func(op zkproto.OpCode, awaited bool)]
 }
 
 // New returns a listener serving srv.

@@ -21,7 +21,9 @@ func (c *conn) multiOp(op zkproto.OpCode, rest []byte) (zkproto.Record, zkproto.
 // held notifications are released right after the reply, under the watch
 // table's lock (watchTable.release), so that no notification of a later
 // change goes out between the reply and a held one of an earlier change.
-func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.ErrCode, end bool, holds []*watchGen, batch bool) (closeConn bool) {
+// The reply carries at least floor (pending.floor), and no zxid past a
+// notification the connection owes (conn.zxidLocked).
+func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.ErrCode, end bool, holds []*watchGen, floor uint64, batch bool) (closeConn bool) {
 	if code == zkproto.ErrOperationTimeout {
 		// The member could not answer in time (no leader, no quorum): end
 		// the connection unanswered, as a ZooKeeper server that lost its
@@ -37,15 +39,21 @@ func (c *conn) reply(h zkproto.RequestHeader, resp zkproto.Record, code zkproto.
 		// the replies before this one do not wait with it.
 		c.flush()
 	}
+	if hook := c.l.replyHook.Load(); hook != nil {
+		(*hook)(h.Type, false)
+	}
 	through := c.awaitNotifications(len(holds) > 0)
+	if hook := c.l.replyHook.Load(); hook != nil {
+		(*hook)(h.Type, true)
+	}
 	if len(holds) == 0 {
 		// With batch, whoever answers next flushes it (the sender in
 		// nextDone, the reader in run, or answer before it ends the
 		// connection).
-		_ = c.sendFrame(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp, !batch)
+		_ = c.sendFrame(zkproto.ReplyHeader{Xid: h.Xid, Zxid: int64(floor), Err: code}, resp, !batch)
 	} else {
 		// release may send it later from another goroutine: flushed.
-		send := func() { _ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Err: code}, resp) }
+		send := func() { _ = c.send(zkproto.ReplyHeader{Xid: h.Xid, Zxid: int64(floor), Err: code}, resp) }
 		c.watches.release(holds, through, send)
 	}
 	return end || code == zkproto.ErrSessionExpired
@@ -519,8 +527,10 @@ func validWatchType(op zkproto.OpCode, t int32) bool {
 
 // setWatches sets again, after a reconnect, the watches the client held,
 // each reporting at once the latest change it missed after relativeZxid.
-// p is nil for the setWatches deferred to an addauth: the client holds
-// those watches already, so their notifications need not wait for a reply.
+// The client holds those watches already, so their notifications do not
+// wait for the reply: as in ZooKeeper, a missed change is notified before
+// it, and the reply, whose zxid is past the change, never comes first
+// (conn.zxidLocked). p is nil for the setWatches deferred to an addauth.
 func (c *conn) setWatches(p *pending, req *zkproto.SetWatches) zkproto.ErrCode {
 	if !c.isReady() {
 		// An anonymous connection: set them once addauth attaches the
@@ -545,7 +555,7 @@ func (c *conn) setWatches(p *pending, req *zkproto.SetWatches) zkproto.ErrCode {
 			if api.ValidatePath(path) != nil {
 				continue // never a watch of a latch client
 			}
-			g, err := c.watches.prepare(c.requestContext(), path, list.kind, known, p != nil)
+			g, err := c.watches.prepare(c.requestContext(), path, list.kind, known, false)
 			if err != nil {
 				return errCode(err)
 			}

@@ -103,9 +103,14 @@ type pending struct {
 	// Set before done is closed.
 	resp zkproto.Record
 	code zkproto.ErrCode
-	end  bool // end the connection after the reply
-	mute bool // send no reply (a frame without a header)
-	done chan struct{}
+	// floor is the least zxid the reply may carry: the connection's seen
+	// when the request was done (its own index and its predecessors'; no
+	// later request has added to seen by then), 0 for a ping, which reads
+	// nothing (conn.zxidLocked).
+	floor uint64
+	end   bool // end the connection after the reply
+	mute  bool // send no reply (a frame without a header)
+	done  chan struct{}
 }
 
 // newPending decodes frame into a pending request with its class. A body
@@ -249,9 +254,12 @@ func (c *conn) runPending(p *pending) {
 	}()
 	if p.h.Type == zkproto.OpMulti || p.h.Type == zkproto.OpMultiRead {
 		p.resp, p.code, p.end = c.multiOp(p.h.Type, p.rest)
-		return
+	} else {
+		p.resp, p.code, p.end = c.dispatch(p)
 	}
-	p.resp, p.code, p.end = c.dispatch(p)
+	if p.class != classPing {
+		p.floor = c.seen.Load()
+	}
 }
 
 // sendReplies writes the replies in request order as the requests
@@ -333,7 +341,7 @@ func (c *conn) answer(p *pending, batch bool) {
 			c.flush() // the replies before it
 			c.close()
 		}
-	case c.reply(p.h, p.resp, p.code, p.end, p.holds, batch):
+	case c.reply(p.h, p.resp, p.code, p.end, p.holds, p.floor, batch):
 		c.flush()
 		c.close()
 	}

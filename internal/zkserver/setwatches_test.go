@@ -181,8 +181,8 @@ func reconnectWithWatches(t *testing.T, addr string) (catchUp, later []string) {
 	lists.Has2, lists.RelativeZxid = true, relative
 	b.sendXid(zkproto.XidSetWatches, zkproto.OpSetWatches2, &lists)
 	// Every notification of the setWatches comes before the reply of the
-	// next request (ZooKeeper sends them before the setWatches reply,
-	// latch right after it).
+	// next request (ZooKeeper and latch send them before the setWatches
+	// reply).
 	catchUp = notificationsUntil(b, b.send(zkproto.OpGetData, &zkproto.PathWatchRequest{Path: "/cu"}))
 
 	// The watches set again and not fired are still there; the fired

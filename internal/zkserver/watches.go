@@ -2,7 +2,9 @@ package zkserver
 
 import (
 	"context"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/latch-io/latch/api"
@@ -131,6 +133,16 @@ type watchTable struct {
 	atShard int               // the shard of atIndex
 	atIndex uint64            // the index of the notifications in sentAt
 	sentAt  map[notified]bool // notifications sent at atIndex of atShard
+	// owed counts, by index of shard 0 (the log of the zxids), the events
+	// of changes the connection may still owe its client a notification
+	// for: those waiting in a watch not yet armed (pending), and the
+	// notifications held behind a reply (notes). owedFrom is the least
+	// index in owed (math.MaxUint64 for none), read without mu: no frame
+	// carries a zxid at or past it (conn.zxidLocked). It is lowered before
+	// an event is left owed, and raised only once its notification was
+	// sent or the event found not to fire.
+	owed     map[uint64]int
+	owedFrom atomic.Uint64
 }
 
 func newWatchTable(c *conn) *watchTable {
@@ -143,8 +155,43 @@ func newWatchTable(c *conn) *watchTable {
 // sends its notifications with notify and cancels latch watches with
 // cancel.
 func newTableWith(notify func(zkproto.EventType, string), cancel func(uint64)) *watchTable {
-	return &watchTable{notify: notify, cancel: cancel,
-		byKey: map[watchKey]*watchEntry{}, byID: map[uint64]*watchEntry{}, sentAt: map[notified]bool{}}
+	t := &watchTable{notify: notify, cancel: cancel,
+		byKey: map[watchKey]*watchEntry{}, byID: map[uint64]*watchEntry{}, sentAt: map[notified]bool{},
+		owed: map[uint64]int{}}
+	t.owedFrom.Store(math.MaxUint64)
+	return t
+}
+
+// oweLocked counts the event of the change at index of shard as owed (see
+// owed); only shard 0's indexes are zxids.
+func (t *watchTable) oweLocked(shard int, index uint64) {
+	if shard != 0 {
+		return
+	}
+	t.owed[index]++
+	if index < t.owedFrom.Load() {
+		t.owedFrom.Store(index)
+	}
+}
+
+// paidLocked counts out an event oweLocked counted: its notification was
+// sent, or it does not fire.
+func (t *watchTable) paidLocked(shard int, index uint64) {
+	if shard != 0 {
+		return
+	}
+	if n := t.owed[index] - 1; n > 0 {
+		t.owed[index] = n
+		return
+	}
+	delete(t.owed, index)
+	if index == t.owedFrom.Load() {
+		least := uint64(math.MaxUint64)
+		for i := range t.owed {
+			least = min(least, i)
+		}
+		t.owedFrom.Store(least)
+	}
 }
 
 // prepare adds a ZooKeeper watch of kind on path, not yet armed: the
@@ -316,7 +363,8 @@ func (t *watchTable) arm(g *watchGen, after shardPos) {
 	pending := g.pending
 	g.pending = nil
 	for _, ev := range pending {
-		t.fireLocked(g, ev)
+		t.fireLocked(g, ev) // owed again if it fires held
+		t.paidLocked(ev.Shard, ev.Index)
 	}
 	t.pruneLocked(g.e)
 }
@@ -341,6 +389,10 @@ func (t *watchTable) drop(g *watchGen) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	g.fired = true // never reports
+	for _, ev := range g.pending {
+		t.paidLocked(ev.Shard, ev.Index)
+	}
+	g.pending = nil
 	t.pruneLocked(g.e)
 }
 
@@ -359,6 +411,7 @@ func (t *watchTable) dispatch(ev api.Event) {
 	for _, g := range e.gens {
 		if !g.armed {
 			g.pending = append(g.pending, ev)
+			t.oweLocked(ev.Shard, ev.Index)
 			continue
 		}
 		t.fireLocked(g, ev)
@@ -390,6 +443,7 @@ func (t *watchTable) triggerLocked(g *watchGen, typ zkproto.EventType, path stri
 	g.fired = g.kind.oneShot()
 	if g.held {
 		g.notes = append(g.notes, heldNote{typ, path, shard, index})
+		t.oweLocked(shard, index)
 		return
 	}
 	t.notifyLocked(typ, path, shard, index)
@@ -446,6 +500,9 @@ func (t *watchTable) release(gens []*watchGen, through []uint64, reply func()) {
 				sent[n] = true
 				t.notify(n.typ, n.path)
 			}
+		}
+		for _, n := range g.notes { // sent: the zxids may pass them
+			t.paidLocked(n.shard, n.index)
 		}
 		g.notes = nil
 	}
@@ -631,10 +688,13 @@ type backlogger interface{ Backlog() uint64 }
 // counts now, every such notification is on the wire (or held by a watch
 // whose request's reply is not sent yet). With track it returns the
 // applied index of each shard it waited for: every change at or below
-// them has been dispatched to the watch table. It gives up, returning nil,
-// when the stream or the connection ends (the client then reconnects and
-// sets its watches again) or after the session timeout (a stream stuck
-// that long is a bug; the reply is sent then rather than never).
+// them has been dispatched to the watch table. Once done it raises
+// c.through to shard 0's applied index of when it was called (the zxids a
+// frame may carry, conn.zxidLocked). It gives up, returning nil and
+// leaving c.through, when the stream or the connection ends (the client
+// then reconnects and sets its watches again) or after the session
+// timeout (a stream stuck that long is a bug; the reply is sent then
+// rather than never).
 func (c *conn) awaitNotifications(track bool) []uint64 {
 	b, ok := c.stream.(backlogger)
 	if !ok {
@@ -644,8 +704,10 @@ func (c *conn) awaitNotifications(track bool) []uint64 {
 	if track {
 		applied = c.appliedIndexes()
 	}
+	zxid := c.l.srv.AppliedIndex() // before the backlog, which counts its events
 	target := b.Backlog()
 	if c.handled.Load() >= target {
+		raise(&c.through, zxid)
 		return applied
 	}
 	timer := time.NewTimer(c.timeout)
@@ -662,6 +724,7 @@ func (c *conn) awaitNotifications(track bool) []uint64 {
 			return nil
 		}
 	}
+	raise(&c.through, zxid)
 	return applied
 }
 
