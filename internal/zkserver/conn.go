@@ -374,6 +374,20 @@ func (c *conn) zxidLocked(floor uint64) int64 {
 // saw records that the client has seen (or, for a sync, must see) index.
 func (c *conn) saw(index uint64) { raise(&c.seen, index) }
 
+// sawState records that a request's reply shows (or, for a sync, that the
+// client must see) the state at index of the log of the request's shard.
+// With several shards it records nothing: the connection's zxids are then
+// indexes of shard 0's log only, since a client presents its last zxid at
+// a reconnect (compared with shard 0's applied index) and to setWatches
+// (compared with shard 0's zxids), and an index of another shard's log is
+// none of shard 0's (it may run ahead of it); reads there are linearizable
+// instead of waiting for the connection's zxid (readOptions).
+func (c *conn) sawState(index uint64) {
+	if !c.l.sharded {
+		c.saw(index)
+	}
+}
+
 // raise sets v to index if it is below.
 func raise(v *atomic.Uint64, index uint64) {
 	for {

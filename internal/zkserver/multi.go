@@ -208,7 +208,7 @@ func (c *conn) multi(buf []byte) (zkproto.Record, zkproto.ErrCode) {
 	if err != nil {
 		return c.multiFailed(&plan, ops, err)
 	}
-	c.saw(res.Index)
+	c.sawState(res.Index)
 	entries := make([]multiEntry, len(ops))
 	for i, op := range ops {
 		entries[i] = c.multiResult(op.op, res.Ops[plan.primaryOf(i)], timeMs)
@@ -444,7 +444,7 @@ func (c *conn) multiRead(buf []byte) (zkproto.Record, zkproto.ErrCode) {
 	if err != nil {
 		return nil, errCode(err)
 	}
-	c.saw(res.Index)
+	c.sawState(res.Index)
 	entries := make([]multiEntry, len(ops))
 	for i, op := range ops {
 		entries[i] = c.readEntry(op.op, res.Results[i])

@@ -155,7 +155,7 @@ func (c *conn) readInOrder(p *pending, read func(server.ReadOptions) (uint64, er
 			index, err = read(server.ReadOptions{Consistency: api.Stale, MinIndex: seen})
 		}
 	}
-	c.saw(index)
+	c.sawState(index)
 	return err
 }
 
@@ -177,7 +177,7 @@ func (c *conn) closeSession() (zkproto.Record, zkproto.ErrCode, bool) {
 	if err != nil && !isCode(err, api.CodeSessionExpired) && !isCode(err, api.CodeNotFound) {
 		return nil, errCode(err), true
 	}
-	c.saw(closed.Index)
+	c.sawState(closed.Index)
 	return nil, zkproto.ErrOK, true
 }
 
@@ -224,7 +224,7 @@ func (c *conn) createSharded(op zkproto.OpCode, req *zkproto.CreateRequest) (zkp
 	if err != nil {
 		return nil, c.classifyShardedCreate(req.Path, err)
 	}
-	c.saw(put.Index)
+	c.sawState(put.Index)
 	if op == zkproto.OpCreate {
 		return &zkproto.CreateResponse{Path: put.Path}, zkproto.ErrOK
 	}
@@ -269,7 +269,7 @@ func (c *conn) delete(req *zkproto.DeleteRequest) (zkproto.Record, zkproto.ErrCo
 	if err != nil {
 		return nil, errCode(err)
 	}
-	c.saw(deleted.Index)
+	c.sawState(deleted.Index)
 	return nil, zkproto.ErrOK
 }
 
@@ -362,7 +362,7 @@ func (c *conn) setData(req *zkproto.SetDataRequest) (zkproto.Record, zkproto.Err
 		Path: req.Path, Value: req.Data, Precondition: server.AtVersion, Version: expected, SessionID: c.session, TimeMs: timeMs,
 	})
 	if err == nil {
-		c.saw(put.Index)
+		c.sawState(put.Index)
 		n.Value, n.Version, n.ModifiedIndex, n.ModifiedAtMs = req.Data, put.Version, put.ModifiedIndex, timeMs
 		return &zkproto.StatResponse{Stat: c.statOf(n)}, zkproto.ErrOK
 	}
@@ -376,7 +376,7 @@ func (c *conn) setData(req *zkproto.SetDataRequest) (zkproto.Record, zkproto.Err
 	if err != nil {
 		return nil, errCode(err)
 	}
-	c.saw(res.Index)
+	c.sawState(res.Index)
 	set := res.Ops[0]
 	n.Value, n.Version, n.ModifiedIndex, n.ModifiedAtMs = req.Data, set.Version, set.ModifiedIndex, timeMs
 	n.ChildrenCount, n.ChildrenVersion, n.ChildrenModifiedIndex = set.ChildrenCount, set.ChildrenVersion, set.ChildrenModifiedIndex
@@ -418,7 +418,7 @@ func (c *conn) sync(path string) (zkproto.Record, zkproto.ErrCode) {
 	if err != nil {
 		return nil, errCode(err)
 	}
-	c.saw(index)
+	c.sawState(index)
 	return &zkproto.PathRequest{Path: path}, zkproto.ErrOK
 }
 

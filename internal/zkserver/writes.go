@@ -54,6 +54,6 @@ func (c *conn) runPlan(plan *txnPlan, turn *server.WriteTurn) (server.TxnResult,
 		}
 		return server.TxnResult{}, timeMs, errCode(err)
 	}
-	c.saw(res.Index)
+	c.sawState(res.Index)
 	return res, timeMs, zkproto.ErrOK
 }
