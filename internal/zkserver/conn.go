@@ -374,6 +374,18 @@ func (c *conn) zxidLocked(floor uint64) int64 {
 // saw records that the client has seen (or, for a sync, must see) index.
 func (c *conn) saw(index uint64) { raise(&c.seen, index) }
 
+// sawRefusal records, for a write the state refused (NodeExists, NoNode,
+// BadVersion, NotEmpty, at its place in the log), that its reply shows the
+// state that refused it: the member has applied it when the refusal
+// returns, so its applied index covers it. Without it the reply's zxid
+// could stay below that state (the connection's floor moves only with what
+// its requests saw), and a client reconnecting with it to a member behind
+// could read the node it was told exists as missing. Raising the floor to
+// the applied index leaves no notification behind: the connection's
+// earlier replies released theirs, and a later request's watch reads at or
+// past the floor, so no change up to it fires that watch.
+func (c *conn) sawRefusal() { c.sawState(c.l.srv.AppliedIndex()) }
+
 // sawState records that a request's reply shows (or, for a sync, that the
 // client must see) the state at index of the log of the request's shard.
 // With several shards it records nothing: the connection's zxids are then

@@ -240,6 +240,7 @@ func (c *conn) multiFailed(plan *txnPlan, ops []zkOp, err error) (zkproto.Record
 	if !errors.As(err, &opErr) || opErr.Op < 0 || opErr.Op >= len(plan.ops) {
 		return nil, errCode(err) // not one operation's fault: timeout, expired session, too large
 	}
+	c.sawRefusal()
 	return failedMulti(len(ops), plan.zkOf(opErr.Op), c.classify(plan, opErr)), zkproto.ErrOK
 }
 

@@ -140,9 +140,12 @@ type watchTable struct {
 	// index in owed (math.MaxUint64 for none), read without mu: no frame
 	// carries a zxid at or past it (conn.zxidLocked). It is lowered before
 	// an event is left owed, and raised only once its notification was
-	// sent or the event found not to fire.
-	owed     map[uint64]int
-	owedFrom atomic.Uint64
+	// sent or the event found not to fire. A batch of payments raises it
+	// once, at its end (settleOwedLocked): paying events one by one in
+	// index order would rescan owed for each.
+	owed      map[uint64]int
+	owedFrom  atomic.Uint64
+	owedStale bool // owedFrom's index was paid off: settleOwedLocked recounts
 }
 
 func newWatchTable(c *conn) *watchTable {
@@ -186,12 +189,22 @@ func (t *watchTable) paidLocked(shard int, index uint64) {
 	}
 	delete(t.owed, index)
 	if index == t.owedFrom.Load() {
-		least := uint64(math.MaxUint64)
-		for i := range t.owed {
-			least = min(least, i)
-		}
-		t.owedFrom.Store(least)
+		t.owedStale = true // owedFrom stays below every owed index meanwhile
 	}
+}
+
+// settleOwedLocked raises owedFrom to the least index still owed, once a
+// batch of payments (paidLocked) paid off the one it named.
+func (t *watchTable) settleOwedLocked() {
+	if !t.owedStale {
+		return
+	}
+	t.owedStale = false
+	least := uint64(math.MaxUint64)
+	for i := range t.owed {
+		least = min(least, i)
+	}
+	t.owedFrom.Store(least)
 }
 
 // prepare adds a ZooKeeper watch of kind on path, not yet armed: the
@@ -366,6 +379,7 @@ func (t *watchTable) arm(g *watchGen, after shardPos) {
 		t.fireLocked(g, ev) // owed again if it fires held
 		t.paidLocked(ev.Shard, ev.Index)
 	}
+	t.settleOwedLocked()
 	t.pruneLocked(g.e)
 }
 
@@ -392,6 +406,7 @@ func (t *watchTable) drop(g *watchGen) {
 	for _, ev := range g.pending {
 		t.paidLocked(ev.Shard, ev.Index)
 	}
+	t.settleOwedLocked()
 	g.pending = nil
 	t.pruneLocked(g.e)
 }
@@ -506,6 +521,7 @@ func (t *watchTable) release(gens []*watchGen, through []uint64, reply func()) {
 		}
 		g.notes = nil
 	}
+	t.settleOwedLocked()
 	if through == nil {
 		return
 	}

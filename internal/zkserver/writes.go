@@ -50,6 +50,7 @@ func (c *conn) runPlan(plan *txnPlan, turn *server.WriteTurn) (server.TxnResult,
 	if err != nil {
 		var opErr *api.TxnOpError
 		if errors.As(err, &opErr) && opErr.Op >= 0 && opErr.Op < len(plan.ops) {
+			c.sawRefusal()
 			return server.TxnResult{}, timeMs, c.classify(plan, opErr)
 		}
 		return server.TxnResult{}, timeMs, errCode(err)
