@@ -284,17 +284,8 @@ func (s *Server) walkShards(ctx context.Context, groups []*group, descend func(s
 				continue
 			}
 			groups[shard].View(func(f *fsm.FSM) {
-				for _, dir := range level {
-					names, err := f.Children(dir)
-					if err != nil {
-						continue // deleted since the level above was read
-					}
-					for _, name := range names {
-						child := api.Join(dir, name)
-						n, err := f.Get(child)
-						if err != nil {
-							continue
-						}
+				for _, dir := range level { // one deleted since the level above has none
+					eachChild(f, dir, func(child string, n fsm.Node) {
 						fn(child, n)
 						// An ephemeral node has no children; a node whose
 						// children live with it says how many it has.
@@ -302,7 +293,7 @@ func (s *Server) walkShards(ctx context.Context, groups []*group, descend func(s
 						if n.Owner == 0 && !(local && n.ChildrenCount == 0) && descend(child) {
 							next = append(next, child)
 						}
-					}
+					})
 				}
 			})
 		}
@@ -313,19 +304,25 @@ func (s *Server) walkShards(ctx context.Context, groups []*group, descend func(s
 
 // walkBelow calls fn for every node below path, in pre-order.
 func walkBelow(f *fsm.FSM, path string, fn func(string, fsm.Node)) {
-	names, err := f.Children(path)
+	eachChild(f, path, func(child string, n fsm.Node) {
+		fn(child, n)
+		if n.ChildrenCount > 0 {
+			walkBelow(f, child, fn)
+		}
+	})
+}
+
+// eachChild calls fn for each child of dir in f, in name order; a dir
+// that does not exist has none.
+func eachChild(f *fsm.FSM, dir string, fn func(string, fsm.Node)) {
+	names, err := f.Children(dir)
 	if err != nil {
 		return
 	}
 	for _, name := range names {
-		child := api.Join(path, name)
-		n, err := f.Get(child)
-		if err != nil {
-			continue
-		}
-		fn(child, n)
-		if n.ChildrenCount > 0 {
-			walkBelow(f, child, fn)
+		child := api.Join(dir, name)
+		if n, err := f.Get(child); err == nil {
+			fn(child, n)
 		}
 	}
 }
