@@ -149,18 +149,11 @@ func (s *Server) ListSessions(ctx context.Context, page Page, opts ReadOptions) 
 		all = append(all, listedSession{entry, sess.ID})
 	}
 	listed, truncated := sessionPage(all, page)
-	for shard, g := range groups {
-		if shard == MetaShard {
-			continue
+	inOtherShards(groups, func(f *fsm.FSM) {
+		for i := range listed {
+			listed[i].EphemeralCount += ephemeralsIn(f, listed[i].id)
 		}
-		g.View(func(f *fsm.FSM) {
-			for i := range listed {
-				if local, err := f.Session(listed[i].id); err == nil {
-					listed[i].EphemeralCount += local.Ephemerals
-				}
-			}
-		})
-	}
+	})
 	out.Sessions, out.Truncated = make([]api.SessionEntry, len(listed)), truncated
 	for i, l := range listed {
 		out.Sessions[i] = l.SessionEntry

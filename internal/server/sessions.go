@@ -166,18 +166,30 @@ func (s *Server) GetSession(ctx context.Context, id uint64, opts ReadOptions) (a
 		return api.Session{}, err
 	}
 	ephemerals := sess.Ephemerals
-	for shard, g := range groups {
-		if shard == MetaShard {
-			continue
-		}
-		g.View(func(f *fsm.FSM) {
-			if local, err := f.Session(id); err == nil {
-				ephemerals += local.Ephemerals
-			}
-		})
-	}
+	inOtherShards(groups, func(f *fsm.FSM) { ephemerals += ephemeralsIn(f, id) })
 	return api.Session{SessionID: api.FormatID(sess.ID), SessionHandle: api.FormatSessionHandle(sess.ID), TimeoutMs: sess.TimeoutMs,
 		EphemeralCount: ephemerals, Index: index}, nil
+}
+
+// ephemeralsIn is the number of session's ephemeral nodes f's shard
+// holds, as its record of the session counts them (0 without one): with
+// several shards each shard counts its own.
+func ephemeralsIn(f *fsm.FSM, session uint64) int {
+	if sess, err := f.Session(session); err == nil {
+		return sess.Ephemerals
+	}
+	return 0
+}
+
+// inOtherShards calls read with the state of every shard of groups (in
+// shard order, as barrierEvery returns them) but the meta group's, each
+// under its own View.
+func inOtherShards(groups []*group, read func(*fsm.FSM)) {
+	for shard, g := range groups {
+		if shard != MetaShard {
+			g.View(read)
+		}
+	}
 }
 
 // LiveSessionTimeout returns the timeout of the live session id, read in

@@ -223,9 +223,7 @@ func (s *Server) shardedEphemerals(ctx context.Context, session uint64, prefix s
 	var index uint64
 	for shard, g := range groups {
 		viewIndex := g.View(func(f *fsm.FSM) {
-			if sess, err := f.Session(session); err == nil {
-				owned += sess.Ephemerals
-			}
+			owned += ephemeralsIn(f, session)
 		})
 		if shard == MetaShard {
 			index = viewIndex
