@@ -426,14 +426,14 @@ func (s *Server) authorizeReads(ctx context.Context, reads []ReadOp) ([]*api.Err
 		if refusal == nil {
 			continue
 		}
-		var opErr *api.TxnOpError
-		if !errors.As(opRefusal(i, refusal), &opErr) {
+		deniedErr := permissionDenied(refusal)
+		if deniedErr == nil {
 			return nil, refusal
 		}
 		if denied == nil {
 			denied = make([]*api.Error, len(reads))
 		}
-		denied[i] = opErr.Err
+		denied[i] = deniedErr
 	}
 	return denied, nil
 }
@@ -441,11 +441,20 @@ func (s *Server) authorizeReads(ctx context.Context, reads []ReadOp) ([]*api.Err
 // opRefusal names operation i as the one refused when err is a refusal of
 // its path's permission; any other error is returned as it is.
 func opRefusal(i int, err error) error {
-	var apiErr *api.Error
-	if errors.As(err, &apiErr) && apiErr.Code == api.CodePermissionDenied {
-		return &api.TxnOpError{Op: i, Err: apiErr}
+	if denied := permissionDenied(err); denied != nil {
+		return &api.TxnOpError{Op: i, Err: denied}
 	}
 	return err
+}
+
+// permissionDenied is err's *api.Error if err refuses a path's permission,
+// else nil.
+func permissionDenied(err error) *api.Error {
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && apiErr.Code == api.CodePermissionDenied {
+		return apiErr
+	}
+	return nil
 }
 
 // The permissions the hooks in the request paths ask for.
