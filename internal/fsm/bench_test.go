@@ -96,17 +96,33 @@ func BenchmarkApplyTxnCheckCreate256(b *testing.B) {
 
 // benchUpdates applies update(path) to existing keys of a 100,000-key
 // tree, in a scattered order.
+// BenchmarkApplyTxnSetHot256 is BenchmarkApplyTxnSet256 with the sets
+// going to 1,000 of the 100,000 keys, as the side-by-side benchmark's do.
+func BenchmarkApplyTxnSetHot256(b *testing.B) {
+	benchUpdatesOf(b, 1_000, func(path string) command.Command {
+		return command.Command{Op: command.OpTxn, Ops: []command.TxnOp{{Kind: command.TxnSet, Path: path, Value: benchValue}}}
+	})
+}
+
+// benchUpdates applies update to each of 100,000 keys in turn, in a
+// scattered order.
 func benchUpdates(b *testing.B, update func(path string) command.Command) {
+	benchUpdatesOf(b, 100_000, update)
+}
+
+// benchUpdatesOf applies update to the first hot of 100,000 keys in turn,
+// in a scattered order.
+func benchUpdatesOf(b *testing.B, hot int, update func(path string) command.Command) {
 	const keys = 100_000
 	f := buildBench(b, keys)
-	paths := make([]string, keys)
+	paths := make([]string, hot)
 	for i := range paths {
 		paths[i] = benchPath(i)
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		c := update(paths[i%keys])
+		c := update(paths[i%hot])
 		f.Apply(f.Applied()+1, &c)
 		i += 7919
 	}

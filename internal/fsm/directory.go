@@ -193,7 +193,7 @@ func (f *FSM) createSharded(index uint64, cmd *command.Command, path string, seq
 		if cmd.Sequential {
 			data.sequence = sequence + 1
 		}
-		f.nodes.Set(parent.node)
+		f.storeNode(parent.node)
 		parentVersion = parent.node.version
 	} else {
 		parent.record.children++
@@ -210,7 +210,7 @@ func (f *FSM) createSharded(index uint64, cmd *command.Command, path string, seq
 	data := newNodeData(index, cmd)
 	data.value, data.owner, data.sequence = cloneBytes(cmd.Value), owner, index
 	e := entry{path: path, nodeData: data}
-	f.nodes.Set(e)
+	f.storeNode(e)
 	f.countNode(path, 1, int64(len(data.value)))
 	events := []Event{
 		{Kind: EventCreated, Path: path, Version: 1, Index: index},
@@ -265,7 +265,7 @@ func (f *FSM) markClosing(index uint64, cmd *command.Command) (Result, []Event) 
 		return refuse(api.Errorf(api.CodePreconditionFailed, "node %q is being deleted (closing since index %d)", cmd.Path, e.closing))
 	}
 	e.edit().closing = index
-	f.nodes.Set(e)
+	f.storeNode(e)
 	return Result{Node: e.meta(), Mark: index}, nil
 }
 
@@ -280,7 +280,7 @@ func (f *FSM) unmarkClosing(cmd *command.Command) (Result, []Event) {
 		return refuse(api.Errorf(api.CodePreconditionFailed, "node %q is not closing under mark %d", cmd.Path, cmd.Mark))
 	}
 	e.edit().closing = 0
-	f.nodes.Set(e)
+	f.storeNode(e)
 	return Result{Node: e.meta()}, nil
 }
 

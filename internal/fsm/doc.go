@@ -143,5 +143,9 @@
 // (replica.Replica) serialises Apply under its write lock and runs reads
 // under its read lock (Replica.View). Clone returns an O(1) copy-on-write copy
 // (tidwall/btree's Copy) that another goroutine may read or serialise with
-// WriteSnapshot while the original keeps applying.
+// WriteSnapshot while the original keeps applying. Point lookups of nodes
+// go through a small cache of recently stored entries (nodecache.go) that
+// only writes fill, so reads under the read lock never change it; every
+// change to the node tree goes through storeNode, removeNode or
+// dropNodeCache, which keep it equal to the tree.
 package fsm

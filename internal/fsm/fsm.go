@@ -17,6 +17,9 @@ import (
 type FSM struct {
 	// nodes holds the tree in pathLess order. Invariant: "/" is present.
 	nodes *btree.BTreeG[entry]
+	// cache remembers recently stored entries of nodes for point lookups
+	// (nodecache.go); nil until the first store, and in every clone.
+	cache *nodeCache
 	// sessions holds the live sessions by id.
 	sessions *btree.BTreeG[session]
 	// owners indexes ephemeral nodes by owner session so that closing a
@@ -115,7 +118,7 @@ func newShard(id shardID) *FSM {
 		auth:       newAuthState(),
 		quota:      newQuotaState(),
 	}
-	f.nodes.Set(entry{path: "/", nodeData: &nodeData{}})
+	f.storeNode(entry{path: "/", nodeData: &nodeData{}})
 	return f
 }
 

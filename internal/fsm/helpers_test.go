@@ -106,10 +106,37 @@ func restore(t testing.TB, data []byte) *FSM {
 	return f
 }
 
+// checkNodeCache verifies nodeCache's invariant: every filled slot holds
+// the entry the tree holds for its path, data and all.
+func checkNodeCache(f *FSM) error {
+	if f.cache == nil {
+		return nil
+	}
+	for i, cached := range f.cache.slots {
+		if cached.nodeData == nil {
+			continue
+		}
+		if h, got := f.cache.slot(cached.path); got != &f.cache.slots[i] || h != cached.hash {
+			return fmt.Errorf("node cache: %q is in slot %d with hash %x, not its own", cached.path, i, cached.hash)
+		}
+		stored, ok := f.nodes.Get(entry{path: cached.path})
+		switch {
+		case !ok:
+			return fmt.Errorf("node cache: holds %q, which the tree does not", cached.path)
+		case stored.nodeData != cached.nodeData:
+			return fmt.Errorf("node cache: holds other data for %q than the tree (version %d, the tree's %d)", cached.path, cached.version, stored.version)
+		}
+	}
+	return nil
+}
+
 // checkInvariants verifies the package's invariants from scratch.
 func checkInvariants(f *FSM) error {
 	if _, ok := f.lookup("/"); !ok {
 		return errors.New("no root")
+	}
+	if err := checkNodeCache(f); err != nil {
+		return err
 	}
 	children := map[string]int{}
 	owned := map[uint64]int{}

@@ -197,7 +197,7 @@ func (f *FSM) update(index uint64, cmd *command.Command, e *entry) (Result, []Ev
 	if cmd.TimeMs != 0 {
 		data.mtime = cmd.TimeMs
 	}
-	f.nodes.Set(*e)
+	f.storeNode(*e)
 	events := []Event{{Kind: EventChanged, Path: e.path, Version: e.version, Index: index}}
 	return Result{Node: e.meta()}, events
 }
@@ -218,7 +218,7 @@ func (f *FSM) create(index uint64, cmd *command.Command, path string, sequence u
 	if cmd.Sequential && len(missing) == 0 {
 		data.sequence = sequence + 1
 	}
-	f.nodes.Set(parent)
+	f.storeNode(parent)
 	for i, p := range missing {
 		events = append(events, createdEvents(index, p, parent)...)
 		data := newNodeData(index, cmd)
@@ -228,7 +228,7 @@ func (f *FSM) create(index uint64, cmd *command.Command, path string, sequence u
 			data.sequence = sequence + 1
 		}
 		parent = entry{path: p, nodeData: data}
-		f.nodes.Set(parent)
+		f.storeNode(parent)
 		f.countNode(p, 1, 0)
 	}
 	var owner uint64
@@ -239,7 +239,7 @@ func (f *FSM) create(index uint64, cmd *command.Command, path string, sequence u
 	data = newNodeData(index, cmd)
 	data.value, data.owner, data.sequence = cloneBytes(cmd.Value), owner, newSequence(index, cmd)
 	e := entry{path: path, nodeData: data}
-	f.nodes.Set(e)
+	f.storeNode(e)
 	f.countNode(path, 1, int64(len(data.value)))
 	events = append(events, createdEvents(index, path, parent)...)
 	return Result{Node: e.meta()}, events
@@ -328,7 +328,7 @@ func (f *FSM) subtree(root entry) []entry {
 // remove deletes the single node e (its parent's children count is the
 // caller's business) and returns its event.
 func (f *FSM) remove(index uint64, e entry) Event {
-	f.nodes.Delete(e)
+	f.removeNode(e)
 	f.countNode(e.path, -1, -int64(len(e.value)))
 	if e.owner != 0 {
 		f.removeEphemeral(e.owner, e.path)
@@ -346,7 +346,7 @@ func (f *FSM) unlinkChild(index uint64, path string) Event {
 	data := parent.edit()
 	data.children--
 	f.childrenChanged(data, index)
-	f.nodes.Set(parent)
+	f.storeNode(parent)
 	return Event{Kind: EventChildrenChanged, Path: parent.path, Version: parent.version, Index: index}
 }
 

@@ -163,6 +163,9 @@ func TestDeterminism(t *testing.T) {
 		if !reflect.DeepEqual(resultA, resultB) || !reflect.DeepEqual(eventsA, eventsB) {
 			t.Fatalf("index %d %+v: replicas differ:\n%+v %v\n%+v %v", g.index, c, resultA, eventsA, resultB, eventsB)
 		}
+		if err := checkNodeCache(a); err != nil {
+			t.Fatalf("index %d %+v: %v", g.index, c, err)
+		}
 		if restored != nil {
 			resultR, eventsR := restored.Apply(g.index, decoded(t, c))
 			if !reflect.DeepEqual(resultA, resultR) || !reflect.DeepEqual(eventsA, eventsR) {

@@ -39,7 +39,7 @@ func (f *FSM) Reseed(index uint64, members []command.Member) error {
 	})
 	for _, e := range raised {
 		e.edit().sequence = index
-		f.nodes.Set(e)
+		f.storeNode(e)
 	}
 	f.raiseDirectoryCounters(index)
 	f.resetLedger()

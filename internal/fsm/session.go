@@ -179,7 +179,7 @@ func (f *FSM) endSession(index, id uint64, events []Event) []Event {
 	})
 	for _, p := range paths {
 		e, _ := f.lookup(p)
-		f.nodes.Delete(e)
+		f.removeNode(e)
 		f.countNode(p, -1, -int64(len(e.value)))
 		f.owners.Delete(ownerKey{owner: id, path: p})
 		events = append(events,

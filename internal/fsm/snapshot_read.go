@@ -360,6 +360,7 @@ func (sr *snapshotReader) readNodes(f *FSM, count uint64) error {
 		return corruptf(sr.offset, "no root node")
 	}
 	f.nodes.Clear()
+	f.dropNodeCache()
 	var stack []openNode
 	ephemerals := make(map[uint64]int)
 	previous := ""

@@ -78,6 +78,7 @@ func (sr *snapshotReader) readShardNodes(f *FSM, count uint64) error {
 		return corruptf(sr.offset, "no root node")
 	}
 	f.nodes.Clear()
+	f.dropNodeCache()
 	counted := make(map[string]int)
 	ephemerals := make(map[uint64]int)
 	previous := ""

@@ -66,7 +66,7 @@ func newNodeData(index uint64, cmd *command.Command) *nodeData {
 }
 
 // edit gives e a private copy of its data and returns it for modification;
-// the caller then stores e with f.nodes.Set.
+// the caller then stores e with f.storeNode.
 func (e *entry) edit() *nodeData {
 	copied := *e.nodeData
 	e.nodeData = &copied
@@ -137,10 +137,6 @@ func sequentialPath(p string, sequence uint64) string {
 	}
 	buf = append(buf, digits...)
 	return string(buf)
-}
-
-func (f *FSM) lookup(p string) (entry, bool) {
-	return f.nodes.Get(entry{path: p})
 }
 
 // ownerKey is an entry of the owner index: the ephemeral node path owned by

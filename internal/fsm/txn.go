@@ -131,6 +131,7 @@ func (u txnUndo) taken() bool { return u.nodes != nil }
 func (f *FSM) restore(u txnUndo) {
 	if u.taken() {
 		f.nodes, f.sessions, f.owners, f.quota.counts, f.dirs = u.nodes, u.sessions, u.owners, u.counts, u.dirs
+		f.dropNodeCache()
 	}
 }
 
