@@ -7,6 +7,7 @@ package fanout
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,38 +229,78 @@ func watchAndRead(ctx context.Context, t *testing.T, base, id string, arrivals *
 		return false
 	}
 	ready <- struct{}{}
+	// Each line is decoded in place, into the two fields the test reads:
+	// the watchers share the two cores with the members they measure.
+	var ev struct {
+		Path  string `json:"path"`
+		Index uint64 `json:"index"`
+	}
 	for scanner.Scan() {
-		line, ok := strings.CutPrefix(scanner.Text(), "data: ")
+		line, ok := bytes.CutPrefix(scanner.Bytes(), []byte("data: "))
 		if !ok {
 			continue
 		}
-		var ev api.Event
-		if json.Unmarshal([]byte(line), &ev) == nil && ev.Path == hotKey {
+		ev.Path, ev.Index = "", 0
+		if json.Unmarshal(line, &ev) == nil && ev.Path == hotKey {
 			arrivals.record(ev.Index, time.Now())
 		}
 	}
 	return true
 }
 
-// arrivals collects when each write's notifications arrived.
+// arrivals collects when each write's notifications arrived. Ten thousand
+// watchers record at once, so nothing they share is one lock: each write's
+// count is an atomic counter, and the times go to one of arrivalStripes
+// maps, picked by the arrival's number.
 type arrivals struct {
-	mu sync.Mutex
-	at map[uint64][]time.Time // guarded by mu
+	counts sync.Map // write index -> *atomic.Int64: notifications arrived
+	stripe [arrivalStripes]arrivalStripe
 }
 
-func newArrivals() *arrivals { return &arrivals{at: map[uint64][]time.Time{}} }
+const arrivalStripes = 64
+
+type arrivalStripe struct {
+	mu sync.Mutex
+	at map[uint64][]time.Time // guarded by mu
+	_  [40]byte               // a cache line of its own
+}
+
+func newArrivals() *arrivals {
+	a := &arrivals{}
+	for i := range a.stripe {
+		a.stripe[i].at = map[uint64][]time.Time{}
+	}
+	return a
+}
+
+func (a *arrivals) counter(index uint64) *atomic.Int64 {
+	if c, ok := a.counts.Load(index); ok {
+		return c.(*atomic.Int64)
+	}
+	c, _ := a.counts.LoadOrStore(index, new(atomic.Int64))
+	return c.(*atomic.Int64)
+}
 
 func (a *arrivals) record(index uint64, when time.Time) {
-	a.mu.Lock()
-	a.at[index] = append(a.at[index], when)
-	a.mu.Unlock()
+	s := &a.stripe[a.counter(index).Add(1)%arrivalStripes]
+	s.mu.Lock()
+	s.at[index] = append(s.at[index], when)
+	s.mu.Unlock()
 }
 
 // count returns how many notifications of index arrived.
-func (a *arrivals) count(index uint64) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.at[index])
+func (a *arrivals) count(index uint64) int { return int(a.counter(index).Load()) }
+
+// times returns when the notifications of index arrived, in no order.
+func (a *arrivals) times(index uint64) []time.Time {
+	var out []time.Time
+	for i := range a.stripe {
+		s := &a.stripe[i]
+		s.mu.Lock()
+		out = append(out, s.at[index]...)
+		s.mu.Unlock()
+	}
+	return out
 }
 
 // waitAll waits until every watcher got every acknowledged write.
@@ -274,11 +316,9 @@ func (a *arrivals) waitAll(acked map[uint64]time.Time, watchers int, timeout tim
 }
 
 func (a *arrivals) missing(acked map[uint64]time.Time, watchers int) string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	var out []string
 	for index := range acked {
-		if n := len(a.at[index]); n < watchers {
+		if n := a.count(index); n < watchers {
 			out = append(out, fmt.Sprintf("index %d: %d of %d", index, n, watchers))
 		}
 	}
@@ -291,9 +331,8 @@ func (a *arrivals) missing(acked map[uint64]time.Time, watchers int) string {
 func report(t *testing.T, acked map[uint64]time.Time, a *arrivals, watchers int, name string, before, after []float64) {
 	var last, all []time.Duration
 	var inOrder []string // each write's last notification, in write order
-	a.mu.Lock()
 	for _, index := range slices.Sorted(maps.Keys(acked)) {
-		ack, times := acked[index], a.at[index]
+		ack, times := acked[index], a.times(index)
 		if len(times) == 0 {
 			continue
 		}
@@ -304,7 +343,6 @@ func report(t *testing.T, acked map[uint64]time.Time, a *arrivals, watchers int,
 			all = append(all, at.Sub(ack))
 		}
 	}
-	a.mu.Unlock()
 	t.Logf("%s: last notification of each write, in order: %s", name, strings.Join(inOrder, " "))
 	var memory []string
 	for i := range before {
