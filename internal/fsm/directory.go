@@ -187,7 +187,7 @@ func (f *FSM) createSharded(index uint64, cmd *command.Command, path string, seq
 	}
 	parentVersion := uint64(0) // a record has no version: the node is in another shard
 	if parent.local {
-		data := parent.node.edit()
+		data := f.edit(&parent.node)
 		data.children++
 		f.childrenChanged(data, index)
 		if cmd.Sequential {
@@ -264,7 +264,7 @@ func (f *FSM) markClosing(index uint64, cmd *command.Command) (Result, []Event) 
 	case e.closing != 0:
 		return refuse(api.Errorf(api.CodePreconditionFailed, "node %q is being deleted (closing since index %d)", cmd.Path, e.closing))
 	}
-	e.edit().closing = index
+	f.edit(&e).closing = index
 	f.storeNode(e)
 	return Result{Node: e.meta(), Mark: index}, nil
 }
@@ -279,7 +279,7 @@ func (f *FSM) unmarkClosing(cmd *command.Command) (Result, []Event) {
 	if e.closing == 0 || e.closing != cmd.Mark {
 		return refuse(api.Errorf(api.CodePreconditionFailed, "node %q is not closing under mark %d", cmd.Path, cmd.Mark))
 	}
-	e.edit().closing = 0
+	f.edit(&e).closing = 0
 	f.storeNode(e)
 	return Result{Node: e.meta()}, nil
 }

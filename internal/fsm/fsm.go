@@ -43,6 +43,10 @@ type FSM struct {
 	// table made under another generation is shared with a clone and is
 	// copied before it is modified.
 	generation uint64
+	// nodeGen marks the node data this FSM may modify in place (see edit):
+	// renewed whenever something else starts sharing the tree's data (a
+	// Clone, a transaction's undo copy).
+	nodeGen uint64
 	// shard is which shard of the cluster this state machine is (see
 	// shard.go); fixed at construction, recorded in snapshots.
 	shard shardID
@@ -114,6 +118,7 @@ func newShard(id shardID) *FSM {
 		dirs:       btree.NewBTreeGOptions(dirRecordLess, treeOptions),
 		ending:     btree.NewBTreeGOptions(endingLess, treeOptions),
 		generation: newGeneration(),
+		nodeGen:    newGeneration(),
 		shard:      id,
 		auth:       newAuthState(),
 		quota:      newQuotaState(),
@@ -247,6 +252,7 @@ func (f *FSM) Clone() *FSM {
 		removed:      f.removed,
 		applied:      f.applied,
 		generation:   newGeneration(),
+		nodeGen:      newGeneration(),
 		shard:        f.shard,
 		dirs:         f.dirs.Copy(),
 		ending:       f.ending.Copy(),
@@ -256,6 +262,7 @@ func (f *FSM) Clone() *FSM {
 		quota:        f.quota.clone(),
 	}
 	f.generation = newGeneration()
+	f.nodeGen = newGeneration()
 	return clone
 }
 

@@ -190,7 +190,7 @@ func (f *FSM) update(index uint64, cmd *command.Command, e *entry) (Result, []Ev
 		return refuse(err)
 	}
 	f.countNode(e.path, 0, int64(len(cmd.Value))-int64(len(e.value)))
-	data := e.edit()
+	data := f.edit(e)
 	data.value = cloneBytes(cmd.Value)
 	data.version++
 	data.modified = index
@@ -212,7 +212,7 @@ func (f *FSM) create(index uint64, cmd *command.Command, path string, sequence u
 		}
 	}
 	events := make([]Event, 0, 2*(len(missing)+1))
-	data := parent.edit()
+	data := f.edit(&parent)
 	data.children++
 	f.childrenChanged(data, index)
 	if cmd.Sequential && len(missing) == 0 {
@@ -343,7 +343,7 @@ func (f *FSM) unlinkChild(index uint64, path string) Event {
 		return f.unlinkChildRecord(index, dir)
 	}
 	parent, _ := f.lookup(api.Parent(path))
-	data := parent.edit()
+	data := f.edit(&parent)
 	data.children--
 	f.childrenChanged(data, index)
 	f.storeNode(parent)

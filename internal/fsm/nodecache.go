@@ -58,10 +58,17 @@ func (f *FSM) lookup(p string) (entry, bool) {
 	return f.nodes.Get(entry{path: p})
 }
 
-// storeNode adds e to the tree, or replaces the node at its path.
+// storeNode adds e to the tree, or replaces the node at its path. Where the
+// cache shows the tree holding e already (its data was modified in place,
+// see edit), the tree is left as it is.
 func (f *FSM) storeNode(e entry) {
-	f.nodes.Set(e)
 	c := f.cache
+	if c != nil {
+		if h, s := c.slot(e.path); s.hash == h && s.nodeData == e.nodeData && s.path == e.path {
+			return
+		}
+	}
+	f.nodes.Set(e)
 	switch {
 	case c == nil:
 		c = &nodeCache{seed: maphash.MakeSeed(), slots: make([]cachedNode, minNodeCacheSlots)}

@@ -65,3 +65,34 @@ func TestNodeCacheFollowsTheTree(t *testing.T) {
 		}
 	}
 }
+
+// TestEditsInPlaceSpareClones: a node's data is modified in place once f
+// alone holds it (see edit), so a Clone must make every later edit copy
+// the data the clone shares, for plain writes and transactions alike.
+func TestEditsInPlaceSpareClones(t *testing.T) {
+	f := New()
+	set := func(value string, txn bool) {
+		t.Helper()
+		c := command.Command{Op: command.OpPut, Path: "/a", Value: []byte(value)}
+		if txn {
+			c = command.Command{Op: command.OpTxn, Ops: []command.TxnOp{{Kind: command.TxnSet, Path: "/a", Value: []byte(value)}}}
+		}
+		if r, _ := f.Apply(f.Applied()+1, &c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	for i, txn := range []bool{false, true} {
+		set("1", txn)
+		set("2", txn) // the first edit copied: this one and the next are in place
+		set("3", txn)
+		clone := f.Clone()
+		set("4", txn)
+		set("5", txn)
+		if n, err := clone.Get("/a"); err != nil || string(n.Value) != "3" || n.Version != uint64(3+5*i) {
+			t.Fatalf("txn %v: the clone reads %q version %d (%v), want \"3\" version %d", txn, n.Value, n.Version, err, 3+5*i)
+		}
+		if n, _ := f.Get("/a"); string(n.Value) != "5" {
+			t.Fatalf("txn %v: the original reads %q, want \"5\"", txn, n.Value)
+		}
+	}
+}

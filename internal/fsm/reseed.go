@@ -38,7 +38,7 @@ func (f *FSM) Reseed(index uint64, members []command.Member) error {
 		return true
 	})
 	for _, e := range raised {
-		e.edit().sequence = index
+		f.edit(&e).sequence = index
 		f.storeNode(e)
 	}
 	f.raiseDirectoryCounters(index)

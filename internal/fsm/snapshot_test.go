@@ -105,9 +105,9 @@ func TestHashCoversState(t *testing.T) {
 		change func(f *FSM)
 	}{
 		{"applied index", func(f *FSM) { f.Advance(f.Applied() + 1) }},
-		{"value", func(f *FSM) { e, _ := f.lookup("/a"); e.edit().value = []byte("w"); f.storeNode(e) }},
-		{"version", func(f *FSM) { e, _ := f.lookup("/a"); e.edit().version++; f.storeNode(e) }},
-		{"sequence counter", func(f *FSM) { e, _ := f.lookup("/"); e.edit().sequence++; f.storeNode(e) }},
+		{"value", func(f *FSM) { e, _ := f.lookup("/a"); f.edit(&e).value = []byte("w"); f.storeNode(e) }},
+		{"version", func(f *FSM) { e, _ := f.lookup("/a"); f.edit(&e).version++; f.storeNode(e) }},
+		{"sequence counter", func(f *FSM) { e, _ := f.lookup("/"); f.edit(&e).sequence++; f.storeNode(e) }},
 		{"session timeout", func(f *FSM) { s, _ := f.sessions.Get(session{id: 1}); s.timeoutMs++; f.sessions.Set(s) }},
 		{"remembered result", func(f *FSM) { f.remember(1, 2, Result{}) }},
 		{"member", func(f *FSM) { f.setMember(command.Member{ID: 1}) }},

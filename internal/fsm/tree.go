@@ -40,6 +40,10 @@ type nodeData struct {
 	// pzxid); 0 in a node read from a snapshot of a binary that did not
 	// keep it, until a child changes.
 	cversion, pzxid uint64
+	// writer is the node generation of the FSM that made this data by an
+	// edit and may modify it in place (see FSM.edit); 0 for data made
+	// otherwise (a create, a snapshot's load), which the first edit copies.
+	writer uint64
 }
 
 // childrenChanged records in data a create or a delete of one of its
@@ -65,10 +69,17 @@ func newNodeData(index uint64, cmd *command.Command) *nodeData {
 	return data
 }
 
-// edit gives e a private copy of its data and returns it for modification;
-// the caller then stores e with f.storeNode.
-func (e *entry) edit() *nodeData {
+// edit returns e's data for modification; the caller then stores e with
+// f.storeNode. Data that only f's tree holds (made by an edit since f's
+// last Clone or transaction undo copy: its writer is f.nodeGen) is
+// modified in place; any other is first copied, and the copy becomes e's,
+// so a clone or an undo copy sharing the old data never sees the change.
+func (f *FSM) edit(e *entry) *nodeData {
+	if e.nodeData.writer == f.nodeGen {
+		return e.nodeData
+	}
 	copied := *e.nodeData
+	copied.writer = f.nodeGen
 	e.nodeData = &copied
 	return &copied
 }

@@ -121,6 +121,7 @@ type txnUndo struct {
 
 // undoCopy takes the copies a refused transaction puts back.
 func (f *FSM) undoCopy() txnUndo {
+	f.nodeGen = newGeneration() // the copy shares every node's data
 	return txnUndo{nodes: f.nodes.Copy(), sessions: f.sessions.Copy(), owners: f.owners.Copy(), counts: f.quota.counts.Copy(), dirs: f.dirs.Copy()}
 }
 
