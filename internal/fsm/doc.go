@@ -146,6 +146,7 @@
 // WriteSnapshot while the original keeps applying. Point lookups of nodes
 // go through a small cache of recently stored entries (nodecache.go) that
 // only writes fill, so reads under the read lock never change it; every
-// change to the node tree goes through storeNode, removeNode or
-// dropNodeCache, which keep it equal to the tree.
+// change to the node tree goes through storeNode or removeNode, and every
+// replacement of it through a transaction's undo (which empties the slots
+// filled since its copy) or dropNodeCache, which keep it equal to the tree.
 package fsm

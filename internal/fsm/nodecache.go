@@ -17,13 +17,19 @@ import "hash/maphash"
 // f.nodes holds for its path. Only writes change it, so the replica's
 // readers, which share the live state under a read lock, may consult it:
 // storeNode fills a slot (write-through), removeNode empties its path's
-// slot, and dropNodeCache empties all of it wherever f.nodes is replaced or
-// cleared as a whole (a refused transaction's undo, a snapshot's load).
+// slot, a refused transaction's undo empties the slots filled since its
+// copy (trackStores), and dropNodeCache empties all of it where f.nodes is
+// cleared as a whole (a snapshot's load).
 // Every change to f.nodes goes through these; a Clone starts without a
 // cache and never fills one (clones are only read).
 type nodeCache struct {
 	seed  maphash.Seed
 	slots []cachedNode // a power of two of them
+	// tracking is set while a transaction holds an undo copy; stored then
+	// lists the slots storeNode filled since, which the undo empties
+	// (rather than the whole cache).
+	tracking bool
+	stored   []int
 }
 
 // cachedNode is one slot: an entry and its path's hash, which a lookup
@@ -44,8 +50,18 @@ const (
 
 // slot returns p's hash and the slot it picks.
 func (c *nodeCache) slot(p string) (uint64, *cachedNode) {
+	h, i := c.index(p)
+	return h, &c.slots[i]
+}
+
+// index returns p's hash and the number of the slot it picks.
+func (c *nodeCache) index(p string) (uint64, int) {
 	h := maphash.String(c.seed, p)
-	return h, &c.slots[h&uint64(len(c.slots)-1)]
+	return h, int(h & uint64(len(c.slots)-1))
+}
+
+func newNodeCache() *nodeCache {
+	return &nodeCache{seed: maphash.MakeSeed(), slots: make([]cachedNode, minNodeCacheSlots)}
 }
 
 // lookup returns the node at p, if it exists.
@@ -71,13 +87,17 @@ func (f *FSM) storeNode(e entry) {
 	f.nodes.Set(e)
 	switch {
 	case c == nil:
-		c = &nodeCache{seed: maphash.MakeSeed(), slots: make([]cachedNode, minNodeCacheSlots)}
+		c = newNodeCache()
 		f.cache = c
 	case len(c.slots) < maxNodeCacheSlots && f.nodes.Len() > len(c.slots):
-		c.slots = make([]cachedNode, 4*len(c.slots)) // what it held is found in the tree again
+		// What it held is found in the tree again.
+		c.slots = make([]cachedNode, min(4*len(c.slots), maxNodeCacheSlots))
 	}
-	h, s := c.slot(e.path)
-	*s = cachedNode{hash: h, entry: e}
+	h, i := c.index(e.path)
+	c.slots[i] = cachedNode{hash: h, entry: e}
+	if c.tracking {
+		c.stored = append(c.stored, i)
+	}
 }
 
 // removeNode deletes the node at e.path from the tree.
@@ -90,11 +110,43 @@ func (f *FSM) removeNode(e entry) {
 	}
 }
 
-// dropNodeCache empties the cache after f.nodes was replaced or cleared.
-// The slots are cleared, not abandoned, so that no removed node's value
-// stays reachable from them.
+// dropNodeCache empties the cache after f.nodes was cleared. The slots are
+// cleared, not abandoned, so that no removed node's value stays reachable
+// from them.
 func (f *FSM) dropNodeCache() {
 	if f.cache != nil {
 		clear(f.cache.slots)
 	}
 }
+
+// trackStores starts listing the slots storeNode fills, for a transaction
+// that just took an undo copy of f.nodes.
+func (f *FSM) trackStores() {
+	if f.cache == nil {
+		f.cache = newNodeCache()
+	}
+	f.cache.tracking, f.cache.stored = true, f.cache.stored[:0]
+}
+
+// untrackStores ends the listing; with undone set, f.nodes was put back
+// to the undo copy, and the slots filled since are emptied (every other
+// slot holds an entry the copy holds: the ones removed since were emptied
+// by removeNode, and are found in the tree again).
+func (f *FSM) untrackStores(undone bool) {
+	c := f.cache
+	if c == nil || !c.tracking {
+		return
+	}
+	if undone {
+		for _, i := range c.stored {
+			c.slots[i] = cachedNode{}
+		}
+	}
+	c.tracking, c.stored = false, c.stored[:0]
+	if cap(c.stored) > maxTrackedStores {
+		c.stored = nil
+	}
+}
+
+// maxTrackedStores bounds the list kept between transactions.
+const maxTrackedStores = 1024

@@ -1,9 +1,12 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
+	"sync"
 	"testing"
 
+	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/internal/command"
 )
 
@@ -94,5 +97,136 @@ func TestEditsInPlaceSpareClones(t *testing.T) {
 		if n, _ := f.Get("/a"); string(n.Value) != "5" {
 			t.Fatalf("txn %v: the original reads %q, want \"5\"", txn, n.Value)
 		}
+	}
+}
+
+// TestNodeCacheStaysWithinItsMax: the cache grows with the tree, never past
+// maxNodeCacheSlots.
+func TestNodeCacheStaysWithinItsMax(t *testing.T) {
+	f := New()
+	for i := range 20_000 {
+		c := command.Command{Op: command.OpPut, Path: fmt.Sprintf("/d%02d/k%05d", i%50, i), Value: []byte("v")}
+		if r, _ := f.Apply(f.Applied()+1, &c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if got := len(f.cache.slots); got != maxNodeCacheSlots {
+		t.Fatalf("%d nodes: %d slots, want %d", f.NodeCount(), got, maxNodeCacheSlots)
+	}
+}
+
+// TestRefusalsAfterInPlaceEdits: a write refused after its node's data
+// became editable in place (no Clone between: a Clone would make the write
+// copy) changes nothing, as a single write and as a transaction.
+func TestRefusalsAfterInPlaceEdits(t *testing.T) {
+	for _, txn := range []bool{false, true} {
+		f := New()
+		apply := func(c command.Command) Result {
+			t.Helper()
+			r, _ := f.Apply(f.Applied()+1, &c)
+			return r
+		}
+		if r := apply(quotaSet("/b", 1<<20, 8)); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		for i, v := range []string{"1", "22", "333"} { // a create, a copy, an edit in place
+			if r := apply(command.Command{Op: command.OpPut, Path: "/b/x", Value: []byte(v), TimeMs: uint64(100 + i)}); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		want := tree(f)
+		c := command.Command{Op: command.OpPut, Path: "/b/x", Value: []byte("too long a value"), TimeMs: 999}
+		if txn {
+			c = command.Command{Op: command.OpTxn, TimeMs: 999, Ops: []command.TxnOp{{Kind: command.TxnSet, Path: "/b/x", Value: []byte("too long a value")}}}
+		}
+		if r := apply(c); api.CodeOf(r.Err) != api.CodeQuotaExceeded {
+			t.Fatalf("txn %v: %v, want %s", txn, r.Err, api.CodeQuotaExceeded)
+		}
+		if got := tree(f); got != want {
+			t.Fatalf("txn %v: the refused write changed the tree:\n%s\nwas\n%s", txn, got, want)
+		}
+		if err := checkNodeCache(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestShardSnapshotReadDropsTheCache: a shard's state read from a snapshot
+// does not keep the cached root of the empty state it was read into.
+func TestShardSnapshotReadDropsTheCache(t *testing.T) {
+	const shards = 3
+	probe, err := NewShard(0, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := probe.placementMap().Shard("/")
+	f, err := NewShard(k, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := command.Command{Op: command.OpPut, Path: "/", Value: []byte("root")}
+	if r, _ := f.Apply(1, &c); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	read, err := ReadShardSnapshot(bytes.NewReader(snapshotBytes(t, f)), k, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkNodeCache(read); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := read.Get("/"); err != nil || string(n.Value) != "root" || n.Version != 1 {
+		t.Fatalf("root read back: %q version %d (%v), want \"root\" version 1", n.Value, n.Version, err)
+	}
+}
+
+// TestReadersUnderReadLock runs readers of the live state under a read
+// lock while writes (some of them refused transactions) apply under the
+// write lock, as the replica does: under -race it fails if a read path
+// writes the cache or a node's data.
+func TestReadersUnderReadLock(t *testing.T) {
+	f := New()
+	const n = 3000
+	path := func(i int) string { return fmt.Sprintf("/d%02d/k%05d", i%30, i) }
+	for i := range n {
+		c := command.Command{Op: command.OpPut, Path: path(i), Value: []byte("v")}
+		if r, _ := f.Apply(f.Applied()+1, &c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	var mu sync.RWMutex
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for r := range 4 {
+		wg.Go(func() {
+			for i := r; ; i += 13 {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				mu.RLock()
+				_, _ = f.Get(path(i % n))
+				_, _ = f.Children(fmt.Sprintf("/d%02d", i%30))
+				mu.RUnlock()
+			}
+		})
+	}
+	for i := range 3000 {
+		c := command.Command{Op: command.OpPut, Path: path(i * 7 % n), Value: []byte(fmt.Sprint(i))}
+		if i%5 == 0 {
+			c = command.Command{Op: command.OpTxn, Ops: []command.TxnOp{
+				{Kind: command.TxnSet, Path: path(i * 11 % n), Value: []byte("t")},
+				{Kind: command.TxnCheck, Path: "/absent"},
+			}}
+		}
+		mu.Lock()
+		f.Apply(f.Applied()+1, &c)
+		mu.Unlock()
+	}
+	close(done)
+	wg.Wait()
+	if err := checkNodeCache(f); err != nil {
+		t.Fatal(err)
 	}
 }

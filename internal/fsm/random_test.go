@@ -163,8 +163,13 @@ func TestDeterminism(t *testing.T) {
 		if !reflect.DeepEqual(resultA, resultB) || !reflect.DeepEqual(eventsA, eventsB) {
 			t.Fatalf("index %d %+v: replicas differ:\n%+v %v\n%+v %v", g.index, c, resultA, eventsA, resultB, eventsB)
 		}
-		if err := checkNodeCache(a); err != nil {
-			t.Fatalf("index %d %+v: %v", g.index, c, err)
+		for _, f := range []*FSM{a, b, restored} {
+			if f == nil {
+				continue
+			}
+			if err := checkNodeCache(f); err != nil {
+				t.Fatalf("index %d %+v: %v", g.index, c, err)
+			}
 		}
 		if restored != nil {
 			resultR, eventsR := restored.Apply(g.index, decoded(t, c))

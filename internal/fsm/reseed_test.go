@@ -23,6 +23,9 @@ func TestReseedEndsSessionsAndRaisesCounters(t *testing.T) {
 	if err := h.f.Reseed(index, members); err != nil {
 		t.Fatal(err)
 	}
+	if err := checkNodeCache(h.f); err != nil {
+		t.Fatalf("after the reseed: %v", err)
+	}
 	if err := h.f.Reseed(index, members); err == nil {
 		t.Fatal("a second reseed at the same index succeeded")
 	}

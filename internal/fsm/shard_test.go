@@ -506,6 +506,9 @@ func checkShardInvariants(f *FSM) error {
 	if !f.shard.sharded() {
 		return checkInvariants(f)
 	}
+	if err := checkNodeCache(f); err != nil {
+		return err
+	}
 	if _, ok := f.lookup("/"); !ok {
 		return errors.New("no root")
 	}

@@ -91,6 +91,9 @@ func (f *FSM) txn(index uint64, cmd *command.Command) (Result, []Event) {
 			events = append(events, opEvents...)
 		}
 	}
+	if undo.taken() {
+		f.untrackStores(false)
+	}
 	out.Ops = results
 	return Result{Txn: out}, events
 }
@@ -122,6 +125,7 @@ type txnUndo struct {
 // undoCopy takes the copies a refused transaction puts back.
 func (f *FSM) undoCopy() txnUndo {
 	f.nodeGen = newGeneration() // the copy shares every node's data
+	f.trackStores()
 	return txnUndo{nodes: f.nodes.Copy(), sessions: f.sessions.Copy(), owners: f.owners.Copy(), counts: f.quota.counts.Copy(), dirs: f.dirs.Copy()}
 }
 
@@ -132,7 +136,7 @@ func (u txnUndo) taken() bool { return u.nodes != nil }
 func (f *FSM) restore(u txnUndo) {
 	if u.taken() {
 		f.nodes, f.sessions, f.owners, f.quota.counts, f.dirs = u.nodes, u.sessions, u.owners, u.counts, u.dirs
-		f.dropNodeCache()
+		f.untrackStores(true)
 	}
 }
 
