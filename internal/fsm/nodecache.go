@@ -79,21 +79,20 @@ func (f *FSM) lookup(p string) (entry, bool) {
 // see edit), the tree is left as it is.
 func (f *FSM) storeNode(e entry) {
 	c := f.cache
-	if c != nil {
-		if h, s := c.slot(e.path); s.hash == h && s.nodeData == e.nodeData && s.path == e.path {
-			return
-		}
-	}
-	f.nodes.Set(e)
-	switch {
-	case c == nil:
+	if c == nil {
 		c = newNodeCache()
 		f.cache = c
-	case len(c.slots) < maxNodeCacheSlots && f.nodes.Len() > len(c.slots):
-		// What it held is found in the tree again.
-		c.slots = make([]cachedNode, min(4*len(c.slots), maxNodeCacheSlots))
 	}
 	h, i := c.index(e.path)
+	if s := &c.slots[i]; s.hash == h && s.nodeData == e.nodeData && s.path == e.path {
+		return
+	}
+	f.nodes.Set(e)
+	if len(c.slots) < maxNodeCacheSlots && f.nodes.Len() > len(c.slots) {
+		// What it held is found in the tree again.
+		c.slots = make([]cachedNode, min(4*len(c.slots), maxNodeCacheSlots))
+		i = int(h & uint64(len(c.slots)-1))
+	}
 	c.slots[i] = cachedNode{hash: h, entry: e}
 	if c.tracking {
 		c.stored = append(c.stored, i)
