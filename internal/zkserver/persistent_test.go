@@ -14,9 +14,15 @@ func (r *rawClient) event() zkproto.WatcherEvent {
 	if h.Xid != zkproto.XidNotification {
 		r.t.Fatalf("got reply xid %d, want a notification", h.Xid)
 	}
+	return decodeEvent(r.t, rest)
+}
+
+// decodeEvent decodes the body of a notification.
+func decodeEvent(t *testing.T, body []byte) zkproto.WatcherEvent {
+	t.Helper()
 	var ev zkproto.WatcherEvent
-	if err := zkproto.Decode(rest, &ev, "WatcherEvent"); err != nil {
-		r.t.Fatal(err)
+	if err := zkproto.Decode(body, &ev, "WatcherEvent"); err != nil {
+		t.Fatal(err)
 	}
 	return ev
 }
@@ -25,6 +31,16 @@ func mustOK(t *testing.T, what string, h zkproto.ReplyHeader) {
 	t.Helper()
 	if h.Err != zkproto.ErrOK {
 		t.Fatalf("%s: error %d", what, h.Err)
+	}
+}
+
+// mustDecode fails unless h is OK (what names the request), and decodes
+// body into out, a record of the jute type name.
+func mustDecode(t *testing.T, what string, h zkproto.ReplyHeader, body []byte, out zkproto.Record, name string) {
+	t.Helper()
+	mustOK(t, what, h)
+	if err := zkproto.Decode(body, out, name); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 
@@ -123,10 +139,7 @@ func TestSetWatchesAfterReconnect(t *testing.T) {
 			replied = true
 			continue
 		}
-		var ev zkproto.WatcherEvent
-		if err := zkproto.Decode(rest, &ev, "WatcherEvent"); err != nil {
-			t.Fatal(err)
-		}
+		ev := decodeEvent(t, rest)
 		if _, dup := got[ev.Path]; dup {
 			t.Fatalf("second event for %s: %+v", ev.Path, ev)
 		}

@@ -86,11 +86,7 @@ func notificationsUntil(r *rawClient, xid int32) []string {
 			}
 			continue
 		}
-		var ev zkproto.WatcherEvent
-		if err := zkproto.Decode(rest, &ev, "WatcherEvent"); err != nil {
-			r.t.Fatal(err)
-		}
-		events = append(events, eventName(ev))
+		events = append(events, eventName(decodeEvent(r.t, rest)))
 	}
 }
 

@@ -59,11 +59,8 @@ func TestSubtreeReadsOnShardedCluster(t *testing.T) {
 	ephemerals := func(prefix string) []string {
 		t.Helper()
 		h, rest := r.call(zkproto.OpGetEphemerals, &zkproto.PathRequest{Path: prefix})
-		mustOK(t, "getEphemerals "+prefix, h)
 		var out zkproto.GetChildrenResponse
-		if err := zkproto.Decode(rest, &out, "GetEphemeralsResponse"); err != nil {
-			t.Fatal(err)
-		}
+		mustDecode(t, "getEphemerals "+prefix, h, rest, &out, "GetEphemeralsResponse")
 		return out.Children
 	}
 	for _, prefix := range []string{"/", ""} {
@@ -90,11 +87,8 @@ func TestSubtreeReadsOnShardedCluster(t *testing.T) {
 	count := func(path string) int32 {
 		t.Helper()
 		h, rest := r.call(zkproto.OpGetAllChildrenNumber, &zkproto.PathRequest{Path: path})
-		mustOK(t, "getAllChildrenNumber "+path, h)
 		var out zkproto.IntResponse
-		if err := zkproto.Decode(rest, &out, "GetAllChildrenNumberResponse"); err != nil {
-			t.Fatal(err)
-		}
+		mustDecode(t, "getAllChildrenNumber "+path, h, rest, &out, "GetAllChildrenNumberResponse")
 		return out.Value
 	}
 	if got := count("/t"); got != int32(descendants) {

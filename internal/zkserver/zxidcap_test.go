@@ -64,11 +64,8 @@ func TestNoZxidAheadOfANotification(t *testing.T) {
 				t.Fatal("a's getData reply never reached the hook")
 			}
 			h, rest := writer.call(zkproto.OpSetData, &zkproto.SetDataRequest{Path: "/x", Data: []byte("new"), Version: -1})
-			mustOK(t, "set /x", h)
 			var set zkproto.StatResponse
-			if err := zkproto.Decode(rest, &set, "StatResponse"); err != nil {
-				t.Fatal(err)
-			}
+			mustDecode(t, "set /x", h, rest, &set, "StatResponse")
 			changed := set.Stat.Mzxid
 			close(proceed)
 
@@ -76,11 +73,8 @@ func TestNoZxidAheadOfANotification(t *testing.T) {
 			if h.Xid != xid {
 				t.Fatalf("a's first frame has xid %d, want the reply %d", h.Xid, xid)
 			}
-			mustOK(t, "getData /x", h)
 			var got zkproto.GetDataResponse
-			if err := zkproto.Decode(rest, &got, "GetDataResponse"); err != nil {
-				t.Fatal(err)
-			}
+			mustDecode(t, "getData /x", h, rest, &got, "GetDataResponse")
 			if len(got.Data) != 0 {
 				t.Fatalf("a's read saw %q: it ran after the change, not before", got.Data)
 			}
@@ -107,11 +101,7 @@ func TestNoZxidAheadOfANotification(t *testing.T) {
 			for {
 				h, rest := b.reply()
 				if h.Xid == zkproto.XidNotification {
-					var ev zkproto.WatcherEvent
-					if err := zkproto.Decode(rest, &ev, "WatcherEvent"); err != nil {
-						t.Fatal(err)
-					}
-					events = append(events, eventName(ev))
+					events = append(events, eventName(decodeEvent(t, rest)))
 					continue
 				}
 				mustOK(t, fmt.Sprintf("reply of xid %d", h.Xid), h)
