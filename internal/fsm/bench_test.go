@@ -104,6 +104,15 @@ func BenchmarkApplyTxnSetHot256(b *testing.B) {
 	})
 }
 
+// BenchmarkApplyTxnSetHot10k256: the ZooKeeper port's set as the side-by-side
+// run sends it, to 10,000 keys of a larger tree (more than the node cache's
+// one slot a key in direct-mapped slots could hold, fewer than its slots).
+func BenchmarkApplyTxnSetHot10k256(b *testing.B) {
+	benchUpdatesOf(b, 10_000, func(path string) command.Command {
+		return command.Command{Op: command.OpTxn, Ops: []command.TxnOp{{Kind: command.TxnSet, Path: path, Value: benchValue}}}
+	})
+}
+
 // benchUpdates applies update to each of 100,000 keys in turn, in a
 // scattered order.
 func benchUpdates(b *testing.B, update func(path string) command.Command) {

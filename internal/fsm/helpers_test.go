@@ -107,18 +107,24 @@ func restore(t testing.TB, data []byte) *FSM {
 }
 
 // checkNodeCache verifies nodeCache's invariant: every filled slot holds
-// the entry the tree holds for its path, data and all.
+// the entry the tree holds for its path, data and all, in its path's set,
+// and no path is in two slots.
 func checkNodeCache(f *FSM) error {
 	if f.cache == nil {
 		return nil
 	}
+	seen := map[string]int{}
 	for i, cached := range f.cache.slots {
 		if cached.nodeData == nil {
 			continue
 		}
-		if h, got := f.cache.slot(cached.path); got != &f.cache.slots[i] || h != cached.hash {
+		if h, set := f.cache.index(cached.path); set != i&^1 || h != cached.hash {
 			return fmt.Errorf("node cache: %q is in slot %d with hash %x, not its own", cached.path, i, cached.hash)
 		}
+		if j, ok := seen[cached.path]; ok {
+			return fmt.Errorf("node cache: %q is in slots %d and %d", cached.path, j, i)
+		}
+		seen[cached.path] = i
 		stored, ok := f.nodes.Get(entry{path: cached.path})
 		switch {
 		case !ok:
