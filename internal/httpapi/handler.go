@@ -37,43 +37,101 @@ func New(s *server.Server, log *slog.Logger) *Handler {
 	return h
 }
 
+// route is one endpoint of the mux: its pattern, the query parameters it
+// takes and its handler. The mux runs every handler behind strictQuery, so
+// no endpoint can forget docs/api.md's rule on parameters.
+type route struct {
+	pattern string
+	// params are the query parameters the endpoint takes; any other, or
+	// one given twice, is 400 invalid_argument before the handler runs.
+	params []string
+	// anyQuery: the endpoint is for generic tools (probes, scrapers,
+	// browsers), which may add a query of their own; it takes any.
+	anyQuery bool
+	handler  http.Handler
+}
+
+// readParams are the query parameters of a read: consistency and min_index.
+var readParams = []string{"consistency", "min_index"}
+
+// routeTable is every endpoint the mux serves (the node routes under
+// /v1/kv/ are ServeHTTP's own, their parameters checked per method).
+func (h *Handler) routeTable() []route {
+	hf := func(f http.HandlerFunc) http.Handler { return f }
+	dashboard := ui.Handler(http.HandlerFunc(h.noSuchEndpoint))
+	return []route{
+		{pattern: "POST /v1/session/create", handler: hf(h.createSession)},
+		{pattern: "POST /v1/session/heartbeat", handler: hf(h.heartbeat)},
+		{pattern: "POST /v1/session/close", handler: hf(h.closeSession)},
+		{pattern: "GET /v1/session/{id}", params: readParams, handler: hf(h.getSession)},
+		{pattern: "GET /v1/session/{id}/events", handler: hf(h.events)},
+		{pattern: "POST /v1/watch", handler: hf(h.addWatch)},
+		{pattern: "DELETE /v1/watch/{id}", params: []string{"session_id"}, handler: hf(h.cancelWatch)},
+		{pattern: "POST /v1/lock/acquire", handler: hf(h.acquireLock)},
+		{pattern: "POST /v1/lock/release", handler: hf(h.releaseLock)},
+		{pattern: "GET /v1/lock/{name}", params: readParams, handler: hf(h.lockState)},
+		{pattern: "POST /v1/election/join", handler: hf(h.joinElection)},
+		{pattern: "POST /v1/election/resign", handler: hf(h.resignElection)},
+		{pattern: "GET /v1/election/{role}", params: readParams, handler: hf(h.electionState)},
+		{pattern: "POST /v1/txn", handler: hf(h.txn)},
+		{pattern: "POST /v1/read", params: readParams, handler: hf(h.readMany)},
+		{pattern: "GET /v1/status", handler: h.gated(hf(h.status))},
+		{pattern: "GET /v1/cluster/members", params: readParams, handler: hf(h.members)},
+		{pattern: "POST /v1/cluster/members", handler: hf(h.addMember)},
+		{pattern: "DELETE /v1/cluster/members/{id}", handler: hf(h.removeMember)},
+		{pattern: "POST /v1/cluster/members/{id}/promote", handler: hf(h.promoteMember)},
+		{pattern: "POST /v1/cluster/leader", handler: hf(h.transferLeader)},
+		{pattern: "GET /v1/locks", params: listParams, handler: hf(h.listLocks)},
+		{pattern: "GET /v1/elections", params: listParams, handler: hf(h.listElections)},
+		{pattern: "GET /v1/sessions", params: listParams, handler: hf(h.listSessions)},
+		{pattern: "GET /v1/cluster/health", handler: h.gated(hf(h.clusterHealth))},
+		{pattern: "GET /v1/snapshot", params: readParams, handler: hf(h.snapshot)},
+		{pattern: "POST /v1/auth/login", handler: hf(h.login)},
+		{pattern: "POST /v1/auth/logout", handler: hf(h.logout)},
+		{pattern: "GET /v1/auth", handler: hf(h.authStatus)},
+		{pattern: "POST /v1/auth", handler: hf(h.changeAuth)},
+		// The dashboard's files hold no data (the page reads it through the
+		// endpoints, each checked as usual): served to anyone, so that with
+		// auth enabled the page can show its login form.
+		{pattern: "GET /ui", anyQuery: true, handler: dashboard},
+		{pattern: "GET /ui/{asset...}", anyQuery: true, handler: dashboard},
+		{pattern: "GET /healthz", anyQuery: true, handler: hf(h.healthz)},
+		{pattern: "GET /readyz", anyQuery: true, handler: hf(h.readyz)},
+		{pattern: "GET /metrics", anyQuery: true, handler: h.gated(h.server.MetricsHandler())},
+	}
+}
+
 func (h *Handler) routes() {
-	h.mux.HandleFunc("POST /v1/session/create", h.createSession)
-	h.mux.HandleFunc("POST /v1/session/heartbeat", h.heartbeat)
-	h.mux.HandleFunc("POST /v1/session/close", h.closeSession)
-	h.mux.HandleFunc("GET /v1/session/{id}", h.getSession)
-	h.mux.HandleFunc("GET /v1/session/{id}/events", h.events)
-	h.mux.HandleFunc("POST /v1/watch", h.addWatch)
-	h.mux.HandleFunc("DELETE /v1/watch/{id}", h.cancelWatch)
-	h.mux.HandleFunc("POST /v1/lock/acquire", h.acquireLock)
-	h.mux.HandleFunc("POST /v1/lock/release", h.releaseLock)
-	h.mux.HandleFunc("GET /v1/lock/{name}", h.lockState)
-	h.mux.HandleFunc("POST /v1/election/join", h.joinElection)
-	h.mux.HandleFunc("POST /v1/election/resign", h.resignElection)
-	h.mux.HandleFunc("GET /v1/election/{role}", h.electionState)
-	h.mux.HandleFunc("POST /v1/txn", h.txn)
-	h.mux.HandleFunc("POST /v1/read", h.readMany)
-	h.mux.Handle("GET /v1/status", h.gated(http.HandlerFunc(h.status)))
-	h.mux.HandleFunc("GET /v1/cluster/members", h.members)
-	h.mux.HandleFunc("POST /v1/cluster/members", h.addMember)
-	h.mux.HandleFunc("DELETE /v1/cluster/members/{id}", h.removeMember)
-	h.mux.HandleFunc("POST /v1/cluster/members/{id}/promote", h.promoteMember)
-	h.mux.HandleFunc("POST /v1/cluster/leader", h.transferLeader)
-	h.mux.HandleFunc("GET /v1/locks", h.listLocks)
-	h.mux.HandleFunc("GET /v1/elections", h.listElections)
-	h.mux.HandleFunc("GET /v1/sessions", h.listSessions)
-	h.mux.Handle("GET /v1/cluster/health", h.gated(http.HandlerFunc(h.clusterHealth)))
-	// The dashboard's files hold no data (the page reads it through the
-	// endpoints, each checked as usual): served to anyone, so that with
-	// auth enabled the page can show its login form.
-	h.mux.Handle("GET /ui", ui.Handler(http.HandlerFunc(h.noSuchEndpoint)))
-	h.mux.Handle("GET /ui/{asset...}", ui.Handler(http.HandlerFunc(h.noSuchEndpoint)))
-	h.mux.HandleFunc("GET /v1/snapshot", h.snapshot)
-	h.mux.HandleFunc("GET /healthz", h.healthz)
-	h.mux.HandleFunc("GET /readyz", h.readyz)
-	h.mux.Handle("GET /metrics", h.gated(h.server.MetricsHandler()))
-	h.authRoutes()
+	for _, rt := range h.routeTable() {
+		h.mux.Handle(rt.pattern, h.strictQuery(rt))
+	}
 	h.mux.HandleFunc("/", h.notFound)
+}
+
+// strictQuery runs rt's handler once the request's query holds only the
+// parameters rt takes, each once, and nothing url.ParseQuery cannot read
+// (docs/api.md, conventions): else 400 invalid_argument, before anything
+// else is looked at (with auth enabled, before the caller is checked, as
+// for a malformed body). HEAD on the event stream, which only GET opens,
+// is 405 first.
+func (h *Handler) strictQuery(rt route) http.Handler {
+	if rt.anyQuery {
+		return rt.handler
+	}
+	events := strings.HasSuffix(rt.pattern, "/events")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if events && r.Method == http.MethodHead {
+			h.methodNotAllowed(w, r, []string{http.MethodGet})
+			return
+		}
+		if r.URL.RawQuery != "" {
+			if p := requestParams(r, rt.params...); p.err != nil {
+				h.writeError(w, p.err)
+				return
+			}
+		}
+		rt.handler.ServeHTTP(w, r)
+	})
 }
 
 // ServeHTTP routes node requests itself, because http.ServeMux would clean
@@ -248,7 +306,7 @@ func decodeWithSession[T any](h *Handler, w http.ResponseWriter, r *http.Request
 // readOnlyOptions reads the query of a read endpoint that takes only
 // consistency and min_index.
 func readOnlyOptions(r *http.Request) (server.ReadOptions, error) {
-	p := newParams(r.URL.Query(), "consistency", "min_index")
+	p := requestParams(r, readParams...)
 	opts := p.readOptions()
 	return opts, p.err
 }

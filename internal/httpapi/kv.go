@@ -30,7 +30,7 @@ type putBody struct {
 }
 
 func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, path string) {
-	p := newParams(r.URL.Query(), "prev_version", "ephemeral", "sequential", "session_id", "request_seq")
+	p := requestParams(r, "prev_version", "ephemeral", "sequential", "session_id", "request_seq")
 	req := server.PutRequest{Path: path}
 	req.Precondition, req.Version = p.precondition()
 	req.Ephemeral, req.Sequential = p.bool("ephemeral"), p.bool("sequential")
@@ -55,7 +55,7 @@ func (h *Handler) putNode(w http.ResponseWriter, r *http.Request, path string) {
 }
 
 func (h *Handler) getNode(w http.ResponseWriter, r *http.Request, path string) {
-	p := newParams(r.URL.Query(), "consistency", "min_index", "children")
+	p := requestParams(r, "consistency", "min_index", "children")
 	opts := p.readOptions()
 	children := p.bool("children")
 	if p.err != nil {
@@ -72,7 +72,7 @@ func (h *Handler) getNode(w http.ResponseWriter, r *http.Request, path string) {
 }
 
 func (h *Handler) deleteNode(w http.ResponseWriter, r *http.Request, path string) {
-	p := newParams(r.URL.Query(), "prev_version", "recursive", "session_id", "request_seq")
+	p := requestParams(r, "prev_version", "recursive", "session_id", "request_seq")
 	req := server.DeleteRequest{Path: path}
 	req.Precondition, req.Version = p.precondition()
 	req.Recursive = p.bool("recursive")

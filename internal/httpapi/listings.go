@@ -9,7 +9,7 @@ import (
 
 // The read-only listings of docs/api.md ("Listings"): GET /v1/locks,
 // /v1/elections and /v1/sessions take limit, after, consistency and
-// min_index; GET /v1/cluster/health takes nothing.
+// min_index; GET /v1/cluster/health takes nothing (routeTable says so).
 
 func (h *Handler) listLocks(w http.ResponseWriter, r *http.Request) {
 	page, opts, err := listOptions(r)
@@ -42,18 +42,17 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) clusterHealth(w http.ResponseWriter, r *http.Request) {
-	if p := newParams(r.URL.Query()); p.err != nil {
-		h.writeError(w, p.err)
-		return
-	}
 	out := h.server.ClusterHealth()
 	h.writeJSONIn(w, metaShard, out.Index, out)
 }
 
+// listParams are the query parameters of a listing.
+var listParams = []string{"limit", "after", "consistency", "min_index"}
+
 // listOptions reads a listing's query: limit (1 to api.MaxListLimit,
 // default api.DefaultListLimit), after, consistency and min_index.
 func listOptions(r *http.Request) (server.Page, server.ReadOptions, error) {
-	p := newParams(r.URL.Query(), "limit", "after", "consistency", "min_index")
+	p := requestParams(r, listParams...)
 	opts := p.readOptions()
 	page := server.Page{After: p.values.Get("after"), Limit: api.DefaultListLimit}
 	if p.values.Has("limit") {

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"fmt"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -17,6 +18,34 @@ type params struct {
 	err    error
 }
 
+// queryOf returns r's query parameters, refusing a query that
+// url.ParseQuery cannot read whole: r.URL.Query() drops a pair it cannot
+// read (one joined by ';', one with a malformed %-escape) without a word,
+// and a parameter with it.
+func queryOf(r *http.Request) (url.Values, error) {
+	if r.URL.RawQuery == "" {
+		return nil, nil
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, api.Errorf(api.CodeInvalidArgument, "malformed query %q: %v (join parameters with '&', escape with %%XX)", r.URL.RawQuery, err)
+	}
+	return q, nil
+}
+
+// requestParams reads r's query (queryOf) for an endpoint that takes the
+// allowed parameters.
+func requestParams(r *http.Request, allowed ...string) *params {
+	q, err := queryOf(r)
+	p := newParams(q, allowed...)
+	if err != nil {
+		p.err = err
+	}
+	return p
+}
+
+// newParams reads q, the query of an endpoint that takes the allowed
+// parameters.
 func newParams(q url.Values, allowed ...string) *params {
 	p := &params{values: q}
 	for name, vs := range q {

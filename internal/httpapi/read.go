@@ -50,7 +50,7 @@ func decodeReadMany(data []byte) ([]server.ReadOp, error) {
 
 // readMany serves POST /v1/read.
 func (h *Handler) readMany(w http.ResponseWriter, r *http.Request) {
-	p := newParams(r.URL.Query(), "consistency", "min_index")
+	p := requestParams(r, readParams...)
 	opts := p.readOptions()
 	if p.err != nil {
 		h.writeError(w, p.err)

@@ -12,7 +12,7 @@ import (
 // error while streaming cuts the stream, which then lacks its trailer and
 // is refused by every reader.
 func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request) {
-	p := newParams(r.URL.Query(), "consistency", "min_index")
+	p := requestParams(r, readParams...)
 	opts := p.readOptions()
 	if p.err != nil {
 		h.writeError(w, p.err)

@@ -124,10 +124,6 @@ func checkTxnOpFields(wire *api.TxnOp) error {
 
 // txn serves POST /v1/txn.
 func (h *Handler) txn(w http.ResponseWriter, r *http.Request) {
-	if p := newParams(r.URL.Query()); p.err != nil {
-		h.writeError(w, p.err)
-		return
-	}
 	data, err := readBody(w, r, txnBodyLimit)
 	if err != nil {
 		h.writeError(w, err)

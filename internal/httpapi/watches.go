@@ -34,7 +34,7 @@ func (h *Handler) addWatch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
-	p := newParams(r.URL.Query(), "session_id")
+	p := requestParams(r, "session_id")
 	session := p.id("session_id")
 	id, err := parseID("watch id", r.PathValue("id"))
 	if err != nil {
@@ -64,13 +64,9 @@ func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
 // api.Event per "data:" line, and a last "event: end" whose data gives the
 // reason when the server ends the stream.
 //
-// HEAD is refused: a stream without a body would replace the session's
-// real one.
+// HEAD is refused (strictQuery): a stream without a body would replace the
+// session's real one.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodHead {
-		h.methodNotAllowed(w, r, []string{http.MethodGet})
-		return
-	}
 	session, err := parseID("session id", r.PathValue("id"))
 	if err != nil {
 		h.badPathID(w, r, err)
