@@ -194,6 +194,8 @@ type Event struct {
 }
 
 // LockRequest is the body of POST /v1/lock/acquire and /v1/lock/release.
+// Each call takes only its own fields: WaitMs is the acquire's,
+// FencingToken the release's (the other is refused, 400).
 type LockRequest struct {
 	Name         string `json:"name"`
 	SessionID    string `json:"session_id"`
@@ -246,7 +248,8 @@ type LockState struct {
 	Shard int `json:"shard,omitempty"`
 }
 
-// ElectionRequest is the body of POST /v1/election/join and /resign.
+// ElectionRequest is the body of POST /v1/election/join and /resign. Value
+// is the join's: a resign with one is refused (400).
 type ElectionRequest struct {
 	Role      string `json:"role"`
 	SessionID string `json:"session_id"`

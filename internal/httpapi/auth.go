@@ -2,8 +2,10 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/latch-io/latch/api"
@@ -57,6 +59,10 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	if err := h.decodeNoBody(w, r); err != nil {
+		h.writeError(w, err)
+		return
+	}
 	index, err := h.server.Logout(r.Context())
 	h.replyIn(w, metaShard, api.AuthChanged{Index: index}, index, err)
 }
@@ -67,13 +73,56 @@ func (h *Handler) authStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) changeAuth(w http.ResponseWriter, r *http.Request) {
+	data, err := readBody(w, r, maxLoginBody)
 	var req api.AuthChange
-	if err := h.decodeBodyLimit(w, r, &req, maxLoginBody); err != nil {
+	if err == nil {
+		err = decodeStrict(data, &req)
+	}
+	if err == nil {
+		err = checkAuthFields(data, req.Action)
+	}
+	if err != nil {
 		h.writeError(w, err)
 		return
 	}
 	index, err := h.server.ChangeAuth(r.Context(), req)
 	h.replyIn(w, metaShard, api.AuthChanged{Index: index}, index, err)
+}
+
+// authActionFields are the fields each action of POST /v1/auth takes
+// beside "action" (docs/api.md's table); the body type has every action's.
+var authActionFields = map[string][]string{
+	"enable": nil, "disable": nil,
+	"user_add": {"user", "password"}, "user_delete": {"user"}, "user_passwd": {"user", "password"},
+	"user_grant": {"user", "role"}, "user_revoke": {"user", "role"},
+	"role_add": {"role"}, "role_delete": {"role"},
+	"role_grant": {"role", "perm", "prefix"}, "role_revoke": {"role", "perm", "prefix"},
+	"quota_set": {"prefix", "max_nodes", "max_bytes"}, "quota_clear": {"prefix"},
+}
+
+// checkAuthFields refuses a field of api.AuthChange that action does not
+// take, which would otherwise be ignored (a password sent with role_add).
+// data is a body decodeStrict accepted; an unknown action is the server's
+// to refuse.
+func checkAuthFields(data []byte, action string) error {
+	allowed, known := authActionFields[action]
+	if !known {
+		return nil
+	}
+	var given map[string]json.RawMessage
+	if err := json.Unmarshal(data, &given); err != nil {
+		return api.Errorf(api.CodeInvalidArgument, "bad JSON body: %v", err)
+	}
+	for _, field := range jsonFields(reflect.TypeOf(api.AuthChange{})) { // in a fixed order
+		if _, ok := given[field]; ok && field != "action" && !contains(allowed, field) {
+			takes := "action"
+			if len(allowed) > 0 {
+				takes += ", " + strings.Join(allowed, ", ")
+			}
+			return api.Errorf(api.CodeInvalidArgument, "bad JSON body: %s takes no field %q (its fields: %s)", action, field, takes)
+		}
+	}
+	return nil
 }
 
 // gated wraps an endpoint that has no server method of its own (status,

@@ -230,6 +230,15 @@ func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 	return h.decodeBodyLimit(w, r, v, h.maxBody)
 }
 
+// noFields is the body of an endpoint that takes no fields.
+type noFields struct{}
+
+// decodeNoBody reads the body of an endpoint that takes nothing in it: an
+// empty body or {}, as strictly as decodeBody reads any other.
+func (h *Handler) decodeNoBody(w http.ResponseWriter, r *http.Request) error {
+	return h.decodeBody(w, r, &noFields{})
+}
+
 // decodeBodyLimit is decodeBody with a body limit of its own.
 func (h *Handler) decodeBodyLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
 	data, err := readBody(w, r, limit)

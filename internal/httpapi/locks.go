@@ -11,11 +11,35 @@ import (
 // maxLockWait bounds wait_ms so a request cannot pin a server goroutine for long.
 const maxLockWait = 5 * time.Minute
 
-func lockSession(q *api.LockRequest) string         { return q.SessionID }
-func electionSession(q *api.ElectionRequest) string { return q.SessionID }
+// The bodies of the lock and election calls. Each takes only its own
+// fields (docs/api.md): acquire and release share api.LockRequest in the Go
+// client, join and resign api.ElectionRequest, but a fencing_token sent
+// with an acquire, a wait_ms with a release or a value with a resign would
+// be ignored, so each is refused as an unknown field.
+type (
+	acquireBody struct {
+		Name      string `json:"name"`
+		SessionID string `json:"session_id"`
+		WaitMs    uint64 `json:"wait_ms"`
+	}
+	releaseBody struct {
+		Name         string `json:"name"`
+		SessionID    string `json:"session_id"`
+		FencingToken uint64 `json:"fencing_token"`
+	}
+	joinBody struct {
+		Role      string `json:"role"`
+		SessionID string `json:"session_id"`
+		Value     string `json:"value"`
+	}
+	resignBody struct {
+		Role      string `json:"role"`
+		SessionID string `json:"session_id"`
+	}
+)
 
 func (h *Handler) acquireLock(w http.ResponseWriter, r *http.Request) {
-	req, session, err := decodeWithSession(h, w, r, lockSession)
+	req, session, err := decodeWithSession(h, w, r, func(q *acquireBody) string { return q.SessionID })
 	if err == nil && req.WaitMs > uint64(maxLockWait.Milliseconds()) {
 		err = api.Errorf(api.CodeInvalidArgument, "wait_ms over %d", maxLockWait.Milliseconds())
 	}
@@ -55,7 +79,7 @@ func (h *Handler) writeLockNotHeld(w http.ResponseWriter, name string, lock api.
 }
 
 func (h *Handler) releaseLock(w http.ResponseWriter, r *http.Request) {
-	req, session, err := decodeWithSession(h, w, r, lockSession)
+	req, session, err := decodeWithSession(h, w, r, func(q *releaseBody) string { return q.SessionID })
 	if err != nil {
 		h.writeError(w, err)
 		return
@@ -75,7 +99,7 @@ func (h *Handler) lockState(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) joinElection(w http.ResponseWriter, r *http.Request) {
-	req, session, err := decodeWithSession(h, w, r, electionSession)
+	req, session, err := decodeWithSession(h, w, r, func(q *joinBody) string { return q.SessionID })
 	if err != nil {
 		h.writeError(w, err)
 		return
@@ -85,7 +109,7 @@ func (h *Handler) joinElection(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) resignElection(w http.ResponseWriter, r *http.Request) {
-	req, session, err := decodeWithSession(h, w, r, electionSession)
+	req, session, err := decodeWithSession(h, w, r, func(q *resignBody) string { return q.SessionID })
 	if err != nil {
 		h.writeError(w, err)
 		return

@@ -32,6 +32,10 @@ func (h *Handler) removeMember(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) promoteMember(w http.ResponseWriter, r *http.Request) {
+	if err := h.decodeNoBody(w, r); err != nil {
+		h.writeError(w, err)
+		return
+	}
 	id, err := h.server.MemberIDByName(r.Context(), r.PathValue("id"))
 	if err != nil {
 		h.writeError(w, err)

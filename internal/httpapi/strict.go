@@ -192,6 +192,8 @@ func checkObject(data []byte, fields []string) error {
 		switch {
 		case seen[key]:
 			return api.Errorf(api.CodeInvalidArgument, "bad JSON body: field %q given twice", key)
+		case !contains(fields, key) && len(fields) == 0:
+			return api.Errorf(api.CodeInvalidArgument, "bad JSON body: unknown field %q (this endpoint takes no fields: send {} or no body)", key)
 		case !contains(fields, key):
 			return api.Errorf(api.CodeInvalidArgument, "bad JSON body: unknown field %q (fields are case-sensitive: %s)",
 				key, strings.Join(fields, ", "))
