@@ -17,6 +17,7 @@ import (
 	httppprof "net/http/pprof"
 	"os"
 	"os/signal"
+	"path"
 	"strings"
 	"syscall"
 	"time"
@@ -92,9 +93,10 @@ func run(args []string) error {
 		}
 		return err
 	}
-	var handler http.Handler = httpapi.New(s, logger)
+	apiHandler := httpapi.New(s, logger)
+	var handler http.Handler = apiHandler
 	if pprof {
-		handler = withProfiling(handler)
+		handler = withProfiling(apiHandler)
 	}
 	httpServer := httpapi.NewServer(handler, limits, logger)
 	serveErr := make(chan error, 1)
@@ -134,16 +136,35 @@ func run(args []string) error {
 	return nil
 }
 
-// withProfiling serves net/http/pprof under /debug/pprof/ beside the API.
-func withProfiling(api http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", httppprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
-	mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
-	mux.Handle("/", api)
-	return mux
+// withProfiling serves net/http/pprof under /debug/pprof/ beside the API,
+// to the callers api lets read /metrics. Only that prefix is pprof's; every
+// other request goes to api as it came (no http.ServeMux in front: it would
+// clean paths and redirect those the API refuses, docs/api.md). A path under
+// the prefix that is not clean is the API's too, so a 404, not a redirect.
+func withProfiling(api *httpapi.Handler) http.Handler {
+	profiles := api.Gated(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch strings.TrimPrefix(r.URL.Path, pprofPrefix) {
+		case "profile":
+			httppprof.Profile(w, r)
+		case "trace":
+			httppprof.Trace(w, r)
+		case "symbol":
+			httppprof.Symbol(w, r)
+		default: // the index, and each named profile (heap, goroutine, ...)
+			httppprof.Index(w, r)
+		}
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; strings.HasPrefix(p, pprofPrefix) && (p == pprofPrefix || path.Clean(p) == p) {
+			profiles.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }
+
+// pprofPrefix is the path prefix of the Go profiles (--enable-pprof).
+const pprofPrefix = "/debug/pprof/"
 
 // usage prints the flags as the flag package does, leaving out the
 // test-only "unsafe-" ones.

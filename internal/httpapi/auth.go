@@ -138,6 +138,18 @@ func (h *Handler) gated(next http.Handler) http.Handler {
 	})
 }
 
+// Gated returns next behind the check /metrics passes: with auth enabled,
+// a request that proves no user (a bearer token, or a client certificate
+// naming one) is refused with 401 in the API's envelope. It is for
+// endpoints served beside the API on the client port, as latchd's
+// /debug/pprof/.
+func (h *Handler) Gated(next http.Handler) http.Handler {
+	gated := h.gated(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gated.ServeHTTP(w, withCaller(r))
+	})
+}
+
 // authorizeSession checks that the request's user owns session, for calls
 // whose server method takes no context.
 func (h *Handler) authorizeSession(ctx context.Context, session uint64) error {
