@@ -284,8 +284,15 @@ func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
 	h.writeJSONIn(w, metaShard, h.server.AppliedIndex(), map[string]bool{"ok": true})
 }
 
+// readyz answers 503 until the server is ready (server.Ready); on a member
+// that stopped on a fatal error it says so, in the words of the 503 every
+// read gets there (docs/api.md, "Fatal stop").
 func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if !h.server.Ready() {
+		if err := h.server.Err(); err != nil && !errors.Is(err, server.ErrRemoved) {
+			h.writeError(w, api.Errorf(api.CodeUnavailable, "this member stopped on a fatal error and serves nothing: %v", err))
+			return
+		}
 		h.writeError(w, api.Errorf(api.CodeUnavailable, "no leader known or log not applied up to the commit index"))
 		return
 	}

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/latch-io/latch/api"
@@ -86,4 +88,50 @@ func call(t *testing.T, client *http.Client, method, url, body string) (int, []b
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, data
+}
+
+// TestReadyzNamesAFatalStop: a member that stopped on a fatal error (here
+// a committed entry it cannot decode, as a member running another command
+// format would propose) answers /readyz 503 saying so, in the words of the
+// 503 its reads get, not as a member still catching up; /healthz stays 200.
+func TestReadyzNamesAFatalStop(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{})
+	base := c.URL(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if status, body := send(t, ctx, "GET", base+"/readyz", ""); status != http.StatusOK {
+		t.Fatalf("/readyz before: %d %s", status, body)
+	}
+	n := c.Nodes[0]
+	garbage := raftpb.Message{Type: raftpb.MsgProp, From: n.ID, To: n.ID,
+		Entries: []raftpb.Entry{{Data: []byte{0xee, 0x01, 0x02, 0x03}}}}
+	if err := n.Server.Process(ctx, 1, garbage); err != nil {
+		t.Fatalf("the proposal was not taken: %v", err)
+	}
+	if !testcluster.WaitFor(10*time.Second, func() bool {
+		select {
+		case <-n.Server.Done():
+			return true
+		default:
+			return false
+		}
+	}) {
+		t.Fatal("the member did not stop at the undecodable entry")
+	}
+	const fatal = "this member stopped on a fatal error and serves nothing: "
+	status, body := send(t, ctx, "GET", base+"/readyz", "")
+	var e api.ErrorBody
+	if err := json.Unmarshal(body, &e); err != nil || status != http.StatusServiceUnavailable ||
+		e.Error.Code != api.CodeUnavailable || !strings.HasPrefix(e.Error.Message, fatal) ||
+		!strings.Contains(e.Error.Message, "does not decode") {
+		t.Errorf("/readyz after the fatal stop: %d %s; want 503 %q and the reason", status, body, fatal+"...")
+	}
+	status, read := send(t, ctx, "GET", base+"/v1/kv/?consistency=stale", "")
+	var readErr api.ErrorBody
+	if err := json.Unmarshal(read, &readErr); err != nil || status != http.StatusServiceUnavailable || readErr.Error.Message != e.Error.Message {
+		t.Errorf("a stale read after the fatal stop: %d %s; want the 503 /readyz gives (%s)", status, read, e.Error.Message)
+	}
+	if status, body := send(t, ctx, "GET", base+"/healthz", ""); status != http.StatusOK {
+		t.Errorf("/healthz after the fatal stop: %d %s; want 200", status, body)
+	}
 }
