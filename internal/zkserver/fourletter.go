@@ -1,6 +1,7 @@
 package zkserver
 
 import (
+	"crypto/tls"
 	"fmt"
 	"strings"
 	"time"
@@ -20,7 +21,7 @@ var fourLetterWords = map[string]func(*conn) string{
 	"srvr": func(c *conn) string { return c.l.serverStats(false) },
 	"stat": func(c *conn) string { return c.l.serverStats(true) },
 	"mntr": func(c *conn) string { return c.l.monitor() },
-	"conf": func(c *conn) string { return c.l.conf() },
+	"conf": func(c *conn) string { return c.l.conf(c.secure()) },
 }
 
 // fourLetter answers word if the whitelist allows it.
@@ -115,16 +116,31 @@ func (l *Listener) outstanding() int64 {
 	return n
 }
 
-// conf is the conf word: the settings a ZooKeeper client can use.
-func (l *Listener) conf() string {
+// secure reports whether the connection came through TLS: the port's
+// listener is wrapped in TLS (latchd's client certificates), and then every
+// connection of the port is.
+func (c *conn) secure() bool {
+	_, ok := c.nc.(*tls.Conn)
+	return ok
+}
+
+// conf is the conf word: the settings a ZooKeeper client can use. The port
+// is reported as ZooKeeper reports its own: as clientPort when it is plain
+// TCP, as secureClientPort when it takes TLS only (ZooKeeper then prints
+// clientPort=-1, having no plain port), the other -1.
+func (l *Listener) conf(secure bool) string {
 	minMs, maxMs := l.srv.SessionTimeouts()
 	port := "-1"
 	if i := strings.LastIndex(l.cfg.Addr, ":"); i >= 0 {
 		port = l.cfg.Addr[i+1:]
 	}
+	clientPort, securePort := port, "-1"
+	if secure {
+		clientPort, securePort = "-1", port
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "clientPort=%s\n", port)
-	fmt.Fprintf(&b, "secureClientPort=-1\n")
+	fmt.Fprintf(&b, "clientPort=%s\n", clientPort)
+	fmt.Fprintf(&b, "secureClientPort=%s\n", securePort)
 	fmt.Fprintf(&b, "minSessionTimeout=%d\n", minMs)
 	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", maxMs)
 	fmt.Fprintf(&b, "maxClientCnxns=%d\n", l.cfg.MaxConnectionsPerHost)
