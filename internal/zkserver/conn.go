@@ -124,7 +124,7 @@ func (c *conn) serve() {
 	if _, err := io.ReadFull(c.br, head[:]); err != nil {
 		return
 	}
-	if word := string(head[:]); fourLetterWords[word] != nil {
+	if word := string(head[:]); zooKeeperWords[word] {
 		c.fourLetter(word)
 		return
 	}

@@ -10,6 +10,17 @@ import (
 // Four-letter words: a connection whose first four bytes spell one gets a
 // plain-text answer in ZooKeeper's format and is closed.
 
+// zooKeeperWords are the four-letter words ZooKeeper 3.8 and 3.9 know
+// (their FourLetterCommands). A connection that opens with one of them is
+// answered as ZooKeeper answers it: with the word's answer if latch
+// implements it (fourLetterWords) and the whitelist allows it, else with
+// ZooKeeper's refusal. Any other first four bytes are a frame's length.
+var zooKeeperWords = map[string]bool{
+	"conf": true, "cons": true, "crst": true, "dirs": true, "dump": true, "envi": true,
+	"gtmk": true, "hash": true, "isro": true, "mntr": true, "ruok": true, "srst": true,
+	"srvr": true, "stat": true, "stmk": true, "wchc": true, "wchp": true, "wchs": true,
+}
+
 // zkVersionString is the ZooKeeper version the port reports: the protocol
 // it follows, marked as latch's.
 const zkVersionString = "3.8.4-latch"
@@ -24,11 +35,13 @@ var fourLetterWords = map[string]func(*conn) string{
 	"conf": func(c *conn) string { return c.l.conf(c.secure()) },
 }
 
-// fourLetter answers word if the whitelist allows it.
+// fourLetter answers word, one of zooKeeperWords: with its answer if latch
+// implements it and the whitelist allows it, else with ZooKeeper's refusal
+// of a word it does not execute.
 func (c *conn) fourLetter(word string) {
 	var out string
-	if c.l.allowed["*"] || c.l.allowed[word] {
-		out = fourLetterWords[word](c)
+	if answer := fourLetterWords[word]; answer != nil && (c.l.allowed["*"] || c.l.allowed[word]) {
+		out = answer(c)
 	} else {
 		out = word + " is not executed because it is not in the whitelist.\n"
 	}

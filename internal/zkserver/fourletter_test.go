@@ -38,3 +38,44 @@ func TestFourLetterConfPorts(t *testing.T) {
 		t.Errorf("conf on a TLS port %s = %q", port, conf)
 	}
 }
+
+// TestFourLetterWordsNotExecuted: a ZooKeeper four-letter word latch does
+// not implement, and an implemented word outside the whitelist, get
+// ZooKeeper's refusal and the connection closes; four bytes that are no
+// word are a frame's length, as before.
+func TestFourLetterWordsNotExecuted(t *testing.T) {
+	c := startZK(t, 1, Config{FourLetterWords: []string{"*"}})
+	for _, word := range []string{"cons", "dump", "envi", "wchs", "wchc", "wchp", "dirs", "crst", "srst", "gtmk", "stmk", "hash"} {
+		if got, want := fourLetterWord(t, c.addrs[0], word), word+" is not executed because it is not in the whitelist.\n"; got != want {
+			t.Errorf("%s with the whitelist * = %q, want %q", word, got, want)
+		}
+	}
+	if got := fourLetterWord(t, c.addrs[0], "ruok"); got != "imok" {
+		t.Errorf("ruok with the whitelist * = %q", got)
+	}
+	d := startZK(t, 1, Config{FourLetterWords: []string{"ruok"}})
+	if got := fourLetterWord(t, d.addrs[0], "mntr"); got != "mntr is not executed because it is not in the whitelist.\n" {
+		t.Errorf("mntr outside the whitelist = %q", got)
+	}
+	if got := fourLetterWord(t, d.addrs[0], "cons"); got != "cons is not executed because it is not in the whitelist.\n" {
+		t.Errorf("cons = %q", got)
+	}
+	// Not a word of ZooKeeper's: a frame longer than jute.maxbuffer, so
+	// the connection closes unanswered.
+	if got := fourLetterWord(t, d.addrs[0], "reqs"); got != "" {
+		t.Errorf("reqs = %q, want no answer", got)
+	}
+}
+
+// TestParseFourLetterWordsRefusesUnimplemented: the whitelist takes the
+// words latch implements, and refuses ZooKeeper's others at startup.
+func TestParseFourLetterWordsRefusesUnimplemented(t *testing.T) {
+	if got, err := ParseFourLetterWords("ruok, srvr,*"); err != nil || len(got) != 3 {
+		t.Errorf("ParseFourLetterWords(ruok, srvr,*) = %v, %v", got, err)
+	}
+	for _, word := range []string{"cons", "dump", "wchs", "nope"} {
+		if _, err := ParseFourLetterWords("ruok," + word); err == nil {
+			t.Errorf("ParseFourLetterWords(ruok,%s) accepted it", word)
+		}
+	}
+}

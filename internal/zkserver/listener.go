@@ -18,8 +18,10 @@ import (
 // Config tunes a Listener.
 type Config struct {
 	// FourLetterWords lists the four-letter words the port answers (ruok,
-	// srvr, stat, mntr, conf, isro); "*" allows them all. Others get
-	// ZooKeeper's "is not executed because it is not in the whitelist".
+	// srvr, stat, mntr, conf, isro); "*" allows them all. ZooKeeper's other
+	// words (cons, dump, envi, wchs, ...), which latch does not implement,
+	// and these when not listed get ZooKeeper's "is not executed because
+	// it is not in the whitelist".
 	FourLetterWords []string
 	// Addr is the listen address the conf word reports.
 	Addr string
@@ -44,7 +46,8 @@ type Config struct {
 var DefaultFourLetterWords = []string{"srvr"}
 
 // ParseFourLetterWords parses a comma-separated whitelist ("*" for all)
-// and refuses an unknown word.
+// and refuses a word latch does not implement, ZooKeeper's other words
+// included: listing one would not make the port answer it.
 func ParseFourLetterWords(list string) ([]string, error) {
 	var out []string
 	for _, w := range strings.Split(list, ",") {
