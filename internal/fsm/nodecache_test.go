@@ -11,13 +11,11 @@ import (
 	"github.com/latch-io/latch/internal/command"
 )
 
-// TestNodeCacheFollowsTheTree grows a state past the cache's first sizes,
-// updates, deletes and makes a refused transaction undo its writes, checking
-// after each step that every cached entry is the tree's and that lookups
-// find what the tree holds.
-func TestNodeCacheFollowsTheTree(t *testing.T) {
-	f := New()
-	apply := func(c command.Command) Result {
+// applyCheckingCache returns a function that applies a command to f as
+// its next entry and fails t unless f's node cache holds to its invariant
+// afterwards (checkNodeCache).
+func applyCheckingCache(t *testing.T, f *FSM) func(command.Command) Result {
+	return func(c command.Command) Result {
 		t.Helper()
 		r, _ := f.Apply(f.Applied()+1, &c)
 		if err := checkNodeCache(f); err != nil {
@@ -25,6 +23,15 @@ func TestNodeCacheFollowsTheTree(t *testing.T) {
 		}
 		return r
 	}
+}
+
+// TestNodeCacheFollowsTheTree grows a state past the cache's first sizes,
+// updates, deletes and makes a refused transaction undo its writes, checking
+// after each step that every cached entry is the tree's and that lookups
+// find what the tree holds.
+func TestNodeCacheFollowsTheTree(t *testing.T) {
+	f := New()
+	apply := applyCheckingCache(t, f)
 	const nodes = 5000
 	path := func(i int) string { return fmt.Sprintf("/d%02d/k%05d", i%50, i) }
 	for i := range nodes {
@@ -146,14 +153,7 @@ func TestNodeCacheKeepsAWorkingSet(t *testing.T) {
 // each, every cached entry is the tree's and no path is cached twice.
 func TestNodeCacheSetOfTwo(t *testing.T) {
 	f := New()
-	apply := func(c command.Command) Result {
-		t.Helper()
-		r, _ := f.Apply(f.Applied()+1, &c)
-		if err := checkNodeCache(f); err != nil {
-			t.Fatalf("after %v %q: %v", c.Op, c.Path, err)
-		}
-		return r
-	}
+	apply := applyCheckingCache(t, f)
 	put := func(p, v string) {
 		t.Helper()
 		if r := apply(command.Command{Op: command.OpPut, Path: p, Value: []byte(v)}); r.Err != nil {
