@@ -41,13 +41,6 @@ func bearerToken(r *http.Request) string {
 	return strings.TrimSpace(token)
 }
 
-func (h *Handler) authRoutes() {
-	h.mux.HandleFunc("POST /v1/auth/login", h.login)
-	h.mux.HandleFunc("POST /v1/auth/logout", h.logout)
-	h.mux.HandleFunc("GET /v1/auth", h.authStatus)
-	h.mux.HandleFunc("POST /v1/auth", h.changeAuth)
-}
-
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	var req api.LoginRequest
 	if err := h.decodeBodyLimit(w, r, &req, maxLoginBody); err != nil {
