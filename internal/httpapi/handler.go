@@ -130,8 +130,32 @@ func (h *Handler) strictQuery(rt route) http.Handler {
 				return
 			}
 		}
+		if err := refuseBody(r); err != nil {
+			h.writeError(w, err)
+			return
+		}
 		rt.handler.ServeHTTP(w, r)
 	})
+}
+
+// refuseBody refuses a body on a request whose method takes none (GET,
+// HEAD, DELETE: every endpoint of those methods reads its input from the
+// path and the query), rather than ignore what its sender meant. Other
+// methods' bodies are their handlers' to read.
+func refuseBody(r *http.Request) error {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete:
+	default:
+		return nil
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	var one [1]byte
+	if n, _ := io.ReadFull(r.Body, one[:]); n == 0 {
+		return nil // declared, but empty
+	}
+	return api.Errorf(api.CodeInvalidArgument, "%s %s takes no body: its input is the path and the query", r.Method, r.URL.Path)
 }
 
 // ServeHTTP routes node requests itself, because http.ServeMux would clean

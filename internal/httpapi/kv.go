@@ -11,6 +11,10 @@ const kvPrefix = "/v1/kv/"
 
 // serveNode dispatches /v1/kv/{path} by method.
 func (h *Handler) serveNode(w http.ResponseWriter, r *http.Request, path string) {
+	if err := refuseBody(r); err != nil {
+		h.writeError(w, err)
+		return
+	}
 	switch r.Method {
 	case http.MethodPut:
 		h.putNode(w, r, path)

@@ -1,8 +1,11 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"regexp"
@@ -147,5 +150,63 @@ func TestEveryEndpointRefusesUnknownParameters(t *testing.T) {
 		if !documented[endpoint] {
 			t.Errorf("the route table serves %s, which docs/api.md has no section for", endpoint)
 		}
+	}
+}
+
+// TestBodiesRefusedWhereNoneIsTaken: every GET and DELETE endpoint (the
+// route table's, and the node endpoints, HEAD too) answers a request that
+// carries a body with 400 invalid_argument and does nothing, where it
+// ignored the body before; without one, or with an empty one, it answers
+// as usual.
+func TestBodiesRefusedWhereNoneIsTaken(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.Options{})
+	base := c.URL(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if status, reply := send(t, ctx, "PUT", base+"/v1/kv/k", `{"value":"v"}`); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, reply)
+	}
+	before := c.Nodes[0].Server.AppliedIndex()
+	refused := func(method, url string) {
+		t.Helper()
+		status, reply := send(t, ctx, method, url, `{"force":true}`)
+		var e api.ErrorBody
+		if status != http.StatusBadRequest || (method != "HEAD" && (json.Unmarshal(reply, &e) != nil || e.Error.Code != api.CodeInvalidArgument)) {
+			t.Errorf("%s %s with a body: %d %.200s; want 400 invalid_argument", method, url, status, reply)
+		}
+	}
+	for _, rt := range httpapi.New(c.Nodes[0].Server, nil).Routes() {
+		method, path, _ := strings.Cut(rt.Pattern, " ")
+		if rt.AnyQuery || (method != "GET" && method != "DELETE") {
+			continue
+		}
+		refused(method, base+wildcard.ReplaceAllString(path, "0x1"))
+	}
+	for _, method := range []string{"GET", "HEAD", "DELETE"} {
+		refused(method, base+"/v1/kv/k")
+	}
+	if after := c.Nodes[0].Server.AppliedIndex(); after != before {
+		t.Errorf("requests with bodies moved the applied index from %d to %d", before, after)
+	}
+	if status, reply := send(t, ctx, "GET", base+"/v1/kv/k", ""); status != http.StatusOK {
+		t.Errorf("GET without a body: %d %s", status, reply)
+	}
+	// A body declared chunked, and empty (Go's client would not send one).
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "DELETE /v1/kv/k HTTP/1.1\r\nHost: latch\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("DELETE with an empty chunked body: %d; want 200", resp.StatusCode)
 	}
 }
