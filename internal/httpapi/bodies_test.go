@@ -24,12 +24,7 @@ func TestEachCallTakesOnlyItsFields(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s := openSession(t, ctx, base).SessionID
-	if !testcluster.WaitFor(10*time.Second, func() bool {
-		m := c.Nodes[0].Server.Members()
-		return len(m.Members) == 1 && m.Members[0].ClientURL != ""
-	}) {
-		t.Fatal("server never announced its client address")
-	}
+	waitClientAddress(t, c)
 	refused := []struct{ path, body, field string }{
 		{"/v1/lock/acquire", `{"name":"l","session_id":"` + s + `","fencing_token":7}`, "fencing_token"},
 		{"/v1/lock/release", `{"name":"l","session_id":"` + s + `","wait_ms":100}`, "wait_ms"},

@@ -14,6 +14,19 @@ import (
 	"github.com/latch-io/latch/internal/testkit/testcluster"
 )
 
+// waitClientAddress waits until c's one server has recorded its client
+// address, which it does through the log once after it starts: a test that
+// checks the applied index stands still starts after it.
+func waitClientAddress(t *testing.T, c *testcluster.Cluster) {
+	t.Helper()
+	if !testcluster.WaitFor(10*time.Second, func() bool {
+		m := c.Nodes[0].Server.Members()
+		return len(m.Members) == 1 && m.Members[0].ClientURL != ""
+	}) {
+		t.Fatal("server never announced its client address")
+	}
+}
+
 // TestBadInputChangesNothing sends malformed requests and checks each gets
 // docs/api.md's error code and that none of them reached the log.
 func TestBadInputChangesNothing(t *testing.T) {
@@ -24,13 +37,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if _, err := testcluster.Put(ctx, base, "/exists", "v", ""); err != nil {
 		t.Fatal(err)
 	}
-	// The server records its client address through the log once; wait for it.
-	if !testcluster.WaitFor(10*time.Second, func() bool {
-		m := c.Nodes[0].Server.Members()
-		return len(m.Members) == 1 && m.Members[0].ClientURL != ""
-	}) {
-		t.Fatal("server never announced its client address")
-	}
+	waitClientAddress(t, c)
 	before := c.Nodes[0].Server.AppliedIndex()
 	big := strings.Repeat("x", 1025)
 	tests := []struct {

@@ -53,13 +53,7 @@ func TestEveryEndpointRefusesUnknownParameters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	session := openSession(t, ctx, base)
-	// The server records its client address through the log once; wait for it.
-	if !testcluster.WaitFor(10*time.Second, func() bool {
-		m := c.Nodes[0].Server.Members()
-		return len(m.Members) == 1 && m.Members[0].ClientURL != ""
-	}) {
-		t.Fatal("server never announced its client address")
-	}
+	waitClientAddress(t, c)
 	before := c.Nodes[0].Server.AppliedIndex()
 
 	routes := httpapi.New(c.Nodes[0].Server, nil).Routes()

@@ -23,14 +23,7 @@ func TestSnapshotStreamsABackupFile(t *testing.T) {
 	base := c.URL(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// The server records its client address through the log once; wait for
-	// it, so the applied index moves only if a request moves it.
-	if !testcluster.WaitFor(10*time.Second, func() bool {
-		m := c.Nodes[0].Server.Members()
-		return len(m.Members) == 1 && m.Members[0].ClientURL != ""
-	}) {
-		t.Fatal("server never announced its client address")
-	}
+	waitClientAddress(t, c)
 	written, err := testcluster.Put(ctx, base, "/backed/up", "v", "")
 	if err != nil {
 		t.Fatal(err)

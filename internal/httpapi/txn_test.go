@@ -32,12 +32,7 @@ func TestTxnEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !testcluster.WaitFor(10*time.Second, func() bool {
-		m := c.Nodes[0].Server.Members()
-		return len(m.Members) == 1 && m.Members[0].ClientURL != ""
-	}) {
-		t.Fatal("server never announced its client address")
-	}
+	waitClientAddress(t, c)
 
 	body := `{"session_id":"` + session.SessionID + `","request_seq":1,"ops":[
 		{"op":"check","path":"/acct/a","version":1},
