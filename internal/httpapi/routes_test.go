@@ -160,6 +160,7 @@ func TestBodiesRefusedWhereNoneIsTaken(t *testing.T) {
 	if status, reply := send(t, ctx, "PUT", base+"/v1/kv/k", `{"value":"v"}`); status != http.StatusOK {
 		t.Fatalf("PUT: %d %s", status, reply)
 	}
+	waitClientAddress(t, c)
 	before := c.Nodes[0].Server.AppliedIndex()
 	refused := func(method, url string) {
 		t.Helper()
