@@ -48,7 +48,10 @@ type route struct {
 	// anyQuery: the endpoint is for generic tools (probes, scrapers,
 	// browsers), which may add a query of their own; it takes any.
 	anyQuery bool
-	handler  http.Handler
+	// noHead: a GET endpoint that HEAD, which the mux sends to every GET
+	// route, must not reach (405 before anything else).
+	noHead  bool
+	handler http.Handler
 }
 
 // readParams are the query parameters of a read: consistency and min_index.
@@ -64,7 +67,9 @@ func (h *Handler) routeTable() []route {
 		{pattern: "POST /v1/session/heartbeat", handler: hf(h.heartbeat)},
 		{pattern: "POST /v1/session/close", handler: hf(h.closeSession)},
 		{pattern: "GET /v1/session/{id}", params: readParams, handler: hf(h.getSession)},
-		{pattern: "GET /v1/session/{id}/events", handler: hf(h.events)},
+		// HEAD would open a stream without a body in place of the
+		// session's real one.
+		{pattern: "GET /v1/session/{id}/events", noHead: true, handler: hf(h.events)},
 		{pattern: "POST /v1/watch", handler: hf(h.addWatch)},
 		{pattern: "DELETE /v1/watch/{id}", params: []string{"session_id"}, handler: hf(h.cancelWatch)},
 		{pattern: "POST /v1/lock/acquire", handler: hf(h.acquireLock)},
@@ -112,15 +117,13 @@ func (h *Handler) routes() {
 // parameters rt takes, each once, and nothing url.ParseQuery cannot read
 // (docs/api.md, conventions): else 400 invalid_argument, before anything
 // else is looked at (with auth enabled, before the caller is checked, as
-// for a malformed body). HEAD on the event stream, which only GET opens,
-// is 405 first.
+// for a malformed body). HEAD on a noHead route is 405 first.
 func (h *Handler) strictQuery(rt route) http.Handler {
 	if rt.anyQuery {
 		return rt.handler
 	}
-	events := strings.HasSuffix(rt.pattern, "/events")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if events && r.Method == http.MethodHead {
+		if rt.noHead && r.Method == http.MethodHead {
 			h.methodNotAllowed(w, r, []string{http.MethodGet})
 			return
 		}

@@ -108,6 +108,14 @@ func TestEveryEndpointRefusesUnknownParameters(t *testing.T) {
 		}
 	}
 
+	// HEAD never opens an event stream, whatever its query: 405.
+	for _, query := range []string{"", "?colour=red"} {
+		url := base + "/v1/session/" + session.SessionID + "/events" + query
+		if status, reply := send(t, ctx, "HEAD", url, ""); status != http.StatusMethodNotAllowed {
+			t.Errorf("HEAD %s: %d %s; want 405", url, status, reply)
+		}
+	}
+
 	// The node endpoints check their own parameters, per method.
 	for _, method := range []string{"GET", "PUT", "DELETE"} {
 		for _, query := range []string{"colour=red", "a=1;b=2", "a=%zz"} {

@@ -64,8 +64,8 @@ func (h *Handler) cancelWatch(w http.ResponseWriter, r *http.Request) {
 // api.Event per "data:" line, and a last "event: end" whose data gives the
 // reason when the server ends the stream.
 //
-// HEAD is refused (strictQuery): a stream without a body would replace the
-// session's real one.
+// HEAD is refused before it gets here (the route's noHead): a stream
+// without a body would replace the session's real one.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	session, err := parseID("session id", r.PathValue("id"))
 	if err != nil {
