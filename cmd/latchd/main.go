@@ -27,6 +27,7 @@ import (
 	"github.com/latch-io/latch/internal/server"
 	"github.com/latch-io/latch/internal/timeline"
 	"github.com/latch-io/latch/internal/tlsconfig"
+	"github.com/latch-io/latch/internal/vfs"
 )
 
 func main() {
@@ -102,7 +103,7 @@ func run(args []string) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpServer.Serve(ln) }()
 	logger.Info("latchd serving", "name", cfg.Name, "client", cfg.ClientAddr, "peer", cfg.PeerAddr, "data", cfg.DataDir,
-		"client_tls", clientTLS != nil, "peer_tls", cfg.PeerServerTLS != nil)
+		"client_tls", clientTLS != nil, "peer_tls", cfg.PeerServerTLS != nil, "wal_flush", flushDescription(cfg.FlushMethod))
 	zkServer := serveZK(zkln, s, zk, limits.MaxConnections, logger)
 
 	signals := make(chan os.Signal, 1)
@@ -163,6 +164,36 @@ func withProfiling(api *httpapi.Handler) http.Handler {
 	})
 }
 
+// flushFlag is --wal-flush.
+type flushFlag struct{ method *vfs.FlushMethod }
+
+func (f flushFlag) String() string {
+	if f.method == nil {
+		return "" // the zero flag.Value: --help then prints the default, auto
+	}
+	return f.method.String()
+}
+
+func (f flushFlag) Set(s string) error {
+	m, ok := vfs.ParseFlushMethod(s)
+	if !ok {
+		return fmt.Errorf("%q is neither auto nor fsync", s)
+	}
+	*f.method = m
+	return nil
+}
+
+// flushDescription says how this process flushes, for the start-up log.
+func flushDescription(m vfs.FlushMethod) string {
+	if m == vfs.FlushSyscall {
+		return "fsync"
+	}
+	if ok, err := vfs.RingFlushes(); !ok {
+		return fmt.Sprintf("fsync (io_uring unavailable: %v)", err)
+	}
+	return "io_uring"
+}
+
 // pprofPrefix is the path prefix of the Go profiles (--enable-pprof).
 const pprofPrefix = "/debug/pprof/"
 
@@ -219,6 +250,7 @@ func parseFlags(args []string, limits *httpapi.Limits, security *securityFlags, 
 	fs.IntVar(&cfg.Auth.MaxUserWatches, "auth-max-user-watches", 0, "watches one user may hold on this member once auth is enabled (0: no cap)")
 	fs.Float64Var(&cfg.Auth.LoginRate, "auth-login-rate", 5, "password checks (logins, ZooKeeper addauth) per second per user name and per source address (negative: no limit)")
 	fs.IntVar(&cfg.Auth.LoginBurst, "auth-login-burst", 20, "burst of --auth-login-rate")
+	fs.Var(flushFlag{&cfg.FlushMethod}, "wal-flush", "how the WAL and snapshots are flushed to disk: auto (through io_uring where the kernel allows it, else fsync) or fsync (always the fsync system call); both wait for the same fsync")
 	fs.IntVar(&cfg.WatchQueueLen, "watch-queue-len", 1024, "undelivered events per session before its stream is cut (slow consumer)")
 	fs.IntVar(&cfg.Shards, "shards", 1, "number of shards (consensus groups), fixed when the cluster is created (1 to 1024)")
 	fs.IntVar(&cfg.MaxPending, "max-pending-proposals", 20000, "proposals waiting at once before writes get 429")

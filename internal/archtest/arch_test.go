@@ -132,7 +132,7 @@ var allowed = map[string]rule{
 		tests:   append(testHarness, testkit+"testcerts"),
 	},
 	"cmd/latchctl": {imports: []string{"internal/cli"}},
-	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/clock", "internal/httpapi", "internal/placement", "internal/server", "internal/timeline", "internal/tlsconfig", "internal/zkserver"}, tests: []string{testkit + "testcluster"}},
+	"cmd/latchd":   {imports: []string{"api", "internal/buildinfo", "internal/clock", "internal/httpapi", "internal/placement", "internal/server", "internal/timeline", "internal/tlsconfig", "internal/vfs", "internal/zkserver"}, tests: []string{testkit + "testcluster"}},
 
 	// The test harnesses.
 	testkit + "testseed":  {stdlibOnly: true},

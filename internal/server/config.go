@@ -84,8 +84,13 @@ type Config struct {
 	MaxWatchesPerSession int // watches one session may hold (default 1,000)
 	WatchQueueLen        int // undelivered events per session before it is disconnected (default 1,024)
 
-	// FS is the filesystem of the data dir (default the OS's).
+	// FS is the filesystem of the data dir (default the OS's, its files
+	// flushed by FlushMethod).
 	FS vfs.FS
+	// FlushMethod is how the default FS makes the WAL and snapshots
+	// durable (default vfs.FlushAuto: through io_uring where the kernel
+	// allows it, else fsync(2)).
+	FlushMethod vfs.FlushMethod
 	// NewTransport builds the peer transport (default TCP on PeerAddr).
 	// testcluster passes the in-memory fake.
 	NewTransport func(id uint64, h transport.Handler, s transport.Snapshots) (transport.Transport, error)
@@ -166,7 +171,7 @@ func (c *Config) setDefaults() {
 		c.MaxSessionTTL = 60 * time.Second
 	}
 	if c.FS == nil {
-		c.FS = vfs.OS()
+		c.FS = vfs.OSWith(c.FlushMethod)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -8,37 +8,55 @@ import (
 	"sort"
 )
 
-// OS returns the FS of the operating system.
+// OS returns the FS of the operating system, whose files flush with
+// FlushAuto.
 func OS() FS { return osFS{} }
 
-type osFS struct{}
+// OSWith returns the FS of the operating system whose files' Sync flushes
+// by the given method.
+func OSWith(method FlushMethod) FS { return osFS{flush: method} }
 
-type osFile struct{ *os.File }
+type osFS struct{ flush FlushMethod }
+
+type osFile struct {
+	*os.File
+	flush FlushMethod
+}
 
 func (f osFile) Preallocate(size int64) error { return preallocate(f.File, size) }
 
-func (osFS) Create(name string) (File, error) {
+// Sync flushes the file by its FS's method (see FlushMethod).
+func (f osFile) Sync() error {
+	if f.flush == FlushAuto {
+		if done, err := ringSync(f.File); done {
+			return err
+		}
+	}
+	return f.File.Sync()
+}
+
+func (fs osFS) Create(name string) (File, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return osFile{File: f, flush: fs.flush}, nil
 }
 
-func (osFS) Open(name string) (File, error) {
+func (fs osFS) Open(name string) (File, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return osFile{File: f, flush: fs.flush}, nil
 }
 
-func (osFS) OpenReadWrite(name string) (File, error) {
+func (fs osFS) OpenReadWrite(name string) (File, error) {
 	f, err := os.OpenFile(name, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
-	return osFile{f}, nil
+	return osFile{File: f, flush: fs.flush}, nil
 }
 
 func (osFS) Remove(name string) error                    { return os.Remove(name) }

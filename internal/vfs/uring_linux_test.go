@@ -1,0 +1,143 @@
+package vfs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// needRing skips where the kernel does not let this process use io_uring
+// (a container's seccomp profile, the io_uring_disabled sysctl); there
+// FlushAuto is fsync(2), which the rest of the suite covers.
+func needRing(t *testing.T) {
+	t.Helper()
+	if ok, err := RingFlushes(); !ok {
+		t.Skipf("io_uring unavailable here, FlushAuto uses fsync(2): %v", err)
+	}
+}
+
+func TestRingFlushesOSFiles(t *testing.T) {
+	needRing(t)
+	dir := t.TempDir()
+	f, err := OS().Create(filepath.Join(dir, "wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := rings.flushes.Load()
+	for i := range 20 {
+		if _, err := f.WriteAt([]byte("record"), int64(i*6)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+	}
+	if got := rings.flushes.Load() - before; got != 20 {
+		t.Fatalf("%d of 20 syncs went through the ring", got)
+	}
+
+	plain, err := OSWith(FlushSyscall).Create(filepath.Join(dir, "plain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	before = rings.flushes.Load()
+	if err := plain.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rings.flushes.Load() - before; got != 0 {
+		t.Fatalf("FlushSyscall went through the ring %d times", got)
+	}
+}
+
+// A flush through the ring reports the fsync's own error: a pipe cannot be
+// fsynced (EINVAL), through the ring as through fsync(2).
+func TestRingFlushReportsTheFsyncError(t *testing.T) {
+	needRing(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	want := w.Sync()
+	if !errors.Is(want, syscall.EINVAL) {
+		t.Fatalf("fsync(2) of a pipe: %v, want EINVAL", want)
+	}
+	before := rings.flushes.Load()
+	got := osFile{File: w, flush: FlushAuto}.Sync()
+	if rings.flushes.Load() == before {
+		t.Fatal("the sync did not go through the ring")
+	}
+	if !errors.Is(got, syscall.EINVAL) || !strings.Contains(got.Error(), w.Name()) {
+		t.Fatalf("ring flush of a pipe: %v, want EINVAL naming %s", got, w.Name())
+	}
+}
+
+func TestRingFlushOfAClosedFile(t *testing.T) {
+	needRing(t)
+	f, err := OS().Create(filepath.Join(t.TempDir(), "closed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := f.Sync(); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("sync after close: %v, want os.ErrClosed", err)
+	}
+}
+
+// Flushes in parallel each take a ring of their own, and the pool keeps no
+// more rings than flushes were ever in flight together.
+func TestRingFlushesInParallel(t *testing.T) {
+	needRing(t)
+	dir := t.TempDir()
+	const goroutines, each = 8, 40
+	files := make([]File, 4)
+	for i := range files {
+		f, err := OS().Create(filepath.Join(dir, "f"+string(rune('a'+i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	before := rings.flushes.Load()
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines*each)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f := files[g%len(files)]
+			for i := range each {
+				if _, err := f.WriteAt([]byte{byte(i)}, int64(g)); err != nil {
+					errs <- err
+					return
+				}
+				if err := f.Sync(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := rings.flushes.Load() - before; got != goroutines*each {
+		t.Fatalf("%d of %d syncs went through a ring", got, goroutines*each)
+	}
+	rings.mu.Lock()
+	made, free := rings.made, len(rings.free)
+	rings.mu.Unlock()
+	if made > goroutines+1 || free != made {
+		t.Fatalf("%d rings made, %d back in the pool, for %d flushers", made, free, goroutines)
+	}
+}
