@@ -141,3 +141,32 @@ func TestRingFlushesInParallel(t *testing.T) {
 		t.Fatalf("%d rings made, %d back in the pool, for %d flushers", made, free, goroutines)
 	}
 }
+
+// Where the kernel refuses io_uring, FlushAuto flushes with fsync(2) and
+// RingFlushes says why.
+func TestRefusedRingFallsBackToFsync(t *testing.T) {
+	rings.mu.Lock()
+	saved := rings.refused
+	rings.refused = errors.New("io_uring_setup: operation not permitted")
+	rings.mu.Unlock()
+	defer func() {
+		rings.mu.Lock()
+		rings.refused = saved
+		rings.mu.Unlock()
+	}()
+	if ok, err := RingFlushes(); ok || err == nil || !strings.Contains(err.Error(), "not permitted") {
+		t.Fatalf("RingFlushes() = %v, %v; want false and the refusal", ok, err)
+	}
+	f, err := OS().Create(filepath.Join(t.TempDir(), "wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := rings.flushes.Load()
+	if err := f.Sync(); err != nil {
+		t.Fatalf("sync without a ring: %v", err)
+	}
+	if rings.flushes.Load() != before {
+		t.Fatal("a refused ring still flushed")
+	}
+}

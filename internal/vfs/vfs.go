@@ -2,6 +2,12 @@
 // (internal/wal, internal/snap) is written against, its operating-system
 // implementation, and a crashable in-memory implementation for tests.
 //
+// The operating system's files flush (Sync) by a FlushMethod: by default
+// through an io_uring where the kernel allows it, so that the goroutine
+// waiting for a flush is parked in the netpoller rather than a thread
+// blocked in fsync (uring_linux.go). Either way Sync returns only after
+// the file's fsync, with its error.
+//
 // Invariants of the in-memory MemFS, which crash tests rely on:
 //   - A file's contents survive CrashClone only up to its last Sync; bytes
 //     written after it are dropped (or, with CrashOptions.TornSectors, kept or
