@@ -61,6 +61,7 @@ func run(args []string) error {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))
 	cfg.Logger = logger
+	procs := shareProcessors(cfg.Name, cfg.InitialCluster, os.Getenv("GOMAXPROCS"))
 	stopClockControl := make(chan struct{})
 	defer close(stopClockControl)
 	followClockControl(cfg.Clock, logger, stopClockControl)
@@ -103,7 +104,7 @@ func run(args []string) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpServer.Serve(ln) }()
 	logger.Info("latchd serving", "name", cfg.Name, "client", cfg.ClientAddr, "peer", cfg.PeerAddr, "data", cfg.DataDir,
-		"client_tls", clientTLS != nil, "peer_tls", cfg.PeerServerTLS != nil, "wal_flush", flushDescription(cfg.FlushMethod))
+		"client_tls", clientTLS != nil, "peer_tls", cfg.PeerServerTLS != nil, "wal_flush", flushDescription(cfg.FlushMethod), "procs", procs)
 	zkServer := serveZK(zkln, s, zk, limits.MaxConnections, logger)
 
 	signals := make(chan os.Signal, 1)

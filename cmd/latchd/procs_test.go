@@ -1,0 +1,48 @@
+package main
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func TestSharedProcs(t *testing.T) {
+	three := map[string]string{"n1": "127.0.0.1:2380", "n2": "127.0.0.1:2381", "n3": "127.0.0.1:2382"}
+	cases := []struct {
+		name       string
+		procs      int
+		self       string
+		initial    map[string]string
+		want, here int
+	}{
+		{"alone", 2, "n1", map[string]string{"n1": "127.0.0.1:2380"}, 2, 1},
+		{"three on loopback, two cores", 2, "n1", three, 1, 3},
+		{"three on loopback, sixteen cores", 16, "n2", three, 5, 3},
+		{"loopback addresses differ", 4, "n1", map[string]string{"n1": "127.0.0.1:2380", "n2": "127.0.0.2:2380", "n3": "[::1]:2380"}, 1, 3},
+		{"localhost is loopback", 4, "n1", map[string]string{"n1": "localhost:2380", "n2": "127.0.0.1:2381"}, 2, 2},
+		{"two of three on this host", 8, "a", map[string]string{"a": "10.0.0.1:2380", "b": "10.0.0.1:2381", "c": "10.0.0.2:2380"}, 4, 2},
+		{"each on its own host", 8, "a", map[string]string{"a": "10.0.0.1:2380", "b": "10.0.0.2:2380", "c": "10.0.0.3:2380"}, 8, 1},
+		{"a remote member is not on loopback's machine", 8, "a", map[string]string{"a": "127.0.0.1:2380", "b": "10.0.0.2:2380"}, 8, 1},
+		{"not in the list", 8, "x", three, 8, 1},
+	}
+	for _, c := range cases {
+		got, here := sharedProcs(c.procs, c.self, c.initial)
+		if got != c.want || here != c.here {
+			t.Errorf("%s: sharedProcs(%d) = %d for %d members here, want %d for %d", c.name, c.procs, got, here, c.want, c.here)
+		}
+	}
+}
+
+func TestShareProcessorsLeavesAnExplicitGOMAXPROCS(t *testing.T) {
+	before := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(before)
+	three := map[string]string{"n1": "127.0.0.1:2380", "n2": "127.0.0.1:2381", "n3": "127.0.0.1:2382"}
+	if got := shareProcessors("n1", three, "2"); runtime.GOMAXPROCS(0) != before || !strings.Contains(got, "GOMAXPROCS") {
+		t.Fatalf("with GOMAXPROCS set: %q, processors %d (were %d)", got, runtime.GOMAXPROCS(0), before)
+	}
+	runtime.GOMAXPROCS(6)
+	got := shareProcessors("n1", three, "")
+	if runtime.GOMAXPROCS(0) != 2 || !strings.Contains(got, "6 processors shared by 3 members") {
+		t.Fatalf("without GOMAXPROCS: %q, processors %d, want 2", got, runtime.GOMAXPROCS(0))
+	}
+}
