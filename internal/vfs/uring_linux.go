@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && (amd64 || arm64 || riscv64 || loong64 || ppc64le || s390x)
 
 package vfs
 
@@ -28,6 +28,10 @@ import (
 // never submitted, so nothing of its result is lost) and that ring is
 // closed; once a flush is submitted, its result is the Sync's, whatever it
 // is.
+
+// The kernel's struct io_uring_params is 120 bytes; a layout that differs
+// fails to compile here.
+var _ [120]byte = [unsafe.Sizeof(uringParams{})]byte{}
 
 // ringSync flushes f through a ring. done is false when it did not (no ring
 // on this system, or the submission was refused): the caller then uses
@@ -147,7 +151,7 @@ type uringParams struct {
 
 // The kernel's io_uring interface (include/uapi/linux/io_uring.h).
 const (
-	sysIOURingSetup    = 425 // the same number on every architecture since Linux 5.1
+	sysIOURingSetup    = 425 // the same number on the architectures this file builds for
 	sysIOURingEnter    = 426
 	sysIOURingRegister = 427
 

@@ -1,3 +1,5 @@
+//go:build linux && (amd64 || arm64 || riscv64 || loong64 || ppc64le || s390x)
+
 package vfs
 
 import (
