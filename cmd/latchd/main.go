@@ -139,12 +139,12 @@ func run(args []string) error {
 }
 
 // withProfiling serves net/http/pprof under /debug/pprof/ beside the API,
-// to the callers api lets read /metrics. Only that prefix is pprof's; every
+// to the callers api lets make admin calls (anyone while auth is off). Only that prefix is pprof's; every
 // other request goes to api as it came (no http.ServeMux in front: it would
 // clean paths and redirect those the API refuses, docs/api.md). A path under
 // the prefix that is not clean is the API's too, so a 404, not a redirect.
 func withProfiling(api *httpapi.Handler) http.Handler {
-	profiles := api.Gated(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	profiles := api.AdminGated(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch strings.TrimPrefix(r.URL.Path, pprofPrefix) {
 		case "profile":
 			httppprof.Profile(w, r)

@@ -91,10 +91,10 @@ func TestProfilingLeavesTheAPIAlone(t *testing.T) {
 	}
 }
 
-// TestProfilesNeedAUser: with auth enabled, /debug/pprof/ is gated as
-// /metrics is: 401 in the API's envelope without a user, the profiles for
-// any authenticated user.
-func TestProfilesNeedAUser(t *testing.T) {
+// TestProfilesNeedAnAdmin: with auth enabled, /debug/pprof/ is an admin
+// call: 401 in the API's envelope without a user, 403 for a user without
+// admin on "/" (who still reads /metrics), the profiles for root.
+func TestProfilesNeedAnAdmin(t *testing.T) {
 	c := testcluster.New(t, 1, testcluster.Options{Auth: server.AuthConfig{PasswordCost: bcrypt.MinCost}})
 	base := serveWithProfiling(t, c)
 	for _, change := range []string{
@@ -106,11 +106,16 @@ func TestProfilesNeedAUser(t *testing.T) {
 			t.Fatalf("POST /v1/auth %s: %d %s", change, status, body)
 		}
 	}
-	status, body := request(t, "POST", base+"/v1/auth/login", "", `{"user":"ops","password":"ops-pw"}`)
-	var login api.LoginResponse
-	if err := json.Unmarshal(body, &login); err != nil || status != http.StatusOK || login.Token == "" {
-		t.Fatalf("login: %d %s", status, body)
+	login := func(user, password string) string {
+		t.Helper()
+		status, body := request(t, "POST", base+"/v1/auth/login", "", `{"user":"`+user+`","password":"`+password+`"}`)
+		var answer api.LoginResponse
+		if err := json.Unmarshal(body, &answer); err != nil || status != http.StatusOK || answer.Token == "" {
+			t.Fatalf("login %s: %d %s", user, status, body)
+		}
+		return answer.Token
 	}
+	ops, root := login("ops", "ops-pw"), login("root", "root-pw")
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=2", "/debug/pprof/profile?seconds=1", "/debug/pprof/cmdline"} {
 		for _, token := range []string{"", "latch_not-a-token"} {
 			status, body := request(t, "GET", base+path, token, "")
@@ -119,9 +124,18 @@ func TestProfilesNeedAUser(t *testing.T) {
 			}
 		}
 	}
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/profile?seconds=1", "/debug/pprof/heap?debug=1"} {
+		status, body := request(t, "GET", base+path, ops, "")
+		if status != http.StatusForbidden || !strings.Contains(string(body), `"code":"permission_denied"`) {
+			t.Errorf("GET %s as a user without admin: %d %.200s; want 403 permission_denied", path, status, body)
+		}
+	}
+	if status, body := request(t, "GET", base+"/metrics", ops, ""); status != http.StatusOK {
+		t.Errorf("GET /metrics as a user: %d %.200s; want 200", status, body)
+	}
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/metrics"} {
-		if status, body := request(t, "GET", base+path, login.Token, ""); status != http.StatusOK {
-			t.Errorf("GET %s as a user: %d %.200s; want 200", path, status, body)
+		if status, body := request(t, "GET", base+path, root, ""); status != http.StatusOK {
+			t.Errorf("GET %s as root: %d %.200s; want 200", path, status, body)
 		}
 	}
 }

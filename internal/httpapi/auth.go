@@ -131,15 +131,21 @@ func (h *Handler) gated(next http.Handler) http.Handler {
 	})
 }
 
-// Gated returns next behind the check /metrics passes: with auth enabled,
-// a request that proves no user (a bearer token, or a client certificate
-// naming one) is refused with 401 in the API's envelope. It is for
-// endpoints served beside the API on the client port, as latchd's
-// /debug/pprof/.
-func (h *Handler) Gated(next http.Handler) http.Handler {
-	gated := h.gated(next)
+// AdminGated returns next behind the check a cluster-wide admin call (a
+// backup, a membership change) passes: with auth enabled, a request that
+// proves no user (a bearer token, or a client certificate naming one) is
+// refused with 401, and one whose user does not hold admin on "/" with
+// 403, in the API's envelope. It is for endpoints served beside the API on
+// the client port, as latchd's /debug/pprof/, whose CPU profile and trace
+// cost the member CPU for as long as a caller asks.
+func (h *Handler) AdminGated(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		gated.ServeHTTP(w, withCaller(r))
+		r = withCaller(r)
+		if err := h.server.AuthorizeAdmin(r.Context(), "/"); err != nil {
+			h.writeError(w, err)
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
