@@ -24,6 +24,8 @@ func TestSharedProcs(t *testing.T) {
 		{"each on its own host", 8, "a", map[string]string{"a": "10.0.0.1:2380", "b": "10.0.0.2:2380", "c": "10.0.0.3:2380"}, 8, 1},
 		{"a remote member is not on loopback's machine", 8, "a", map[string]string{"a": "127.0.0.1:2380", "b": "10.0.0.2:2380"}, 8, 1},
 		{"not in the list", 8, "x", three, 8, 1},
+		{"one address spelled two ways", 8, "a", map[string]string{"a": "[2001:DB8::1]:2380", "b": "[2001:db8::1]:2381"}, 4, 2},
+		{"one name in two cases", 8, "a", map[string]string{"a": "Host.example:2380", "b": "host.example.:2381"}, 4, 2},
 	}
 	for _, c := range cases {
 		got, here := sharedProcs(c.procs, c.self, c.initial)
@@ -40,9 +42,19 @@ func TestShareProcessorsLeavesAnExplicitGOMAXPROCS(t *testing.T) {
 	if got := shareProcessors("n1", three, "2"); runtime.GOMAXPROCS(0) != before || !strings.Contains(got, "GOMAXPROCS") {
 		t.Fatalf("with GOMAXPROCS set: %q, processors %d (were %d)", got, runtime.GOMAXPROCS(0), before)
 	}
-	runtime.GOMAXPROCS(6)
-	got := shareProcessors("n1", three, "")
-	if runtime.GOMAXPROCS(0) != 2 || !strings.Contains(got, "6 processors shared by 3 members") {
-		t.Fatalf("without GOMAXPROCS: %q, processors %d, want 2", got, runtime.GOMAXPROCS(0))
+	if runtime.NumCPU() > 1 {
+		runtime.GOMAXPROCS(runtime.NumCPU() - 1)
+		got := shareProcessors("n1", three, "")
+		if runtime.GOMAXPROCS(0) != runtime.NumCPU()-1 || !strings.Contains(got, "a CPU limit") {
+			t.Fatalf("with fewer processors than cores: %q, processors %d", got, runtime.GOMAXPROCS(0))
+		}
+	}
+	for _, env := range []string{"", "0", "-1", "abc"} { // the runtime ignores the last three
+		runtime.GOMAXPROCS(runtime.NumCPU())
+		got := shareProcessors("n1", three, env)
+		want := max(1, runtime.NumCPU()/3)
+		if runtime.GOMAXPROCS(0) != want || (want != runtime.NumCPU() && !strings.Contains(got, "shared by 3 members")) {
+			t.Fatalf("GOMAXPROCS=%q: %q, processors %d, want %d", env, got, runtime.GOMAXPROCS(0), want)
+		}
 	}
 }

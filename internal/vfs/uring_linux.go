@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -23,19 +24,22 @@ import (
 // Rings are kept in a pool, one per flush in flight (the WAL's save and its
 // zero-ahead writer may flush at once), never more than the most flushes
 // ever in flight together. If the first ring cannot be set up, FlushAuto
-// uses fsync(2) for the life of the process. A flush whose submission the
-// kernel refuses after setup falls back to fsync(2) too (the flush was
-// never submitted, so nothing of its result is lost) and that ring is
-// closed; once a flush is submitted, its result is the Sync's, whatever it
-// is.
+// uses fsync(2) for the life of the process, and so it does once the
+// kernel refuses a submission in a way that will not change (EPERM, ENOSYS,
+// EINVAL from io_uring_enter; EACCES or EOPNOTSUPP for the fsync). A flush
+// the kernel did not take, or took and cancelled without running (a worker
+// thread it could not start), falls back to fsync(2): no fsync ran, so no
+// result of one is lost. Once an fsync ran, its result is the Sync's; if
+// its completion cannot be read (or is not its own), the Sync fails and the
+// ring is dropped, never pooled with a flush of unknown outcome in it.
 
 // The kernel's struct io_uring_params is 120 bytes; a layout that differs
 // fails to compile here.
 var _ [120]byte = [unsafe.Sizeof(uringParams{})]byte{}
 
-// ringSync flushes f through a ring. done is false when it did not (no ring
-// on this system, or the submission was refused): the caller then uses
-// fsync(2).
+// ringSync flushes f through a ring. done is false when no fsync ran
+// through it (no ring on this system, the flush not taken): the caller
+// then uses fsync(2).
 func ringSync(f *os.File) (done bool, err error) {
 	r, err := rings.get()
 	if err != nil {
@@ -46,18 +50,30 @@ func ringSync(f *os.File) (done bool, err error) {
 		rings.put(r)
 		return false, nil
 	}
-	var submitted bool
+	var outcome flushOutcome
 	var flushErr error
-	// Control holds a reference to the descriptor for the whole flush, as
-	// os.File.Sync does, so that a Close meanwhile waits for it.
-	ctlErr := conn.Control(func(fd uintptr) { submitted, flushErr = r.fsync(fd) })
-	if ctlErr != nil { // closed file: the error fsync(2) would give
+	// Control keeps the descriptor's number from being closed and reused
+	// until the kernel holds its own reference to the file (it takes one
+	// when it takes the submission): a Close meanwhile is deferred.
+	ctlErr := conn.Control(func(fd uintptr) { outcome, flushErr = r.fsync(fd) })
+	if ctlErr != nil { // closed file: fsync(2) gives the error
 		rings.put(r)
 		return false, nil
 	}
-	if !submitted {
-		r.close()
+	switch outcome {
+	case notTaken, notTakenEver:
+		rings.drop(r, outcome == notTakenEver, flushErr)
 		return false, nil
+	case notRun, notRunEver:
+		if outcome == notRunEver {
+			rings.drop(r, true, flushErr)
+		} else {
+			rings.put(r)
+		}
+		return false, nil
+	case lost:
+		rings.drop(r, false, nil)
+		return true, &os.PathError{Op: "sync", Path: f.Name(), Err: flushErr}
 	}
 	rings.flushes.Add(1)
 	rings.put(r)
@@ -66,6 +82,18 @@ func ringSync(f *os.File) (done bool, err error) {
 	}
 	return true, nil
 }
+
+// flushOutcome is what became of a flush given to a ring.
+type flushOutcome int
+
+const (
+	flushed      flushOutcome = iota // the fsync ran; its error is the flush's
+	notTaken                         // the kernel took no submission this time
+	notTakenEver                     // nor will it for this process (EPERM, ENOSYS, EINVAL)
+	notRun                           // taken, then cancelled before any fsync ran (ECANCELED)
+	notRunEver                       // refused the fsync operation itself (EACCES, EOPNOTSUPP)
+	lost                             // taken, and its completion could not be read: outcome unknown
+)
 
 // ringAvailable reports whether ringSync flushes, setting up the first
 // ring if none was.
@@ -87,7 +115,7 @@ type ringPool struct {
 	free    []*syncRing
 	tried   bool  // whether a first ring was set up or refused
 	refused error // why the first ring could not be set up; then always refused
-	made    int   // rings set up so far (tests)
+	made    int   // rings set up and not dropped (tests)
 
 	flushes atomic.Uint64 // flushes submitted through a ring (tests)
 }
@@ -122,7 +150,31 @@ func (p *ringPool) put(r *syncRing) {
 	p.mu.Unlock()
 }
 
-// syncRing is one io_uring of one entry, used by one flush at a time.
+// drop closes r instead of pooling it; ever says the kernel will refuse
+// every ring's flushes from now on, for reason.
+func (p *ringPool) drop(r *syncRing, ever bool, reason error) {
+	r.close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.made--
+	if ever && p.refused == nil {
+		p.refused = reason
+		for _, free := range p.free {
+			free.close()
+			p.made--
+		}
+		p.free = nil
+	}
+}
+
+// syncRing is one io_uring, used by one flush at a time. It has ringEntries
+// entries though it takes one flush: since Linux 5.12 the kernel's workers
+// are shared by the rings one thread submits to, and their number for
+// blocking work such as fsync is capped at the ring's entries, so a ring of
+// one would queue an fsync submitted from the same thread behind another
+// ring's.
+const ringEntries = 8
+
 type syncRing struct {
 	fd     int      // the ring's descriptor
 	event  *os.File // eventfd the kernel signals on each completion, read through the netpoller
@@ -173,7 +225,7 @@ const (
 // older than single-mapping rings).
 func newSyncRing() (*syncRing, error) {
 	r := &syncRing{fd: -1}
-	fd, _, errno := syscall.Syscall(sysIOURingSetup, 1, uintptr(unsafe.Pointer(&r.params)), 0)
+	fd, _, errno := syscall.Syscall(sysIOURingSetup, ringEntries, uintptr(unsafe.Pointer(&r.params)), 0)
 	if errno != 0 {
 		return nil, fmt.Errorf("vfs: io_uring_setup: %w", errno)
 	}
@@ -188,6 +240,12 @@ func newSyncRing() (*syncRing, error) {
 		return nil, fmt.Errorf("vfs: eventfd for io_uring: %w", errno)
 	}
 	r.event = os.NewFile(efd, "io_uring eventfd") // non-blocking: read through the netpoller
+	if err := r.event.SetReadDeadline(time.Time{}); err != nil {
+		// The netpoller could not take the descriptor (epoll's watch
+		// limit): every read would fail at once instead of waiting.
+		r.close()
+		return nil, fmt.Errorf("vfs: io_uring eventfd not in the netpoller: %w", err)
+	}
 	event := int32(efd)
 	if _, _, errno := syscall.Syscall6(sysIOURingRegister, uintptr(r.fd), uringRegisterEventFD, uintptr(unsafe.Pointer(&event)), 1, 0, 0); errno != 0 {
 		r.close()
@@ -219,49 +277,70 @@ func (r *syncRing) mapQueues() error {
 	return nil
 }
 
-// fsync flushes fd and waits for the flush in the netpoller. submitted is
-// false if the kernel did not take the flush (then err says why and
-// nothing was flushed by the ring); otherwise err is the flush's result.
-func (r *syncRing) fsync(fd uintptr) (submitted bool, err error) {
+// fsync flushes fd and waits for the flush in the netpoller, and says what
+// became of it (flushOutcome); err is the flush's error, or why it did not
+// run or was lost.
+func (r *syncRing) fsync(fd uintptr) (flushOutcome, error) {
 	tail := atomic.LoadUint32(r.sqTail)
 	slot := tail & *r.sqMask
 	sqe := r.sqes[slot*uringSQESize : (slot+1)*uringSQESize]
 	clear(sqe)
-	sqe[0] = uringOpFsync // fsync_flags 0: a full fsync, as fsync(2)
+	sqe[0] = uringOpFsync // fsync_flags 0, off 0, len 0: all of the file, as fsync(2)
 	*(*int32)(unsafe.Pointer(&sqe[uringSQEFDOffset])) = int32(fd)
 	*(*uint64)(unsafe.Pointer(&sqe[uringSQEUserData])) = uint64(tail)
 	*(*uint32)(unsafe.Add(unsafe.Pointer(r.sqArray), 4*uintptr(slot))) = slot
 	atomic.StoreUint32(r.sqTail, tail+1) // the entry's bytes before the tail that publishes it
-	for {
-		// Submit only: the kernel hands an fsync to a worker at once, so
-		// this returns without waiting for the disk.
-		n, _, errno := syscall.RawSyscall6(sysIOURingEnter, uintptr(r.fd), 1, 0, 0, 0, 0)
-		if errno == syscall.EINTR {
-			continue
-		}
-		if errno != 0 {
-			return false, fmt.Errorf("io_uring_enter: %w", errno)
-		}
-		if n != 1 {
-			return false, errors.New("io_uring_enter submitted nothing")
-		}
-		break
+	if outcome, err := r.submit(); outcome != flushed {
+		return outcome, err
 	}
 	var counter [8]byte
 	for {
 		head := atomic.LoadUint32(r.cqHead)
-		if head != atomic.LoadUint32(r.cqTail) {
-			cqe := unsafe.Add(r.cqes, uintptr(head&*r.cqMask)*uringCQESize)
-			res := *(*int32)(unsafe.Add(cqe, uringCQEResultOffset))
-			atomic.StoreUint32(r.cqHead, head+1) // the entry read before it is handed back
-			if res < 0 {
-				return true, syscall.Errno(-res)
+		if head == atomic.LoadUint32(r.cqTail) {
+			if _, err := r.event.Read(counter[:]); err != nil {
+				return lost, fmt.Errorf("waiting for io_uring: %w", err)
 			}
-			return true, nil
+			continue
 		}
-		if _, err := r.event.Read(counter[:]); err != nil {
-			return true, fmt.Errorf("waiting for io_uring: %w", err)
+		cqe := unsafe.Add(r.cqes, uintptr(head&*r.cqMask)*uringCQESize)
+		userData := *(*uint64)(cqe)
+		res := *(*int32)(unsafe.Add(cqe, uringCQEResultOffset))
+		atomic.StoreUint32(r.cqHead, head+1) // the entry read before it is handed back
+		switch {
+		case userData != uint64(tail):
+			return lost, fmt.Errorf("io_uring completion of flush %d where flush %d was waited for", userData, tail)
+		case res >= 0:
+			return flushed, nil
 		}
+		switch errno := syscall.Errno(-res); errno {
+		case syscall.ECANCELED: // no worker could run it: nothing was flushed
+			return notRun, errno
+		case syscall.EACCES, syscall.EOPNOTSUPP: // the operation refused before it ran
+			return notRunEver, errno
+		default: // the fsync's own error, EIO among them
+			return flushed, errno
+		}
+	}
+}
+
+// submit hands the entry at the tail to the kernel, which passes an fsync
+// to one of its workers at once: this returns without waiting for the disk.
+// It returns flushed once the kernel took the entry (the flush is then
+// under way), else notTaken or notTakenEver.
+func (r *syncRing) submit() (flushOutcome, error) {
+	for {
+		n, _, errno := syscall.Syscall6(sysIOURingEnter, uintptr(r.fd), 1, 0, 0, 0, 0)
+		switch {
+		case errno == syscall.EINTR:
+			continue
+		case errno == syscall.EPERM || errno == syscall.ENOSYS || errno == syscall.EINVAL:
+			return notTakenEver, fmt.Errorf("vfs: io_uring_enter: %w", errno)
+		case errno != 0:
+			return notTaken, fmt.Errorf("vfs: io_uring_enter: %w", errno)
+		case n != 1:
+			return notTaken, errors.New("vfs: io_uring_enter submitted nothing")
+		}
+		return flushed, nil
 	}
 }
 
