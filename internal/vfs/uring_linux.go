@@ -329,7 +329,12 @@ func (r *syncRing) fsync(fd uintptr) (flushOutcome, error) {
 // under way), else notTaken or notTakenEver.
 func (r *syncRing) submit() (flushOutcome, error) {
 	for {
-		n, _, errno := syscall.Syscall6(sysIOURingEnter, uintptr(r.fd), 1, 0, 0, 0, 0)
+		// RawSyscall: the call does not wait for the disk, and telling the
+		// runtime of a system call would wake its monitor thread from its
+		// deep sleep each time a member turns from idle to a write, the
+		// polling this ring is here to avoid. (A thread's first submission
+		// also starts its kernel worker: that one call takes longer.)
+		n, _, errno := syscall.RawSyscall6(sysIOURingEnter, uintptr(r.fd), 1, 0, 0, 0, 0)
 		switch {
 		case errno == syscall.EINTR:
 			continue
