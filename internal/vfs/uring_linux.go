@@ -61,15 +61,14 @@ func ringSync(f *os.File) (done bool, err error) {
 		return false, nil
 	}
 	switch outcome {
-	case notTaken, notTakenEver:
-		rings.drop(r, outcome == notTakenEver, flushErr)
+	case notTaken: // its entry still waits at the tail: the ring is spent
+		rings.drop(r, false, nil)
 		return false, nil
-	case notRun, notRunEver:
-		if outcome == notRunEver {
-			rings.drop(r, true, flushErr)
-		} else {
-			rings.put(r)
-		}
+	case notTakenEver, notRunEver:
+		rings.drop(r, true, flushErr)
+		return false, nil
+	case notRun: // its completion was read: the ring is as good as new
+		rings.put(r)
 		return false, nil
 	case lost:
 		rings.drop(r, false, nil)
@@ -114,10 +113,10 @@ type ringPool struct {
 	mu      sync.Mutex
 	free    []*syncRing
 	tried   bool  // whether a first ring was set up or refused
-	refused error // why the first ring could not be set up; then always refused
+	refused error // why every ring is refused: the first could not be set up, or the kernel refuses their flushes for good
 	made    int   // rings set up and not dropped (tests)
 
-	flushes atomic.Uint64 // flushes submitted through a ring (tests)
+	flushes atomic.Uint64 // fsyncs run through a ring (tests)
 }
 
 func (p *ringPool) get() (*syncRing, error) {
