@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/internal/httpapi"
+	"github.com/latch-io/latch/internal/vfs"
 )
 
 // TestParseFlagsRejectsBadValues checks that every out-of-range or malformed
@@ -248,4 +249,17 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(buildDir)
 	}
 	os.Exit(code)
+}
+
+func TestWALFlushFlag(t *testing.T) {
+	for args, want := range map[string]vfs.FlushMethod{"": vfs.FlushAuto, "--wal-flush=auto": vfs.FlushAuto, "--wal-flush=fsync": vfs.FlushSyscall} {
+		cfg, _, _, err := parseFlags(strings.Fields(args), new(httpapi.DefaultLimits()), new(securityFlags), new(zkOptions))
+		if err != nil || cfg.FlushMethod != want {
+			t.Errorf("parseFlags(%q): flush %v, %v; want %v", args, cfg.FlushMethod, err, want)
+		}
+	}
+	_, _, _, err := parseFlags([]string{"--wal-flush", "fdatasync"}, new(httpapi.DefaultLimits()), new(securityFlags), new(zkOptions))
+	if err == nil || !strings.Contains(err.Error(), `"fdatasync" is neither auto nor fsync`) {
+		t.Fatalf("--wal-flush fdatasync: %v, want a usage error", err)
+	}
 }
