@@ -289,8 +289,11 @@ func (r *syncRing) fsync(fd uintptr) (flushOutcome, error) {
 	*(*uint64)(unsafe.Pointer(&sqe[uringSQEUserData])) = uint64(tail)
 	*(*uint32)(unsafe.Add(unsafe.Pointer(r.sqArray), 4*uintptr(slot))) = slot
 	atomic.StoreUint32(r.sqTail, tail+1) // the entry's bytes before the tail that publishes it
-	if outcome, err := r.submit(); outcome != flushed {
-		return outcome, err
+	if ever, err := r.submit(); err != nil {
+		if ever {
+			return notTakenEver, err
+		}
+		return notTaken, err
 	}
 	var counter [8]byte
 	for {
@@ -324,9 +327,10 @@ func (r *syncRing) fsync(fd uintptr) (flushOutcome, error) {
 
 // submit hands the entry at the tail to the kernel, which passes an fsync
 // to one of its workers at once: this returns without waiting for the disk.
-// It returns flushed once the kernel took the entry (the flush is then
-// under way), else notTaken or notTakenEver.
-func (r *syncRing) submit() (flushOutcome, error) {
+// It returns nil once the kernel took the entry (the flush is then under
+// way), else why not, and whether the kernel will refuse every submission
+// of this process (ever).
+func (r *syncRing) submit() (ever bool, err error) {
 	for {
 		// RawSyscall: the call does not wait for the disk, and telling the
 		// runtime of a system call would wake its monitor thread from its
@@ -338,13 +342,13 @@ func (r *syncRing) submit() (flushOutcome, error) {
 		case errno == syscall.EINTR:
 			continue
 		case errno == syscall.EPERM || errno == syscall.ENOSYS || errno == syscall.EINVAL:
-			return notTakenEver, fmt.Errorf("vfs: io_uring_enter: %w", errno)
+			return true, fmt.Errorf("vfs: io_uring_enter: %w", errno)
 		case errno != 0:
-			return notTaken, fmt.Errorf("vfs: io_uring_enter: %w", errno)
+			return false, fmt.Errorf("vfs: io_uring_enter: %w", errno)
 		case n != 1:
-			return notTaken, errors.New("vfs: io_uring_enter submitted nothing")
+			return false, errors.New("vfs: io_uring_enter submitted nothing")
 		}
-		return flushed, nil
+		return false, nil
 	}
 }
 
