@@ -37,8 +37,3 @@ func ParseFlushMethod(s string) (FlushMethod, bool) {
 	}
 	return FlushAuto, false
 }
-
-// RingFlushes reports whether FlushAuto flushes through an io_uring on
-// this system, and if not, why not. It sets up a ring to find out (and
-// keeps it for the first flush).
-func RingFlushes() (bool, error) { return ringAvailable() }

@@ -94,9 +94,10 @@ const (
 	lost                             // taken, and its completion could not be read: outcome unknown
 )
 
-// ringAvailable reports whether ringSync flushes, setting up the first
-// ring if none was.
-func ringAvailable() (bool, error) {
+// RingFlushes reports whether FlushAuto flushes through an io_uring on
+// this system, and if not, why not. It sets up a ring to find out (and
+// keeps it for the first flush).
+func RingFlushes() (bool, error) {
 	r, err := rings.get()
 	if err != nil {
 		return false, err

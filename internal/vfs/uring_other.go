@@ -11,6 +11,8 @@ import (
 // numbers differ on the architectures uring_linux.go leaves out.
 func ringSync(*os.File) (done bool, err error) { return false, nil }
 
-func ringAvailable() (bool, error) {
+// RingFlushes reports that FlushAuto does not flush through an io_uring
+// here, and why.
+func RingFlushes() (bool, error) {
 	return false, errors.New("vfs: io_uring flushes are built for Linux on amd64, arm64, riscv64, loong64, ppc64le and s390x only")
 }
