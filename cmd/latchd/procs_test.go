@@ -35,7 +35,11 @@ func TestSharedProcs(t *testing.T) {
 	}
 }
 
-func TestShareProcessorsLeavesAnExplicitGOMAXPROCS(t *testing.T) {
+// TestShareProcessors: an explicit GOMAXPROCS and a CPU limit (fewer
+// processors than cores) are left alone; otherwise, with or without a
+// GOMAXPROCS the runtime ignores, three members on loopback divide the
+// cores.
+func TestShareProcessors(t *testing.T) {
 	before := runtime.GOMAXPROCS(0)
 	defer runtime.GOMAXPROCS(before)
 	three := map[string]string{"n1": "127.0.0.1:2380", "n2": "127.0.0.1:2381", "n3": "127.0.0.1:2382"}
