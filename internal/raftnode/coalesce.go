@@ -2,21 +2,23 @@ package raftnode
 
 import "go.etcd.io/raft/v3/raftpb"
 
-// maxCoalescedSize bounds the size of the entries of one coalesced MsgApp:
+// maxCoalescedSize bounds the size of the entries of one coalesced message:
 // raft's own bound on a message (raft.Config.MaxSizePerMsg).
 const maxCoalescedSize = 1 << 20
 
-// coalesceAppends merges, in place, each MsgApp to a follower into the
-// previous message to that follower when that one is a MsgApp of the same
-// term that the second runs straight into: the second's entries start
-// right after the first's last entry (or at the first's own position, the
-// first carrying none), at that entry's term.
+// coalesceMessages merges, in place, each message of a Ready into the
+// previous one to the same peer where stepping the merged one gives the
+// peer what stepping both in order would: a MsgApp that runs straight into
+// a MsgApp before it (the rules below), and a proposal a
+// follower forwards into the forwarded proposal before it
+// (joinsProposal). Messages to other peers keep their order; nothing moves
+// past another message to the same peer.
 //
-// raft, leading a replicating follower, sends one MsgApp per proposal it
-// takes, and an empty one, carrying only the commit index, each time the
-// commit index moves; under load most Readys carry several of both to each
-// follower. What one merged message carries is what the follower would
-// have reached by stepping them in order:
+// MsgApp. raft, leading a replicating follower, sends one MsgApp per
+// proposal it takes, and an empty one, carrying only the commit index,
+// each time the commit index moves; under load most Readys carry several
+// of both to each follower. What one merged message carries is what the
+// follower would have reached by stepping them in order:
 //   - entries: the first's, then the second's (both non-empty);
 //   - commit: the larger of the two. The follower commits up to the lesser
 //     of a message's commit and its last entry's index (its position if it
@@ -27,10 +29,21 @@ const maxCoalescedSize = 1 << 20
 // So a batch costs each follower one step and one acknowledgement instead
 // of one per proposal and per commit move. The leader's record of messages
 // in flight to it is freed by that one acknowledgement, which covers the
-// last entry (an empty MsgApp takes no place in it). Messages to other
-// peers keep their order; nothing moves past another message to the same
-// follower.
-func coalesceAppends(msgs []raftpb.Message) []raftpb.Message {
+// last entry (an empty MsgApp takes no place in it).
+//
+// MsgProp. A follower forwards each proposal stepped into it as a MsgProp
+// of its own, and a follower's proposals are stepped one by one (the
+// writes of one client connection each wait until the one before is with
+// raft; with one processor a member, proposers seldom meet at the lock
+// and share a batch). All a Ready forwards to the leader then leaves as
+// one MsgProp, its entries in the order they were stepped: the leader
+// appends and broadcasts once for them instead of once each. The leader
+// takes or drops a MsgProp whole, so the merged entries share one fate
+// where each could have had its own; a forwarded proposal the leader
+// drops is lost either way (its proposer's waiter reaches its deadline,
+// the outcome unknown), and later entries of one client connection are
+// never taken while an earlier one of the same message is dropped.
+func coalesceMessages(msgs []raftpb.Message) []raftpb.Message {
 	if len(msgs) < 2 {
 		return msgs
 	}
@@ -38,39 +51,78 @@ func coalesceAppends(msgs []raftpb.Message) []raftpb.Message {
 	out := msgs[:0]
 	for _, m := range msgs {
 		prev := lastTo(out, m.To)
-		if prev < 0 || !continues(&out[prev], &m) {
-			out = append(out, m)
-			continue
-		}
-		p := &out[prev]
 		switch {
-		case len(m.Entries) == 0: // commit only: the commit moves to p
-			p.Commit = max(p.Commit, m.Commit)
-		case len(p.Entries) == 0: // p was commit only: m takes its place
-			m.Commit = max(m.Commit, p.Commit)
-			*p = m
-			if sizes != nil {
-				sizes[prev] = -1
-			}
-		default:
-			if sizes == nil { // the first merge of entries in this Ready
-				sizes = make([]int, len(msgs))
-				for i := range sizes {
-					sizes[i] = -1
-				}
-			}
-			if !appendEntries(p, &sizes[prev], &m) {
+		case prev >= 0 && continues(&out[prev], &m):
+			if !mergeAppend(out, prev, &m, &sizes, len(msgs)) {
 				out = append(out, m)
 			}
+		case prev >= 0 && joinsProposal(&out[prev], &m):
+			if !mergeEntries(&out[prev], entrySize(&sizes, len(msgs), prev), &m) {
+				out = append(out, m)
+			}
+		default:
+			out = append(out, m)
 		}
 	}
 	return out
 }
 
-// appendEntries appends next's entries to p's, and moves its commit, unless
+// mergeAppend merges m, a MsgApp that out[prev] runs straight into, into
+// out[prev]; false if their entries together would pass maxCoalescedSize
+// (m is then kept as it is). sizes is coalesceMessages' (entrySize), for
+// n messages.
+func mergeAppend(out []raftpb.Message, prev int, m *raftpb.Message, sizes *[]int, n int) bool {
+	p := &out[prev]
+	switch {
+	case len(m.Entries) == 0: // commit only: the commit moves to p
+		p.Commit = max(p.Commit, m.Commit)
+	case len(p.Entries) == 0: // p was commit only: m takes its place
+		m.Commit = max(m.Commit, p.Commit)
+		*p = *m
+		if *sizes != nil {
+			(*sizes)[prev] = -1
+		}
+	default:
+		return mergeEntries(p, entrySize(sizes, n, prev), m)
+	}
+	return true
+}
+
+// entrySize returns the slot of sizes for message i, making sizes (n slots,
+// all -1: raft's entries) at the first merge of entries in a Ready.
+func entrySize(sizes *[]int, n, i int) *int {
+	if *sizes == nil {
+		*sizes = make([]int, n)
+		for j := range *sizes {
+			(*sizes)[j] = -1
+		}
+	}
+	return &(*sizes)[i]
+}
+
+// joinsProposal reports whether next is a forwarded proposal that can join
+// prev: both MsgProps from the same sender, neither carrying a Context (a
+// deferred proposal's delay rides in it: deferralContext) and both of
+// normal entries only (a conf change is proposed alone).
+func joinsProposal(prev, next *raftpb.Message) bool {
+	return prev.Type == raftpb.MsgProp && next.Type == raftpb.MsgProp && prev.From == next.From &&
+		prev.Term == next.Term && len(prev.Context) == 0 && len(next.Context) == 0 &&
+		normalEntries(prev.Entries) && normalEntries(next.Entries)
+}
+
+func normalEntries(entries []raftpb.Entry) bool {
+	for i := range entries {
+		if entries[i].Type != raftpb.EntryNormal {
+			return false
+		}
+	}
+	return true
+}
+
+// mergeEntries appends next's entries to p's, and moves its commit, unless
 // that would pass maxCoalescedSize; size is p's entries' size, or -1 while
 // they are still raft's (they are copied before the first append).
-func appendEntries(p *raftpb.Message, size *int, next *raftpb.Message) bool {
+func mergeEntries(p *raftpb.Message, size *int, next *raftpb.Message) bool {
 	if *size < 0 {
 		*size = entriesSize(p.Entries)
 		p.Entries = append(make([]raftpb.Entry, 0, 2*len(p.Entries)+len(next.Entries)), p.Entries...)

@@ -2,7 +2,9 @@ package raftnode
 
 import (
 	"bytes"
+	"slices"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -34,7 +36,7 @@ func TestCoalesceAppends(t *testing.T) {
 		app(2, 7, 8, 8, 6),
 		app(2, 9, 10, 10, 6), // a gap: stays
 	}
-	got := coalesceAppends(msgs)
+	got := coalesceMessages(msgs)
 	want := []struct {
 		to, typ     uint64
 		first, last uint64
@@ -69,7 +71,7 @@ func TestCoalesceAppends(t *testing.T) {
 	big := bytes.Repeat([]byte("x"), maxCoalescedSize/2+1)
 	a, b := app(2, 4, 5, 5, 4), app(2, 5, 6, 6, 5)
 	a.Entries[0].Data, b.Entries[0].Data = big, big
-	if got := coalesceAppends([]raftpb.Message{a, b}); len(got) != 2 {
+	if got := coalesceMessages([]raftpb.Message{a, b}); len(got) != 2 {
 		t.Errorf("two MsgApps over the size bound merged into %d", len(got))
 	}
 }
@@ -99,7 +101,7 @@ func TestCoalesceCommitOnlyAppends(t *testing.T) {
 		commitOnly(2, 6, 7), // behind a heartbeat: stays
 		otherTerm,           // another term: stays
 	}
-	got := coalesceAppends(msgs)
+	got := coalesceMessages(msgs)
 	want := []struct {
 		to, typ     uint64
 		index       uint64 // the message's position
@@ -131,5 +133,54 @@ func TestCoalesceCommitOnlyAppends(t *testing.T) {
 		if len(m.Entries) == 0 || m.Entries[0].Index != w.first || m.Entries[len(m.Entries)-1].Index != w.last || len(m.Entries) != int(w.last-w.first+1) {
 			t.Errorf("message %d carries %v, want entries %d..%d", i, m.Entries, w.first, w.last)
 		}
+	}
+}
+
+// prop is a MsgProp that follower from forwards to leader 1 with one
+// normal entry of data, and ctx as its Context.
+func prop(from uint64, data string, ctx []byte) raftpb.Message {
+	return raftpb.Message{Type: raftpb.MsgProp, From: from, To: 1, Context: ctx,
+		Entries: []raftpb.Entry{{Data: []byte(data)}}}
+}
+
+// TestCoalesceForwardedProposals: the proposals a follower forwards in one
+// Ready leave as one MsgProp, their entries in order, unless another
+// message to the leader comes between them; a deferred proposal (its delay
+// in the Context) and a conf change each stay alone; raft's entries are
+// not written.
+func TestCoalesceForwardedProposals(t *testing.T) {
+	first := prop(2, "a", nil)
+	raftsEntries := append(make([]raftpb.Entry, 0, 4), first.Entries...) // room to append in place: must not be used
+	first.Entries = raftsEntries
+	conf := prop(2, "conf", nil)
+	conf.Entries[0].Type = raftpb.EntryConfChangeV2
+	msgs := []raftpb.Message{
+		first,
+		prop(2, "b", nil),
+		prop(2, "c", nil),
+		{Type: raftpb.MsgHeartbeatResp, From: 2, To: 1, Term: 2},
+		prop(2, "d", nil), // after another message to the leader: a new one
+		prop(2, "e", nil),
+		prop(2, "deferred", deferralContext(2*time.Millisecond)),
+		prop(2, "f", nil), // after the deferred one: a new one
+		conf,
+		prop(2, "g", nil),
+	}
+	got := coalesceMessages(msgs)
+	want := [][]string{{"a", "b", "c"}, nil, {"d", "e"}, {"deferred"}, {"f"}, {"conf"}, {"g"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %d messages, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		var data []string
+		for _, e := range got[i].Entries {
+			data = append(data, string(e.Data))
+		}
+		if len(data) != len(w) || !slices.Equal(data, w) {
+			t.Errorf("message %d (%v) carries %q, want %q", i, got[i].Type, data, w)
+		}
+	}
+	if raftsEntries[:cap(raftsEntries)][1].Data != nil {
+		t.Error("a merge wrote into the entries raft handed over")
 	}
 }

@@ -218,7 +218,7 @@ func (n *Node) handleReady(rd raft.Ready) error {
 		n.appender.enqueue(appendWork{message: local[0]})
 		local = local[1:]
 	}
-	n.send(coalesceAppends(peers))
+	n.send(coalesceMessages(peers))
 	if len(rd.Entries) > 0 {
 		timeline.Mark(timeline.Sent)
 	}
