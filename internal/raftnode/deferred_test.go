@@ -27,7 +27,7 @@ func proposeDeferredAsync(t *testing.T, n, holder *Node, data string, delay time
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		done <- n.ProposeDeferred(ctx, []byte(data), delay)
+		done <- n.ProposeDeferred(ctx, []byte(data), delay, nil)
 	}()
 	waitFor(t, fmt.Sprintf("%q to wait in the open batch", data), func() bool { return deferredWaiting(holder) })
 	return done

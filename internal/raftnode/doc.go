@@ -95,8 +95,9 @@
 // sends a replicating follower one MsgApp per proposal stepped, and an
 // empty one each time the commit index moves; the loop coalesces a
 // Ready's consecutive MsgApps to a follower into one, the empty ones
-// included (coalesceAppends), so a batch costs each follower one step and
-// one acknowledgement. A follower holds back an acknowledgement that
+// included (coalesceMessages), so a batch costs each follower one step and
+// one acknowledgement; and a follower's Ready forwards the proposals
+// stepped into it since the last in one MsgProp, not one each. A follower holds back an acknowledgement that
 // repeats the index of its last one (a commit notice's, when it did not
 // fold) until its next tick, where a newer one supersedes it (acks.go).
 // A deferred proposal (ProposeDeferred: a write whose outcome is not

@@ -135,9 +135,10 @@ type Node struct {
 	// proposers takes the lock and steps them all (proposals.go).
 	batchMu   sync.Mutex
 	openBatch *proposalBatch // guarded by batchMu
-	// waiting is the batches deferred entries joined that are not stepped
-	// yet, oldest first (the open batch may be the last): stepping one
-	// steps those before it first (stepThroughLocked). Guarded by batchMu.
+	// waiting is the batches not stepped yet, oldest first (the open
+	// batch is the last, if there is one): stepping one steps those before
+	// it first (stepThroughLocked), so proposals reach raft in the order
+	// they joined. Guarded by batchMu.
 	waiting []*proposalBatch
 	// notifyc has a slot signalled after something was stepped into raft,
 	// to wake the Ready loop; notices sent while the loop is busy merge,
@@ -321,7 +322,28 @@ func (n *Node) raftConfig() *raft.Config {
 // another holds the lock are stepped together, in one MsgProp (see
 // proposalBatch).
 func (n *Node) Propose(ctx context.Context, data []byte) error {
-	return n.proposeWhenLed(ctx, func() (bool, error) { return n.stepBatched(data) })
+	return n.ProposePlaced(ctx, data, nil)
+}
+
+// Placement is told when a proposal has its place in this node's order of
+// proposals (see ProposePlaced).
+type Placement interface{ Placed() }
+
+// ProposePlaced is Propose for one of a sequence of writes that must reach
+// raft in order (a client connection's ordered stream): p, if not nil, is
+// told as soon as data has joined the open batch, before the batch is
+// stepped. Batches are stepped in the order they were opened, so a
+// proposal made after Placed reaches raft after this one, in the same
+// batch or a later one: the caller may make the next write's proposal
+// then, and it can join this batch instead of waiting for it to be
+// stepped (with one processor a member, a connection's pipelined writes
+// then leave in one MsgProp instead of one each). Should raft drop the
+// batch (no leader, a transfer), each of its proposals is stepped again on
+// its own, in no set order: the caller must be able to tell (the state
+// machine's stream order refuses a write whose predecessor it has not
+// applied). Placed may be called again for each attempt.
+func (n *Node) ProposePlaced(ctx context.Context, data []byte, p Placement) error {
+	return n.proposeWhenLed(ctx, func() (bool, error) { return n.stepBatched(data, p) })
 }
 
 // ProposeDeferred proposes data as Propose does, but lets it wait up to
@@ -338,14 +360,15 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 // their delay: a write of the same client connection forwarded meanwhile
 // may reach raft first, and the connection's stream then refuses it
 // (replica.Stream), as when a forwarded proposal is lost.
-func (n *Node) ProposeDeferred(ctx context.Context, data []byte, delay time.Duration) error {
+// p, if not nil, is told once data has its place, as with ProposePlaced.
+func (n *Node) ProposeDeferred(ctx context.Context, data []byte, delay time.Duration, p Placement) error {
 	wait := true
 	return n.proposeWhenLed(ctx, func() (bool, error) {
 		if wait {
 			wait = false
-			return n.stepDeferred(data, delay)
+			return n.stepDeferred(data, delay, p)
 		}
-		return n.stepBatched(data)
+		return n.stepBatched(data, p)
 	})
 }
 
@@ -465,7 +488,8 @@ func (n *Node) ReadIndex(_ context.Context, rctx []byte) error {
 // response from a peer not in the group) are dropped silently, as raft.Node
 // did. Every message but an idle heartbeat wakes a quiesced group
 // (wakesGroup). A forwarded proposal takes along, ahead of it, the
-// deferred entries waiting here (ProposeDeferred): all leave in one Ready.
+// batches of proposals made here and not yet stepped (the deferred ones of
+// ProposeDeferred among them): all leave in one Ready.
 // A forwarded deferred proposal is held in the open batch while this node
 // leads (holdForwarded).
 func (n *Node) Step(_ context.Context, m raftpb.Message) error {
@@ -491,8 +515,8 @@ func (n *Node) Step(_ context.Context, m raftpb.Message) error {
 	along := 0
 	_, err := n.stepLocked(func() (bool, error) {
 		if m.Type == raftpb.MsgProp {
-			// The deferred entries waiting here leave in the same Ready,
-			// and before it: a client connection's later write may be in m.
+			// The batches waiting here leave in the same Ready, and
+			// before it: a client connection's later write may be in m.
 			dones, along = n.stepThroughLocked(nil, false)
 		}
 		return false, n.raft.Step(m)

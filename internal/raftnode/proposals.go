@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"encoding/binary"
+	"runtime"
 	"slices"
 	"time"
 
@@ -10,12 +11,14 @@ import (
 	"github.com/latch-io/latch/internal/clock"
 )
 
-// proposalBatch is the normal entries proposed while the lock was busy,
-// and the deferred ones waiting for company (ProposeDeferred,
-// holdForwarded).
+// proposalBatch is the normal entries proposed while the lock was busy or
+// while their first proposer let other goroutines run (stepOnce), and the
+// deferred ones waiting for company (ProposeDeferred, holdForwarded).
 // Each proposer adds its entry to the open batch, then takes the lock; the
 // first of them to get it closes the batch and steps all its entries in
-// one MsgProp, and the others find it stepped and share its outcome. Under
+// one MsgProp, and the others find it stepped and share its outcome.
+// Batches are stepped in the order they were opened (Node.waiting), so a
+// proposal's place is fixed once it joined one (ProposePlaced). Under
 // load a leader then appends and broadcasts once per batch instead of once
 // per proposal, and a follower forwards one message per batch, not one per
 // proposal. Every entry of a batch has the same fate (raft takes or drops
@@ -28,7 +31,7 @@ type proposalBatch struct {
 	entries []raftpb.Entry // guarded by Node.batchMu while the batch is open
 	size    int            // the entries' data, in bytes; guarded like entries
 	// done is made by the first deferred entries to join (guarded like
-	// entries; the batch then is on Node.waiting) and closed once the
+	// entries) and closed once the
 	// batch is stepped: a deferred proposer waits on it (ProposeDeferred).
 	// The stepper takes it with the entries, when the batch can no longer
 	// be joined. deferred counts the deferred entries (guarded like
@@ -49,8 +52,12 @@ const maxBatchSize = 1 << 20
 
 // stepBatched adds data to the open batch and returns the batch's outcome
 // once it is stepped, by this proposer or by another.
-func (n *Node) stepBatched(data []byte) (held bool, err error) {
-	return n.stepOnce(n.joinBatch(false, raftpb.Entry{Data: data}), false)
+func (n *Node) stepBatched(data []byte, p Placement) (held bool, err error) {
+	b := n.joinBatch(false, raftpb.Entry{Data: data})
+	if p != nil {
+		p.Placed()
+	}
+	return n.stepOnce(b, false)
 }
 
 // stepDeferred proposes data deferred by delay (ProposeDeferred). On the
@@ -59,13 +66,23 @@ func (n *Node) stepBatched(data []byte) (held bool, err error) {
 // forwards data at once in a MsgProp that carries the delay
 // (deferralContext), and the leader, where every proposal meets, holds it
 // so (holdForwarded). It returns the outcome here.
-func (n *Node) stepDeferred(data []byte, delay time.Duration) (held bool, err error) {
+func (n *Node) stepDeferred(data []byte, delay time.Duration, p Placement) (held bool, err error) {
 	if n.leader.Load() != n.cfg.ID {
-		return n.stepProposal(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID,
+		// Stepped alone, under the lock: its place is taken when it
+		// returns, and p is told then.
+		held, err = n.stepProposal(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID,
 			Entries: []raftpb.Entry{{Data: data}}, Context: deferralContext(delay)})
+		if p != nil {
+			p.Placed()
+		}
+		return held, err
 	}
 	timer := n.cfg.Clock.NewTimer(delay) // before joining: a test's clock may move once it has
-	return n.stepAfter(n.joinBatch(true, raftpb.Entry{Data: data}), timer)
+	b := n.joinBatch(true, raftpb.Entry{Data: data})
+	if p != nil {
+		p.Placed()
+	}
+	return n.stepAfter(b, timer)
 }
 
 // holdForwarded holds the entries of a deferred proposal a follower
@@ -126,6 +143,14 @@ const maxForwardedDeferral = time.Second
 // unless a proposal already did, and returns what raft made of it. byTimer
 // says a deferred proposal's delay ended the wait (for Deferrals).
 func (n *Node) stepOnce(b *proposalBatch, byTimer bool) (held bool, err error) {
+	if !byTimer {
+		// Let the goroutines ready to run here first join the batch: with
+		// one processor a member, proposers never meet at the lock, and a
+		// client connection's next write, placed after this one, is among
+		// them. Where nothing else is ready it costs a trip through the
+		// scheduler.
+		runtime.Gosched()
+	}
 	var dones []chan struct{}
 	stepped := 0
 	held, err = n.stepLocked(func() (bool, error) {
@@ -146,8 +171,8 @@ func (n *Node) stepOnce(b *proposalBatch, byTimer bool) (held bool, err error) {
 	return held, err
 }
 
-// stepThroughLocked steps, oldest first, the batches deferred entries wait
-// in up to b, then b (nil: all of them), skipping those already stepped,
+// stepThroughLocked steps, oldest first, the batches waiting to be stepped
+// up to b, then b (nil: all of them), skipping those already stepped,
 // so that the entries reach raft in the order they joined: the writes of
 // one client connection must. It returns the batches' done channels, to be
 // closed once n.mu is released, and how many MsgProps it stepped; n.mu
@@ -167,7 +192,10 @@ func (n *Node) stepThroughLocked(b *proposalBatch, byTimer bool) (dones []chan s
 			break
 		}
 		if done, ok := n.stepBatchLocked(next, false); ok {
-			dones, stepped = append(dones, done), stepped+1
+			if done != nil {
+				dones = append(dones, done)
+			}
+			stepped++
 		}
 	}
 	if b != nil {
@@ -205,10 +233,10 @@ func (n *Node) stepBatchLocked(b *proposalBatch, byTimer bool) (chan struct{}, b
 	return done, true
 }
 
-// joinBatch adds entries to the open batch, or to a new one if there is
-// none or they would take it past maxBatchSize, and returns that batch.
-// Deferred entries make the batch's done channel and put it on the waiting
-// list, if it is not yet.
+// joinBatch adds entries to the open batch, or to a new one (put last on
+// the waiting list) if there is none or they would take it past
+// maxBatchSize, and returns that batch. Deferred entries make the batch's
+// done channel, if it has none yet.
 func (n *Node) joinBatch(deferred bool, entries ...raftpb.Entry) *proposalBatch {
 	size := 0
 	for _, e := range entries {
@@ -220,13 +248,13 @@ func (n *Node) joinBatch(deferred bool, entries ...raftpb.Entry) *proposalBatch 
 	if b == nil || b.size+size > maxBatchSize {
 		b = &proposalBatch{}
 		n.openBatch = b
+		n.waiting = append(n.waiting, b)
 	}
 	b.entries = append(b.entries, entries...)
 	b.size += size
 	if deferred {
 		if b.done == nil {
 			b.done = make(chan struct{})
-			n.waiting = append(n.waiting, b)
 		}
 		b.deferred += len(entries)
 	}
@@ -242,8 +270,6 @@ func (n *Node) closeBatch(b *proposalBatch) ([]raftpb.Entry, chan struct{}, int)
 	if n.openBatch == b {
 		n.openBatch = nil
 	}
-	if b.done != nil {
-		n.waiting = slices.DeleteFunc(n.waiting, func(w *proposalBatch) bool { return w == b })
-	}
+	n.waiting = slices.DeleteFunc(n.waiting, func(w *proposalBatch) bool { return w == b })
 	return b.entries, b.done, b.deferred
 }

@@ -155,11 +155,11 @@ func (r *Replica) Propose(ctx context.Context, cmd *command.Command) (fsm.Result
 		if delay > 0 {
 			d := delay
 			delay = 0 // proposed again (dropped in a transfer): at once
-			return r.node.ProposeDeferred(ctx, data, d)
+			return r.node.ProposeDeferred(ctx, data, d, placement(turn))
 		}
-		return r.node.Propose(ctx, data)
+		return r.node.ProposePlaced(ctx, data, placement(turn))
 	})
-	turn.End() // the entry is with raft (or never will be): the next may go
+	turn.End() // the entry is with raft (or never will be): the next may go, if Placed did not let it
 	if err != nil {
 		m.ProposalFailed()
 		if ctx.Err() != nil {

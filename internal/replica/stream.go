@@ -5,17 +5,23 @@ import (
 	"sync"
 
 	"github.com/latch-io/latch/internal/command"
+	"github.com/latch-io/latch/internal/raftnode"
 )
 
 // Ordered streams of writes (internal/fsm, stream.go): a client connection
 // with several writes in flight at once proposes them as a Stream, each
 // write holding a Turn. Propose, given a Turn in its context (WithTurn),
-// waits until the turn before it handed its entry to raft (or gave up),
-// then stamps the command with the stream's tag and the next seq, hands it
-// to raft, and ends its turn. So the entries of one stream reach this
-// member's raft node in the order the writes were sent, and the state
-// machine, which applies a stream's write only after its predecessor,
-// refuses the rest of the stream if one is lost on its way to the log.
+// waits until the turn before it ended, then stamps the command with the
+// stream's tag and the next seq, and proposes it; its turn ends as soon as
+// the entry has its place in the raft node's order of proposals
+// (raftnode.Node.ProposePlaced: it joined the open batch, and batches are
+// stepped in order), so that the stream's next write can join the same
+// batch. So the entries of one stream reach this member's raft node in the
+// order the writes were sent, and the state machine, which applies a
+// stream's write only after its predecessor, refuses the rest of the
+// stream if one is lost on its way to the log, or reaches it out of order
+// (a batch raft dropped for want of a leader, whose proposals are stepped
+// again each on its own).
 // A write that ends its turn before it is proposed (refused by a check,
 // overloaded) takes no seq: the next write takes it.
 
@@ -83,12 +89,25 @@ func (s *Stream) NextIn(t *Turn) *Turn {
 }
 
 // End ends the turn (idempotent): the next write of the stream may propose.
-// Propose ends it once the entry is with raft; the holder ends it when the
-// write is over, whether or not it was proposed.
+// Propose ends it once the entry has its place (Placed); the holder ends it
+// when the write is over, whether or not it was proposed.
 func (t *Turn) End() {
 	if t != nil {
 		t.once.Do(func() { close(t.done) })
 	}
+}
+
+// Placed ends the turn: the raft node placed its write's entry
+// (raftnode.Placement).
+func (t *Turn) Placed() { t.End() }
+
+// placement is t as the raft node's Placement, or nil for no turn (a nil
+// *Turn in the interface would not be nil).
+func placement(t *Turn) raftnode.Placement {
+	if t == nil {
+		return nil
+	}
+	return t
 }
 
 // LoseForTest makes the turn's write take its seq and then be lost before

@@ -1,0 +1,140 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// streamWrite is one write of a client connection's stream: told that its
+// entry has its place, it starts the stream's next write, as the replica
+// ends a write's turn, and returns once that one has its place too.
+type streamWrite struct {
+	n      *Node
+	i, k   int
+	placed chan struct{} // closed when Placed is first told
+	errs   chan error
+}
+
+func newStreamWrite(n *Node, i, k int, errs chan error) *streamWrite {
+	return &streamWrite{n: n, i: i, k: k, placed: make(chan struct{}), errs: errs}
+}
+
+func (w *streamWrite) Placed() {
+	select {
+	case <-w.placed:
+		return // a second attempt
+	default:
+	}
+	close(w.placed)
+	if w.i+1 == w.k {
+		return
+	}
+	next := newStreamWrite(w.n, w.i+1, w.k, w.errs)
+	go next.propose()
+	select {
+	case <-next.placed:
+	case <-time.After(10 * time.Second):
+		w.errs <- fmt.Errorf("stream-%d was not placed within 10s of stream-%d", w.i+1, w.i)
+	}
+}
+
+func (w *streamWrite) propose() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w.errs <- w.n.ProposePlaced(ctx, fmt.Appendf(nil, "stream-%d", w.i), w)
+}
+
+// TestPlacedProposalsLeaveInOneMsgProp: each write of a stream proposed
+// once the one before was placed (as a client connection's pipelined
+// writes are) joins the batch of the one before, which no one steps until
+// the write after it joined: all leave the leader in one MsgApp to each
+// follower, and apply in order.
+func TestPlacedProposalsLeaveInOneMsgProp(t *testing.T) {
+	const writes = 8
+	g, logs := startLoggedGroup(t, 3, fakeOptions{})
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up")
+
+	errs := make(chan error, 2*writes)
+	go newStreamWrite(leader, 0, writes, errs).propose()
+	for range writes {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the stream's writes were not all proposed within 20s")
+		}
+	}
+	last := fmt.Sprintf("stream-%d", writes-1)
+	g.waitApplied(t, last)
+	for i, m := range g.machines {
+		for j := 1; j < writes; j++ {
+			if !m.appliedBefore(fmt.Sprintf("stream-%d", j-1), fmt.Sprintf("stream-%d", j)) {
+				t.Fatalf("node %d applied stream-%d before stream-%d", i+1, j, j-1)
+			}
+		}
+	}
+	wantOneAppend(t, g, logs, leader, "stream-", writes)
+}
+
+// TestBatchesStepInTheOrderTheyOpened: a proposal that finds the open
+// batch full opens the next one; stepping that one first steps the full
+// one, so its entries reach raft after those placed before them.
+func TestBatchesStepInTheOrderTheyOpened(t *testing.T) {
+	g := startFakeGroup(t, 3)
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up")
+
+	big := make([]byte, maxBatchSize)
+	copy(big, "full")
+	full := leader.joinBatch(false, raftpb.Entry{Data: big})
+	next := leader.joinBatch(false, raftpb.Entry{Data: []byte("next")})
+	if full == next {
+		t.Fatal("a proposal past maxBatchSize joined the full batch")
+	}
+	if held, err := leader.stepOnce(next, false); held || err != nil {
+		t.Fatalf("step the later batch: held %v, %v", held, err)
+	}
+	if held, err := leader.stepOnce(full, false); held || err != nil {
+		t.Fatalf("the full batch: held %v, %v", held, err)
+	}
+	g.waitApplied(t, "next")
+	for i, m := range g.machines {
+		if !m.appliedBefore(string(big), "next") {
+			t.Fatalf("node %d applied the later batch's entry before the full batch's", i+1)
+		}
+	}
+}
+
+// TestForwardedProposalStepsTheOpenBatchFirst: a proposal a follower
+// forwards to the leader takes along, ahead of it, the leader's batch of
+// proposals not yet stepped: the entries placed here first apply first.
+func TestForwardedProposalStepsTheOpenBatchFirst(t *testing.T) {
+	g := startFakeGroup(t, 3)
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up")
+	follower := g.followerOf(t, leader)
+
+	open := leader.joinBatch(false, raftpb.Entry{Data: []byte("placed-here")})
+	forwarded := raftpb.Message{Type: raftpb.MsgProp, From: follower.cfg.ID, To: leader.cfg.ID,
+		Entries: []raftpb.Entry{{Data: []byte("forwarded")}}}
+	if err := leader.Step(context.Background(), forwarded); err != nil {
+		t.Fatalf("step the forwarded proposal: %v", err)
+	}
+	if held, err := leader.stepOnce(open, false); held || err != nil {
+		t.Fatalf("the open batch: held %v, %v", held, err)
+	}
+	g.waitApplied(t, "forwarded")
+	g.waitApplied(t, "placed-here")
+	for i, m := range g.machines {
+		if !m.appliedBefore("placed-here", "forwarded") {
+			t.Fatalf("node %d applied the forwarded proposal before the batch placed before it", i+1)
+		}
+	}
+}
