@@ -11,16 +11,18 @@ import (
 
 // streamWrite is one write of a client connection's stream: told that its
 // entry has its place, it starts the stream's next write, as the replica
-// ends a write's turn, and returns once that one has its place too.
+// ends a write's turn, and returns once that one (and so every later one)
+// has its place and was told so: no write of the stream steps its batch
+// before the last one joined it.
 type streamWrite struct {
-	n      *Node
-	i, k   int
-	placed chan struct{} // closed when Placed is first told
-	errs   chan error
+	n              *Node
+	i, k           int
+	placed, passed chan struct{} // closed when Placed is first told, and when that call returns
+	errs           chan error
 }
 
 func newStreamWrite(n *Node, i, k int, errs chan error) *streamWrite {
-	return &streamWrite{n: n, i: i, k: k, placed: make(chan struct{}), errs: errs}
+	return &streamWrite{n: n, i: i, k: k, placed: make(chan struct{}), passed: make(chan struct{}), errs: errs}
 }
 
 func (w *streamWrite) Placed() {
@@ -30,13 +32,14 @@ func (w *streamWrite) Placed() {
 	default:
 	}
 	close(w.placed)
+	defer close(w.passed)
 	if w.i+1 == w.k {
 		return
 	}
 	next := newStreamWrite(w.n, w.i+1, w.k, w.errs)
 	go next.propose()
 	select {
-	case <-next.placed:
+	case <-next.passed:
 	case <-time.After(10 * time.Second):
 		w.errs <- fmt.Errorf("stream-%d was not placed within 10s of stream-%d", w.i+1, w.i)
 	}
@@ -135,6 +138,32 @@ func TestForwardedProposalStepsTheOpenBatchFirst(t *testing.T) {
 	for i, m := range g.machines {
 		if !m.appliedBefore("placed-here", "forwarded") {
 			t.Fatalf("node %d applied the forwarded proposal before the batch placed before it", i+1)
+		}
+	}
+}
+
+// TestFollowersDeferredProposalStepsBehindItsOpenBatch: a follower's
+// deferred proposal (forwarded alone, its delay in the Context) reaches the
+// leader after the follower's batch of proposals placed before it.
+func TestFollowersDeferredProposalStepsBehindItsOpenBatch(t *testing.T) {
+	g := startFakeGroup(t, 3)
+	leader := g.elect(t)
+	g.propose(t, leader, "warm-up")
+	follower := g.followerOf(t, leader)
+
+	open := follower.joinBatch(false, raftpb.Entry{Data: []byte("placed-first")})
+	deferred := proposeDeferredAsync(t, follower, leader, "deferred-after", time.Hour) // held at the leader
+	if err := deferredOutcome(t, deferred); err != nil {
+		t.Fatalf("the deferred proposal: %v", err)
+	}
+	if held, err := follower.stepOnce(open, false); held || err != nil { // stepped already, or now
+		t.Fatalf("the open batch: held %v, %v", held, err)
+	}
+	g.propose(t, leader, "company") // steps what the leader holds
+	g.waitApplied(t, "deferred-after")
+	for i, m := range g.machines {
+		if !m.appliedBefore("placed-first", "deferred-after") {
+			t.Fatalf("node %d applied the follower's deferred proposal before its batch placed first", i+1)
 		}
 	}
 }

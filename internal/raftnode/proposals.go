@@ -68,9 +68,9 @@ func (n *Node) stepBatched(data []byte, p Placement) (held bool, err error) {
 // so (holdForwarded). It returns the outcome here.
 func (n *Node) stepDeferred(data []byte, delay time.Duration, p Placement) (held bool, err error) {
 	if n.leader.Load() != n.cfg.ID {
-		// Stepped alone, under the lock: its place is taken when it
-		// returns, and p is told then.
-		held, err = n.stepProposal(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID,
+		// Stepped alone, after the batches placed before it: its place is
+		// taken when it returns, and p is told then.
+		held, err = n.stepBehindWaiting(raftpb.Message{Type: raftpb.MsgProp, From: n.cfg.ID,
 			Entries: []raftpb.Entry{{Data: data}}, Context: deferralContext(delay)})
 		if p != nil {
 			p.Placed()
@@ -95,6 +95,28 @@ func (n *Node) holdForwarded(entries []raftpb.Entry, delay time.Duration) {
 	timer := n.cfg.Clock.NewTimer(delay)
 	b := n.joinBatch(true, entries...)
 	go n.stepAfter(b, timer)
+}
+
+// stepBehindWaiting steps the proposal m alone, after every batch waiting
+// to be stepped (proposals placed before it), unless proposals are held.
+func (n *Node) stepBehindWaiting(m raftpb.Message) (held bool, err error) {
+	var dones []chan struct{}
+	stepped := 0
+	held, err = n.stepLocked(func() (bool, error) {
+		if n.proposalsHeld {
+			return true, nil
+		}
+		dones, stepped = n.stepThroughLocked(nil, false)
+		return false, n.raft.Step(m)
+	})
+	for _, done := range dones {
+		close(done)
+	}
+	if stepped > 0 || (err == nil && !held) {
+		n.stepped.Add(uint64(stepped + 1))
+		n.notify()
+	}
+	return held, err
 }
 
 // stepAfter waits until another proposal stepped b, which deferred entries
