@@ -12,6 +12,8 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/tidwall/btree v1.8.2
 	go.etcd.io/raft/v3 v3.6.0
+	golang.org/x/crypto v0.59.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -27,7 +29,5 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
-	golang.org/x/crypto v0.59.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )

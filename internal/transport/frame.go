@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Wire format. Every connection starts with a handshake from the dialer,
@@ -207,6 +208,9 @@ func (f *frameReader) nextRaft(length int64) (inboundFrame, error) {
 		return inboundFrame{}, fmt.Errorf("frame at offset %d: %w", f.offset, noEOF(err))
 	}
 	var m raftpb.Message
+	if n := entryCount(f.buf); n > 1 {
+		m.Entries = make([]raftpb.Entry, 0, n) // Unmarshal appends them one by one
+	}
 	err := m.Unmarshal(f.buf)
 	f.release()
 	if err != nil {
@@ -215,6 +219,32 @@ func (f *frameReader) nextRaft(length int64) (inboundFrame, error) {
 	size := frameHeaderSize + body
 	f.offset += int64(size)
 	return inboundFrame{group: binary.BigEndian.Uint64(group[:]), message: m, size: size}, nil
+}
+
+// entriesField is raftpb.Message's field number of Entries.
+const entriesField = 7
+
+// entryCount returns how many entries the marshalled raftpb.Message b
+// holds, from its top-level fields, or 0 if they do not parse (Unmarshal
+// then says why). A count is at most len(b)/2: each field takes a tag and
+// a length.
+func entryCount(b []byte) int {
+	n := 0
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return 0
+		}
+		b = b[k:]
+		if num == entriesField && typ == protowire.BytesType {
+			n++
+		}
+		if k = protowire.ConsumeFieldValue(num, typ, b); k < 0 {
+			return 0
+		}
+		b = b[k:]
+	}
+	return n
 }
 
 // nextPeer reads the rest of a peer frame of length bytes after its length
