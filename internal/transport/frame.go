@@ -209,7 +209,10 @@ func (f *frameReader) nextRaft(length int64) (inboundFrame, error) {
 	}
 	var m raftpb.Message
 	if n := entryCount(f.buf); n > 1 {
-		m.Entries = make([]raftpb.Entry, 0, n) // Unmarshal appends them one by one
+		// Unmarshal appends them one by one. The count is of fields that
+		// may not decode: a frame of malformed entries gets no more room
+		// than maxPresized (Unmarshal grows the slice past it if they do).
+		m.Entries = make([]raftpb.Entry, 0, min(n, maxPresized))
 	}
 	err := m.Unmarshal(f.buf)
 	f.release()
@@ -223,6 +226,10 @@ func (f *frameReader) nextRaft(length int64) (inboundFrame, error) {
 
 // entriesField is raftpb.Message's field number of Entries.
 const entriesField = 7
+
+// maxPresized bounds the Entries a frame's message is given room for
+// before it is decoded (48 KiB), far above a loaded leader's append.
+const maxPresized = 1024
 
 // entryCount returns how many entries the marshalled raftpb.Message b
 // holds, from its top-level fields, or 0 if they do not parse (Unmarshal
