@@ -32,10 +32,10 @@ const maxCoalescedSize = 1 << 20
 // last entry (an empty MsgApp takes no place in it).
 //
 // MsgProp. A follower forwards each proposal stepped into it as a MsgProp
-// of its own, and a follower's proposals are stepped one by one (the
-// writes of one client connection each wait until the one before is with
-// raft; with one processor a member, proposers seldom meet at the lock
-// and share a batch). All a Ready forwards to the leader then leaves as
+// of its own, and a follower steps its proposals in batches that are often
+// small (with one processor a member, proposers seldom meet at the lock,
+// and a client connection's next write can join only once the one before
+// was placed). All a Ready forwards to the leader then leaves as
 // one MsgProp, its entries in the order they were stepped: the leader
 // appends and broadcasts once for them instead of once each. The leader
 // takes or drops a MsgProp whole, so the merged entries share one fate

@@ -89,7 +89,8 @@
 // raft holds a Ready, so that the loop, woken by the save's end, queues it
 // behind them and both leave in the next save. The
 // same holds while the loop applies or sends: what is stepped meanwhile
-// leaves in the next Ready. Normal proposals made while the lock is busy
+// leaves in the next Ready. Normal proposals made while the lock is busy,
+// or while the first of them lets the goroutines ready to run go first,
 // are stepped together, in one MsgProp (proposalBatch): a leader appends
 // and broadcasts once per batch, a follower forwards one message. raft
 // sends a replicating follower one MsgApp per proposal stepped, and an
@@ -97,17 +98,18 @@
 // Ready's consecutive MsgApps to a follower into one, the empty ones
 // included (coalesceMessages), so a batch costs each follower one step and
 // one acknowledgement; and a follower's Ready forwards the proposals
-// stepped into it since the last in one MsgProp, not one each. A follower holds back an acknowledgement that
-// repeats the index of its last one (a commit notice's, when it did not
+// stepped into it since the last in one MsgProp, not one each. A follower
+// holds back an acknowledgement that repeats the index of its last one (a commit notice's, when it did not
 // fold) until its next tick, where a newer one supersedes it (acks.go).
 // A deferred proposal (ProposeDeferred: a write whose outcome is not
 // needed at once) waits up to its delay for company in the leader's open
 // batch: the next proposal made there, or forwarded there, steps both in
 // one Ready, the deferred first. A follower forwards its deferred proposal
 // at once with its delay (at most maxForwardedDeferral) in the MsgProp's
-// Context, and the leader holds it (holdForwarded). Batches holding
-// deferred entries are stepped oldest first, so a client connection's
-// writes reach raft in order (stepThroughLocked). Batching reports Readys
+// Context, and the leader holds it (holdForwarded). Batches are stepped
+// oldest first, so a client connection's writes reach raft in order
+// (stepThroughLocked), and a write's place is fixed once it joined one
+// (ProposePlaced). Batching reports Readys
 // taken and messages stepped; Deferrals how the deferred proposals left.
 //
 // # A stalled disk

@@ -337,11 +337,14 @@ type Placement interface{ Placed() }
 // batch or a later one: the caller may make the next write's proposal
 // then, and it can join this batch instead of waiting for it to be
 // stepped (with one processor a member, a connection's pipelined writes
-// then leave in one MsgProp instead of one each). Should raft drop the
-// batch (no leader, a transfer), each of its proposals is stepped again on
-// its own, in no set order: the caller must be able to tell (the state
-// machine's stream order refuses a write whose predecessor it has not
-// applied). Placed may be called again for each attempt.
+// then leave in one MsgProp instead of one each). Should raft refuse the
+// batch (no leader, a leadership transfer, the leader's uncommitted
+// entries past MaxUncommittedEntriesSize under a stalled disk, or this
+// node removed and holding proposals), each of its proposals is proposed
+// again by its own caller, in no set order, each joining whatever batch is
+// open then: the caller must be able to tell (the state machine's stream
+// order refuses a write whose predecessor it has not applied, and the
+// client's connection ends). Placed may be called again for each attempt.
 func (n *Node) ProposePlaced(ctx context.Context, data []byte, p Placement) error {
 	return n.proposeWhenLed(ctx, func() (bool, error) { return n.stepBatched(data, p) })
 }

@@ -23,7 +23,8 @@ import (
 // per proposal, and a follower forwards one message per batch, not one per
 // proposal. Every entry of a batch has the same fate (raft takes or drops
 // a MsgProp whole), so each proposer's answer is the batch's, and one that
-// must propose again (no leader yet) does so alone, in a later batch. A
+// must propose again (no leader yet) does so on its own, in whatever batch
+// is open then. A
 // batch holds at most maxBatchSize bytes of entry data (or one entry): a
 // proposal that would pass it opens a new batch, and the full one's
 // proposers step it themselves.
@@ -112,8 +113,11 @@ func (n *Node) stepBehindWaiting(m raftpb.Message) (held bool, err error) {
 	for _, done := range dones {
 		close(done)
 	}
-	if stepped > 0 || (err == nil && !held) {
-		n.stepped.Add(uint64(stepped + 1))
+	if err == nil && !held {
+		stepped++
+	}
+	if stepped > 0 {
+		n.stepped.Add(uint64(stepped))
 		n.notify()
 	}
 	return held, err
@@ -200,7 +204,16 @@ func (n *Node) stepOnce(b *proposalBatch, byTimer bool) (held bool, err error) {
 // closed once n.mu is released, and how many MsgProps it stepped; n.mu
 // must be held.
 func (n *Node) stepThroughLocked(b *proposalBatch, byTimer bool) (dones []chan struct{}, stepped int) {
-	if b != nil && b.stepped {
+	if b == nil {
+		// All of them: those waiting now. A batch opened meanwhile (a
+		// stream's next write, placed once this steps the one before)
+		// is its own proposers' to step, not this call's, which holds the
+		// lock.
+		if b = n.lastWaiting(); b == nil {
+			return nil, 0
+		}
+	}
+	if b.stepped {
 		return nil, 0 // and so were the batches before it
 	}
 	for {
@@ -229,6 +242,17 @@ func (n *Node) stepThroughLocked(b *proposalBatch, byTimer bool) (dones []chan s
 		}
 	}
 	return dones, stepped
+}
+
+// lastWaiting returns the batch opened last of those waiting to be
+// stepped, or nil.
+func (n *Node) lastWaiting() *proposalBatch {
+	n.batchMu.Lock()
+	defer n.batchMu.Unlock()
+	if len(n.waiting) == 0 {
+		return nil
+	}
+	return n.waiting[len(n.waiting)-1]
 }
 
 // stepBatchLocked steps b in one MsgProp unless a proposer already did, and

@@ -17,8 +17,9 @@
 //
 // A write proposed with a Turn of a Stream in its context (WithTurn,
 // stream.go) is handed to raft only after the stream's earlier turns ended
-// (their writes handed to raft, or given up), stamped with the stream's
-// tag: the writes of one client connection reach raft in the order sent,
+// (their writes placed in the raft node's order of proposals, or given
+// up), stamped with the stream's tag: the writes of one client connection
+// reach raft in the order sent,
 // and the state machine applies them only in that order.
 //
 // A write proposed with a deferral in its context (Deferred) may wait up

@@ -42,7 +42,8 @@ import (
 // Writes in flight together (one shard) keep their order by the state
 // machine, not by waiting: each holds a turn of the connection's write
 // stream (server.WriteStream, given in request order by admit), is
-// proposed only after the write before it was handed to raft, and is
+// proposed only after the write before it was placed in the raft node's
+// order of proposals (raftnode.Node.ProposePlaced), and is
 // applied only if the write before it was (internal/fsm, stream.go). A
 // write lost on its way to the log (a leader change) makes the state
 // machine refuse every later write of the stream, unavailable: the
