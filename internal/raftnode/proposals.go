@@ -24,16 +24,15 @@ import (
 // proposal. Every entry of a batch has the same fate (raft takes or drops
 // a MsgProp whole), so each proposer's answer is the batch's, and one that
 // must propose again (no leader yet) does so on its own, in whatever batch
-// is open then. A
-// batch holds at most maxBatchSize bytes of entry data (or one entry): a
-// proposal that would pass it opens a new batch, and the full one's
-// proposers step it themselves.
+// is open then. A batch holds at most maxBatchSize bytes of entry data (or
+// one entry): a proposal that would pass it opens a new batch, and the full
+// one's proposers step it themselves.
 type proposalBatch struct {
 	entries []raftpb.Entry // guarded by Node.batchMu while the batch is open
 	size    int            // the entries' data, in bytes; guarded like entries
 	// done is made by the first deferred entries to join (guarded like
-	// entries) and closed once the
-	// batch is stepped: a deferred proposer waits on it (ProposeDeferred).
+	// entries) and closed once the batch is stepped: a deferred proposer
+	// waits on it (ProposeDeferred).
 	// The stepper takes it with the entries, when the batch can no longer
 	// be joined. deferred counts the deferred entries (guarded like
 	// entries).
