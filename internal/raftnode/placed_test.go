@@ -90,9 +90,7 @@ func TestPlacedProposalsLeaveInOneMsgProp(t *testing.T) {
 // batch full opens the next one; stepping that one first steps the full
 // one, so its entries reach raft after those placed before them.
 func TestBatchesStepInTheOrderTheyOpened(t *testing.T) {
-	g := startFakeGroup(t, 3)
-	leader := g.elect(t)
-	g.propose(t, leader, "warm-up")
+	g, leader, _ := startWarmGroup(t)
 
 	big := make([]byte, maxBatchSize)
 	copy(big, "full")
@@ -101,28 +99,16 @@ func TestBatchesStepInTheOrderTheyOpened(t *testing.T) {
 	if full == next {
 		t.Fatal("a proposal past maxBatchSize joined the full batch")
 	}
-	if held, err := leader.stepOnce(next, false); held || err != nil {
-		t.Fatalf("step the later batch: held %v, %v", held, err)
-	}
-	if held, err := leader.stepOnce(full, false); held || err != nil {
-		t.Fatalf("the full batch: held %v, %v", held, err)
-	}
-	g.waitApplied(t, "next")
-	for i, m := range g.machines {
-		if !m.appliedBefore(string(big), "next") {
-			t.Fatalf("node %d applied the later batch's entry before the full batch's", i+1)
-		}
-	}
+	stepBatch(t, leader, next, "the later batch")
+	stepBatch(t, leader, full, "the full batch")
+	g.wantAppliedInOrder(t, string(big), "next")
 }
 
 // TestForwardedProposalStepsTheOpenBatchFirst: a proposal a follower
 // forwards to the leader takes along, ahead of it, the leader's batch of
 // proposals not yet stepped: the entries placed here first apply first.
 func TestForwardedProposalStepsTheOpenBatchFirst(t *testing.T) {
-	g := startFakeGroup(t, 3)
-	leader := g.elect(t)
-	g.propose(t, leader, "warm-up")
-	follower := g.followerOf(t, leader)
+	g, leader, follower := startWarmGroup(t)
 
 	open := leader.joinBatch(false, raftpb.Entry{Data: []byte("placed-here")})
 	forwarded := raftpb.Message{Type: raftpb.MsgProp, From: follower.cfg.ID, To: leader.cfg.ID,
@@ -130,40 +116,54 @@ func TestForwardedProposalStepsTheOpenBatchFirst(t *testing.T) {
 	if err := leader.Step(context.Background(), forwarded); err != nil {
 		t.Fatalf("step the forwarded proposal: %v", err)
 	}
-	if held, err := leader.stepOnce(open, false); held || err != nil {
-		t.Fatalf("the open batch: held %v, %v", held, err)
-	}
-	g.waitApplied(t, "forwarded")
-	g.waitApplied(t, "placed-here")
-	for i, m := range g.machines {
-		if !m.appliedBefore("placed-here", "forwarded") {
-			t.Fatalf("node %d applied the forwarded proposal before the batch placed before it", i+1)
-		}
-	}
+	stepBatch(t, leader, open, "the open batch")
+	g.wantAppliedInOrder(t, "placed-here", "forwarded")
 }
 
 // TestFollowersDeferredProposalStepsBehindItsOpenBatch: a follower's
 // deferred proposal (forwarded alone, its delay in the Context) reaches the
 // leader after the follower's batch of proposals placed before it.
 func TestFollowersDeferredProposalStepsBehindItsOpenBatch(t *testing.T) {
-	g := startFakeGroup(t, 3)
-	leader := g.elect(t)
-	g.propose(t, leader, "warm-up")
-	follower := g.followerOf(t, leader)
+	g, leader, follower := startWarmGroup(t)
 
 	open := follower.joinBatch(false, raftpb.Entry{Data: []byte("placed-first")})
 	deferred := proposeDeferredAsync(t, follower, leader, "deferred-after", time.Hour) // held at the leader
 	if err := deferredOutcome(t, deferred); err != nil {
 		t.Fatalf("the deferred proposal: %v", err)
 	}
-	if held, err := follower.stepOnce(open, false); held || err != nil { // stepped already, or now
-		t.Fatalf("the open batch: held %v, %v", held, err)
+	stepBatch(t, follower, open, "the open batch") // stepped already, or now
+	g.propose(t, leader, "company")                // steps what the leader holds
+	g.wantAppliedInOrder(t, "placed-first", "deferred-after")
+}
+
+// startWarmGroup starts a group of three, elects a leader, has every member
+// apply an entry, and returns the group, its leader and a follower.
+func startWarmGroup(t *testing.T) (g *fakeGroup, leader, follower *Node) {
+	t.Helper()
+	g = startFakeGroup(t, 3)
+	leader = g.elect(t)
+	g.propose(t, leader, "warm-up")
+	return g, leader, g.followerOf(t, leader)
+}
+
+// stepBatch steps b through n (a no-op if it was stepped), failing t if
+// raft held or refused it.
+func stepBatch(t *testing.T, n *Node, b *proposalBatch, what string) {
+	t.Helper()
+	if held, err := n.stepOnce(b, false); held || err != nil {
+		t.Fatalf("%s: held %v, %v", what, held, err)
 	}
-	g.propose(t, leader, "company") // steps what the leader holds
-	g.waitApplied(t, "deferred-after")
+}
+
+// wantAppliedInOrder waits until every member applied earlier and later,
+// and fails t unless each applied earlier first.
+func (g *fakeGroup) wantAppliedInOrder(t *testing.T, earlier, later string) {
+	t.Helper()
+	g.waitApplied(t, earlier)
+	g.waitApplied(t, later)
 	for i, m := range g.machines {
-		if !m.appliedBefore("placed-first", "deferred-after") {
-			t.Fatalf("node %d applied the follower's deferred proposal before its batch placed first", i+1)
+		if !m.appliedBefore(earlier, later) {
+			t.Fatalf("node %d applied %.24q before %.24q", i+1, later, earlier)
 		}
 	}
 }
