@@ -47,17 +47,17 @@ func coalesceMessages(msgs []raftpb.Message) []raftpb.Message {
 	if len(msgs) < 2 {
 		return msgs
 	}
-	var sizes []int // per kept message, once entries were merged: its entries' size, or -1 if its Entries are still raft's
+	sizes := entrySizes{n: len(msgs)}
 	out := msgs[:0]
 	for _, m := range msgs {
 		prev := lastTo(out, m.To)
 		switch {
 		case prev >= 0 && continues(&out[prev], &m):
-			if !mergeAppend(out, prev, &m, &sizes, len(msgs)) {
+			if !mergeAppend(out, prev, &m, &sizes) {
 				out = append(out, m)
 			}
 		case prev >= 0 && joinsProposal(&out[prev], &m):
-			if !mergeEntries(&out[prev], entrySize(&sizes, len(msgs), prev), &m) {
+			if !mergeEntries(&out[prev], sizes.slot(prev), &m) {
 				out = append(out, m)
 			}
 		default:
@@ -69,9 +69,8 @@ func coalesceMessages(msgs []raftpb.Message) []raftpb.Message {
 
 // mergeAppend merges m, a MsgApp that out[prev] runs straight into, into
 // out[prev]; false if their entries together would pass maxCoalescedSize
-// (m is then kept as it is). sizes is coalesceMessages' (entrySize), for
-// n messages.
-func mergeAppend(out []raftpb.Message, prev int, m *raftpb.Message, sizes *[]int, n int) bool {
+// (m is then kept as it is).
+func mergeAppend(out []raftpb.Message, prev int, m *raftpb.Message, sizes *entrySizes) bool {
 	p := &out[prev]
 	switch {
 	case len(m.Entries) == 0: // commit only: the commit moves to p
@@ -79,25 +78,39 @@ func mergeAppend(out []raftpb.Message, prev int, m *raftpb.Message, sizes *[]int
 	case len(p.Entries) == 0: // p was commit only: m takes its place
 		m.Commit = max(m.Commit, p.Commit)
 		*p = *m
-		if *sizes != nil {
-			(*sizes)[prev] = -1
-		}
+		sizes.forget(prev)
 	default:
-		return mergeEntries(p, entrySize(sizes, n, prev), m)
+		return mergeEntries(p, sizes.slot(prev), m)
 	}
 	return true
 }
 
-// entrySize returns the slot of sizes for message i, making sizes (n slots,
-// all -1: raft's entries) at the first merge of entries in a Ready.
-func entrySize(sizes *[]int, n, i int) *int {
-	if *sizes == nil {
-		*sizes = make([]int, n)
-		for j := range *sizes {
-			(*sizes)[j] = -1
+// entrySizes holds, for each message kept of a Ready, the size of its
+// entries once others were merged into them, or -1 while its Entries are
+// still raft's (mergeEntries copies them before the first append). The
+// slots are made at the first merge of entries in the Ready.
+type entrySizes struct {
+	slots []int
+	n     int // the Ready's messages
+}
+
+// slot returns message i's slot.
+func (s *entrySizes) slot(i int) *int {
+	if s.slots == nil {
+		s.slots = make([]int, s.n)
+		for j := range s.slots {
+			s.slots[j] = -1
 		}
 	}
-	return &(*sizes)[i]
+	return &s.slots[i]
+}
+
+// forget marks message i's entries as raft's again: another message took
+// its place.
+func (s *entrySizes) forget(i int) {
+	if s.slots != nil {
+		s.slots[i] = -1
+	}
 }
 
 // joinsProposal reports whether next is a forwarded proposal that can join
