@@ -207,13 +207,7 @@ func (f *frameReader) nextRaft(length int64) (inboundFrame, error) {
 	if err := f.readBody(body); err != nil {
 		return inboundFrame{}, fmt.Errorf("frame at offset %d: %w", f.offset, noEOF(err))
 	}
-	var m raftpb.Message
-	if n := entryCount(f.buf); n > 1 {
-		// Unmarshal appends them one by one. The count is of fields that
-		// may not decode: a frame of malformed entries gets no more room
-		// than maxPresized (Unmarshal grows the slice past it if they do).
-		m.Entries = make([]raftpb.Entry, 0, min(n, maxPresized))
-	}
+	m := roomFor(f.buf)
 	err := m.Unmarshal(f.buf)
 	f.release()
 	if err != nil {
@@ -222,6 +216,18 @@ func (f *frameReader) nextRaft(length int64) (inboundFrame, error) {
 	size := frameHeaderSize + body
 	f.offset += int64(size)
 	return inboundFrame{group: binary.BigEndian.Uint64(group[:]), message: m, size: size}, nil
+}
+
+// roomFor returns a message with room for the entries of the marshalled
+// raftpb.Message body, which Unmarshal appends one by one. The count is of
+// fields that may not decode: a body of malformed entries gets no more room
+// than maxPresized (Unmarshal grows the slice past it if they do decode).
+func roomFor(body []byte) raftpb.Message {
+	var m raftpb.Message
+	if n := entryCount(body); n > 1 {
+		m.Entries = make([]raftpb.Entry, 0, min(n, maxPresized))
+	}
+	return m
 }
 
 // entriesField is raftpb.Message's field number of Entries.
