@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/latch-io/latch/api"
+	"github.com/latch-io/latch/internal/sockread"
 )
 
 const (
@@ -58,7 +59,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		select {
 		case l.slots <- struct{}{}:
-			return &apiConn{Conn: c, release: func() { <-l.slots }, maxHeaders: l.maxHeaders}, nil
+			return &apiConn{Conn: sockread.Wrap(c), release: func() { <-l.slots }, maxHeaders: l.maxHeaders}, nil
 		default:
 			l.refuse(c)
 		}
@@ -110,6 +111,11 @@ func errorResponse(e *api.Error, extra string) []byte {
 // and turns net/http's plain-text replies to requests it could not parse
 // (a garbage method, a malformed %-escape, oversized headers) into the
 // JSON error envelope.
+//
+// A plain TCP connection is read through sockread: net/http starts two
+// reads a request (the next request's, and one in the background while the
+// handler runs), each of which would otherwise begin with a read(2) that
+// finds the socket empty.
 type apiConn struct {
 	net.Conn
 	release    func()

@@ -12,6 +12,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/latch-io/latch/internal/sockread"
 	"github.com/latch-io/latch/internal/timeline"
 )
 
@@ -34,6 +35,7 @@ func (t *TCP) acceptLoop() {
 			continue
 		}
 		backoff = 5 * time.Millisecond
+		conn = sockread.Wrap(conn) // a frame's read without the read(2) that finds none
 		if !t.track(conn) {
 			return
 		}

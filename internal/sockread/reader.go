@@ -1,0 +1,224 @@
+// Package sockread reads a socket for one consumer without the read(2)
+// that finds it empty.
+//
+// A Go reader of a socket calls read(2) first and parks in the netpoller
+// only when that fails with EAGAIN: a request-reply connection, whose next
+// request comes only after the reply went out, pays one failed system call
+// a request for each read it starts (net/http starts two: the next
+// request's, and a background read of one byte while a handler runs). A
+// Reader instead keeps one read of the socket open for the connection's
+// life (syscall.RawConn.Read, which parks between calls of its function
+// without forgetting a readiness the netpoller saw meanwhile), and after a
+// read that emptied the socket it waits to be told the socket is readable
+// before it reads again.
+//
+// Invariants:
+//   - The socket is read only when the consumer asked for bytes and holds
+//     none not yet read: no more than one chunk is ever buffered.
+//   - A read deadline that passes ends the consumer's wait, not the
+//     socket's read: the bytes it was waiting for go to the next Read.
+//   - Every byte read from the socket is returned by Read, in order, before
+//     the error that ended the stream (io.EOF for an orderly close).
+package sockread
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// chunkSize is the most one read of the socket takes. Chunks come from a
+// pool and go back once the consumer has read them: an idle connection
+// holds none.
+const chunkSize = 16 << 10
+
+var chunkPool = sync.Pool{New: func() any { return new([chunkSize]byte) }}
+
+// Reader reads a socket on its own goroutine, a chunk at a time, for one
+// consumer at a time (Read may be called from different goroutines, not at
+// once).
+type Reader struct {
+	conn net.Conn // for the addresses in a deadline's error
+
+	// want carries the consumer's request for the next chunk to the
+	// reading goroutine; chunks carries the answer. Each holds at most one.
+	want   chan struct{}
+	chunks chan chunk
+	stop   chan struct{} // closed by Close
+	once   sync.Once
+	read   func(fd int, p []byte) (int, error) // readSocket when made
+
+	deadline deadline
+
+	mu    sync.Mutex       // the consumer's state below
+	held  *[chunkSize]byte // the last chunk, until read to its end
+	left  []byte           // what Read has not yet returned of it
+	err   error            // what ended the stream, once its last chunk is read
+	asked bool             // a want was sent and its chunk not yet taken
+}
+
+// chunk is what one read of the socket gave: buf[:n], or err.
+type chunk struct {
+	buf *[chunkSize]byte
+	n   int
+	err error
+}
+
+// New starts reading conn, whose file descriptor the Reader then owns for
+// reading: nothing else may read it. It returns nil if conn has no
+// descriptor to read without the netpoller's help (it is not a
+// syscall.Conn), and the caller reads conn as it is.
+func New(conn net.Conn) *Reader {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	r := &Reader{conn: conn, want: make(chan struct{}, 1), chunks: make(chan chunk, 1),
+		stop: make(chan struct{}), read: readSocket}
+	r.deadline.init()
+	go r.run(raw)
+	return r
+}
+
+// run reads the socket, one chunk for each want, until a read fails, the
+// socket ends or Close is called. After a read that did not fill the
+// chunk (the socket is empty) it returns false to RawConn.Read, which
+// parks it until the netpoller sees the socket readable again.
+func (r *Reader) run(raw syscall.RawConn) {
+	wanted, ended := false, false
+	err := raw.Read(func(fd uintptr) bool {
+		for {
+			if !wanted {
+				select {
+				case <-r.want:
+					wanted = true
+				case <-r.stop:
+					ended = true
+					return true
+				}
+			}
+			buf := chunkPool.Get().(*[chunkSize]byte)
+			n, err := r.read(int(fd), buf[:])
+			if n == 0 {
+				chunkPool.Put(buf)
+			}
+			if errors.Is(err, syscall.EAGAIN) {
+				return false // a readiness already used: wait for the next
+			}
+			wanted = false
+			switch {
+			case err != nil:
+				r.chunks <- chunk{err: &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: os.NewSyscallError("read", err)}}
+				ended = true
+				return true
+			case n == 0:
+				r.chunks <- chunk{err: io.EOF}
+				ended = true
+				return true
+			}
+			r.chunks <- chunk{buf: buf, n: n}
+			if n < chunkSize {
+				return false
+			}
+		}
+	})
+	if !ended && wanted {
+		if err == nil {
+			err = net.ErrClosed
+		}
+		r.chunks <- chunk{err: err}
+	}
+}
+
+// readSocket reads the socket for the Readers made after it is set; a test
+// counts its calls.
+var readSocket = readNoEINTR
+
+// readNoEINTR is read(2), tried again when a signal interrupts it.
+func readNoEINTR(fd int, p []byte) (int, error) {
+	for {
+		n, err := syscall.Read(fd, p)
+		if err != syscall.EINTR {
+			if n < 0 {
+				n = 0
+			}
+			return n, err
+		}
+	}
+}
+
+// Read reads into p what the socket has, waiting until it has something,
+// the stream ends, or the read deadline passes.
+func (r *Reader) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if len(r.left) == 0 && r.err == nil {
+		if err := r.awaitChunk(); err != nil {
+			return 0, err
+		}
+	}
+	if len(r.left) > 0 {
+		n := copy(p, r.left)
+		r.left = r.left[n:]
+		if len(r.left) == 0 {
+			chunkPool.Put(r.held)
+			r.held = nil
+		}
+		return n, nil
+	}
+	return 0, r.err
+}
+
+// awaitChunk asks for the next chunk, unless it was asked for already,
+// and waits for it; r.mu must be held. It returns an error only when the
+// read deadline ended the wait.
+func (r *Reader) awaitChunk() error {
+	if !r.asked {
+		select {
+		case r.want <- struct{}{}:
+		case <-r.stop:
+			r.err = net.ErrClosed
+			return nil
+		}
+		r.asked = true
+	}
+	select {
+	case c := <-r.chunks:
+		r.asked = false
+		r.err = c.err
+		if c.n > 0 {
+			r.held, r.left = c.buf, c.buf[:c.n]
+		}
+		return nil
+	case <-r.deadline.passed():
+		return &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: os.ErrDeadlineExceeded}
+	case <-r.stop:
+		r.err = net.ErrClosed
+		return nil
+	}
+}
+
+// SetReadDeadline sets when a Read waiting for the socket gives up (the
+// zero time: never), as net.Conn's does; it applies to a Read already
+// waiting.
+func (r *Reader) SetReadDeadline(t time.Time) { r.deadline.set(t) }
+
+// Close stops the reading goroutine where it waits for a want. Closing the
+// socket is the caller's, after Close: a socket's Close waits for every
+// read of it to return, and the goroutine reads it (syscall.RawConn.Read)
+// until it stops; a read parked in the netpoller ends with the socket.
+func (r *Reader) Close() {
+	r.once.Do(func() { close(r.stop) })
+	r.deadline.set(time.Time{})
+}
