@@ -16,7 +16,7 @@ import (
 // The io_uring flush (FlushAuto). A ring here does one thing: it takes an
 // IORING_OP_FSYNC for a file, which the kernel always hands to one of its
 // io_uring workers, and signals an eventfd when the flush is done; the
-// goroutine reads that eventfd through the Go netpoller, so it is parked
+// goroutine waits for that eventfd in the Go netpoller, so it is parked
 // like a goroutine waiting on a socket, and no thread sits in a blocking
 // system call. The result is the fsync's own: 0 or the errno fsync(2)
 // would have returned.
@@ -177,7 +177,8 @@ const ringEntries = 8
 
 type syncRing struct {
 	fd     int      // the ring's descriptor
-	event  *os.File // eventfd the kernel signals on each completion, read through the netpoller
+	event  *os.File        // eventfd the kernel signals on each completion, watched by the netpoller
+	events syscall.RawConn // event's, to wait for a signal without reading the counter
 	rings  []byte   // the submission and completion queues (one mapping)
 	sqes   []byte   // the submission queue entries
 	params uringParams
@@ -239,13 +240,19 @@ func newSyncRing() (*syncRing, error) {
 		r.close()
 		return nil, fmt.Errorf("vfs: eventfd for io_uring: %w", errno)
 	}
-	r.event = os.NewFile(efd, "io_uring eventfd") // non-blocking: read through the netpoller
+	r.event = os.NewFile(efd, "io_uring eventfd") // non-blocking: watched by the netpoller
 	if err := r.event.SetReadDeadline(time.Time{}); err != nil {
 		// The netpoller could not take the descriptor (epoll's watch
-		// limit): every read would fail at once instead of waiting.
+		// limit): every wait would fail at once.
 		r.close()
 		return nil, fmt.Errorf("vfs: io_uring eventfd not in the netpoller: %w", err)
 	}
+	events, err := r.event.SyscallConn()
+	if err != nil {
+		r.close()
+		return nil, fmt.Errorf("vfs: io_uring eventfd: %w", err)
+	}
+	r.events = events
 	event := int32(efd)
 	if _, _, errno := syscall.Syscall6(sysIOURingRegister, uintptr(r.fd), uringRegisterEventFD, uintptr(unsafe.Pointer(&event)), 1, 0, 0); errno != 0 {
 		r.close()
@@ -296,34 +303,43 @@ func (r *syncRing) fsync(fd uintptr) (flushOutcome, error) {
 		}
 		return notTaken, err
 	}
-	var counter [8]byte
-	for {
-		head := atomic.LoadUint32(r.cqHead)
-		if head == atomic.LoadUint32(r.cqTail) {
-			if _, err := r.event.Read(counter[:]); err != nil {
-				return lost, fmt.Errorf("waiting for io_uring: %w", err)
-			}
-			continue
-		}
-		cqe := unsafe.Add(r.cqes, uintptr(head&*r.cqMask)*uringCQESize)
-		userData := *(*uint64)(cqe)
-		res := *(*int32)(unsafe.Add(cqe, uringCQEResultOffset))
-		atomic.StoreUint32(r.cqHead, head+1) // the entry read before it is handed back
-		switch {
-		case userData != uint64(tail):
-			return lost, fmt.Errorf("io_uring completion of flush %d where flush %d was waited for", userData, tail)
-		case res >= 0:
-			return flushed, nil
-		}
-		switch errno := syscall.Errno(-res); errno {
-		case syscall.ECANCELED: // no worker could run it: nothing was flushed
-			return notRun, errno
-		case syscall.EACCES, syscall.EOPNOTSUPP: // the operation refused before it ran
-			return notRunEver, errno
-		default: // the fsync's own error, EIO among them
-			return flushed, errno
-		}
+	if err := r.awaitCompletion(); err != nil {
+		return lost, fmt.Errorf("waiting for io_uring: %w", err)
 	}
+	head := atomic.LoadUint32(r.cqHead)
+	cqe := unsafe.Add(r.cqes, uintptr(head&*r.cqMask)*uringCQESize)
+	userData := *(*uint64)(cqe)
+	res := *(*int32)(unsafe.Add(cqe, uringCQEResultOffset))
+	atomic.StoreUint32(r.cqHead, head+1) // the entry read before it is handed back
+	switch {
+	case userData != uint64(tail):
+		return lost, fmt.Errorf("io_uring completion of flush %d where flush %d was waited for", userData, tail)
+	case res >= 0:
+		return flushed, nil
+	}
+	switch errno := syscall.Errno(-res); errno {
+	case syscall.ECANCELED: // no worker could run it: nothing was flushed
+		return notRun, errno
+	case syscall.EACCES, syscall.EOPNOTSUPP: // the operation refused before it ran
+		return notRunEver, errno
+	default: // the fsync's own error, EIO among them
+		return flushed, errno
+	}
+}
+
+// awaitCompletion waits until the completion queue holds an entry, without
+// a system call when it does: it looks at the queue, and while that is
+// empty it parks in the netpoller until the kernel signals the eventfd (it
+// posts the entry before it signals). RawConn.Read keeps a signal that
+// came after it began, and the netpoller's edge-triggered watch reports
+// every signal, so the eventfd's counter is never read: it only grows, by
+// one a flush, far from its 2^64 bound.
+func (r *syncRing) awaitCompletion() error {
+	posted := func() bool { return atomic.LoadUint32(r.cqHead) != atomic.LoadUint32(r.cqTail) }
+	if posted() {
+		return nil
+	}
+	return r.events.Read(func(uintptr) bool { return posted() })
 }
 
 // submit hands the entry at the tail to the kernel, which passes an fsync

@@ -3,7 +3,9 @@
 package vfs
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -238,5 +240,52 @@ func TestRingRefusesAnotherFlushsCompletion(t *testing.T) {
 	outcome, err := r.fsync(f.Fd())
 	if outcome != lost || err == nil || !strings.Contains(err.Error(), "completion of flush 0 where flush 1") {
 		t.Fatalf("second flush with the first's completion waiting: %v, %v; want lost, naming both", outcome, err)
+	}
+}
+
+// A flush waits for its completion without reading the eventfd: the
+// counter is left to grow, and every later signal must still wake the
+// next flush's wait (the netpoller's watch is edge-triggered).
+func TestRingFlushesWithTheEventCounterUnread(t *testing.T) {
+	needRing(t)
+	f, err := os.Create(filepath.Join(t.TempDir(), "wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := newSyncRing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	const flushes = 100
+	done := make(chan error, 1)
+	go func() {
+		for i := range flushes {
+			if _, err := f.Write([]byte("x")); err != nil {
+				done <- err
+				return
+			}
+			if outcome, err := r.fsync(f.Fd()); outcome != flushed || err != nil {
+				done <- fmt.Errorf("flush %d: %v, %v", i, outcome, err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a flush's wait was never woken")
+	}
+	var counter [8]byte
+	if _, err := r.event.Read(counter[:]); err != nil {
+		t.Fatalf("read the eventfd: %v", err)
+	}
+	if n := binary.NativeEndian.Uint64(counter[:]); n != flushes {
+		t.Fatalf("eventfd counter %d after %d flushes: the waits read it", n, flushes)
 	}
 }
