@@ -176,11 +176,11 @@ func (p *ringPool) drop(r *syncRing, ever bool, reason error) {
 const ringEntries = 8
 
 type syncRing struct {
-	fd     int      // the ring's descriptor
+	fd     int             // the ring's descriptor
 	event  *os.File        // eventfd the kernel signals on each completion, watched by the netpoller
 	events syscall.RawConn // event's, to wait for a signal without reading the counter
-	rings  []byte   // the submission and completion queues (one mapping)
-	sqes   []byte   // the submission queue entries
+	rings  []byte          // the submission and completion queues (one mapping)
+	sqes   []byte          // the submission queue entries
 	params uringParams
 
 	sqTail, sqMask, sqArray *uint32
