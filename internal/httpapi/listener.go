@@ -18,7 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/latch-io/latch/api"
-	"github.com/latch-io/latch/internal/sockread"
+	"github.com/latch-io/latch/internal/sockio"
 )
 
 const (
@@ -59,7 +59,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		select {
 		case l.slots <- struct{}{}:
-			return &apiConn{Conn: sockread.Wrap(c), release: func() { <-l.slots }, maxHeaders: l.maxHeaders}, nil
+			return &apiConn{Conn: sockio.Wrap(c), release: func() { <-l.slots }, maxHeaders: l.maxHeaders}, nil
 		default:
 			l.refuse(c)
 		}
@@ -112,10 +112,10 @@ func errorResponse(e *api.Error, extra string) []byte {
 // (a garbage method, a malformed %-escape, oversized headers) into the
 // JSON error envelope.
 //
-// A plain TCP connection is read through sockread: net/http starts two
-// reads a request (the next request's, and one in the background while the
-// handler runs), each of which would otherwise begin with a read(2) that
-// finds the socket empty.
+// A plain TCP connection is read and written through sockio: net/http
+// starts two reads a request (the next request's, and one in the
+// background while the handler runs), each of which would otherwise begin
+// with a read(2) that finds the socket empty.
 type apiConn struct {
 	net.Conn
 	release    func()

@@ -12,7 +12,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/latch-io/latch/internal/sockread"
+	"github.com/latch-io/latch/internal/sockio"
 	"github.com/latch-io/latch/internal/timeline"
 )
 
@@ -35,7 +35,7 @@ func (t *TCP) acceptLoop() {
 			continue
 		}
 		backoff = 5 * time.Millisecond
-		conn = sockread.Wrap(conn) // a frame's read without the read(2) that finds none
+		conn = sockio.Wrap(conn) // frames read without the read(2) that finds none
 		if !t.track(conn) {
 			return
 		}

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"net"
 	"syscall"
 	"testing"
 )
@@ -17,7 +16,7 @@ func TestPeerConnUserTimeout(t *testing.T) {
 		t.Fatalf("dial: %v", err)
 	}
 	defer conn.Close()
-	raw, err := conn.(*net.TCPConn).SyscallConn()
+	raw, err := conn.(syscall.Conn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/internal/sockio"
 )
 
 // TCP is the transport between real processes: one outbound message
@@ -289,6 +291,7 @@ func (t *TCP) dial(ctx context.Context, addr string, id uint64, kind uint8) (net
 	if err != nil {
 		return nil, fmt.Errorf("dial peer %d at %s: %w", id, addr, err)
 	}
+	conn = sockio.Wrap(conn) // frames written with raw system calls
 	raw := conn
 	stop := context.AfterFunc(ctx, func() { raw.Close() })
 	defer stop()

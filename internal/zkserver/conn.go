@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/latch-io/latch/internal/server"
-	"github.com/latch-io/latch/internal/sockread"
+	"github.com/latch-io/latch/internal/sockio"
 	"github.com/latch-io/latch/internal/timeline"
 	"github.com/latch-io/latch/internal/zkproto"
 )
@@ -103,7 +103,7 @@ type conn struct {
 }
 
 func newConn(l *Listener, nc net.Conn) *conn {
-	nc = sockread.Wrap(nc) // a request's read without the read(2) that finds none
+	nc = sockio.Wrap(nc) // requests read without the read(2) that finds none, replies written raw
 	ctx, cancel := context.WithCancel(context.Background())
 	return &conn{l: l, nc: nc, br: bufio.NewReader(nc), bw: bufio.NewWriter(nc), ctx: ctx, cancel: cancel,
 		progress: make(chan struct{}, 1), pumpDone: make(chan struct{}), ready: make(chan struct{})}

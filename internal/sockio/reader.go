@@ -1,16 +1,20 @@
-// Package sockread reads a socket for one consumer without the read(2)
-// that finds it empty.
+// Package sockio reads and writes a TCP socket of a client or peer
+// connection with fewer system calls than a net.Conn makes, and without the
+// runtime's system-call bookkeeping.
 //
 // A Go reader of a socket calls read(2) first and parks in the netpoller
 // only when that fails with EAGAIN: a request-reply connection, whose next
 // request comes only after the reply went out, pays one failed system call
 // a request for each read it starts (net/http starts two: the next
 // request's, and a background read of one byte while a handler runs). A
-// Reader instead keeps one read of the socket open for the connection's
-// life (syscall.RawConn.Read, which parks between calls of its function
-// without forgetting a readiness the netpoller saw meanwhile), and after a
-// read that emptied the socket it waits to be told the socket is readable
-// before it reads again.
+// Reader instead keeps one read of the socket open (syscall.RawConn.Read,
+// which parks between calls of its function without forgetting a
+// readiness the netpoller saw meanwhile), and after a read that emptied
+// the socket it waits to be told the socket is readable before it reads
+// again. Reads and a Conn's writes are raw system calls: on a non-blocking
+// socket they never block, so they need none of the bookkeeping that
+// would also wake the runtime's monitor thread each time an idle process
+// makes one.
 //
 // Invariants:
 //   - The socket is read only when the consumer asked for bytes and holds
@@ -18,8 +22,9 @@
 //   - A read deadline that passes ends the consumer's wait, not the
 //     socket's read: the bytes it was waiting for go to the next Read.
 //   - Every byte read from the socket is returned by Read, in order, before
-//     the error that ended the stream (io.EOF for an orderly close).
-package sockread
+//     the error that ended the stream (io.EOF for an orderly close); an end
+//     that arrived with the last bytes is seen within endProbe.
+package sockio
 
 import (
 	"errors"
@@ -29,6 +34,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // chunkSize is the most one read of the socket takes. Chunks come from a
@@ -89,69 +95,125 @@ func New(conn net.Conn) *Reader {
 }
 
 // run reads the socket, one chunk for each want, until a read fails, the
-// socket ends or Close is called. After a read that did not fill the
-// chunk (the socket is empty) it returns false to RawConn.Read, which
-// parks it until the netpoller sees the socket readable again.
+// socket ends or Close is called. It waits for a want outside any read of
+// the socket, so that the socket's own Close never waits for it; once
+// asked, it reads inside syscall.RawConn.Read, and after a read that
+// emptied the socket of data it stays there, parked in the netpoller,
+// until the socket is readable again: only inside one RawConn.Read is a
+// readiness that came meanwhile kept. If the consumer has not asked for
+// more by then, it leaves, and reads at once when asked.
+//
+// A read that returns data does not say whether the peer's end (FIN) or an
+// error came with it, and their readiness was then used by that read: so
+// after it the wait has a deadline (endProbe), past which the socket is
+// read again whether or not it is readable.
 func (r *Reader) run(raw syscall.RawConn) {
-	wanted, ended := false, false
-	err := raw.Read(func(fd uintptr) bool {
-		for {
-			if !wanted {
-				select {
-				case <-r.want:
-					wanted = true
-				case <-r.stop:
+	wanted := false
+	for {
+		if !wanted {
+			select {
+			case <-r.want:
+				wanted = true
+			case <-r.stop:
+				return
+			}
+		}
+		ended := false
+		err := raw.Read(func(fd uintptr) bool {
+			for {
+				if !wanted {
+					select {
+					case <-r.want:
+						wanted = true
+					default:
+						return true // readable, and not asked: read once asked
+					}
+				}
+				c, more := r.readChunk(int(fd))
+				if c == nil {
+					return false // a readiness already used: wait for the next
+				}
+				wanted = false
+				r.chunks <- *c
+				if c.err != nil {
 					ended = true
 					return true
 				}
+				if !more {
+					// Emptied of data: wait for the socket to be
+					// readable, or until endProbe has passed.
+					r.conn.SetReadDeadline(time.Now().Add(endProbe))
+					return false
+				}
 			}
-			buf := chunkPool.Get().(*[chunkSize]byte)
-			n, err := r.read(int(fd), buf[:])
-			if n == 0 {
-				chunkPool.Put(buf)
+		})
+		switch {
+		case ended:
+			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// Read again, without a deadline: nothing is ambiguous after a
+			// read that finds the socket empty.
+			if err := r.conn.SetReadDeadline(time.Time{}); err != nil {
+				r.endWith(wanted, err)
+				return
 			}
-			if errors.Is(err, syscall.EAGAIN) {
-				return false // a readiness already used: wait for the next
-			}
-			wanted = false
-			switch {
-			case err != nil:
-				r.chunks <- chunk{err: &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: os.NewSyscallError("read", err)}}
-				ended = true
-				return true
-			case n == 0:
-				r.chunks <- chunk{err: io.EOF}
-				ended = true
-				return true
-			}
-			r.chunks <- chunk{buf: buf, n: n}
-			if n < chunkSize {
-				return false
-			}
+		case err != nil:
+			r.endWith(wanted, err)
+			return
 		}
-	})
-	if !ended && wanted {
-		if err == nil {
-			err = net.ErrClosed
-		}
+	}
+}
+
+// endProbe is how long after a read that returned data the socket is read
+// again though the netpoller has not said it is readable: the delay, at
+// most, with which an end or error that arrived with that data is seen.
+const endProbe = time.Second
+
+// endWith gives the consumer err, if it asked for a chunk, once the socket
+// can no longer be read.
+func (r *Reader) endWith(wanted bool, err error) {
+	if wanted {
 		r.chunks <- chunk{err: err}
 	}
+}
+
+// readChunk reads the socket once: nil if it had nothing (EAGAIN), else
+// the chunk, and whether the socket may hold more (the chunk is full).
+func (r *Reader) readChunk(fd int) (c *chunk, more bool) {
+	buf := chunkPool.Get().(*[chunkSize]byte)
+	n, err := r.read(fd, buf[:])
+	switch {
+	case err == nil && n > 0:
+		return &chunk{buf: buf, n: n}, n == chunkSize
+	case errors.Is(err, syscall.EAGAIN):
+		chunkPool.Put(buf)
+		return nil, false
+	case err != nil:
+		chunkPool.Put(buf)
+		return &chunk{err: &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: os.NewSyscallError("read", err)}}, false
+	}
+	chunkPool.Put(buf)
+	return &chunk{err: io.EOF}, false
 }
 
 // readSocket reads the socket for the Readers made after it is set; a test
 // counts its calls.
 var readSocket = readNoEINTR
 
-// readNoEINTR is read(2), tried again when a signal interrupts it.
+// readNoEINTR is read(2) of a non-blocking socket, tried again when a
+// signal interrupts it. It is a raw system call: one that cannot block
+// needs none of the runtime's bookkeeping, which would also wake its
+// monitor thread each time an idle process makes a call.
 func readNoEINTR(fd int, p []byte) (int, error) {
 	for {
-		n, err := syscall.Read(fd, p)
-		if err != syscall.EINTR {
-			if n < 0 {
-				n = 0
-			}
-			return n, err
+		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		switch errno {
+		case 0:
+			return int(n), nil
+		case syscall.EINTR:
+			continue
 		}
+		return 0, errno
 	}
 }
 
@@ -214,10 +276,8 @@ func (r *Reader) awaitChunk() error {
 // waiting.
 func (r *Reader) SetReadDeadline(t time.Time) { r.deadline.set(t) }
 
-// Close stops the reading goroutine where it waits for a want. Closing the
-// socket is the caller's, after Close: a socket's Close waits for every
-// read of it to return, and the goroutine reads it (syscall.RawConn.Read)
-// until it stops; a read parked in the netpoller ends with the socket.
+// Close stops the reading goroutine where it waits for a want; closing the
+// socket, the caller's, ends it where it waits for the socket.
 func (r *Reader) Close() {
 	r.once.Do(func() { close(r.stop) })
 	r.deadline.set(time.Time{})

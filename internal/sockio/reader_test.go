@@ -1,9 +1,10 @@
-package sockread
+package sockio
 
 import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -244,5 +245,36 @@ func TestCloseWithBytesUnread(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close of a connection with bytes unread did not return")
+	}
+}
+
+// TestEndThatCameWithData: the peer's end arrives with its last bytes, so
+// the read that takes them uses the readiness that announced both; the end
+// is still seen, by the read endProbe after.
+func TestEndThatCameWithData(t *testing.T) {
+	wrapped, peer := pair(t)
+	if _, err := peer.Write([]byte("last")); err != nil {
+		t.Fatal(err)
+	}
+	peer.Close()
+	time.Sleep(10 * time.Millisecond) // not needed for the outcome: lets the end arrive with the bytes
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 16)
+		n, err := io.ReadFull(wrapped, buf[:4])
+		if err != nil || string(buf[:n]) != "last" {
+			done <- fmt.Errorf("read %q, %v; want the last bytes", buf[:n], err)
+			return
+		}
+		_, err = wrapped.Read(buf)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, io.EOF) {
+			t.Fatalf("after the last bytes: %v, want EOF", err)
+		}
+	case <-time.After(10 * endProbe):
+		t.Fatal("the end that came with the last bytes was never seen")
 	}
 }

@@ -1,4 +1,4 @@
-package sockread
+package sockio
 
 import (
 	"sync"
