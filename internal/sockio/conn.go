@@ -8,30 +8,27 @@ import (
 	"unsafe"
 )
 
-// Conn is a net.Conn read through a Reader; writes go to the connection as
-// they are.
+// Conn is a TCP connection read through a reader and written with raw
+// system calls.
 type Conn struct {
 	net.Conn
-	reader *Reader
+	reader *reader
 	raw    syscall.RawConn
 }
 
-// Wrap returns c read through a Reader if c is a plain TCP connection, and
+// Wrap returns c read through a reader if c is a plain TCP connection, and
 // c itself otherwise (a TLS connection reads its records as it must).
 // Reading c other than through the returned connection loses bytes.
 func Wrap(c net.Conn) net.Conn {
-	if _, plain := c.(*net.TCPConn); !plain {
+	tcp, plain := c.(*net.TCPConn)
+	if !plain {
 		return c
 	}
-	raw, err := c.(*net.TCPConn).SyscallConn()
+	raw, err := tcp.SyscallConn()
 	if err != nil {
 		return c
 	}
-	r := New(c)
-	if r == nil {
-		return c
-	}
-	return &Conn{Conn: c, reader: r, raw: raw}
+	return &Conn{Conn: c, reader: newReader(tcp, raw), raw: raw}
 }
 
 // Write writes p whole, or fails, as net.Conn's does, with raw write(2)
@@ -67,7 +64,8 @@ func (c *Conn) Write(p []byte) (int, error) {
 
 func (c *Conn) Read(p []byte) (int, error) { return c.reader.Read(p) }
 
-// SetReadDeadline sets the Reader's deadline: the socket's own is never set.
+// SetReadDeadline sets when a Read gives up; the socket's own read
+// deadline is the reader's (endProbe).
 func (c *Conn) SetReadDeadline(t time.Time) error {
 	c.reader.SetReadDeadline(t)
 	return nil
@@ -78,8 +76,8 @@ func (c *Conn) SetDeadline(t time.Time) error {
 	return c.Conn.SetWriteDeadline(t)
 }
 
-// Close stops the Reader, then closes the connection (which waits for the
-// Reader's read of the socket to return, and ends it if it waits there).
+// Close stops the reader where it waits for a Read, then closes the
+// connection, which ends it where it waits for the socket.
 func (c *Conn) Close() error {
 	c.reader.Close()
 	return c.Conn.Close()

@@ -7,7 +7,7 @@
 // request comes only after the reply went out, pays one failed system call
 // a request for each read it starts (net/http starts two: the next
 // request's, and a background read of one byte while a handler runs). A
-// Reader instead keeps one read of the socket open (syscall.RawConn.Read,
+// reader instead keeps one read of the socket open (syscall.RawConn.Read,
 // which parks between calls of its function without forgetting a
 // readiness the netpoller saw meanwhile), and after a read that emptied
 // the socket it waits to be told the socket is readable before it reads
@@ -44,11 +44,13 @@ const chunkSize = 16 << 10
 
 var chunkPool = sync.Pool{New: func() any { return new([chunkSize]byte) }}
 
-// Reader reads a socket on its own goroutine, a chunk at a time, for one
+// reader reads a socket on its own goroutine, a chunk at a time, for one
 // consumer at a time (Read may be called from different goroutines, not at
 // once).
-type Reader struct {
-	conn net.Conn // for the addresses in a deadline's error
+type reader struct {
+	// conn is the socket (not a wrapper of it): its read deadline is the
+	// reading goroutine's (endProbe), and its addresses go in errors.
+	conn net.Conn
 
 	// want carries the consumer's request for the next chunk to the
 	// reading goroutine; chunks carries the answer. Each holds at most one.
@@ -56,7 +58,11 @@ type Reader struct {
 	chunks chan chunk
 	stop   chan struct{} // closed by Close
 	once   sync.Once
-	read   func(fd int, p []byte) (int, error) // readSocket when made
+	// done is closed when the reading goroutine has returned; final is
+	// then what ended it (read only after done).
+	done  chan struct{}
+	final error
+	read  func(fd int, p []byte) (int, error) // readSocket when made
 
 	deadline deadline
 
@@ -74,21 +80,11 @@ type chunk struct {
 	err error
 }
 
-// New starts reading conn, whose file descriptor the Reader then owns for
-// reading: nothing else may read it. It returns nil if conn has no
-// descriptor to read without the netpoller's help (it is not a
-// syscall.Conn), and the caller reads conn as it is.
-func New(conn net.Conn) *Reader {
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	r := &Reader{conn: conn, want: make(chan struct{}, 1), chunks: make(chan chunk, 1),
-		stop: make(chan struct{}), read: readSocket}
+// newReader starts reading conn, a socket, through raw: the reader then
+// owns it for reading, and nothing else may read it.
+func newReader(conn net.Conn, raw syscall.RawConn) *reader {
+	r := &reader{conn: conn, want: make(chan struct{}, 1), chunks: make(chan chunk, 1),
+		stop: make(chan struct{}), done: make(chan struct{}), read: readSocket}
 	r.deadline.init()
 	go r.run(raw)
 	return r
@@ -107,7 +103,9 @@ func New(conn net.Conn) *Reader {
 // error came with it, and their readiness was then used by that read: so
 // after it the wait has a deadline (endProbe), past which the socket is
 // read again whether or not it is readable.
-func (r *Reader) run(raw syscall.RawConn) {
+func (r *reader) run(raw syscall.RawConn) {
+	r.final = net.ErrClosed
+	defer close(r.done)
 	wanted := false
 	for {
 		if !wanted {
@@ -170,8 +168,9 @@ func (r *Reader) run(raw syscall.RawConn) {
 const endProbe = time.Second
 
 // endWith gives the consumer err, if it asked for a chunk, once the socket
-// can no longer be read.
-func (r *Reader) endWith(wanted bool, err error) {
+// can no longer be read, and keeps it for a later ask.
+func (r *reader) endWith(wanted bool, err error) {
+	r.final = err
 	if wanted {
 		r.chunks <- chunk{err: err}
 	}
@@ -179,7 +178,7 @@ func (r *Reader) endWith(wanted bool, err error) {
 
 // readChunk reads the socket once: nil if it had nothing (EAGAIN), else
 // the chunk, and whether the socket may hold more (the chunk is full).
-func (r *Reader) readChunk(fd int) (c *chunk, more bool) {
+func (r *reader) readChunk(fd int) (c *chunk, more bool) {
 	buf := chunkPool.Get().(*[chunkSize]byte)
 	n, err := r.read(fd, buf[:])
 	switch {
@@ -219,7 +218,7 @@ func readNoEINTR(fd int, p []byte) (int, error) {
 
 // Read reads into p what the socket has, waiting until it has something,
 // the stream ends, or the read deadline passes.
-func (r *Reader) Read(p []byte) (int, error) {
+func (r *reader) Read(p []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(p) == 0 {
@@ -245,7 +244,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 // awaitChunk asks for the next chunk, unless it was asked for already,
 // and waits for it; r.mu must be held. It returns an error only when the
 // read deadline ended the wait.
-func (r *Reader) awaitChunk() error {
+func (r *reader) awaitChunk() error {
 	if !r.asked {
 		select {
 		case r.want <- struct{}{}:
@@ -257,10 +256,14 @@ func (r *Reader) awaitChunk() error {
 	}
 	select {
 	case c := <-r.chunks:
-		r.asked = false
-		r.err = c.err
-		if c.n > 0 {
-			r.held, r.left = c.buf, c.buf[:c.n]
+		r.take(c)
+		return nil
+	case <-r.done:
+		select {
+		case c := <-r.chunks: // sent before the goroutine returned
+			r.take(c)
+		default:
+			r.err = r.final
 		}
 		return nil
 	case <-r.deadline.passed():
@@ -271,14 +274,23 @@ func (r *Reader) awaitChunk() error {
 	}
 }
 
+// take makes c the chunk Read returns from; r.mu must be held.
+func (r *reader) take(c chunk) {
+	r.asked = false
+	r.err = c.err
+	if c.n > 0 {
+		r.held, r.left = c.buf, c.buf[:c.n]
+	}
+}
+
 // SetReadDeadline sets when a Read waiting for the socket gives up (the
 // zero time: never), as net.Conn's does; it applies to a Read already
 // waiting.
-func (r *Reader) SetReadDeadline(t time.Time) { r.deadline.set(t) }
+func (r *reader) SetReadDeadline(t time.Time) { r.deadline.set(t) }
 
 // Close stops the reading goroutine where it waits for a want; closing the
 // socket, the caller's, ends it where it waits for the socket.
-func (r *Reader) Close() {
+func (r *reader) Close() {
 	r.once.Do(func() { close(r.stop) })
 	r.deadline.set(time.Time{})
 }

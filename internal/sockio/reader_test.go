@@ -228,7 +228,7 @@ func TestWrapLeavesOtherConnectionsAlone(t *testing.T) {
 }
 
 // TestCloseWithBytesUnread: bytes arrived that nobody asked for, so the
-// Reader's goroutine waits for a want inside its read of the socket, which
+// reader's goroutine waits for a want inside its read of the socket, which
 // the socket's Close waits for.
 func TestCloseWithBytesUnread(t *testing.T) {
 	wrapped, peer := pair(t)
@@ -276,5 +276,58 @@ func TestEndThatCameWithData(t *testing.T) {
 		}
 	case <-time.After(10 * endProbe):
 		t.Fatal("the end that came with the last bytes was never seen")
+	}
+}
+
+func TestWritesWholeOrUntilTheDeadline(t *testing.T) {
+	wrapped, peer := pair(t)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<19) // 8 MiB: more than the socket buffers hold
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(peer, int64(len(big))))
+		got <- b
+	}()
+	if n, err := wrapped.Write(big); n != len(big) || err != nil {
+		t.Fatalf("write: %d, %v; want %d, nil", n, err, len(big))
+	}
+	if b := <-got; !bytes.Equal(b, big) {
+		t.Fatalf("peer read %d bytes, not the %d written in order", len(b), len(big))
+	}
+	// Nobody reads now: the write fills the buffers and stops at its deadline.
+	wrapped.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	n, err := wrapped.Write(big)
+	var ne net.Error
+	if n >= len(big) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("write nobody reads: %d, %v; want part of it and a timeout", n, err)
+	}
+}
+
+// TestReadAfterTheSocketWasClosedUnderneath: a socket closed other than
+// through the Conn ends a Read with an error, not a wait, also when the
+// reading goroutine saw the close before the Read asked.
+func TestReadAfterTheSocketWasClosedUnderneath(t *testing.T) {
+	wrapped, peer := pair(t)
+	if _, err := peer.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(wrapped, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// The reading goroutine now waits for the socket (after a read that
+	// emptied it), asked for nothing.
+	wrapped.(*Conn).Conn.Close()
+	time.Sleep(10 * time.Millisecond) // not needed for the outcome: lets the goroutine end first
+	done := make(chan error, 1)
+	go func() {
+		_, err := wrapped.Read(make([]byte, 1))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("read: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a read of a socket closed underneath waited")
 	}
 }
