@@ -38,8 +38,9 @@ import (
 )
 
 // chunkSize is the most one read of the socket takes. Chunks come from a
-// pool and go back once the consumer has read them: an idle connection
-// holds none.
+// pool and go back once the consumer has read one that did not fill it (the
+// socket was emptied): an idle connection holds none. A full one is kept
+// for the next read (spare), so a stream of bulk data reuses one chunk.
 const chunkSize = 16 << 10
 
 var chunkPool = sync.Pool{New: func() any { return new([chunkSize]byte) }}
@@ -66,11 +67,15 @@ type reader struct {
 
 	deadline deadline
 
-	mu    sync.Mutex       // the consumer's state below
-	held  *[chunkSize]byte // the last chunk, until read to its end
-	left  []byte           // what Read has not yet returned of it
-	err   error            // what ended the stream, once its last chunk is read
-	asked bool             // a want was sent and its chunk not yet taken
+	mu   sync.Mutex       // the consumer's state below
+	held *[chunkSize]byte // the last chunk, until read to its end
+	full bool             // held was filled by its read
+	// spare is a full chunk read to its end, for the reading goroutine's
+	// next read: set before the want that asks for it, taken after.
+	spare *[chunkSize]byte
+	left  []byte // what Read has not yet returned of it
+	err   error  // what ended the stream, once its last chunk is read
+	asked bool   // a want was sent and its chunk not yet taken
 }
 
 // chunk is what one read of the socket gave: buf[:n], or err.
@@ -179,7 +184,12 @@ func (r *reader) endWith(wanted bool, err error) {
 // readChunk reads the socket once: nil if it had nothing (EAGAIN), else
 // the chunk, and whether the socket may hold more (the chunk is full).
 func (r *reader) readChunk(fd int) (c *chunk, more bool) {
-	buf := chunkPool.Get().(*[chunkSize]byte)
+	buf := r.spare
+	if buf != nil {
+		r.spare = nil
+	} else {
+		buf = chunkPool.Get().(*[chunkSize]byte)
+	}
 	n, err := r.read(fd, buf[:])
 	switch {
 	case err == nil && n > 0:
@@ -233,7 +243,11 @@ func (r *reader) Read(p []byte) (int, error) {
 		n := copy(p, r.left)
 		r.left = r.left[n:]
 		if len(r.left) == 0 {
-			chunkPool.Put(r.held)
+			if r.full {
+				r.spare = r.held
+			} else {
+				chunkPool.Put(r.held)
+			}
 			r.held = nil
 		}
 		return n, nil
@@ -279,7 +293,7 @@ func (r *reader) take(c chunk) {
 	r.asked = false
 	r.err = c.err
 	if c.n > 0 {
-		r.held, r.left = c.buf, c.buf[:c.n]
+		r.held, r.left, r.full = c.buf, c.buf[:c.n], c.n == chunkSize
 	}
 }
 
