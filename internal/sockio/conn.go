@@ -5,7 +5,6 @@ import (
 	"os"
 	"syscall"
 	"time"
-	"unsafe"
 )
 
 // Conn is a TCP connection read through a reader and written with raw
@@ -31,18 +30,18 @@ func Wrap(c net.Conn) net.Conn {
 	return &Conn{Conn: c, reader: newReader(tcp, raw), raw: raw}
 }
 
-// Write writes p whole, or fails, as net.Conn's does, with raw write(2)
-// calls on the non-blocking socket (see readNoEINTR); while the socket's
-// buffer is full it waits in the netpoller, until the write deadline.
+// Write writes p whole, or fails, as net.Conn's does, with write(2) calls
+// on the non-blocking socket (sysWrite); while the socket's buffer is full
+// it waits in the netpoller, until the write deadline.
 func (c *Conn) Write(p []byte) (int, error) {
 	written := 0
 	var failed error
 	err := c.raw.Write(func(fd uintptr) bool {
 		for written < len(p) {
-			n, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[written])), uintptr(len(p)-written))
+			n, errno := sysWrite(int(fd), p[written:])
 			switch errno {
 			case 0:
-				written += int(n)
+				written += n
 			case syscall.EINTR:
 			case syscall.EAGAIN:
 				return false

@@ -34,7 +34,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 )
 
 // chunkSize is the most one read of the socket takes. Chunks come from a
@@ -209,16 +208,14 @@ func (r *reader) readChunk(fd int) (c *chunk, more bool) {
 // counts its calls.
 var readSocket = readNoEINTR
 
-// readNoEINTR is read(2) of a non-blocking socket, tried again when a
-// signal interrupts it. It is a raw system call: one that cannot block
-// needs none of the runtime's bookkeeping, which would also wake its
-// monitor thread each time an idle process makes a call.
+// readNoEINTR is read(2) of a non-blocking socket (sysRead), tried again
+// when a signal interrupts it.
 func readNoEINTR(fd int, p []byte) (int, error) {
 	for {
-		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		n, errno := sysRead(fd, p)
 		switch errno {
 		case 0:
-			return int(n), nil
+			return n, nil
 		case syscall.EINTR:
 			continue
 		}
