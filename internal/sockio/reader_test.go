@@ -52,6 +52,30 @@ func pair(t *testing.T) (wrapped, peer net.Conn) {
 	return wrapped, dialed
 }
 
+// readAsync starts a Read of one byte from c and returns where its error
+// goes.
+func readAsync(c net.Conn) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		done <- err
+	}()
+	return done
+}
+
+// awaitRead returns the error of a Read readAsync started, which what
+// should end; the test fails if it has not ended within 10 s.
+func awaitRead(t *testing.T, done <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not end the waiting read", what)
+		return nil
+	}
+}
+
 func TestBytesArriveInOrderThenEOF(t *testing.T) {
 	seed := *seedFlag
 	if seed == 0 {
@@ -116,21 +140,12 @@ func TestDeadlineEndsTheWaitNotTheRead(t *testing.T) {
 
 func TestDeadlineInThePastWakesAWaitingRead(t *testing.T) {
 	wrapped, _ := pair(t)
-	done := make(chan error, 1)
-	go func() {
-		_, err := wrapped.Read(make([]byte, 1))
-		done <- err
-	}()
+	done := readAsync(wrapped)
 	// Whether the read is waiting yet or not, a deadline in the past ends
 	// it, as net/http's abort of its background read needs.
 	wrapped.SetReadDeadline(time.Unix(1, 0))
-	select {
-	case err := <-done:
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("read ended with %v, want a deadline error", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a deadline in the past did not end the waiting read")
+	if err := awaitRead(t, done, "a deadline in the past"); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read ended with %v, want a deadline error", err)
 	}
 }
 
@@ -151,19 +166,10 @@ func TestDeadlineMovedLaterKeepsTheReadWaiting(t *testing.T) {
 func TestCloseEndsAWaitingReadAndTheReader(t *testing.T) {
 	before := runtime.NumGoroutine()
 	wrapped, _ := pair(t)
-	done := make(chan error, 1)
-	go func() {
-		_, err := wrapped.Read(make([]byte, 1))
-		done <- err
-	}()
+	done := readAsync(wrapped)
 	wrapped.Close()
-	select {
-	case err := <-done:
-		if !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("read ended with %v, want net.ErrClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not end the waiting read")
+	if err := awaitRead(t, done, "Close"); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read ended with %v, want net.ErrClosed", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for runtime.NumGoroutine() > before {
@@ -317,17 +323,7 @@ func TestReadAfterTheSocketWasClosedUnderneath(t *testing.T) {
 	// emptied it), asked for nothing.
 	wrapped.(*Conn).Conn.Close()
 	time.Sleep(10 * time.Millisecond) // not needed for the outcome: lets the goroutine end first
-	done := make(chan error, 1)
-	go func() {
-		_, err := wrapped.Read(make([]byte, 1))
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("read: %v, want net.ErrClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a read of a socket closed underneath waited")
+	if err := awaitRead(t, readAsync(wrapped), "the socket's close underneath"); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read: %v, want net.ErrClosed", err)
 	}
 }

@@ -27,6 +27,24 @@ func needRing(t *testing.T) {
 	}
 }
 
+// newRingAndFile returns a ring of its own and a file in a temporary
+// directory, both closed when the test ends.
+func newRingAndFile(t *testing.T) (*syncRing, *os.File) {
+	t.Helper()
+	needRing(t)
+	f, err := os.Create(filepath.Join(t.TempDir(), "wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	r, err := newSyncRing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.close)
+	return r, f
+}
+
 func TestRingFlushesOSFiles(t *testing.T) {
 	needRing(t)
 	dir := t.TempDir()
@@ -215,17 +233,7 @@ func TestRingWithALostFlushIsDropped(t *testing.T) {
 // A ring takes only its own flush's completion: one left over from an
 // earlier flush (whose wait failed) is not taken for the next one's.
 func TestRingRefusesAnotherFlushsCompletion(t *testing.T) {
-	needRing(t)
-	f, err := os.Create(filepath.Join(t.TempDir(), "wal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := newSyncRing()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.close()
+	r, f := newRingAndFile(t)
 	r.event.Close()
 	if outcome, err := r.fsync(f.Fd()); outcome != lost || err == nil {
 		t.Fatalf("first flush: %v, %v; want lost", outcome, err)
@@ -247,17 +255,7 @@ func TestRingRefusesAnotherFlushsCompletion(t *testing.T) {
 // counter is left to grow, and every later signal must still wake the
 // next flush's wait (the netpoller's watch is edge-triggered).
 func TestRingFlushesWithTheEventCounterUnread(t *testing.T) {
-	needRing(t)
-	f, err := os.Create(filepath.Join(t.TempDir(), "wal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := newSyncRing()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.close()
+	r, f := newRingAndFile(t)
 	const flushes = 100
 	done := make(chan error, 1)
 	go func() {
