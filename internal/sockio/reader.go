@@ -69,8 +69,9 @@ type reader struct {
 	mu   sync.Mutex       // the consumer's state below
 	held *[chunkSize]byte // the last chunk, until read to its end
 	full bool             // held was filled by its read
-	// spare is a full chunk read to its end, for the reading goroutine's
-	// next read: set before the want that asks for it, taken after.
+	// spare is a chunk for the reading goroutine's next read: a full one
+	// the consumer read to its end (set before the want that asks for the
+	// next), or one a read found the socket empty for.
 	spare *[chunkSize]byte
 	left  []byte // what Read has not yet returned of it
 	err   error  // what ended the stream, once its last chunk is read
@@ -131,12 +132,12 @@ func (r *reader) run(raw syscall.RawConn) {
 						return true // readable, and not asked: read once asked
 					}
 				}
-				c, more := r.readChunk(int(fd))
-				if c == nil {
+				c, got, more := r.readChunk(int(fd))
+				if !got {
 					return false // a readiness already used: wait for the next
 				}
 				wanted = false
-				r.chunks <- *c
+				r.chunks <- c
 				if c.err != nil {
 					ended = true
 					return true
@@ -180,9 +181,9 @@ func (r *reader) endWith(wanted bool, err error) {
 	}
 }
 
-// readChunk reads the socket once: nil if it had nothing (EAGAIN), else
-// the chunk, and whether the socket may hold more (the chunk is full).
-func (r *reader) readChunk(fd int) (c *chunk, more bool) {
+// readChunk reads the socket once: got is false if it had nothing
+// (EAGAIN); more says the socket may hold more (the chunk is full).
+func (r *reader) readChunk(fd int) (c chunk, got, more bool) {
 	buf := r.spare
 	if buf != nil {
 		r.spare = nil
@@ -192,19 +193,19 @@ func (r *reader) readChunk(fd int) (c *chunk, more bool) {
 	n, err := r.read(fd, buf[:])
 	switch {
 	case err == nil && n > 0:
-		return &chunk{buf: buf, n: n}, n == chunkSize
+		return chunk{buf: buf, n: n}, true, n == chunkSize
 	case errors.Is(err, syscall.EAGAIN):
-		chunkPool.Put(buf)
-		return nil, false
-	case err != nil:
-		chunkPool.Put(buf)
-		return &chunk{err: &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: os.NewSyscallError("read", err)}}, false
+		r.spare = buf // for the read after the next readiness
+		return chunk{}, false, false
 	}
 	chunkPool.Put(buf)
-	return &chunk{err: io.EOF}, false
+	if err != nil {
+		return chunk{err: &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: os.NewSyscallError("read", err)}}, true, false
+	}
+	return chunk{err: io.EOF}, true, false
 }
 
-// readSocket reads the socket for the Readers made after it is set; a test
+// readSocket reads the socket for the readers made after it is set; a test
 // counts its calls.
 var readSocket = readNoEINTR
 
