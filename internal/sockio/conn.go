@@ -3,6 +3,7 @@ package sockio
 import (
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -13,6 +14,21 @@ type Conn struct {
 	net.Conn
 	reader *reader
 	raw    syscall.RawConn
+
+	// One Write at a time (as the socket's own lock would have it): the
+	// write under way, and writeSome bound once, so that a Write
+	// allocates nothing.
+	wmu   sync.Mutex
+	w     pendingWrite
+	write func(fd uintptr) bool
+}
+
+// pendingWrite is the Write under way: its bytes, how many are written,
+// and the error that stopped it.
+type pendingWrite struct {
+	p       []byte
+	written int
+	failed  error
 }
 
 // Wrap returns c read through a reader if c is a plain TCP connection, and
@@ -27,38 +43,48 @@ func Wrap(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &Conn{Conn: c, reader: newReader(tcp, raw), raw: raw}
+	conn := &Conn{Conn: c, reader: newReader(tcp, raw), raw: raw}
+	conn.write = conn.writeSome
+	return conn
 }
 
 // Write writes p whole, or fails, as net.Conn's does, with write(2) calls
 // on the non-blocking socket (sysWrite); while the socket's buffer is full
 // it waits in the netpoller, until the write deadline.
 func (c *Conn) Write(p []byte) (int, error) {
-	written := 0
-	var failed error
-	err := c.raw.Write(func(fd uintptr) bool {
-		for written < len(p) {
-			n, errno := sysWrite(int(fd), p[written:])
-			switch errno {
-			case 0:
-				written += n
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false
-			default:
-				failed = os.NewSyscallError("write", errno)
-				return true
-			}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.w = pendingWrite{p: p}
+	err := c.raw.Write(c.write)
+	w := c.w
+	c.w = pendingWrite{}
+	if w.failed == nil {
+		w.failed = err
+	}
+	if w.failed != nil {
+		return w.written, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: w.failed}
+	}
+	return w.written, nil
+}
+
+// writeSome writes what is left of c.w until the socket's buffer is full
+// (false: wait for room) or all is written or a write fails (true).
+func (c *Conn) writeSome(fd uintptr) bool {
+	w := &c.w
+	for w.written < len(w.p) {
+		n, errno := sysWrite(int(fd), w.p[w.written:])
+		switch errno {
+		case 0:
+			w.written += n
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			w.failed = os.NewSyscallError("write", errno)
+			return true
 		}
-		return true
-	})
-	if failed == nil {
-		failed = err
 	}
-	if failed != nil {
-		return written, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: failed}
-	}
-	return written, nil
+	return true
 }
 
 func (c *Conn) Read(p []byte) (int, error) { return c.reader.Read(p) }

@@ -64,6 +64,12 @@ type reader struct {
 	final error
 	read  func(fd int, p []byte) (int, error) // readSocket when made
 
+	// The reading goroutine's own: a want is taken and not yet answered,
+	// the stream ended, and readAskedFunc bound once (no allocation a
+	// RawConn.Read).
+	wanted, ended bool
+	readAsked     func(fd uintptr) bool
+
 	deadline deadline
 
 	mu   sync.Mutex       // the consumer's state below
@@ -90,6 +96,7 @@ type chunk struct {
 func newReader(conn net.Conn, raw syscall.RawConn) *reader {
 	r := &reader{conn: conn, want: make(chan struct{}, 1), chunks: make(chan chunk, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), read: readSocket}
+	r.readAsked = r.readAskedFunc
 	r.deadline.init()
 	go r.run(raw)
 	return r
@@ -111,58 +118,63 @@ func newReader(conn net.Conn, raw syscall.RawConn) *reader {
 func (r *reader) run(raw syscall.RawConn) {
 	r.final = net.ErrClosed
 	defer close(r.done)
-	wanted := false
 	for {
-		if !wanted {
+		if !r.wanted {
 			select {
 			case <-r.want:
-				wanted = true
+				r.wanted = true
 			case <-r.stop:
 				return
 			}
 		}
-		ended := false
-		err := raw.Read(func(fd uintptr) bool {
-			for {
-				if !wanted {
-					select {
-					case <-r.want:
-						wanted = true
-					default:
-						return true // readable, and not asked: read once asked
-					}
-				}
-				c, got, more := r.readChunk(int(fd))
-				if !got {
-					return false // a readiness already used: wait for the next
-				}
-				wanted = false
-				r.chunks <- c
-				if c.err != nil {
-					ended = true
-					return true
-				}
-				if !more {
-					// Emptied of data: wait for the socket to be
-					// readable, or until endProbe has passed.
-					r.conn.SetReadDeadline(time.Now().Add(endProbe))
-					return false
-				}
-			}
-		})
+		err := raw.Read(r.readAsked)
 		switch {
-		case ended:
+		case r.ended:
 			return
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// Read again, without a deadline: nothing is ambiguous after a
 			// read that finds the socket empty.
 			if err := r.conn.SetReadDeadline(time.Time{}); err != nil {
-				r.endWith(wanted, err)
+				r.endWith(err)
 				return
 			}
 		case err != nil:
-			r.endWith(wanted, err)
+			r.endWith(err)
 			return
+		}
+	}
+}
+
+// readAskedFunc is run's function for RawConn.Read (bound once as
+// readAsked):
+// it reads a chunk for each want, and returns false to wait for the
+// socket to be readable, true to leave (readable and not asked, or the
+// stream ended).
+func (r *reader) readAskedFunc(fd uintptr) bool {
+	for {
+		if !r.wanted {
+			select {
+			case <-r.want:
+				r.wanted = true
+			default:
+				return true // readable, and not asked: read once asked
+			}
+		}
+		c, got, more := r.readChunk(int(fd))
+		if !got {
+			return false // a readiness already used: wait for the next
+		}
+		r.wanted = false
+		r.chunks <- c
+		if c.err != nil {
+			r.ended = true
+			return true
+		}
+		if !more {
+			// Emptied of data: wait for the socket to be readable, or
+			// until endProbe has passed.
+			r.conn.SetReadDeadline(time.Now().Add(endProbe))
+			return false
 		}
 	}
 }
@@ -174,9 +186,9 @@ const endProbe = time.Second
 
 // endWith gives the consumer err, if it asked for a chunk, once the socket
 // can no longer be read, and keeps it for a later ask.
-func (r *reader) endWith(wanted bool, err error) {
+func (r *reader) endWith(err error) {
 	r.final = err
-	if wanted {
+	if r.wanted {
 		r.chunks <- chunk{err: err}
 	}
 }

@@ -179,9 +179,11 @@ type syncRing struct {
 	fd     int             // the ring's descriptor
 	event  *os.File        // eventfd the kernel signals on each completion, watched by the netpoller
 	events syscall.RawConn // event's, to wait for a signal without reading the counter
-	rings  []byte          // the submission and completion queues (one mapping)
-	sqes   []byte          // the submission queue entries
-	params uringParams
+	// postedFunc is posted, bound once: a flush's wait allocates nothing.
+	postedFunc func(uintptr) bool
+	rings      []byte // the submission and completion queues (one mapping)
+	sqes       []byte // the submission queue entries
+	params     uringParams
 
 	sqTail, sqMask, sqArray *uint32
 	cqHead, cqTail, cqMask  *uint32
@@ -252,7 +254,7 @@ func newSyncRing() (*syncRing, error) {
 		r.close()
 		return nil, fmt.Errorf("vfs: io_uring eventfd: %w", err)
 	}
-	r.events = events
+	r.events, r.postedFunc = events, r.posted
 	event := int32(efd)
 	if _, _, errno := syscall.Syscall6(sysIOURingRegister, uintptr(r.fd), uringRegisterEventFD, uintptr(unsafe.Pointer(&event)), 1, 0, 0); errno != 0 {
 		r.close()
@@ -335,11 +337,16 @@ func (r *syncRing) fsync(fd uintptr) (flushOutcome, error) {
 // every signal, so the eventfd's counter is never read: it only grows, by
 // one a flush, far from its 2^64 bound.
 func (r *syncRing) awaitCompletion() error {
-	posted := func() bool { return atomic.LoadUint32(r.cqHead) != atomic.LoadUint32(r.cqTail) }
-	if posted() {
+	if r.posted(0) {
 		return nil
 	}
-	return r.events.Read(func(uintptr) bool { return posted() })
+	return r.events.Read(r.postedFunc)
+}
+
+// posted reports whether the completion queue holds an entry; its
+// argument (the eventfd, for RawConn.Read) is not used.
+func (r *syncRing) posted(uintptr) bool {
+	return atomic.LoadUint32(r.cqHead) != atomic.LoadUint32(r.cqTail)
 }
 
 // submit hands the entry at the tail to the kernel, which passes an fsync
