@@ -35,6 +35,28 @@ func (f osFile) Sync() error {
 	return f.File.Sync()
 }
 
+// WriteAtSync writes p at off and flushes the file, as WriteAt followed
+// by Sync. With FlushAuto both go to the kernel in one submission to a
+// ring, and the goroutine waits for them in the netpoller (see
+// uring_write_linux.go); what the ring leaves undone, or all of it where
+// there is no ring, is done by pwrite(2) and Sync.
+func (f osFile) WriteAtSync(p []byte, off int64) error {
+	written := 0
+	if f.flush == FlushAuto {
+		n, done, err := ringWriteSync(f.File, p, off)
+		if done {
+			return err
+		}
+		written = n
+	}
+	if written < len(p) {
+		if _, err := f.File.WriteAt(p[written:], off+int64(written)); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
 func (fs osFS) Create(name string) (File, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {

@@ -118,6 +118,7 @@ type ringPool struct {
 	made    int   // rings set up and not dropped (tests)
 
 	flushes atomic.Uint64 // fsyncs run through a ring (tests)
+	writes  atomic.Uint64 // writes run through a ring with their fsync (tests)
 }
 
 func (p *ringPool) get() (*syncRing, error) {
@@ -181,6 +182,7 @@ type syncRing struct {
 	events syscall.RawConn // event's, to wait for a signal without reading the counter
 	// postedFunc is posted, bound once: a flush's wait allocates nothing.
 	postedFunc func(uintptr) bool
+	writing    []byte // the buffer of the write under way (uring_write_linux.go)
 	rings      []byte // the submission and completion queues (one mapping)
 	sqes       []byte // the submission queue entries
 	params     uringParams
@@ -291,15 +293,9 @@ func (r *syncRing) mapQueues() error {
 // run or was lost.
 func (r *syncRing) fsync(fd uintptr) (flushOutcome, error) {
 	tail := atomic.LoadUint32(r.sqTail)
-	slot := tail & *r.sqMask
-	sqe := r.sqes[slot*uringSQESize : (slot+1)*uringSQESize]
-	clear(sqe)
-	sqe[0] = uringOpFsync // fsync_flags 0, off 0, len 0: all of the file, as fsync(2)
-	*(*int32)(unsafe.Pointer(&sqe[uringSQEFDOffset])) = int32(fd)
-	*(*uint64)(unsafe.Pointer(&sqe[uringSQEUserData])) = uint64(tail)
-	*(*uint32)(unsafe.Add(unsafe.Pointer(r.sqArray), 4*uintptr(slot))) = slot
+	r.prepare(tail, uringOpFsync, fd)    // fsync_flags 0, off 0, len 0: all of the file, as fsync(2)
 	atomic.StoreUint32(r.sqTail, tail+1) // the entry's bytes before the tail that publishes it
-	if ever, err := r.submit(); err != nil {
+	if _, ever, err := r.submit(1); err != nil {
 		if ever {
 			return notTakenEver, err
 		}
@@ -308,15 +304,16 @@ func (r *syncRing) fsync(fd uintptr) (flushOutcome, error) {
 	if err := r.awaitCompletion(); err != nil {
 		return lost, fmt.Errorf("waiting for io_uring: %w", err)
 	}
-	head := atomic.LoadUint32(r.cqHead)
-	cqe := unsafe.Add(r.cqes, uintptr(head&*r.cqMask)*uringCQESize)
-	userData := *(*uint64)(cqe)
-	res := *(*int32)(unsafe.Add(cqe, uringCQEResultOffset))
-	atomic.StoreUint32(r.cqHead, head+1) // the entry read before it is handed back
-	switch {
-	case userData != uint64(tail):
+	userData, res := r.takeCompletion()
+	if userData != uint64(tail) {
 		return lost, fmt.Errorf("io_uring completion of flush %d where flush %d was waited for", userData, tail)
-	case res >= 0:
+	}
+	return fsyncOutcome(res)
+}
+
+// fsyncOutcome maps an fsync's completion result to what became of it.
+func fsyncOutcome(res int32) (flushOutcome, error) {
+	if res >= 0 {
 		return flushed, nil
 	}
 	switch errno := syscall.Errno(-res); errno {
@@ -329,13 +326,38 @@ func (r *syncRing) fsync(fd uintptr) (flushOutcome, error) {
 	}
 }
 
+// prepare fills the submission entry at index i (not yet published by the
+// tail) with operation op on fd, with i as its user data, and returns it
+// for the operation's other fields.
+func (r *syncRing) prepare(i uint32, op byte, fd uintptr) []byte {
+	slot := i & *r.sqMask
+	sqe := r.sqes[slot*uringSQESize : (slot+1)*uringSQESize]
+	clear(sqe)
+	sqe[0] = op
+	*(*int32)(unsafe.Pointer(&sqe[uringSQEFDOffset])) = int32(fd)
+	*(*uint64)(unsafe.Pointer(&sqe[uringSQEUserData])) = uint64(i)
+	*(*uint32)(unsafe.Add(unsafe.Pointer(r.sqArray), 4*uintptr(slot))) = slot
+	return sqe
+}
+
+// takeCompletion reads the completion at the head (awaitCompletion said
+// it is there) and hands its slot back to the kernel.
+func (r *syncRing) takeCompletion() (userData uint64, res int32) {
+	head := atomic.LoadUint32(r.cqHead)
+	cqe := unsafe.Add(r.cqes, uintptr(head&*r.cqMask)*uringCQESize)
+	userData = *(*uint64)(cqe)
+	res = *(*int32)(unsafe.Add(cqe, uringCQEResultOffset))
+	atomic.StoreUint32(r.cqHead, head+1) // the entry read before it is handed back
+	return userData, res
+}
+
 // awaitCompletion waits until the completion queue holds an entry, without
 // a system call when it does: it looks at the queue, and while that is
 // empty it parks in the netpoller until the kernel signals the eventfd (it
 // posts the entry before it signals). RawConn.Read keeps a signal that
 // came after it began, and the netpoller's edge-triggered watch reports
 // every signal, so the eventfd's counter is never read: it only grows, by
-// one a flush, far from its 2^64 bound.
+// one a completion, far from its 2^64 bound.
 func (r *syncRing) awaitCompletion() error {
 	if r.posted(0) {
 		return nil
@@ -349,30 +371,32 @@ func (r *syncRing) posted(uintptr) bool {
 	return atomic.LoadUint32(r.cqHead) != atomic.LoadUint32(r.cqTail)
 }
 
-// submit hands the entry at the tail to the kernel, which passes an fsync
-// to one of its workers at once: this returns without waiting for the disk.
-// It returns nil once the kernel took the entry (the flush is then under
-// way), else why not, and whether the kernel will refuse every submission
-// of this process (ever).
-func (r *syncRing) submit() (ever bool, err error) {
+// submit hands the n entries at the tail to the kernel, which passes an
+// fsync to one of its workers at once: this returns without waiting for
+// the disk. It returns how many entries the kernel took; err is set when
+// it took none (the flush is then not under way), or fewer than n, with
+// whether the kernel will refuse every submission of this process (ever).
+func (r *syncRing) submit(n uint) (taken uint, ever bool, err error) {
 	for {
 		// RawSyscall: the call does not wait for the disk, and telling the
 		// runtime of a system call would wake its monitor thread from its
 		// deep sleep each time a member turns from idle to a write, the
 		// polling this ring is here to avoid. (A thread's first submission
 		// also starts its kernel worker: that one call takes longer.)
-		n, _, errno := syscall.RawSyscall6(sysIOURingEnter, uintptr(r.fd), 1, 0, 0, 0, 0)
+		got, _, errno := syscall.RawSyscall6(sysIOURingEnter, uintptr(r.fd), uintptr(n), 0, 0, 0, 0)
 		switch {
 		case errno == syscall.EINTR:
 			continue
 		case errno == syscall.EPERM || errno == syscall.ENOSYS || errno == syscall.EINVAL:
-			return true, fmt.Errorf("vfs: io_uring_enter: %w", errno)
+			return 0, true, fmt.Errorf("vfs: io_uring_enter: %w", errno)
 		case errno != 0:
-			return false, fmt.Errorf("vfs: io_uring_enter: %w", errno)
-		case n != 1:
-			return false, errors.New("vfs: io_uring_enter submitted nothing")
+			return 0, false, fmt.Errorf("vfs: io_uring_enter: %w", errno)
+		case got == 0:
+			return 0, false, errors.New("vfs: io_uring_enter submitted nothing")
+		case uint(got) < n:
+			return uint(got), false, fmt.Errorf("vfs: io_uring_enter submitted %d of %d entries", got, n)
 		}
-		return false, nil
+		return n, false, nil
 	}
 }
 

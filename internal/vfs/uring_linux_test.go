@@ -20,7 +20,7 @@ import (
 // needRing skips where the kernel does not let this process use io_uring
 // (a container's seccomp profile, the io_uring_disabled sysctl); there
 // FlushAuto is fsync(2), which the rest of the suite covers.
-func needRing(t *testing.T) {
+func needRing(t testing.TB) {
 	t.Helper()
 	if ok, err := RingFlushes(); !ok {
 		t.Skipf("io_uring unavailable here, FlushAuto uses fsync(2): %v", err)

@@ -6,7 +6,9 @@
 // through an io_uring where the kernel allows it, so that the goroutine
 // waiting for a flush is parked in the netpoller rather than a thread
 // blocked in fsync (uring_linux.go). Either way Sync returns only after
-// the file's fsync, with its error.
+// the file's fsync, with its error. Their WriteAtSync (WriteSyncer) gives
+// the ring a write and its fsync in one submission (uring_write_linux.go),
+// and returns once both are done, as WriteAt followed by Sync would.
 //
 // Invariants of the in-memory MemFS, which crash tests rely on:
 //   - A file's contents survive CrashClone only up to its last Sync; bytes
@@ -60,6 +62,17 @@ type File interface {
 	// metadata change (the WAL's zero-ahead writes zeros there first).
 	Preallocate(size int64) error
 	Name() string
+}
+
+// WriteSyncer is a File that can write and flush in one step: the
+// operating system's files, whose WriteAtSync submits the write and its
+// fsync to the kernel together. Wrappers (Fault, Journal) do not offer it,
+// so code that uses it when offered, and WriteAt then Sync otherwise,
+// keeps their faults and records.
+type WriteSyncer interface {
+	// WriteAtSync writes p at off and makes the file durable, as WriteAt
+	// followed by Sync; an error says which of the two failed.
+	WriteAtSync(p []byte, off int64) error
 }
 
 // FS is a filesystem. Names are slash- or OS-separated paths as given to the

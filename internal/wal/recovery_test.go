@@ -435,6 +435,51 @@ func TestConcurrentSaves(t *testing.T) {
 	}
 }
 
+// TestConcurrentSavesOnDisk is TestConcurrentSaves on the operating
+// system's files, whose saves write and flush in one submission where the
+// kernel allows it (vfs.WriteSyncer), across segment rolls: every
+// acknowledged entry is read back.
+func TestConcurrentSavesOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	w, _, err := Open(vfs.OS(), dir, quietOptions(16<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const savers, calls = 8, 40
+	var wait sync.WaitGroup
+	errs := make(chan error, savers)
+	for group := uint64(1); group <= savers; group++ {
+		wait.Add(1)
+		go func() {
+			defer wait.Done()
+			for call := uint64(0); call < calls; call++ {
+				if err := w.Save(entries(group, call+1, call+1, 1)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wait.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reopened, states, err := Open(vfs.OS(), dir, quietOptions(16<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reopened.Close()
+	for group := uint64(1); group <= savers; group++ {
+		if got := len(states[group].Entries); got != calls {
+			t.Fatalf("group %d: %d entries, want %d", group, got, calls)
+		}
+	}
+}
+
 func TestOpenLocksDirectory(t *testing.T) {
 	fs := vfs.NewMem()
 	w, _ := mustOpen(t, fs, 4096)

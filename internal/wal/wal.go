@@ -498,10 +498,7 @@ func (w *WAL) writeFlushLocked(requests []*saveRequest) error {
 		}
 		w.fileSize = end
 	}
-	if _, err := w.file.WriteAt(frame, w.offset); err != nil {
-		return fmt.Errorf("write %s at %d: %w", w.file.Name(), w.offset, err)
-	}
-	if err := w.syncSegmentLocked(); err != nil {
+	if err := w.writeDurableLocked(frame); err != nil {
 		return err
 	}
 	w.offset += int64(len(frame))
@@ -560,6 +557,30 @@ func (w *WAL) syncSegmentLocked() error {
 	if err := w.file.Sync(); err != nil {
 		return fmt.Errorf("fsync %s: %w", w.file.Name(), err)
 	}
+	return w.syncDirLocked()
+}
+
+// writeDurableLocked writes frame at the write offset and makes it durable
+// as syncSegmentLocked does: in one step where the segment's file offers it
+// (vfs.WriteSyncer: the write and its fsync submitted to the kernel
+// together), else a write and then the flush.
+func (w *WAL) writeDurableLocked(frame []byte) error {
+	both, ok := w.file.(vfs.WriteSyncer)
+	if !ok || w.opts.UnsafeNoSync {
+		if _, err := w.file.WriteAt(frame, w.offset); err != nil {
+			return fmt.Errorf("write %s at %d: %w", w.file.Name(), w.offset, err)
+		}
+		return w.syncSegmentLocked()
+	}
+	if err := both.WriteAtSync(frame, w.offset); err != nil {
+		return fmt.Errorf("write and fsync %s at %d: %w", w.file.Name(), w.offset, err)
+	}
+	return w.syncDirLocked()
+}
+
+// syncDirLocked makes the WAL directory's entries durable if a segment was
+// created or removed since it last did.
+func (w *WAL) syncDirLocked() error {
 	if w.dirDirty {
 		if err := w.fs.SyncDir(w.dir); err != nil {
 			return fmt.Errorf("fsync directory %s: %w", w.dir, err)
