@@ -201,32 +201,49 @@ func TestRefusedRingFallsBackToFsync(t *testing.T) {
 // flush takes another ring and its own completion.
 func TestRingWithALostFlushIsDropped(t *testing.T) {
 	needRing(t)
-	f, err := OS().Create(filepath.Join(t.TempDir(), "wal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	broken, err := rings.get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	broken.event.Close() // the wait for the completion now fails
-	rings.put(broken)
-	if err := f.Sync(); err == nil || !strings.Contains(err.Error(), "waiting for io_uring") || !strings.Contains(err.Error(), f.Name()) {
-		t.Fatalf("sync on a ring whose completion cannot be read: %v, want an error naming %s", err, f.Name())
-	}
-	rings.mu.Lock()
-	pooled := slices.Contains(rings.free, broken)
-	rings.mu.Unlock()
-	if pooled {
-		t.Fatal("the ring with a lost flush went back to the pool")
-	}
+	f := createOSFile(t, OS())
+	failOnABrokenRing(t, f.Name(), f.Sync)
 	before := rings.flushes.Load()
 	if err := f.Sync(); err != nil {
 		t.Fatalf("next sync: %v", err)
 	}
 	if rings.flushes.Load() != before+1 {
 		t.Fatal("the next sync did not go through a ring")
+	}
+}
+
+// createOSFile creates a file of fs in a temporary directory, closed when
+// the test ends.
+func createOSFile(t *testing.T, fs FS) File {
+	t.Helper()
+	f, err := fs.Create(filepath.Join(t.TempDir(), "wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// failOnABrokenRing pools a ring whose completion cannot be read (its
+// eventfd closed) and runs op on it: op must fail, naming the file and the
+// failed wait, and the ring, with an operation of unknown outcome in it,
+// must be dropped rather than pooled.
+func failOnABrokenRing(t *testing.T, file string, op func() error) {
+	t.Helper()
+	broken, err := rings.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken.event.Close()
+	rings.put(broken)
+	if err := op(); err == nil || !strings.Contains(err.Error(), "waiting for io_uring") || !strings.Contains(err.Error(), file) {
+		t.Fatalf("on a ring whose completion cannot be read: %v, want an error naming %s", err, file)
+	}
+	rings.mu.Lock()
+	pooled := slices.Contains(rings.free, broken)
+	rings.mu.Unlock()
+	if pooled {
+		t.Fatal("the ring went back to the pool")
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,11 +30,7 @@ func needRingWrites(t testing.TB) {
 
 func TestRingWritesWithTheirFlush(t *testing.T) {
 	needRingWrites(t)
-	f, err := OS().Create(filepath.Join(t.TempDir(), "wal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := createOSFile(t, OS())
 	writes, flushes := rings.writes.Load(), rings.flushes.Load()
 	var want []byte
 	for i := range 20 {
@@ -62,11 +57,7 @@ func TestRingWritesWithTheirFlush(t *testing.T) {
 
 // Without a ring (FlushSyscall), WriteAtSync is pwrite(2) and fsync(2).
 func TestWriteAtSyncWithoutARing(t *testing.T) {
-	f, err := OSWith(FlushSyscall).Create(filepath.Join(t.TempDir(), "plain"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := createOSFile(t, OSWith(FlushSyscall))
 	writes := rings.writes.Load()
 	if err := f.(WriteSyncer).WriteAtSync([]byte("record"), 3); err != nil {
 		t.Fatal(err)
@@ -143,15 +134,11 @@ func takeQueued(r *syncRing) uint32 {
 // write, by pwrite(2)) and reports pwrite's error for it, naming the file.
 func TestWriteAtSyncFinishesAShortWrite(t *testing.T) {
 	needRingWrites(t)
-	f, err := OS().Create(filepath.Join(t.TempDir(), "wal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := createOSFile(t, OS())
 	const limit = 4096
 	limitFileSize(t, limit)
 	record := bytes.Repeat([]byte("y"), 100)
-	err = f.(WriteSyncer).WriteAtSync(record, limit-40)
+	err := f.(WriteSyncer).WriteAtSync(record, limit-40)
 	if !errors.Is(err, syscall.EFBIG) || !strings.Contains(err.Error(), f.Name()) {
 		t.Fatalf("write across the limit: %v, want EFBIG naming %s", err, f.Name())
 	}
@@ -169,29 +156,11 @@ func TestWriteAtSyncFinishesAShortWrite(t *testing.T) {
 // another ring.
 func TestRingWithALostWriteIsDropped(t *testing.T) {
 	needRingWrites(t)
-	f, err := OS().Create(filepath.Join(t.TempDir(), "wal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	broken, err := rings.get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	broken.event.Close() // the wait for the completion now fails
-	rings.put(broken)
-	err = f.(WriteSyncer).WriteAtSync([]byte("record"), 0)
-	if err == nil || !strings.Contains(err.Error(), "waiting for io_uring") || !strings.Contains(err.Error(), f.Name()) {
-		t.Fatalf("write on a ring whose completion cannot be read: %v, want an error naming %s", err, f.Name())
-	}
-	rings.mu.Lock()
-	pooled := slices.Contains(rings.free, broken)
-	rings.mu.Unlock()
-	if pooled {
-		t.Fatal("the ring with a lost write went back to the pool")
-	}
+	f := createOSFile(t, OS())
+	pair := f.(WriteSyncer)
+	failOnABrokenRing(t, f.Name(), func() error { return pair.WriteAtSync([]byte("record"), 0) })
 	writes := rings.writes.Load()
-	if err := f.(WriteSyncer).WriteAtSync([]byte("record"), 6); err != nil {
+	if err := pair.WriteAtSync([]byte("record"), 6); err != nil {
 		t.Fatalf("next write: %v", err)
 	}
 	if rings.writes.Load() != writes+1 {

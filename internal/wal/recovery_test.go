@@ -404,32 +404,10 @@ func TestConcurrentSaves(t *testing.T) {
 	fs := vfs.NewMem()
 	w, _ := mustOpen(t, fs, 16<<10)
 	const savers, calls = 16, 40
-	var wait sync.WaitGroup
-	errs := make(chan error, savers)
-	for group := uint64(1); group <= savers; group++ {
-		wait.Add(1)
-		go func() {
-			defer wait.Done()
-			for call := uint64(0); call < calls; call++ {
-				if err := w.Save(entries(group, call+1, call+1, 1)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wait.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	saveConcurrently(t, w, savers, calls)
 	w.Close()
 	_, states := mustOpen(t, fs.CrashClone(vfs.CrashOptions{}), 16<<10)
-	for group := uint64(1); group <= savers; group++ {
-		if got := len(states[group].Entries); got != calls {
-			t.Fatalf("group %d: %d entries, want %d", group, got, calls)
-		}
-	}
+	checkEntriesPerGroup(t, states, savers, calls)
 	if syncs := fs.Calls(vfs.OpSync); syncs >= savers*calls {
 		t.Logf("note: %d fsyncs for %d saves (no batching happened this run)", syncs, savers*calls)
 	}
@@ -446,6 +424,25 @@ func TestConcurrentSavesOnDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	const savers, calls = 8, 40
+	saveConcurrently(t, w, savers, calls)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if segments, _ := filepath.Glob(filepath.Join(dir, "*.wal")); len(segments) < 2 {
+		t.Fatalf("%d segments: the saves never rolled to a new one", len(segments))
+	}
+	reopened, states, err := Open(vfs.OS(), dir, quietOptions(16<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reopened.Close()
+	checkEntriesPerGroup(t, states, savers, calls)
+}
+
+// saveConcurrently saves calls one-entry batches from each of savers
+// goroutines, goroutine g saving group g's entries 1 to calls in order.
+func saveConcurrently(t *testing.T, w *WAL, savers, calls uint64) {
+	t.Helper()
 	var wait sync.WaitGroup
 	errs := make(chan error, savers)
 	for group := uint64(1); group <= savers; group++ {
@@ -465,16 +462,14 @@ func TestConcurrentSavesOnDisk(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	reopened, states, err := Open(vfs.OS(), dir, quietOptions(16<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reopened.Close()
-	for group := uint64(1); group <= savers; group++ {
-		if got := len(states[group].Entries); got != calls {
+}
+
+// checkEntriesPerGroup checks that groups 1 to groups each recovered calls
+// entries.
+func checkEntriesPerGroup(t *testing.T, states map[uint64]*GroupState, groups, calls uint64) {
+	t.Helper()
+	for group := uint64(1); group <= groups; group++ {
+		if got := uint64(len(states[group].Entries)); got != calls {
 			t.Fatalf("group %d: %d entries, want %d", group, got, calls)
 		}
 	}
