@@ -20,6 +20,11 @@ import (
 // in the middle of each WAL write (with one processor a member: a thread
 // woken to run it, and the writer's thread parked when the write returned).
 //
+// A write the kernel does during the submission holds the member's one
+// processor while it copies (as a raw pwrite would): a WAL flush is one
+// batch of raft's messages, up to a MiB or so, a copy of tens of
+// microseconds at most.
+//
 // The kernel starts the linked fsync only once the write completed whole;
 // a write that fell short or failed cancels it. What the pair leaves
 // undone (a short write's rest, a write the kernel would not run, an
@@ -39,6 +44,12 @@ const (
 	uringSQEAddrOffset   = 16 // __u64 addr
 	uringSQELengthOffset = 24 // __u32 len
 )
+
+// maxRingWrite is the largest write given to a ring: the kernel writes at
+// most MAX_RW_COUNT (2 GiB less a page) in one operation, and a write it
+// so capped would complete "whole" and let its fsync run; pwrite(2)
+// returns the short count instead, and WriteAt writes the rest.
+const maxRingWrite = 1 << 30
 
 // ringWritesRefused is set once the kernel is found to lack what the pair
 // needs (completions skipped on success, Linux 5.17) or refused the write
@@ -67,7 +78,7 @@ type pairOutcome struct {
 // which of the two failed, or that the outcome is unknown); otherwise err
 // is nil, and the caller writes p[written:] with pwrite(2) and flushes f.
 func ringWriteSync(f *os.File, p []byte, off int64) (written int, done bool, err error) {
-	if len(p) == 0 || ringWritesRefused.Load() {
+	if len(p) == 0 || len(p) > maxRingWrite || ringWritesRefused.Load() {
 		return 0, false, nil
 	}
 	r, err := rings.get()
@@ -158,8 +169,10 @@ func (r *syncRing) writeSync(fd uintptr, p []byte, off int64) (o pairOutcome, sp
 	}
 	switch userData, res := r.takeCompletion(); userData {
 	case uint64(tail + 1): // the write wrote all of p
-		o.written = len(p)
 		o.flush, o.flushErr = fsyncOutcome(res)
+		if o.flush == flushed {
+			o.written = len(p)
+		} // else the fsync did not run: the caller writes all of p again, to be sure, and flushes
 		return o, false
 	case uint64(tail): // it fell short or failed, and cancelled the fsync
 		return writeOutcome(res, len(p)), false

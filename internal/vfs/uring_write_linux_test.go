@@ -5,6 +5,7 @@ package vfs
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -199,5 +200,29 @@ func BenchmarkWriteAtSync(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The pair reports its fsync's own error: a pipe takes the write and
+// cannot be fsynced (EINVAL), through the pair as through fsync(2).
+func TestRingWriteReportsTheFsyncError(t *testing.T) {
+	needRingWrites(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	writes := rings.writes.Load()
+	err = osFile{File: w, flush: FlushAuto}.WriteAtSync([]byte("record"), 0)
+	if rings.writes.Load() != writes+1 {
+		t.Fatal("the write did not go through the ring with its fsync")
+	}
+	if !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "sync") || !strings.Contains(err.Error(), w.Name()) {
+		t.Fatalf("pair on a pipe: %v, want the fsync's EINVAL naming %s", err, w.Name())
+	}
+	got := make([]byte, 6)
+	if _, err := io.ReadFull(r, got); err != nil || string(got) != "record" {
+		t.Fatalf("pipe holds %q (%v), want the record", got, err)
 	}
 }

@@ -71,7 +71,9 @@ type File interface {
 // keeps their faults and records.
 type WriteSyncer interface {
 	// WriteAtSync writes p at off and makes the file durable, as WriteAt
-	// followed by Sync; an error says which of the two failed.
+	// followed by Sync; an error says which of the two failed. After an
+	// error the file is failed for the caller: the kernel may still be
+	// reading p, which must not be changed or written again.
 	WriteAtSync(p []byte, off int64) error
 }
 
