@@ -73,7 +73,8 @@ func TestWriteAtSyncWithoutARing(t *testing.T) {
 
 // limitFileSize sets RLIMIT_FSIZE to n bytes until the test ends: a write
 // across it falls short, one at or past it fails with EFBIG (Go ignores
-// the SIGXFSZ that comes with it).
+// the SIGXFSZ that comes with it). The limit is the whole process's: no
+// test of this package runs in parallel with another.
 func limitFileSize(t *testing.T, n uint64) {
 	t.Helper()
 	var saved syscall.Rlimit
