@@ -84,12 +84,7 @@ func TestRingFlushesOSFiles(t *testing.T) {
 // fsynced (EINVAL), through the ring as through fsync(2).
 func TestRingFlushReportsTheFsyncError(t *testing.T) {
 	needRing(t)
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
+	_, w := pipe(t)
 	want := w.Sync()
 	if !errors.Is(want, syscall.EINVAL) {
 		t.Fatalf("fsync(2) of a pipe: %v, want EINVAL", want)
@@ -102,6 +97,18 @@ func TestRingFlushReportsTheFsyncError(t *testing.T) {
 	if !errors.Is(got, syscall.EINVAL) || !strings.Contains(got.Error(), w.Name()) {
 		t.Fatalf("ring flush of a pipe: %v, want EINVAL naming %s", got, w.Name())
 	}
+}
+
+// pipe returns a pipe's two ends, closed when the test ends: a file whose
+// writes succeed and whose fsync fails (EINVAL).
+func pipe(t *testing.T) (r, w *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, w
 }
 
 func TestRingFlushOfAClosedFile(t *testing.T) {

@@ -208,19 +208,15 @@ func BenchmarkWriteAtSync(b *testing.B) {
 // cannot be fsynced (EINVAL), through the pair as through fsync(2).
 func TestRingWriteReportsTheFsyncError(t *testing.T) {
 	needRingWrites(t)
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
+	r, w := pipe(t)
 	writes := rings.writes.Load()
-	err = osFile{File: w, flush: FlushAuto}.WriteAtSync([]byte("record"), 0)
+	err := osFile{File: w, flush: FlushAuto}.WriteAtSync([]byte("record"), 0)
 	if rings.writes.Load() != writes+1 {
 		t.Fatal("the write did not go through the ring with its fsync")
 	}
-	if !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "sync") || !strings.Contains(err.Error(), w.Name()) {
-		t.Fatalf("pair on a pipe: %v, want the fsync's EINVAL naming %s", err, w.Name())
+	var pathErr *os.PathError
+	if !errors.As(err, &pathErr) || pathErr.Op != "sync" || pathErr.Path != w.Name() || !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("pair on a pipe: %v, want the fsync's EINVAL (op \"sync\") naming %s", err, w.Name())
 	}
 	got := make([]byte, 6)
 	if _, err := io.ReadFull(r, got); err != nil || string(got) != "record" {
