@@ -287,7 +287,15 @@ func TestEndThatCameWithData(t *testing.T) {
 
 func TestWritesWholeOrUntilTheDeadline(t *testing.T) {
 	wrapped, peer := pair(t)
-	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<19) // 8 MiB: more than the socket buffers hold
+	// Buffers of a set size (the kernel then does not grow them, as it
+	// may to several MiB on loopback): 8 MiB is far more than they hold.
+	if err := wrapped.(*Conn).Conn.(*net.TCPConn).SetWriteBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<19) // 8 MiB
 	got := make(chan []byte, 1)
 	go func() {
 		b, _ := io.ReadAll(io.LimitReader(peer, int64(len(big))))
