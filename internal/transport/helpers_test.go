@@ -291,18 +291,6 @@ func app(from, to, index uint64, entries, size int) raftpb.Message {
 	return m
 }
 
-// freeAddr returns a loopback address nobody listens on.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	addr := listener.Addr().String()
-	listener.Close()
-	return addr
-}
-
 func newCRC() hash.Hash32 { return crc32.New(castagnoli) }
 
 func readAll(r io.Reader) ([]byte, error) { return io.ReadAll(r) }

@@ -11,6 +11,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/latch-io/latch/internal/testkit/freeport"
 )
 
 // TestTCPDeliversInOrder has three transports send to each other
@@ -73,7 +75,7 @@ func TestTCPDeliversInOrder(t *testing.T) {
 // at once and reports it unreachable, and that the peer gets messages again
 // once it is back, and after it restarts.
 func TestTCPDeadPeer(t *testing.T) {
-	addr := freeAddr(t)
+	addr := freeport.Addr(t)
 	sender := startNode(t, 1, 7, "127.0.0.1:0", nil)
 	sender.transport.AddPeer(2, addr)
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/latch-io/latch/internal/testkit/freeport"
 	"github.com/latch-io/latch/internal/zkproto"
 )
 
@@ -34,12 +35,7 @@ func startZooKeeper(t *testing.T) string {
 		t.Skip("java absent: install default-jdk-headless (.ci/run does)")
 	}
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // ZooKeeper takes the port next; another taker is unlikely
+	addr := freeport.Addr(t)
 	_, port, _ := net.SplitHostPort(addr)
 	cfg := fmt.Sprintf("tickTime=2000\ndataDir=%s\nclientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok\n",
 		filepath.Join(dir, "data"), port)

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/latch-io/latch/api"
 	"github.com/latch-io/latch/client"
+	"github.com/latch-io/latch/internal/testkit/freeport"
 )
 
 // project is one docker-compose project started by a test.
@@ -95,7 +95,7 @@ func (p *project) pickPorts() {
 // pickPort chooses a free host port for one service's published port (a
 // later value of the variable in p.env wins over an earlier one).
 func (p *project) pickPort(service string) {
-	port := freePort(p.t)
+	port := freeport.Ports(p.t, 1)[0]
 	p.env = append(p.env, portVariables[service]+"="+strconv.Itoa(port))
 	p.ports[service] = fmt.Sprintf("http://127.0.0.1:%d", port)
 }
@@ -148,16 +148,6 @@ func randomSuffix() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return strconv.Itoa(os.Getpid()) + hex.EncodeToString(b)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("reserve a port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // image is the tag of the image the project runs.

@@ -1,13 +1,14 @@
 package membership
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/latch-io/latch/internal/testkit/freeport"
 )
 
 // joiner is a latchd process started with --initial-cluster-state existing
@@ -29,7 +30,7 @@ func newJoiner(t *testing.T, name string) *joiner {
 	t.Helper()
 	dir := t.TempDir()
 	return &joiner{
-		name: name, clientURL: "http://" + freeAddr(t), peerAddr: freeAddr(t),
+		name: name, clientURL: "http://" + freeport.Addr(t), peerAddr: freeport.Addr(t),
 		dataDir: filepath.Join(dir, "data"), logPath: filepath.Join(dir, name+".log"), exited: make(chan struct{}),
 	}
 }
@@ -76,15 +77,4 @@ func (j *joiner) logTail(t *testing.T) {
 		data = data[len(data)-6000:]
 	}
 	t.Logf("log of %s (tail):\n%s", j.name, data)
-}
-
-// freeAddr reserves a free loopback port and releases it for use.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("reserve a port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -3,7 +3,6 @@ package proccluster
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/latch-io/latch/internal/testkit/freeport"
 )
 
 // Options describe a cluster to start. Zero fields take the defaults noted.
@@ -150,7 +151,7 @@ func (c *Cluster) addresses(opts Options) (clients, peers, zks []string) {
 		if opts.ZK {
 			perMember = 3
 		}
-		ports := freePorts(c.t, perMember*opts.Nodes)
+		ports := freeport.Ports(c.t, perMember*opts.Nodes)
 		for i := range opts.Nodes {
 			clients = append(clients, fmt.Sprintf("127.0.0.1:%d", ports[i]))
 			peers = append(peers, fmt.Sprintf("127.0.0.1:%d", ports[opts.Nodes+i]))
@@ -252,25 +253,6 @@ func memberFlagsLocked(opts Options, m *Member, initial string) []string {
 		args = append(args, "--unsafe-clock-control", clockPathLocked(m))
 	}
 	return append(args, opts.ExtraFlags...)
-}
-
-// freePorts reserves n distinct loopback ports and releases them for use.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var listeners []net.Listener
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("proccluster: reserve a port: %v", err)
-		}
-		listeners = append(listeners, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range listeners {
-		ln.Close()
-	}
-	return ports
 }
 
 // ErrRunning means a member was started while its process still runs.

@@ -22,6 +22,7 @@ import (
 	"github.com/latch-io/latch/internal/clock"
 	"github.com/latch-io/latch/internal/httpapi"
 	"github.com/latch-io/latch/internal/server"
+	"github.com/latch-io/latch/internal/testkit/freeport"
 	"github.com/latch-io/latch/internal/transport"
 	"github.com/latch-io/latch/internal/vfs"
 )
@@ -133,7 +134,10 @@ func (o *Options) setDefaults() {
 func (c *Cluster) start(i int) {
 	c.t.Helper()
 	n := c.Nodes[i]
-	ln, err := net.Listen("tcp", orDefault(n.addr, "127.0.0.1:0"))
+	if n.addr == "" {
+		n.addr = freeport.Addr(c.t) // the same address after a restart, which a dial cannot take
+	}
+	ln, err := net.Listen("tcp", n.addr)
 	if err != nil {
 		c.t.Fatalf("testcluster: listen for %s: %v", n.Name, err)
 	}
@@ -173,13 +177,6 @@ func (c *Cluster) serverConfig(i int) server.Config {
 		},
 		Logger: logger(n.Name), Clock: n.Clock, Auth: c.opts.Auth, NoQuiesce: slices.Contains(c.opts.NoQuiesce, n.Name),
 	}
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // logger writes server logs to stderr only when LATCH_TEST_LOG is set.
