@@ -78,7 +78,7 @@ var allowed = map[string]rule{
 	// Storage and network.
 	"internal/snap":      {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
 	"internal/wal":       {imports: []string{"internal/vfs"}, tests: []string{testkit + "testseed"}},
-	"internal/transport": {imports: []string{"internal/sockio", "internal/timeline"}, tests: []string{"internal/tlsconfig", testkit + "testcerts"}},
+	"internal/transport": {imports: []string{"internal/sockio", "internal/timeline"}, tests: []string{"internal/tlsconfig", testkit + "freeport", testkit + "testcerts"}},
 	// The TLS configs of every port, reloaded from files.
 	"internal/tlsconfig": {tests: []string{testkit + "testcerts"}, stdlibOnly: true},
 	// The ZooKeeper wire codec: bytes only.
@@ -113,7 +113,7 @@ var allowed = map[string]rule{
 	// The ZooKeeper-protocol listener: the server's API over zkproto's codec.
 	"internal/zkserver": {
 		imports: []string{"api", "internal/server", "internal/sockio", "internal/timeline", "internal/tlsconfig", "internal/zkproto"},
-		tests:   []string{"internal/clock", "internal/placement", testkit + "testcluster", testkit + "proccluster", testkit + "testcerts"},
+		tests:   []string{"internal/clock", "internal/placement", testkit + "freeport", testkit + "testcluster", testkit + "proccluster", testkit + "testcerts"},
 	},
 
 	// The public Go API: nothing internal; its tests run against the
@@ -139,16 +139,17 @@ var allowed = map[string]rule{
 	// The test harnesses.
 	testkit + "testseed":  {stdlibOnly: true},
 	testkit + "testcerts": {stdlibOnly: true},
+	testkit + "freeport":  {stdlibOnly: true},
 	testkit + "crashfs": {
 		imports: []string{"internal/vfs"},
 		tests:   []string{"internal/wal", testkit + "testseed"},
 	},
 	testkit + "testcluster": {
-		imports: []string{"api", "internal/clock", "internal/httpapi", "internal/server", "internal/transport", "internal/vfs"},
+		imports: []string{"api", "internal/clock", "internal/httpapi", "internal/server", "internal/transport", "internal/vfs", testkit + "freeport"},
 		tests:   []string{"client", "client/recipe", "internal/check/linearize", "internal/placement", testkit + "testseed"},
 	},
 	testkit + "proccluster": {
-		imports: []string{"api", "internal/vfs", testkit + "crashfs", testkit + "testcerts"},
+		imports: []string{"api", "internal/vfs", testkit + "crashfs", testkit + "freeport", testkit + "testcerts"},
 		tests:   []string{testkit + "testcluster", testkit + "testseed"},
 	},
 	testkit + "faulthttp": {imports: []string{"api", testkit + "testcluster"}},
@@ -160,9 +161,9 @@ var allowed = map[string]rule{
 	"test/backup":       {tests: []string{"api", "client", "internal/cli", testkit + "proccluster"}},
 	"test/cache":        {tests: []string{"api", "client", testkit + "proccluster", testkit + "testseed"}},
 	"test/checker":      {tests: []string{"api", testkit + "proccluster", testkit + "testseed"}},
-	"test/compose":      {tests: []string{"api", "client", testkit + "testcluster"}},
+	"test/compose":      {tests: []string{"api", "client", testkit + "freeport", testkit + "testcluster"}},
 	"test/fanout":       {tests: []string{"api", testkit + "proccluster", testkit + "testcluster"}},
-	"test/membership":   {tests: []string{"api", "client", "internal/check/linearize", testkit + "proccluster", testkit + "testcluster"}},
+	"test/membership":   {tests: []string{"api", "client", "internal/check/linearize", testkit + "freeport", testkit + "proccluster", testkit + "testcluster"}},
 	"test/process":      {tests: []string{"api", "client", "internal/placement", "internal/server", "internal/transport", testkit + "proccluster", testkit + "testcerts", testkit + "testcluster"}},
 	"test/ui":           {tests: []string{"api", testkit + "proccluster"}},
 	"test/recipes":      {tests: []string{"api", "client", "client/recipe", "fencing", testkit + "proccluster", testkit + "testcluster"}},
