@@ -8,7 +8,9 @@
 // any dial (a peer redialling the stopped server, another test package's
 // client) may take that port and make the next listen fail with "address
 // already in use". The ports handed out here lie below the ephemeral range,
-// where only an explicit bind can take them.
+// where only an explicit bind can take them. A port is handed out once a
+// process, so that a server a test stopped keeps its port for its restart
+// against the process's other tests.
 package freeport
 
 import (
@@ -18,6 +20,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -41,6 +44,12 @@ func Addr(t testing.TB) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(Ports(t, 1)[0]))
 }
 
+// handedOut holds the ports this process was given.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 // span is a range of ports, both ends included.
 type span struct{ low, high int }
 
@@ -63,8 +72,11 @@ func candidates() span {
 }
 
 // reserve listens on n distinct ports drawn at random from s (or picked by
-// the kernel when s is empty), then releases them all.
+// the kernel when s is empty) and never handed out before in this process,
+// then releases them all.
 func reserve(n int, s span) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	var listeners []net.Listener
 	defer func() {
 		for _, ln := range listeners {
@@ -79,6 +91,9 @@ func reserve(n int, s span) ([]int, error) {
 		port := 0
 		if s.high > 0 {
 			port = s.low + rand.IntN(s.high-s.low+1)
+			if handedOut.ports[port] {
+				continue
+			}
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
@@ -89,6 +104,9 @@ func reserve(n int, s span) ([]int, error) {
 		}
 		listeners = append(listeners, ln)
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, port := range ports {
+		handedOut.ports[port] = true
 	}
 	return ports, nil
 }

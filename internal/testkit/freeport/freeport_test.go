@@ -44,3 +44,54 @@ func TestReserveSkipsTakenPorts(t *testing.T) {
 		t.Fatalf("reserve of a taken one-port span: %v, want an error", ports)
 	}
 }
+
+// TestReserveHandsAPortOutOnce checks that a port released by a test (a
+// stopped server's) is not handed to another test of the process: over a
+// span of two free ports, two reserves get both, and a third fails.
+func TestReserveHandsAPortOutOnce(t *testing.T) {
+	low := twoFreePorts(t)
+	s := span{low: low, high: low + 1}
+	first, err := reserve(1, s)
+	if err != nil {
+		t.Fatalf("first reserve: %v", err)
+	}
+	second, err := reserve(1, s)
+	if err != nil {
+		t.Fatalf("second reserve: %v", err)
+	}
+	if first[0] == second[0] {
+		t.Fatalf("port %d handed out twice", first[0])
+	}
+	if third, err := reserve(1, s); err == nil {
+		t.Fatalf("third reserve of a two-port span: %v, want an error", third)
+	}
+}
+
+// twoFreePorts returns a port p such that p and p+1 are free, from below
+// the ephemeral range, not yet handed out.
+func twoFreePorts(t *testing.T) int {
+	t.Helper()
+	for range 100 {
+		ports := Ports(t, 1)
+		handedOut.Lock()
+		ok := !handedOut.ports[ports[0]+1] && free(ports[0]+1)
+		if ok {
+			delete(handedOut.ports, ports[0])
+		}
+		handedOut.Unlock()
+		if ok {
+			return ports[0]
+		}
+	}
+	t.Fatal("no two consecutive free ports in 100 tries")
+	return 0
+}
+
+func free(port int) bool {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
+}
